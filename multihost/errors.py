@@ -1,0 +1,65 @@
+"""One small exception tree; every per-host error carries its host.
+
+    MultihostError
+     ├── UsageError                bad input or configuration (exit 2)
+     │    ├── InventoryError       a host list or inventory file that cannot be used
+     │    └── DiscoveryError       gcloud missing, failing, or no matching TPU slices
+     └── HostError                 something went wrong on one host (.host)
+          ├── ConnectError         could not connect or log in
+          │    ├── HostKeyError    the host key is unknown or does not match
+          │    └── ConnectTimeout  (also a TimeoutError)
+          ├── RemoteError          a step the runner ran on the host failed
+          └── HostLost             the connection went away and did not come back
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multihost.model import Host
+
+
+class MultihostError(Exception):
+    """Base of every error multihost raises on purpose."""
+
+
+class UsageError(MultihostError):
+    """Bad input or configuration: the CLI prints one line and exits 2."""
+
+
+class InventoryError(UsageError):
+    """A host list or inventory file that cannot be used."""
+
+
+class DiscoveryError(UsageError):
+    """Cloud discovery failed: gcloud missing or failing, or no matching slices."""
+
+
+class HostError(MultihostError):
+    """Something went wrong on one host."""
+
+    def __init__(self, host: Host, message: str) -> None:
+        super().__init__(f"{host.name} ({host.target}): {message}")
+        self.host = host
+        self.message = message
+
+
+class ConnectError(HostError):
+    """Could not connect to or log in to the host."""
+
+
+class HostKeyError(ConnectError):
+    """The host's key is not known, or differs from the recorded one."""
+
+
+class ConnectTimeout(ConnectError, TimeoutError):
+    """Connecting took longer than the connect timeout."""
+
+
+class RemoteError(HostError):
+    """A command the runner itself ran on the host failed."""
+
+
+class HostLost(HostError):
+    """The connection to the host was lost and could not be re-established."""

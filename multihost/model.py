@@ -1,0 +1,186 @@
+"""Frozen data that the pipeline passes around: hosts, fleets, jobs and results. No I/O here."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+class State(enum.StrEnum):
+    """Where one host is in the pipeline; the last five are final."""
+
+    PENDING = "pending"
+    CONNECTING = "connecting"
+    STAGING = "staging"
+    STARTING = "starting"
+    RUNNING = "running"
+    RECONNECTING = "reconnecting"
+    STOPPING = "stopping"
+    DONE = "done"
+    FAILED = "failed"
+    KILLED = "killed"
+    ERROR = "error"
+    LOST = "lost"
+
+    @property
+    def final(self) -> bool:
+        return self in _FINAL
+
+
+_FINAL = frozenset({State.DONE, State.FAILED, State.KILLED, State.ERROR, State.LOST})
+
+
+@dataclass(frozen=True)
+class Host:
+    """One worker: where to reach it and who it is in the job.
+
+    ``address`` is what the transport connects to (an ssh alias, a name or an IP; for
+    local workers a label). ``internal_address`` is what the other workers use to reach
+    it; when unset the address the connection actually reached is used.
+    """
+
+    address: str
+    slice_id: int = 0
+    worker_id: int = 0
+    process_id: int = 0
+    user: str | None = None
+    port: int | None = None
+    identity: str | None = None
+    internal_address: str | None = None
+    remote_dir: str | None = None
+    local: bool = False
+    accelerator_type: str | None = None
+    cloud_state: str | None = None
+
+    @property
+    def name(self) -> str:
+        """Short label used in every message and log prefix: ``s0/w3``."""
+        return f"s{self.slice_id}/w{self.worker_id}"
+
+    @property
+    def file_stem(self) -> str:
+        """File name stem for this host's local log."""
+        return f"slice_{self.slice_id:04d}_worker_{self.worker_id:04d}"
+
+    @property
+    def target(self) -> str:
+        """``[user@]address[:port]`` as a person would type it."""
+        text = f"{self.user}@{self.address}" if self.user else self.address
+        return f"{text}:{self.port}" if self.port else text
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Every host of a job, slice-major: slice 0's workers first."""
+
+    hosts: tuple[Host, ...]
+
+    @classmethod
+    def from_slices(cls, slices: Sequence[Sequence[Host]]) -> Fleet:
+        """Number hosts by slice, worker and global process index."""
+        hosts: list[Host] = []
+        for slice_id, workers in enumerate(slices):
+            for worker_id, host in enumerate(workers):
+                hosts.append(
+                    replace(host, slice_id=slice_id, worker_id=worker_id, process_id=len(hosts))
+                )
+        return cls(tuple(hosts))
+
+    @property
+    def num_slices(self) -> int:
+        return len({h.slice_id for h in self.hosts})
+
+    @property
+    def workers_per_slice(self) -> int:
+        return max((h.worker_id + 1 for h in self.hosts), default=0)
+
+    @property
+    def local(self) -> bool:
+        return any(h.local for h in self.hosts)
+
+    def slices(self) -> list[tuple[Host, ...]]:
+        """The hosts grouped by slice, in order."""
+        return [tuple(h for h in self.hosts if h.slice_id == s) for s in range(self.num_slices)]
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    def __iter__(self) -> Iterator[Host]:
+        return iter(self.hosts)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to run on every host, and the names and ports it runs with."""
+
+    command: str
+    run_name: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    remote_dir: str = "~/.multihost"
+    coordinator_port: int = 8476
+    megascale_port: int = 8081
+
+
+@dataclass(frozen=True)
+class HostResult:
+    """How one host's part of a run ended. Every host yields one; none raises."""
+
+    host: Host
+    state: State
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    bytes_sent: int = 0
+    last_line: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state is State.DONE
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
+
+    @property
+    def reason(self) -> str:
+        """One line saying why this host did not succeed (empty when it did)."""
+        if self.error:
+            return self.error
+        if self.signal is not None:
+            return f"killed by signal {self.signal}"
+        if self.exit_code:
+            return f"exited with code {self.exit_code}"
+        return ""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Every host's result plus what the run as a whole saw."""
+
+    run_name: str
+    hosts: tuple[HostResult, ...]
+    log_dir: Path | None = None
+    first_failure: str | None = None
+    interrupted: bool = False
+    timed_out: bool = False
+
+    @property
+    def failed(self) -> tuple[HostResult, ...]:
+        return tuple(r for r in self.hosts if not r.ok)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.interrupted and not self.timed_out
+
+    @property
+    def exit_code(self) -> int:
+        """0 all succeeded, 1 any failed, 130 interrupted."""
+        if self.interrupted:
+            return 130
+        return 0 if self.ok else 1
