@@ -1,15 +1,15 @@
 """One small exception tree; every per-host error carries its host.
 
-    MultihostError
-     ├── UsageError                bad input or configuration (exit 2)
-     │    ├── InventoryError       a host list or inventory file that cannot be used
-     │    └── DiscoveryError       gcloud missing, failing, or no matching TPU slices
-     └── HostError                 something went wrong on one host (.host)
-          ├── ConnectError         could not connect or log in
-          │    ├── HostKeyError    the host key is unknown or does not match
-          │    └── ConnectTimeout  (also a TimeoutError)
-          ├── RemoteError          a step the runner ran on the host failed
-          └── HostLost             the connection went away and did not come back
+MultihostError
+ ├── UsageError                bad input or configuration (exit 2)
+ │    ├── InventoryError       a host list or inventory file that cannot be used
+ │    └── DiscoveryError       gcloud missing, failing, or no matching TPU slices
+ └── HostError                 something went wrong on one host (.host)
+      ├── ConnectError         could not connect or log in
+      │    ├── HostKeyError    the host key is unknown or does not match
+      │    └── ConnectTimeout  (also a TimeoutError)
+      ├── RemoteError          a step the runner ran on the host failed
+      └── HostLost             the connection went away and did not come back
 """
 
 from __future__ import annotations

@@ -1,0 +1,60 @@
+"""The one place that runs something on every host: a task group, a semaphore and timeouts.
+
+Each host's coroutine turns its own failure into an ``Outcome``, so one host's error never
+cancels its siblings; stopping early is a policy the caller builds on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from multihost.errors import HostError, RemoteError
+from multihost.model import Host
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """One host's value, or the error that stopped it."""
+
+    host: Host
+    value: T | None = None
+    error: HostError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+async def map_hosts(
+    fn: Callable[[Host], Awaitable[T]],
+    hosts: Sequence[Host],
+    *,
+    limit: int | None = None,
+    timeout: float | None = None,
+    what: str = "step",
+) -> list[Outcome[T]]:
+    """Run ``fn`` for every host at once (at most ``limit`` at a time), in host order."""
+    gate = asyncio.Semaphore(limit) if limit else None
+
+    async def one(host: Host) -> Outcome[T]:
+        try:
+            if gate is None:
+                async with asyncio.timeout(timeout):
+                    return Outcome(host, await fn(host))
+            async with gate, asyncio.timeout(timeout):
+                return Outcome(host, await fn(host))
+        except HostError as exc:
+            return Outcome(host, error=exc)
+        except TimeoutError:
+            return Outcome(host, error=RemoteError(host, f"{what} timed out after {timeout:g} s"))
+        except Exception as exc:  # a bug or an unexpected library error: keep it per host
+            return Outcome(host, error=RemoteError(host, f"{what} failed: {exc!r}"))
+
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(one(h)) for h in hosts]
+    return [t.result() for t in tasks]

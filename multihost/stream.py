@@ -1,0 +1,98 @@
+"""Each host's log, brought back by byte offset: ``(host, stream, line)`` events and local files."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from multihost.errors import HostLost
+from multihost.model import Host
+from multihost.plan import Paths, finish_command, watch_command
+from multihost.transport import Connection
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a host's output."""
+
+    host: Host
+    stream: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How the job ended, read from the host's state files."""
+
+    code: int
+    started_at: float | None
+    ended_at: float | None
+    stopped_by: str | None
+
+
+class LogSink:
+    """Appends one host's bytes to its local log file and cuts them into lines.
+
+    The file's size is the offset: what is on disk locally is exactly what was received.
+    """
+
+    def __init__(self, host: Host, path: Path, emit: Callable[[Line], None]) -> None:
+        self.host = host
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("ab")
+        self.offset = self._file.tell()
+        self._emit = emit
+        self._partial = b""
+        self.last_line = ""
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        self._file.write(data)
+        self._file.flush()
+        self.offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for raw in lines:
+            self._line(raw)
+
+    def _line(self, raw: bytes) -> None:
+        text = raw.decode(errors="replace").rstrip("\r")
+        if text.strip():
+            self.last_line = text
+        self._emit(Line(self.host, "output", text))
+
+    def close(self) -> None:
+        if self._partial:
+            self._line(self._partial)
+            self._partial = b""
+        self._file.close()
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_exit(header: str) -> Exit | None:
+    """The first line of ``finish_command``'s output; None while the job has not ended."""
+    code, started, ended, stopped = (header.split() + ["-"] * 4)[:4]
+    if not code.lstrip("-").isdigit():
+        return None
+    return Exit(int(code), _number(started), _number(ended), None if stopped == "-" else stopped)
+
+
+async def follow(conn: Connection, paths: Paths, sink: LogSink) -> Exit:
+    """Stream a host's log until its exit file appears, then fetch the rest and the exit code."""
+    async for chunk in conn.stream(watch_command(paths, sink.offset)):
+        sink.feed(chunk)
+    res = await conn.run(finish_command(paths, sink.offset))
+    header, _, rest = res.stdout.partition(b"\n")
+    exit_info = parse_exit(header.decode(errors="replace"))
+    if exit_info is None:
+        raise HostLost(conn.host, "log stream ended before the job did")
+    sink.feed(rest)
+    return exit_info

@@ -1,0 +1,242 @@
+"""The one seam to the network: a small Connection protocol, its SSH and local implementations.
+
+This is the only module that imports asyncssh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import asyncssh
+
+from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost
+from multihost.model import Host
+
+HostKeyPolicy = Literal["strict", "accept-new"]
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished remote command."""
+
+    exit_status: int | None
+    stdout: bytes
+    stderr: bytes
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    """How to reach hosts: ssh config files, host-key policy, timeouts and keepalives."""
+
+    config: tuple[Path, ...] = ()
+    host_keys: HostKeyPolicy = "strict"
+    trust_file: Path = field(default_factory=lambda: default_state_dir() / "known_hosts")
+    connect_timeout: float = 20.0
+    keepalive_interval: float = 15.0
+    keepalive_count_max: int = 4
+
+
+def default_state_dir() -> Path:
+    """The runner's own files on this machine (its trust-on-first-use known_hosts)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "multihost"
+
+
+class Connection(Protocol):
+    """One open channel to a host, reused for every step of a run."""
+
+    host: Host
+    peer_address: str
+
+    async def run(self, command: str, stdin: bytes | None = None) -> Completed: ...
+
+    def stream(self, command: str) -> AsyncIterator[bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+class SSHConnection:
+    """A host reached over SSH with asyncssh."""
+
+    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection) -> None:
+        self.host = host
+        self._conn = conn
+        peer = conn.get_extra_info("peername")
+        self.peer_address: str = peer[0] if peer else host.address
+
+    async def run(self, command: str, stdin: bytes | None = None) -> Completed:
+        try:
+            res = await self._conn.run(command, input=stdin, encoding=None, check=False)
+        except (asyncssh.Error, OSError) as exc:
+            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+        return Completed(res.exit_status, _as_bytes(res.stdout), _as_bytes(res.stderr))
+
+    async def stream(self, command: str) -> AsyncIterator[bytes]:
+        try:
+            proc = await self._conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL)
+        except (asyncssh.Error, OSError) as exc:
+            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+        try:
+            while chunk := await proc.stdout.read(65536):
+                yield chunk
+            await proc.wait()
+            if proc.exit_status is None:
+                raise HostLost(self.host, "connection lost while streaming")
+        except (asyncssh.Error, OSError) as exc:
+            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+        finally:
+            proc.close()
+
+    async def close(self) -> None:
+        self._conn.close()
+        await self._conn.wait_closed()
+
+
+class LocalConnection:
+    """A worker on this machine: the same shell commands, run by ``sh -c`` locally."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.peer_address = host.internal_address or "127.0.0.1"
+
+    async def run(self, command: str, stdin: bytes | None = None) -> Completed:
+        proc = await asyncio.create_subprocess_exec(
+            "sh", "-c", command,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            out, err = await proc.communicate(stdin)
+        finally:
+            _kill_group(proc)
+        return Completed(proc.returncode, out, err)
+
+    async def stream(self, command: str) -> AsyncIterator[bytes]:
+        proc = await asyncio.create_subprocess_exec(
+            "sh", "-c", command, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        try:
+            while chunk := await proc.stdout.read(65536):
+                yield chunk
+            await proc.wait()
+        finally:
+            _kill_group(proc)
+            await proc.wait()
+
+    async def close(self) -> None:
+        return None
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _as_bytes(data: object) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    return str(data or "").encode()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+class _TrustOnFirstUse(asyncssh.SSHClient):
+    """Records an unknown host key; refuses a key that differs from one already recorded."""
+
+    def __init__(self, files: Sequence[str], trust_file: Path) -> None:
+        self._files = files
+        self._trust_file = trust_file
+        self.changed = False
+
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
+        for name in (*self._files, str(self._trust_file)):
+            try:
+                known = asyncssh.read_known_hosts(name)
+            except (OSError, ValueError):
+                continue
+            if known.match(host, addr, port)[0]:
+                self.changed = True
+                return False
+        self._trust_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        entry = addr if port == 22 else f"[{addr}]:{port}"
+        line = f"{entry} {key.export_public_key().decode().strip()}\n"
+        with self._trust_file.open("a") as f:
+            f.write(line)
+        return True
+
+
+async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
+    """Open one SSH connection, verifying the host key per the policy."""
+    kwargs: dict[str, object] = {
+        "connect_timeout": options.connect_timeout,
+        "keepalive_interval": options.keepalive_interval,
+        "keepalive_count_max": options.keepalive_count_max,
+    }
+    if options.config:
+        kwargs["config"] = [str(p) for p in options.config]
+    if host.user:
+        kwargs["username"] = host.user
+    if host.port:
+        kwargs["port"] = host.port
+    if host.identity:
+        kwargs["client_keys"] = [str(Path(host.identity).expanduser())]
+    tofu: _TrustOnFirstUse | None = None
+    if options.host_keys == "accept-new":
+        prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
+        configured = prepared.known_hosts
+        files = [str(f) for f in configured] if isinstance(configured, list) else []
+        default = Path.home() / ".ssh" / "known_hosts"
+        if not files and default.is_file():
+            files = [str(default)]
+        tofu = _TrustOnFirstUse(files, options.trust_file)
+        kwargs["known_hosts"] = (
+            [*files, str(options.trust_file)] if options.trust_file.is_file() else files
+        )
+        kwargs["client_factory"] = lambda: tofu
+    try:
+        conn = await asyncssh.connect(host.address, **kwargs)
+    except asyncssh.HostKeyNotVerifiable as exc:
+        if tofu is not None and tofu.changed:
+            raise HostKeyError(
+                host,
+                f"host key CHANGED since it was recorded ({exc}); if the VM was re-created, "
+                f"forget the old key (multihost forget {host.address}) and retry",
+            ) from None
+        raise HostKeyError(
+            host,
+            f"host key not verified ({exc}); add it to known_hosts, "
+            "or use --host-keys accept-new to trust it on first use",
+        ) from None
+    except asyncssh.PermissionDenied as exc:
+        raise ConnectError(host, f"authentication failed: {exc.reason}") from None
+    except TimeoutError:
+        raise ConnectTimeout(
+            host, f"connect timed out after {options.connect_timeout:g} s"
+        ) from None
+    except (asyncssh.Error, OSError) as exc:
+        raise ConnectError(host, f"cannot connect: {_describe(exc)}") from None
+    return SSHConnection(host, conn)
+
+
+async def connect(host: Host, options: SSHOptions) -> Connection:
+    """A connection to ``host``: local workers need no network."""
+    if host.local:
+        return LocalConnection(host)
+    return await connect_ssh(host, options)
