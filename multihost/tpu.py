@@ -98,7 +98,7 @@ def list_nodes(
     return nodes
 
 
-def select_slices(nodes: Sequence[Node], prefix: str) -> list[Node]:
+def select_slices(nodes: Sequence[Node], prefix: str, *, where: str = "") -> list[Node]:
     """The nodes that form PREFIX's slices, in slice order; raise when none or numbering is off."""
     names = [node_name(n) for n in nodes]
     exact = [n for n in nodes if node_name(n) == prefix]
@@ -115,7 +115,7 @@ def select_slices(nodes: Sequence[Node], prefix: str) -> list[Node]:
     if not numbered:
         seen = ", ".join(sorted(names)) if names else "none"
         raise DiscoveryError(
-            f"no TPU node is named {prefix!r} or {prefix + '-<n>'!r} (nodes seen: {seen})"
+            f"no TPU node is named {prefix!r} or {prefix + '-<n>'!r}{where} (nodes seen: {seen})"
         )
     found = ", ".join(node_name(n) for k in sorted(numbered) for n in numbered[k])
     dupes = [k for k, group in numbered.items() if len(group) > 1]
@@ -208,7 +208,8 @@ def discover_from_nodes(
     """Select, validate and number PREFIX's slices out of already-listed nodes."""
     if not prefix:
         raise DiscoveryError("the TPU name prefix is empty")
-    slices = select_slices(nodes, prefix)
+    where = f" in project {project or '(gcloud default)'}, zone {zone or '(gcloud default)'}"
+    slices = select_slices(nodes, prefix, where=where)
     warnings = check_slices(slices)
     if len(slices) == 1 and node_name(slices[0]) == prefix:
         extra = [
