@@ -1,0 +1,441 @@
+"""The pipeline for one run: connect → stage → launch everywhere → stream → stop → results."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from multihost.errors import HostError, HostLost, UsageError
+from multihost.fanout import Outcome, map_hosts
+from multihost.launch import launch, stop
+from multihost.manifest import (
+    MANIFEST,
+    host_to_json,
+    job_to_json,
+    result_to_json,
+    write_json_atomic,
+)
+from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
+from multihost.plan import HostPlan, Paths, plan_hosts
+from multihost.stage import Archive, pack, stage
+from multihost.stream import Exit, Line, LogSink, follow
+from multihost.transport import Connection, SSHOptions, connect
+
+T = TypeVar("T")
+
+
+def default_log_dir() -> Path:
+    """``$MULTIHOST_LOG_DIR``, else ``~/multihost-logs``."""
+    return Path(os.environ.get("MULTIHOST_LOG_DIR") or Path.home() / "multihost-logs")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run, as opposed to what: every knob of the pipeline in one place."""
+
+    script_dir: Path = Path(".")
+    excludes: tuple[str, ...] = ()
+    log_dir: Path = field(default_factory=default_log_dir)
+    ssh: SSHOptions = field(default_factory=SSHOptions)
+    connect_limit: int = 64
+    fail_fast: bool = True
+    grace: float = 10.0
+    timeout: float | None = None
+    stage_timeout: float = 600.0
+    launch_timeout: float = 60.0
+    reconnect_timeout: float = 300.0
+    detach: bool = False
+
+
+@dataclass(frozen=True)
+class HostEvent:
+    """A host changed state."""
+
+    host: Host
+    state: State
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Note:
+    """A message about the run as a whole."""
+
+    text: str
+    level: str = "info"
+
+
+Event = HostEvent | Line | Note
+
+
+@dataclass
+class _Slot:
+    """The runner's mutable bookkeeping for one host (results are frozen from it at the end)."""
+
+    host: Host
+    state: State = State.PENDING
+    conn: Connection | None = None
+    plan: HostPlan | None = None
+    sink: LogSink | None = None
+    bytes_sent: int = 0
+    error: str | None = None
+    exit: Exit | None = None
+
+    def result(self) -> HostResult:
+        code = self.exit.code if self.exit else None
+        signal = None
+        if self.exit and self.state is State.KILLED:
+            signal = {"KILL": 9, "TERM": 15, "INT": 2, "HUP": 1}.get(self.exit.stopped_by or "")
+            if signal is None and code is not None and code > 128:
+                signal = code - 128
+        return HostResult(
+            host=self.host,
+            state=self.state,
+            exit_code=code,
+            signal=signal,
+            error=self.error,
+            started_at=self.exit.started_at if self.exit else None,
+            ended_at=self.exit.ended_at if self.exit else None,
+            bytes_sent=self.bytes_sent,
+            last_line=self.sink.last_line if self.sink else "",
+        )
+
+
+def classify(exit_info: Exit) -> State:
+    """Exit code 0 is done; stopped by us or by a signal (128+N) is killed; else failed."""
+    if exit_info.code == 0:
+        return State.DONE
+    if exit_info.stopped_by or 128 < exit_info.code <= 128 + 64:
+        return State.KILLED
+    return State.FAILED
+
+
+class Run:
+    """One run of a job on a fleet. ``await Run(...).execute()`` returns a RunResult."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        job: Job,
+        options: RunOptions,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        if not fleet.hosts:
+            raise UsageError("no hosts to run on")
+        self.fleet, self.job, self.options = fleet, job, options
+        self.log_dir = options.log_dir / job.run_name
+        self._emit = on_event or (lambda _e: None)
+        self._slots = {h.process_id: _Slot(h) for h in fleet}
+        self._wake = asyncio.Event()
+        self._interrupted = False
+        self._timed_out = False
+        self._first_failure: str | None = None
+        self._archive: Archive | None = None
+        self._last_write = 0.0
+
+    # -- public ---------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130."""
+        self._interrupted = True
+        self._wake.set()
+
+    async def execute(self) -> RunResult:
+        """Run the whole pipeline; never raises for a single host's failure."""
+        started = time.monotonic()
+        self._archive = await asyncio.to_thread(
+            pack, self.options.script_dir, self.options.excludes
+        )
+        if (self.log_dir / MANIFEST).exists():
+            raise UsageError(f"run {self.job.run_name!r} already exists in {self.options.log_dir}")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._note(
+            f"run {self.job.run_name}: {len(self.fleet)} host(s), code {self._archive.short} "
+            f"({self._archive.files} files, {len(self._archive.data) / 1024:.1f} KiB); "
+            f"logs in {self.log_dir}"
+        )
+        try:
+            if await self._prepare() and not self._interrupted:
+                await self._launch_all()
+                if not self.options.detach:
+                    await self._watch_all(started)
+        finally:
+            await self._close_all()
+        return self._finish()
+
+    # -- phases -----------------------------------------------------------------------------
+    async def _prepare(self) -> bool:
+        """Connect to and stage code on every host; launch nothing unless all succeed."""
+        opts = self.options
+        outcomes = await self._phase(
+            self._connect_one, opts.connect_limit, opts.ssh.connect_timeout + 10, "connect"
+        )
+        if all(o.ok for o in outcomes):
+            outcomes = await self._phase(self._stage_one, None, opts.stage_timeout, "staging")
+        failed = [o for o in outcomes if not o.ok]
+        for o in failed:
+            self._fail(o.host, State.ERROR, o.error.message if o.error else "failed")
+        if failed or self._interrupted:
+            why = (
+                "interrupted"
+                if self._interrupted and not failed
+                else (f"{failed[0].host.name} could not be prepared")
+            )
+            for slot in self._slots.values():
+                if not slot.state.final:
+                    self._set(slot, State.ERROR, f"not started: {why}")
+                    slot.error = f"not started: {why}"
+            self._write_manifest(force=True)
+            return False
+        return True
+
+    async def _phase(
+        self, fn: Callable[[Host], Awaitable[T]], limit: int | None, timeout: float, what: str
+    ) -> list[Outcome[T]]:
+        """A fan-out phase that Ctrl-C can cut short."""
+        work = asyncio.ensure_future(
+            map_hosts(fn, list(self.fleet), limit=limit, timeout=timeout, what=what)
+        )
+        waiter = asyncio.ensure_future(self._wake.wait())
+        await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            return [Outcome(h) for h in self.fleet]
+        return work.result()
+
+    async def _connect_one(self, host: Host) -> None:
+        slot = self._slots[host.process_id]
+        self._set(slot, State.CONNECTING)
+        slot.conn = await connect(host, self.options.ssh)
+
+    async def _stage_one(self, host: Host) -> None:
+        slot = self._slots[host.process_id]
+        assert slot.conn is not None
+        assert self._archive is not None
+        self._set(slot, State.STAGING)
+        paths = Paths.for_host(host, self.job, self._archive.short)
+        slot.bytes_sent = await stage(slot.conn, self._archive, paths)
+
+    async def _launch_all(self) -> None:
+        assert self._archive is not None
+        internal = {
+            pid: s.host.internal_address or (s.conn.peer_address if s.conn else s.host.address)
+            for pid, s in self._slots.items()
+        }
+        for plan in plan_hosts(self.fleet, self.job, self._archive.short, internal):
+            slot = self._slots[plan.host.process_id]
+            slot.plan = plan
+            slot.sink = LogSink(plan.host, self.log_dir / f"{plan.host.file_stem}.log", self._emit)
+        self._write_manifest(force=True)
+        outcomes = await map_hosts(
+            self._launch_one, list(self.fleet), timeout=self.options.launch_timeout, what="launch"
+        )
+        for o in outcomes:
+            if o.error:
+                self._fail(o.host, State.ERROR, o.error.message)
+        self._write_manifest(force=True)
+
+    async def _launch_one(self, host: Host) -> None:
+        slot = self._slots[host.process_id]
+        assert slot.conn is not None
+        assert slot.plan is not None
+        self._set(slot, State.STARTING)
+        pgid = await launch(slot.conn, slot.plan)
+        self._set(slot, State.RUNNING, f"pgid {pgid}")
+
+    async def _watch_all(self, started: float) -> None:
+        watchers = {
+            asyncio.ensure_future(self._watch_one(s)): s
+            for s in self._slots.values()
+            if s.state is State.RUNNING
+        }
+        deadline = None if self.options.timeout is None else started + self.options.timeout
+        stopper: asyncio.Future[Any] | None = None
+        if self._first_failure and self.options.fail_fast:
+            stopper = asyncio.ensure_future(self._stop_all(self._first_failure))
+        pending = set(watchers)
+        while pending:
+            self._wake.clear()
+            waiter = asyncio.ensure_future(self._wake.wait())
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if stopper is not None and stopper.done():
+                left = 10.0  # after stopping, hosts get a last moment to report
+            done, _ = await asyncio.wait(
+                pending | {waiter}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            waiter.cancel()
+            pending -= done
+            if not done and stopper is not None and stopper.done():
+                break
+            if deadline is not None and time.monotonic() >= deadline and not self._timed_out:
+                self._timed_out = True
+                self._note(f"timeout: the run took longer than {self.options.timeout:g} s", "error")
+            reason = self._stop_reason()
+            if reason and stopper is None:
+                stopper = asyncio.ensure_future(self._stop_all(reason))
+        for task in pending:
+            task.cancel()
+            slot = watchers[task]
+            self._fail(slot.host, State.LOST, "did not report an exit after being stopped")
+        if stopper is not None:
+            await asyncio.gather(stopper, return_exceptions=True)
+        await asyncio.gather(*watchers, return_exceptions=True)
+
+    def _stop_reason(self) -> str | None:
+        if self._interrupted:
+            return "interrupted"
+        if self._timed_out:
+            return f"timeout after {self.options.timeout:g} s"
+        if self._first_failure and self.options.fail_fast:
+            return self._first_failure
+        return None
+
+    async def _watch_one(self, slot: _Slot) -> None:
+        assert slot.plan is not None
+        assert slot.sink is not None
+        try:
+            slot.exit = await self._follow_reconnecting(slot)
+        except HostError as exc:
+            self._fail(slot.host, State.LOST, exc.message)
+            return
+        finally:
+            slot.sink.close()
+        state = classify(slot.exit)
+        if state is State.DONE:
+            self._set(slot, state, "exit 0")
+        else:
+            self._fail(slot.host, state, slot.result().reason)
+
+    async def _follow_reconnecting(self, slot: _Slot) -> Exit:
+        """Follow the log; on a lost connection, reconnect with backoff and resume at the offset."""
+        assert slot.plan is not None
+        assert slot.sink is not None
+        assert slot.conn is not None
+        give_up = None
+        delay = 0.5
+        while True:
+            try:
+                return await follow(slot.conn, slot.plan.paths, slot.sink)
+            except HostLost as exc:
+                now = time.monotonic()
+                give_up = give_up or now + self.options.reconnect_timeout
+                if now >= give_up:
+                    raise HostLost(slot.host, f"{exc.message}; gave up reconnecting") from None
+                self._set(slot, State.RECONNECTING, exc.message)
+            with contextlib.suppress(HostError):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                slot.conn = await connect(slot.host, self.options.ssh)
+                self._set(slot, State.RUNNING, "reconnected")
+                give_up, delay = None, 0.5
+
+    async def _stop_all(self, reason: str) -> None:
+        """TERM every still-running host's process group, KILL after the grace period."""
+        targets = [s for s in self._slots.values() if not s.state.final and s.plan and s.conn]
+        if not targets:
+            return
+        self._note(f"stopping {len(targets)} host(s): {reason}", "error")
+
+        async def stop_one(host: Host) -> str:
+            slot = self._slots[host.process_id]
+            assert slot.conn is not None
+            assert slot.plan is not None
+            self._set(slot, State.STOPPING)
+            return await stop(slot.conn, slot.plan.paths, "TERM", self.options.grace)
+
+        await map_hosts(
+            stop_one, [s.host for s in targets], timeout=self.options.grace + 20, what="stop"
+        )
+
+    async def _close_all(self) -> None:
+        conns = [s.conn for s in self._slots.values() if s.conn is not None]
+        for result in await asyncio.gather(*(c.close() for c in conns), return_exceptions=True):
+            del result  # a connection that fails to close cleanly is already gone
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def _set(self, slot: _Slot, state: State, detail: str = "") -> None:
+        slot.state = state
+        self._emit(HostEvent(slot.host, state, detail))
+        if state.final:
+            self._write_manifest()
+
+    def _fail(self, host: Host, state: State, reason: str) -> None:
+        slot = self._slots[host.process_id]
+        if state is not State.KILLED or not slot.exit or not slot.exit.stopped_by:
+            slot.error = slot.error or (reason if state in (State.ERROR, State.LOST) else None)
+        if self._first_failure is None and not (state is State.KILLED and self._stop_reason()):
+            self._first_failure = f"{host.name} {reason}"
+            self._note(f"{host.name} failed first: {reason}", "error")
+        self._set(slot, state, reason)
+        self._wake.set()
+
+    def _note(self, text: str, level: str = "info") -> None:
+        self._emit(Note(text, level))
+
+    def _finish(self) -> RunResult:
+        self._write_manifest(force=True)
+        return RunResult(
+            run_name=self.job.run_name,
+            hosts=tuple(s.result() for s in self._slots.values()),
+            log_dir=self.log_dir,
+            first_failure=self._first_failure,
+            interrupted=self._interrupted,
+            timed_out=self._timed_out,
+        )
+
+    def _write_manifest(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if (not force and now - self._last_write < 0.5) or not self.log_dir.is_dir():
+            return
+        self._last_write = now
+        opts = self.options
+        write_json_atomic(
+            self.log_dir / MANIFEST,
+            {
+                "version": 1,
+                "run_name": self.job.run_name,
+                "job": job_to_json(self.job),
+                "code_hash": self._archive.short if self._archive else None,
+                "script_dir": str(opts.script_dir.resolve()),
+                "fail_fast": opts.fail_fast,
+                "grace": opts.grace,
+                "ssh": {
+                    "config": [str(p) for p in opts.ssh.config],
+                    "host_keys": opts.ssh.host_keys,
+                    "connect_timeout": opts.ssh.connect_timeout,
+                },
+                "hosts": [
+                    {
+                        **result_to_json(s.result()),
+                        "host": host_to_json(s.host),
+                        "log": f"{s.host.file_stem}.log",
+                        "remote_run_dir": s.plan.paths.run if s.plan else None,
+                        "env": s.plan.env if s.plan else None,
+                    }
+                    for s in self._slots.values()
+                ],
+                "first_failure": self._first_failure,
+                "interrupted": self._interrupted,
+                "timed_out": self._timed_out,
+                "updated": time.time(),
+            },
+        )
+
+
+def summarize(results: Iterable[HostResult]) -> dict[State, int]:
+    """How many hosts are in each state."""
+    counts: dict[State, int] = {}
+    for r in results:
+        counts[r.state] = counts.get(r.state, 0) + 1
+    return counts
+
+
+def with_run_name(job: Job, name: str) -> Job:
+    return replace(job, run_name=name)
