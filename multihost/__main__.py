@@ -1,0 +1,3 @@
+from multihost.cli import main
+
+main()

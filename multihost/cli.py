@@ -1,0 +1,245 @@
+"""Argument parsing and wiring only: every decision lives in the modules it calls."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from multihost import report
+from multihost.errors import MultihostError, UsageError
+from multihost.inventory import local_fleet, resolve_hosts
+from multihost.model import Fleet, Job, RunResult, State
+from multihost.plan import check_run_name, parse_env, plan_hosts
+from multihost.runner import Event, HostEvent, Note, Run, RunOptions, default_log_dir
+from multihost.stage import pack
+from multihost.stream import Line
+from multihost.transport import SSHOptions
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line and exit 2, never the usage dump."""
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        return value
+
+    return parse
+
+
+def _add_fleet_args(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--hosts", help="comma list of [user@]host[:port], or a TOML inventory")
+    where.add_argument(
+        "--local", type=_positive(int), metavar="N", help="N workers on this machine"
+    )
+    p.add_argument("--ssh-config", type=Path, help="ssh config file (default ~/.ssh/config)")
+    p.add_argument(
+        "--host-keys",
+        choices=("strict", "accept-new"),
+        default="strict",
+        help="strict: known_hosts only; accept-new: trust on first use, refuse a changed key",
+    )
+    p.add_argument("--connect-timeout", type=_positive(float), default=20.0, metavar="S")
+    p.add_argument("--connect-limit", type=_positive(int), default=64, metavar="N",
+                   help="handshakes in flight at once (default 64)")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="multihost", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="stage code and run a command on every host at once")
+    _add_fleet_args(run)
+    run.add_argument("--cmd", required=True, help="command to run under sh -c on every host")
+    run.add_argument("--script-dir", type=Path, default=Path("."), help="code to stage (default .)")
+    run.add_argument("--exclude", action="append", default=[], metavar="PATTERN")
+    run.add_argument("--env", action="append", default=[], metavar="K=V")
+    run.add_argument(
+        "--log-dir", type=Path, default=None, help="local logs (default ~/multihost-logs)"
+    )
+    run.add_argument("--run-name", help="default: a timestamp")
+    run.add_argument("--remote-dir", default="~/.multihost", help="staging base on each host")
+    run.add_argument("--stream", choices=("host0", "all", "none"), default="host0")
+    run.add_argument("--no-fail-fast", dest="fail_fast", action="store_false")
+    run.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
+    run.add_argument("--timeout", type=_positive(float), metavar="S", help="bound the whole run")
+    run.add_argument("--reconnect-timeout", type=float, default=300.0, metavar="S")
+    run.add_argument("--coordinator-port", type=int, default=8476)
+    run.add_argument("--megascale-port", type=int, default=8081)
+    run.add_argument("--dry-run", action="store_true", help="print each host's command and env")
+    return parser
+
+
+def fleet_from_args(args: argparse.Namespace) -> Fleet:
+    if args.local:
+        return local_fleet(args.local)
+    return resolve_hosts(args.hosts)
+
+
+def ssh_options(args: argparse.Namespace) -> SSHOptions:
+    config: tuple[Path, ...] = ()
+    if args.ssh_config is not None:
+        if not args.ssh_config.is_file():
+            raise UsageError(f"ssh config {args.ssh_config} does not exist")
+        config = (args.ssh_config,)
+    return SSHOptions(config=config, host_keys=args.host_keys, connect_timeout=args.connect_timeout)
+
+
+def job_from_args(args: argparse.Namespace) -> Job:
+    name = args.run_name or time.strftime("%Y%m%d-%H%M%S")
+    return Job(
+        command=args.cmd,
+        run_name=check_run_name(name),
+        env=parse_env(args.env),
+        remote_dir=args.remote_dir,
+        coordinator_port=args.coordinator_port,
+        megascale_port=args.megascale_port,
+    )
+
+
+def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
+    if not args.script_dir.is_dir():
+        raise UsageError(f"script dir {args.script_dir} does not exist or is not a directory")
+    return RunOptions(
+        script_dir=args.script_dir,
+        excludes=tuple(args.exclude),
+        log_dir=(args.log_dir or default_log_dir()).expanduser(),
+        ssh=ssh,
+        connect_limit=args.connect_limit,
+        fail_fast=args.fail_fast,
+        grace=args.grace,
+        timeout=args.timeout,
+        reconnect_timeout=args.reconnect_timeout,
+    )
+
+
+class Display:
+    """Turns run events into terminal output: host lines on stdout, status on stderr."""
+
+    def __init__(self, fleet: Fleet, run_name: str, stream: str, err: Console) -> None:
+        self.run_name, self.stream, self.err = run_name, stream, err
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.states = {h.process_id: State.PENDING for h in fleet}
+        self.started = time.monotonic()
+        self.live: Live | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Line):
+            if self.stream == "all":
+                self.out.print(report.host_prefix(event.host).append(event.text))
+            elif self.stream == "host0" and event.host.process_id == 0:
+                self.out.print(event.text, markup=False)
+        elif isinstance(event, HostEvent):
+            self.states[event.host.process_id] = event.state
+            if self.live is not None:
+                self.live.update(self.status())
+        elif isinstance(event, Note):
+            style = "bold red" if event.level == "error" else "dim"
+            self.err.print(f"multihost: {event.text}", style=style, markup=False, highlight=False)
+
+    def status(self) -> Text:
+        return report.status_line(self.run_name, self.states, time.monotonic() - self.started)
+
+
+def raise_nofile_limit() -> None:
+    """One file descriptor per connection: lift the soft limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 16
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+async def _execute(run: Run, display: Display) -> RunResult:
+    loop = asyncio.get_running_loop()
+    presses = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal presses
+        presses += 1
+        if presses > 1:
+            display.err.print(
+                f"multihost: second {signal.Signals(signum).name}: exiting without stopping; "
+                "jobs may still be running on the hosts", style="bold red",
+            )  # fmt: skip
+            os._exit(130)
+        display.err.print(
+            f"multihost: {signal.Signals(signum).name}: stopping every host", style="bold red"
+        )
+        run.interrupt()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        if display.err.is_terminal:
+            with Live(display.status(), console=display.err, refresh_per_second=4,
+                      redirect_stdout=True, transient=True) as live:  # fmt: skip
+                display.live = live
+                return await run.execute()
+        return await run.execute()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
+def cmd_run(args: argparse.Namespace, err: Console) -> int:
+    fleet = fleet_from_args(args)
+    job = job_from_args(args)
+    options = run_options(args, ssh_options(args))
+    if args.dry_run:
+        return dry_run(fleet, job, options)
+    raise_nofile_limit()
+    display = Display(fleet, job.run_name, args.stream, err)
+    run = Run(fleet, job, options, display)
+    result = asyncio.run(_execute(run, display))
+    err.print(report.summary_table(result, all_hosts=len(fleet) <= 32 or not result.ok))
+    err.print(report.verdict(result))
+    err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)
+    return result.exit_code
+
+
+def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
+    """Print, per host, the exact remote launch script and env; connect to nothing."""
+    archive = pack(options.script_dir, options.excludes)
+    print(f"# code {archive.short}: {archive.files} files, {len(archive.data)} bytes")
+    for plan in plan_hosts(fleet, job, archive.short):
+        print(f"### {plan.host.name} ({plan.host.target}) process {plan.host.process_id}")
+        for k, v in plan.env.items():
+            print(f"# {k}={v}")
+        print(plan.launch)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    err = Console(stderr=True, highlight=False)
+    try:
+        args = build_parser().parse_args(argv)
+        code = {"run": cmd_run}[args.command](args, err)
+    except UsageError as exc:
+        print(f"multihost: error: {exc}", file=sys.stderr)
+        code = 2
+    except MultihostError as exc:
+        print(f"multihost: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)

@@ -1,0 +1,111 @@
+"""Rich renderables as pure functions of state; the Console is always passed in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from multihost.model import Host, HostResult, RunResult, State
+
+COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
+          "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")  # fmt: skip
+STATE_STYLE = {
+    State.DONE: "green",
+    State.FAILED: "bold red",
+    State.KILLED: "yellow",
+    State.ERROR: "bold red",
+    State.LOST: "bold red",
+    State.RECONNECTING: "yellow",
+    State.STOPPING: "yellow",
+    State.RUNNING: "cyan",
+}
+ORDER: tuple[State, ...] = tuple(s for s in State if s is not State.PENDING)
+
+
+def host_prefix(host: Host) -> Text:
+    """``[s0/w3] `` in the host's own colour."""
+    return Text(f"[{host.name}] ", style=COLORS[host.process_id % len(COLORS)])
+
+
+def status_line(run_name: str, states: Mapping[int, State], elapsed: float) -> Text:
+    """One line: how many hosts are in each state, and how long the run has taken."""
+    counts: dict[State, int] = dict.fromkeys(ORDER, 0)
+    for state in states.values():
+        counts[state] = counts.get(state, 0) + 1
+    text = Text(f"{run_name}  {elapsed:6.1f}s  ", style="bold")
+    parts = [(f"{n} {s}", STATE_STYLE.get(s, "")) for s, n in counts.items() if n]
+    for i, (label, style) in enumerate(parts):
+        text.append(label, style=style)
+        if i < len(parts) - 1:
+            text.append(" · ", style="dim")
+    text.append(f"  ({len(states)} hosts)", style="dim")
+    return text
+
+
+def _duration(r: HostResult) -> str:
+    return "" if r.duration is None else f"{r.duration:.1f}s"
+
+
+def _outcome(r: HostResult) -> str:
+    if r.signal is not None:
+        return f"signal {r.signal}"
+    return "" if r.exit_code is None else str(r.exit_code)
+
+
+def summary_table(result: RunResult, *, all_hosts: bool = True) -> Table:
+    """Per host: slice/worker, state, exit code or signal, duration, and why it failed."""
+    table = Table(title=f"run {result.run_name}", title_justify="left", expand=False)
+    for col in ("host", "address", "state", "exit", "time", "sent"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("last output / reason", overflow="fold")
+    rows: Sequence[HostResult] = result.hosts if all_hosts else result.failed
+    for r in rows:
+        why = r.reason if not r.ok else ""
+        if not r.ok and r.last_line and r.state is State.FAILED:
+            why = f"{why}: {r.last_line}" if why else r.last_line
+        table.add_row(
+            r.host.name,
+            r.host.target,
+            Text(str(r.state), style=STATE_STYLE.get(r.state, "")),
+            _outcome(r),
+            _duration(r),
+            _bytes(r.bytes_sent),
+            why,
+        )
+    return table
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
+
+
+def verdict(result: RunResult) -> Text:
+    """The last line: all good, or who failed first and why."""
+    ok = sum(1 for r in result.hosts if r.ok)
+    total = len(result.hosts)
+    if result.ok:
+        return Text(f"all {total} hosts succeeded", style="bold green")
+    text = Text(f"{ok}/{total} hosts succeeded", style="bold red")
+    if result.interrupted:
+        text.append("; interrupted", style="bold red")
+    if result.timed_out:
+        text.append("; timed out", style="bold red")
+    if result.first_failure:
+        text.append(f"; first failure: {result.first_failure}", style="red")
+    return text
+
+
+def fleet_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """The resolved fleet: one row per host, columns as given."""
+    table = Table()
+    columns = list(rows[0]) if rows else []
+    for col in columns:
+        table.add_column(col.replace("_", " "), no_wrap=True)
+    for row in rows:
+        table.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
+    return table
