@@ -22,20 +22,22 @@ LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 DEVICE_GLOB_ENV = "MULTIHOST_DEVICE_GLOB"
 
 # Runs as root when it can. Holders are found by stat-ing /proc/*/fd/* (-ef: same device and
-# inode), so lsof is not needed and no process is forked per descriptor.
+# inode; only character devices when every device is one), so lsof is not needed and no
+# process is forked per descriptor. The script's own shell and its parent (sudo) are skipped.
 _BODY = """\
-devglob=@GLOB@ lock=@LOCK@ kill=@KILL@ ticks=@TICKS@ me=$$
+devglob=@GLOB@ lock=@LOCK@ kill=@KILL@ ticks=@TICKS@ me=$$ parent=$PPID
 if [ "$(id -u)" = 0 ]; then echo "scope root"; else echo "scope user"; fi
 set --
 for d in $devglob; do
   if [ -e "$d" ]; then echo "device $d"; set -- "$@" "$d"; fi
 done
-holders= seen=
+holders= seen= chars=1
+for d in "$@"; do [ -c "$d" ] || chars=0; done
 if [ $# -gt 0 ]; then
   for f in /proc/[0-9]*/fd/*; do
-    [ -c "$f" ] || continue
+    [ "$chars" = 0 ] || [ -c "$f" ] || continue
     p=${f#/proc/}; p=${p%%/*}
-    [ "$p" = "$me" ] && continue
+    [ "$p" = "$me" ] || [ "$p" = "$parent" ] && continue
     for d in "$@"; do
       [ "$f" -ef "$d" ] || continue
       case " $seen " in *" $p:$d "*) continue ;; esac
@@ -149,12 +151,13 @@ class StaleReport:
                 parts.append(f"{who} holds {devices}: still running after KILL")
             else:
                 parts.append(f"{who} holds {devices}")
+        if not parts:
+            found = "no process holds an accelerator"
+            parts.append(found if self.devices else "no accelerator device files found")
         if self.removed_lockfile:
             parts.append(f"removed {self.lockfile or 'the lockfile'}")
         elif self.lockfile:
             parts.append(f"{self.lockfile} present")
-        if not parts:
-            parts.append("no process holds an accelerator" if self.devices else "no accelerator")
         if self.scope == "user":
             parts.append("only this user's processes checked (not root, no passwordless sudo)")
         return "; ".join(parts)

@@ -9,16 +9,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gcloud_fixtures import (
-    FAKE_GCLOUD_DIR,
-    FIXTURE_DIR,
-    FIXTURES,
-    dump,
-    load,
-    loopback_nodes,
-    make_node,
-    make_nodes,
-)
+
+try:
+    from tests.gcloud_fixtures import (
+        FAKE_GCLOUD_DIR,
+        FIXTURE_DIR,
+        FIXTURES,
+        dump,
+        load,
+        loopback_nodes,
+        make_node,
+        make_nodes,
+    )
+except ImportError:  # tests/ on sys.path instead of the repository root
+    from gcloud_fixtures import (  # type: ignore[no-redef]
+        FAKE_GCLOUD_DIR,
+        FIXTURE_DIR,
+        FIXTURES,
+        dump,
+        load,
+        loopback_nodes,
+        make_node,
+        make_nodes,
+    )
 
 from multihost.errors import DiscoveryError, UsageError
 from multihost.tpu import (
