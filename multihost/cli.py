@@ -21,7 +21,7 @@ from multihost import report
 from multihost.errors import MultihostError, UsageError
 from multihost.inventory import local_fleet, resolve_hosts
 from multihost.model import Fleet, Job, RunResult, State
-from multihost.plan import check_run_name, parse_env, plan_hosts
+from multihost.plan import check_run_name, job_script, parse_env, plan_hosts
 from multihost.runner import Event, HostEvent, Note, Run, RunOptions, default_log_dir
 from multihost.stage import pack
 from multihost.stream import Line
@@ -225,6 +225,9 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
         print(f"### {plan.host.name} ({plan.host.target}) process {plan.host.process_id}")
         for k, v in plan.env.items():
             print(f"# {k}={v}")
+        print(f"# job.sh, started detached in {plan.paths.run}:")
+        print(job_script(plan.paths, plan.env, job.command))
+        print("# sent to `sh -s` on the host:")
         print(plan.launch)
     return 0
 

@@ -310,6 +310,9 @@ class Run:
         state = classify(slot.exit)
         if state is State.DONE:
             self._set(slot, state, "exit 0")
+        elif state is State.KILLED and slot.exit.stopped_by:
+            slot.error = f"stopped by multihost (SIG{slot.exit.stopped_by})"
+            self._set(slot, state, slot.error)
         else:
             self._fail(slot.host, state, slot.result().reason)
 

@@ -150,6 +150,8 @@ def _as_bytes(data: object) -> bytes:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno:
+        return f"{os.strerror(exc.errno).lower()} ({exc.strerror or exc})"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
@@ -182,6 +184,20 @@ class _TrustOnFirstUse(asyncssh.SSHClient):
         return True
 
 
+def _known_hosts_files(host: Host, kwargs: dict[str, object]) -> list[str]:
+    """The user's known_hosts files for this host (ssh config's, else the default), if present."""
+    prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
+    configured = prepared.known_hosts
+    if configured is None:  # UserKnownHostsFile none
+        return []
+    names = (
+        [str(f) for f in configured]
+        if isinstance(configured, list) and configured
+        else [str(Path.home() / ".ssh" / "known_hosts")]
+    )
+    return [n for n in (os.path.expanduser(n) for n in names) if os.path.isfile(n)]
+
+
 async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     """Open one SSH connection, verifying the host key per the policy."""
     kwargs: dict[str, object] = {
@@ -197,19 +213,15 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         kwargs["port"] = host.port
     if host.identity:
         kwargs["client_keys"] = [str(Path(host.identity).expanduser())]
+    files = _known_hosts_files(host, kwargs)
     tofu: _TrustOnFirstUse | None = None
     if options.host_keys == "accept-new":
-        prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
-        configured = prepared.known_hosts
-        files = [str(f) for f in configured] if isinstance(configured, list) else []
-        default = Path.home() / ".ssh" / "known_hosts"
-        if not files and default.is_file():
-            files = [str(default)]
         tofu = _TrustOnFirstUse(files, options.trust_file)
-        kwargs["known_hosts"] = (
-            [*files, str(options.trust_file)] if options.trust_file.is_file() else files
-        )
         kwargs["client_factory"] = lambda: tofu
+        if options.trust_file.is_file():
+            files = [*files, str(options.trust_file)]
+    # An empty known-hosts set (not an empty list, which means "the default file") trusts nothing.
+    kwargs["known_hosts"] = files or asyncssh.import_known_hosts("")
     try:
         conn = await asyncssh.connect(host.address, **kwargs)
     except asyncssh.HostKeyNotVerifiable as exc:
@@ -231,7 +243,8 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
             host, f"connect timed out after {options.connect_timeout:g} s"
         ) from None
     except (asyncssh.Error, OSError) as exc:
-        raise ConnectError(host, f"cannot connect: {_describe(exc)}") from None
+        where = f"{host.address}:{host.port}" if host.port else host.address
+        raise ConnectError(host, f"cannot connect to {where}: {_describe(exc)}") from None
     return SSHConnection(host, conn)
 
 

@@ -1,0 +1,52 @@
+"""The Python API: what the CLI does, callable from a notebook or a script."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from multihost.inventory import local_fleet, resolve_hosts
+from multihost.model import Fleet, Job, RunResult
+from multihost.plan import check_run_name
+from multihost.runner import Event, Run, RunOptions
+from multihost.transport import SSHOptions
+
+
+def make_fleet(hosts: str | Fleet | None = None, local: int | None = None) -> Fleet:
+    """A Fleet from ``hosts`` (a list spec, an inventory path, or a Fleet) or ``local`` N."""
+    if isinstance(hosts, Fleet):
+        return hosts
+    if (hosts is None) == (local is None):
+        raise ValueError("give exactly one of hosts= or local=")
+    return local_fleet(local) if local is not None else resolve_hosts(str(hosts))
+
+
+async def run_async(
+    command: str,
+    *,
+    hosts: str | Fleet | None = None,
+    local: int | None = None,
+    env: Mapping[str, str] | None = None,
+    run_name: str | None = None,
+    script_dir: str | Path = ".",
+    ssh_config: str | Path | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    **options: object,
+) -> RunResult:
+    """Run ``command`` on every host at once; returns every host's result (never raises for one)."""
+    fleet = make_fleet(hosts, local)
+    job = Job(
+        command=command,
+        run_name=check_run_name(run_name or time.strftime("%Y%m%d-%H%M%S")),
+        env=dict(env or {}),
+    )
+    ssh = SSHOptions(config=(Path(ssh_config),) if ssh_config else ())
+    opts = RunOptions(script_dir=Path(script_dir), ssh=ssh, **options)  # type: ignore[arg-type]
+    return await Run(fleet, job, opts, on_event).execute()
+
+
+def run(command: str, **kwargs: object) -> RunResult:
+    """Blocking form of :func:`run_async` (not for use inside a running event loop)."""
+    return asyncio.run(run_async(command, **kwargs))  # type: ignore[arg-type]

@@ -1,0 +1,61 @@
+"""Running the real ``multihost`` CLI from tests, as a user would (no shell in between)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cli(
+    args: Sequence[str], *, timeout: float = 120, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m multihost ARGS``; returns the finished process with text output."""
+    return subprocess.run(
+        [sys.executable, "-m", "multihost", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200", **env},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def spawn(args: Sequence[str], *, cwd: Path | None = None) -> subprocess.Popen[str]:
+    """Start the CLI in the background (for signals); stdout/stderr are pipes."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "multihost", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "200"},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def manifest(log_dir: Path, run: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((log_dir / run / "run.json").read_text())
+    return data
+
+
+def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def host_logs(log_dir: Path, run: str) -> dict[str, str]:
+    """Local log text per host file stem."""
+    return {p.stem: p.read_text() for p in sorted((log_dir / run).glob("*.log"))}
