@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -24,7 +25,7 @@ Spawn = Callable[..., subprocess.Popen[bytes]]
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-def run(script: str, *, prefix: tuple[str, ...] = (), stdin: object = None) -> StaleReport:
+def run(script: str, *, prefix: tuple[str, ...] = (), stdin: IO[Any] | None = None) -> StaleReport:
     """Run the stale script as the runner would on a host, and parse what it printed."""
     proc = subprocess.run(
         [*prefix, "sh", "-c", script],

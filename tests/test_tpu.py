@@ -22,7 +22,7 @@ try:
         make_nodes,
     )
 except ImportError:  # tests/ on sys.path instead of the repository root
-    from gcloud_fixtures import (  # type: ignore[no-redef]
+    from gcloud_fixtures import (  # type: ignore[no-redef,import-not-found,unused-ignore]
         FAKE_GCLOUD_DIR,
         FIXTURE_DIR,
         FIXTURES,
