@@ -49,7 +49,8 @@ def test_stage_run_and_env(ssh_fleet, code: Path, tmp_path: Path) -> None:  # ty
     cmd = (
         "python3 hello.py && cat data/blob.txt && "
         'echo "env $JAX_PROCESS_ID/$JAX_PROCESS_COUNT $MULTIHOST_SLICE_ID $MULTIHOST_WORKER_ID '
-        '$MULTIHOST_NUM_SLICES $MULTIHOST_RUN $JAX_COORDINATOR_ADDRESS $MULTIHOST_TEST_HOST $(id -un)"'
+        "$MULTIHOST_NUM_SLICES $MULTIHOST_RUN $JAX_COORDINATOR_ADDRESS "
+        '$MULTIHOST_TEST_HOST $(id -un)"'
     )
     res = cli(_args(ssh_fleet, code, logs, "r1", cmd))
     assert res.returncode == 0, res.stderr
@@ -84,7 +85,7 @@ def test_stage_run_and_env(ssh_fleet, code: Path, tmp_path: Path) -> None:  # ty
 def test_quotes_spaces_and_dollar(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     logs = tmp_path / "logs"
     cmd = """X='a  b'; printf '[%s]' "$X" 'lit $HOME' "$((6*7))"; echo " $JAX_PROCESS_ID" """
-    res = cli(_args(ssh_fleet, code, logs, "q", cmd, n=2) + ["--env", 'WEIRD=it\'s "$x" `y`'])
+    res = cli([*_args(ssh_fleet, code, logs, "q", cmd, n=2), "--env", 'WEIRD=it\'s "$x" `y`'])
     assert res.returncode == 0, res.stderr
     logs_text = host_logs(logs, "q")
     assert logs_text["slice_0000_worker_0001"] == "[a  b][lit $HOME][42] 1\n"
