@@ -113,7 +113,8 @@ def select_slices(nodes: Sequence[Node], prefix: str, *, where: str = "") -> lis
         if match:
             numbered.setdefault(int(match[1]), []).append(node)
     if not numbered:
-        seen = ", ".join(sorted(names)) if names else "none"
+        seen = ", ".join(sorted(names)[:30]) if names else "none"
+        seen += f" and {len(names) - 30} more" if len(names) > 30 else ""
         raise DiscoveryError(
             f"no TPU node is named {prefix!r} or {prefix + '-<n>'!r}{where} (nodes seen: {seen})"
         )

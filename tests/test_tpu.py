@@ -88,6 +88,12 @@ def test_no_match_lists_every_node_seen() -> None:
     assert isinstance(info.value, UsageError)
 
 
+def test_no_match_caps_the_list_of_names() -> None:
+    nodes = [make_node(f"n{k:03d}", "v4-8", ["10.0.0.1"]) for k in range(45)]
+    with pytest.raises(DiscoveryError, match=r"n028, n029 and 15 more\)$"):
+        select_slices(nodes, "x")
+
+
 def test_no_nodes_at_all() -> None:
     with pytest.raises(DiscoveryError, match=r"nodes seen: none"):
         select_slices([], "myqr")
