@@ -152,7 +152,7 @@ def launch_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
             "umask 077",
             f"mkdir -p {run}",
             f"chmod 700 {shell_path(paths.base)}",
-            f"test ! -e {run}/pid || {{ echo {run}' exists: pick another --run-name' >&2; exit 3; }}",
+            f"test ! -e {run}/pid || {{ echo {run}' exists: use a new --run-name' >&2; exit 3; }}",
             *writes,
             f": > {run}/log",
             f"setsid sh {run}/run.sh </dev/null >/dev/null 2>&1 &",
