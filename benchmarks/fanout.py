@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import resource
@@ -32,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-import fleet as loopback  # noqa: E402
+from tests import fleet as loopback  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 BEGIN, END = "<!-- fanout:begin -->", "<!-- fanout:end -->"
@@ -63,7 +64,7 @@ class Row:
 
     def median(self, field: str) -> float:
         """Median of one Trial field over the trials."""
-        return statistics.median(getattr(t, field) for t in self.trials)
+        return float(statistics.median(getattr(t, field) for t in self.trials))
 
     @property
     def skew(self) -> float:
@@ -143,6 +144,27 @@ def multihost_argv() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "multihost"]
 
 
+@functools.cache
+def long_host_list_broken(fleet: loopback.Fleet) -> bool:
+    """True if this multihost cannot take the fleet's comma list (>255 chars: ENAMETOOLONG)."""
+    spec = ",".join(fleet.aliases)
+    if len(spec) <= 255:
+        return False
+    argv = [*multihost_argv(), "run", "--hosts", spec, "--ssh-config", str(fleet.ssh_config)]
+    r = subprocess.run([*argv, "--cmd", "true", "--dry-run"], capture_output=True, text=True)
+    return "File name too long" in r.stderr
+
+
+def hosts_arg(fleet: loopback.Fleet, work: Path) -> str:
+    """``--hosts`` value: the comma list, or a TOML inventory where the list is broken."""
+    if not long_host_list_broken(fleet):
+        return ",".join(fleet.aliases)
+    inventory = work / "inventory.toml"
+    hosts = ", ".join(f'"{a}"' for a in fleet.aliases)
+    inventory.write_text(f"[[slices]]\nhosts = [{hosts}]\n")
+    return str(inventory)
+
+
 def launch_multihost(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> None:
     """One ``multihost run`` on every host."""
     with tempfile.TemporaryDirectory(prefix="fanout-logs-") as logs:
@@ -150,7 +172,7 @@ def launch_multihost(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> No
             *multihost_argv(),
             "run",
             "--hosts",
-            ",".join(fleet.aliases),
+            hosts_arg(fleet, Path(logs)),
             "--ssh-config",
             str(fleet.ssh_config),
             "--script-dir",
@@ -323,7 +345,8 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
             BEGIN,
             "## Fan-out: launching a trivial command on N loopback hosts",
             "",
-            f"Machine: {machine()}.",
+            f"Machine: {machine()}; load average before/after: {args.load_before:.1f} / "
+            f"{os.getloadavg()[0]:.1f} (other work on the machine inflates every column).",
             "",
             "Each trial stages a fresh ~5 KB script dir (content differs per trial) and runs "
             "`date +%s.%N > $HOME/.fanout-TAG` on every host of a real OpenSSH loopback fleet "
@@ -370,6 +393,10 @@ def run_size(fleet: loopback.Fleet, n: int, args: argparse.Namespace) -> list[Ro
         if method == "multihost" and (why := multihost_available()) is not None:
             rows.append(Row(n, method, (), f"not measured: multihost CLI not usable ({why})"))
             continue
+        if method == "multihost" and long_host_list_broken(sub):
+            note = "hosts passed as a TOML inventory: a >255-char --hosts list hits ENAMETOOLONG"
+            rows.append(measure(sub, method, args.repeat, note))
+            continue
         if method == "sequential":
             if n > args.seq_max:
                 rows.append(Row(n, method, (), f"skipped (N > --seq-max {args.seq_max})"))
@@ -397,6 +424,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Bring up the fleet, measure every size, write the table, restore the fleet."""
     args = parse_args(argv)
+    args.load_before = os.getloadavg()[0]
     sizes = [int(s) for s in args.sizes.split(",")]
     before = set(loopback.running(args.dir))
     fleet = loopback.up(max(sizes), args.dir)

@@ -7,10 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-try:
-    from tests import fleet as loopback
-except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    import fleet as loopback  # type: ignore[no-redef]
+from tests import fleet as loopback
 
 
 def _unavailable() -> str | None:

@@ -8,10 +8,7 @@ import time
 import asyncssh
 import pytest
 
-try:
-    from tests.fleet import Fleet
-except ImportError:  # tests/ is not a package
-    from fleet import Fleet  # type: ignore[no-redef]
+from tests.fleet import Fleet
 
 
 def _ssh(fleet: Fleet, host: str, cmd: str) -> subprocess.CompletedProcess[str]:
