@@ -1,0 +1,345 @@
+"""A small flax NNX + optax trainer over a (data, fsdp, tensor) mesh, for multi-host smoke tests.
+
+Parameters carry partitioning annotations (FSDP on the embedding axis, Megatron-style tensor
+parallelism on the hidden/head axis); model and optimizer state are created inside jit, so they
+are born sharded. Data is synthetic but learnable, so the loss must fall.
+Run: python payloads/train.py --model transformer --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import meshing
+import numpy as np
+
+BATCH_AXES = ("data", "fsdp")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Model, optimizer and mesh flags (ici fsdp defaults to -1: every device)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=("mlp", "transformer"), default="transformer")
+    p.add_argument("--d_model", type=int, default=256)
+    p.add_argument("--d_ff", type=int, default=1024)
+    p.add_argument("--num_layers", type=int, default=2)
+    p.add_argument("--num_heads", type=int, default=4)
+    p.add_argument("--seq_len", type=int, default=64)
+    p.add_argument("--vocab", type=int, default=256, help="transformer vocabulary size")
+    p.add_argument("--per_device_batch", type=int, default=8, help="sequences (rows) per device")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out of the timing")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    p.add_argument("--lr", type=float, default=None, help="default 1e-3 adamw, 0.1 sgd")
+    p.add_argument("--dtype", choices=("bf16", "f32"), default="bf16", help="compute dtype")
+    p.add_argument("--seed", type=int, default=0)
+    meshing.add_mesh_flags(p, ici_fsdp_default=-1)
+    args = p.parse_args(argv)
+    for name in ("d_model", "d_ff", "num_layers", "num_heads", "seq_len", "vocab", "steps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    if args.per_device_batch < 1:
+        p.error("--per_device_batch must be >= 1")
+    if not 0 <= args.warmup < args.steps:
+        p.error(f"--warmup must be in [0, --steps={args.steps})")
+    if args.d_model % args.num_heads:
+        p.error(f"--d_model {args.d_model} is not divisible by --num_heads {args.num_heads}")
+    if args.lr is None:
+        args.lr = 1e-3 if args.optimizer == "adamw" else 0.1
+    return args
+
+
+def matmul_params(args: argparse.Namespace) -> int:
+    """Parameters that take part in matmuls (embedding lookups excluded, unembedding kept)."""
+    d, f, layers = args.d_model, args.d_ff, args.num_layers
+    if args.model == "mlp":
+        return layers * 2 * d * f + d * d
+    return layers * (4 * d * d + 2 * d * f) + d * args.vocab
+
+
+def tokens_per_step(args: argparse.Namespace, num_devices: int) -> int:
+    """Tokens in the global batch: rows for the MLP, rows × seq_len for the transformer."""
+    rows = args.per_device_batch * num_devices
+    return rows if args.model == "mlp" else rows * args.seq_len
+
+
+def step_flop(args: argparse.Namespace, num_devices: int) -> float:
+    """FLOP per training step, whole job.
+
+    FLOP = T·(6·N + 12·L·S·d) where T = tokens per step, N = matmul parameters
+    (L·(4d² + 2·d·d_ff) + d·V for the transformer, L·2·d·d_ff + d² for the MLP), L = layers,
+    S = sequence length, d = d_model. 6·N: 2 forward + 4 backward FLOP per parameter and token.
+    12·L·S·d: QKᵀ and A·V, each 2·S·d forward per token and layer, ×3 for backward; the
+    causal mask is not discounted (as in PaLM's MFU). The MLP model has no attention term.
+    """
+    attention = 0 if args.model == "mlp" else 12 * args.num_layers * args.seq_len * args.d_model
+    return tokens_per_step(args, num_devices) * (6 * matmul_params(args) + attention)
+
+
+def build_model_classes() -> tuple[type, type]:
+    """Define the NNX modules (after jax.distributed is up, so flax may import jax freely)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jax.sharding import PartitionSpec as P
+
+    init = nnx.initializers
+
+    def dense(rngs: nnx.Rngs, n_in: int, n_out: int, names: tuple[Any, ...], dtype: Any) -> Any:
+        kernel = nnx.with_partitioning(init.lecun_normal(), names)
+        return nnx.Linear(n_in, n_out, use_bias=False, kernel_init=kernel, dtype=dtype, rngs=rngs)
+
+    def norm(rngs: nnx.Rngs, d: int, dtype: Any) -> Any:
+        return nnx.LayerNorm(
+            d,
+            dtype=dtype,
+            scale_init=nnx.with_partitioning(init.ones_init(), (None,)),
+            bias_init=nnx.with_partitioning(init.zeros_init(), (None,)),
+            rngs=rngs,
+        )
+
+    class MlpBlock(nnx.Module):
+        """Pre-norm feed-forward block: column-parallel up, row-parallel down."""
+
+        def __init__(self, d: int, f: int, dtype: Any, rngs: nnx.Rngs) -> None:
+            self.norm = norm(rngs, d, dtype)
+            self.up = dense(rngs, d, f, ("fsdp", "tensor"), dtype)
+            self.down = dense(rngs, f, d, ("tensor", "fsdp"), dtype)
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            h = jax.lax.with_sharding_constraint(self.norm(x), P(BATCH_AXES))
+            return self.down(jax.nn.gelu(self.up(h)))
+
+    class Attention(nnx.Module):
+        """Causal multi-head self-attention; heads split over the tensor axis."""
+
+        def __init__(self, d: int, heads: int, dtype: Any, rngs: nnx.Rngs) -> None:
+            self.heads = heads
+            self.norm = norm(rngs, d, dtype)
+            self.q, self.k, self.v = (dense(rngs, d, d, ("fsdp", "tensor"), dtype) for _ in "qkv")
+            self.o = dense(rngs, d, d, ("tensor", "fsdp"), dtype)
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            b, s, d = x.shape
+            # Pin the normed input (and so its cotangent) batch-sharded: avoids a full remat.
+            h = jax.lax.with_sharding_constraint(self.norm(x), P(BATCH_AXES))
+            q, k, v = (
+                f(h).reshape(b, s, self.heads, d // self.heads) for f in (self.q, self.k, self.v)
+            )
+            scores = jnp.einsum("bqhc,bkhc->bhqk", q, k) / np.sqrt(d // self.heads)
+            causal = jnp.tril(jnp.ones((s, s), dtype=bool))
+            scores = jnp.where(causal, scores.astype(jnp.float32), -1e30)
+            probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+            return self.o(jnp.einsum("bhqk,bkhc->bqhc", probs, v).reshape(b, s, d))
+
+    class MlpModel(nnx.Module):
+        """Residual MLP regressor: x → x + Σ blocks → linear head."""
+
+        def __init__(self, args: argparse.Namespace, dtype: Any, rngs: nnx.Rngs) -> None:
+            d = args.d_model
+            self.blocks = nnx.List(
+                [MlpBlock(d, args.d_ff, dtype, rngs) for _ in range(args.num_layers)]
+            )
+            self.head = dense(rngs, d, d, ("fsdp", "tensor"), dtype)
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            for block in self.blocks:
+                x = jax.lax.with_sharding_constraint(x + block(x), P(BATCH_AXES, None))
+            return self.head(x)
+
+    class Transformer(nnx.Module):
+        """Decoder-only transformer with learned positions and an untied unembedding."""
+
+        def __init__(self, args: argparse.Namespace, dtype: Any, rngs: nnx.Rngs) -> None:
+            d = args.d_model
+            embed_init = nnx.with_partitioning(init.normal(0.02), (None, "fsdp"))
+            self.embed = nnx.Embed(args.vocab, d, embedding_init=embed_init, dtype=dtype, rngs=rngs)
+            self.pos = nnx.Embed(args.seq_len, d, embedding_init=embed_init, dtype=dtype, rngs=rngs)
+            self.attn = nnx.List(
+                [Attention(d, args.num_heads, dtype, rngs) for _ in range(args.num_layers)]
+            )
+            self.mlp = nnx.List(
+                [MlpBlock(d, args.d_ff, dtype, rngs) for _ in range(args.num_layers)]
+            )
+            self.final_norm = norm(rngs, d, dtype)
+            self.unembed = dense(rngs, d, args.vocab, ("fsdp", "tensor"), dtype)
+
+        def __call__(self, tokens: jax.Array) -> jax.Array:
+            x = self.embed(tokens) + self.pos(jnp.arange(tokens.shape[1]))
+            for attn, mlp in zip(self.attn, self.mlp, strict=True):
+                x = jax.lax.with_sharding_constraint(x + attn(x), P(BATCH_AXES, None, None))
+                x = jax.lax.with_sharding_constraint(x + mlp(x), P(BATCH_AXES, None, None))
+            return self.unembed(self.final_norm(x)).astype(jnp.float32)
+
+    return MlpModel, Transformer
+
+
+def make_batch(args: argparse.Namespace, step: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The whole global batch for a step, identical on every process and for every layout."""
+    rng = np.random.default_rng([args.seed, step])
+    if args.model == "mlp":
+        x = rng.standard_normal((rows, args.d_model), dtype=np.float32)
+        teacher = np.random.default_rng([args.seed, 10**9]).standard_normal(
+            (args.d_model, args.d_model), dtype=np.float32
+        )
+        # A fixed smooth teacher: something to learn.
+        return x, np.sin(x @ teacher / np.sqrt(args.d_model)).astype(np.float32)
+    # Arithmetic sequences mod vocab: the next token follows from the two before it.
+    start = rng.integers(0, args.vocab, size=(rows, 1))
+    stride = rng.integers(1, 8, size=(rows, 1))
+    seq = (start + stride * np.arange(args.seq_len + 1)) % args.vocab
+    return seq[:, :-1].astype(np.int32), seq[:, 1:].astype(np.int32)
+
+
+def local_rows(sharding: Any, global_shape: tuple[int, ...]) -> slice:
+    """The contiguous block of global rows this process's devices hold."""
+    spans = set()
+    for index in sharding.addressable_devices_indices_map(global_shape).values():
+        rows = index[0].indices(global_shape[0])
+        spans.add((rows[0], rows[1]))
+    ordered = sorted(spans)
+    for (_, stop), (start, _) in itertools.pairwise(ordered):
+        if start != stop:
+            meshing.fail(f"this process's batch rows are not contiguous: {ordered}")
+    return slice(ordered[0][0], ordered[-1][1])
+
+
+def to_global(sharding: Any, array: np.ndarray) -> Any:
+    """Give JAX only this process's rows; it assembles the global array."""
+    import jax
+
+    rows = local_rows(sharding, array.shape)
+    return jax.make_array_from_process_local_data(sharding, array[rows], array.shape)
+
+
+def loss_fn(model: Any, x: Any, y: Any, kind: str) -> Any:
+    """MSE for the MLP, next-token cross-entropy for the transformer."""
+    import jax.numpy as jnp
+    import optax
+
+    out = model(x)
+    if kind == "mlp":
+        return jnp.mean((out.astype(jnp.float32) - y) ** 2)
+    return optax.softmax_cross_entropy_with_integer_labels(out, y).mean()
+
+
+def create_state(args: argparse.Namespace, mesh: Any) -> tuple[Any, Any, Any]:
+    """Model and optimizer born sharded inside jit: (graphdef, state, state shardings)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mlp_cls, transformer_cls = build_model_classes()
+    model_cls = mlp_cls if args.model == "mlp" else transformer_cls
+    dtype = jnp.bfloat16 if args.dtype == "bf16" else jnp.float32
+    tx = optax.adamw(args.lr) if args.optimizer == "adamw" else optax.sgd(args.lr)
+
+    def create() -> Any:
+        model = model_cls(args, dtype, nnx.Rngs(args.seed))
+        return nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
+
+    graphdef, abstract = nnx.eval_shape(create)
+    specs = nnx.get_partition_spec(abstract)
+    shardings = jax.tree.map(
+        lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda s: isinstance(s, PartitionSpec)
+    )
+    state = jax.jit(lambda: create()[1], out_shardings=shardings)()
+    return graphdef, state, shardings
+
+
+def make_train_step(
+    graphdef: Any, state_shardings: Any, batch_sharding: Any, kind: str
+) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
+    """The jitted step: (state, x, y) → (loss, new state); state buffers are donated."""
+    import jax
+    from flax import nnx
+
+    def step(state: Any, x: Any, y: Any) -> tuple[Any, Any]:
+        model, optimizer = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(loss_fn)(model, x, y, kind)
+        optimizer.update(model, grads)
+        return loss, nnx.split((model, optimizer))[1]
+
+    return jax.jit(
+        step,
+        in_shardings=(state_shardings, batch_sharding, batch_sharding),
+        out_shardings=(None, state_shardings),
+        donate_argnums=0,
+    )
+
+
+def params_checksum(state: Any) -> float:
+    """Sum of the model parameters (not optimizer state) in float32."""
+    import jax
+    import jax.numpy as jnp
+
+    params = state[0]
+    total = jax.jit(lambda t: sum(jnp.sum(a.astype(jnp.float32)) for a in jax.tree.leaves(t)))
+    return float(total(params))
+
+
+def train(args: argparse.Namespace, mesh: Any) -> tuple[list[float], list[float], Any]:
+    """Run the steps; (losses, step seconds, final state)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    rows = args.per_device_batch * jax.device_count()
+    batch_sharding = NamedSharding(mesh, P(BATCH_AXES))
+    graphdef, state, shardings = create_state(args, mesh)
+    step = make_train_step(graphdef, shardings, batch_sharding, args.model)
+    losses, times = [], []
+    for i in range(args.steps):
+        x_np, y_np = make_batch(args, i, rows)
+        x, y = to_global(batch_sharding, x_np), to_global(batch_sharding, y_np)
+        start = time.perf_counter()
+        loss, state = step(state, x, y)
+        loss = float(jax.block_until_ready(loss))
+        times.append(time.perf_counter() - start)
+        losses.append(loss)
+        print(f"step {i}: loss {loss:.6f}, time {times[-1]:.4f} s", flush=True)
+    return losses, times, state
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Build the mesh, train, print per-step lines and the MULTIHOST_RESULT line."""
+    args = parse_args(argv)
+    meshing.init_distributed()  # before any other JAX call
+
+    import jax
+
+    mesh, plan = meshing.mesh_from_args(args)
+    n_dev = jax.device_count()
+    print(f"Devices: {n_dev} in {jax.process_count()} processes", flush=True)
+    print(f"Decided on mesh shape: {plan.shape} (dcn {plan.dcn}, ici {plan.ici})", flush=True)
+    with jax.set_mesh(mesh):
+        losses, times, state = train(args, mesh)
+        checksum = params_checksum(state)
+    step_time = meshing.median(times[args.warmup :])
+    tflop = step_flop(args, n_dev) / n_dev / 1e12
+    print(f"time is {step_time} seconds, TFLOP is {tflop}, TFLOP/s is {tflop / step_time}")
+    fields = meshing.result_fields("train", mesh, tflop / step_time)
+    fields.update(
+        model=args.model,
+        optimizer=args.optimizer,
+        dtype=args.dtype,
+        matmul_params=matmul_params(args),
+        tokens_per_step=tokens_per_step(args, n_dev),
+        losses=losses,
+        step_times_s=times,
+        step_time_s=step_time,
+        tflop_per_device=tflop,
+        tflops_per_device=tflop / step_time,
+        checksum=checksum,
+    )
+    meshing.print_result(fields)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Tests for payloads/train.py (flax NNX + optax) on CPU: layouts, 4 processes, FLOP formula."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+
+try:
+    from tests.test_payloads import LAYOUTS, run_ok, run_payload
+except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
+    from test_payloads import LAYOUTS, run_ok, run_payload  # type: ignore[no-redef]
+
+# test_payloads put payloads/ on sys.path; the payload is a script, not a package.
+train = importlib.import_module("train")
+
+TINY = [
+    "--model",
+    "transformer",
+    "--d_model",
+    "64",
+    "--d_ff",
+    "128",
+    "--num_heads",
+    "8",
+    "--seq_len",
+    "16",
+    "--per_device_batch",
+    "2",
+    "--steps",
+    "6",
+    "--warmup",
+    "1",
+    "--dtype",
+    "f32",
+    "--lr",
+    "3e-3",
+]
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return train.parse_args(list(argv))
+
+
+def test_flop_formula_against_hand_count() -> None:
+    a = _args(
+        "--model",
+        "transformer",
+        "--d_model",
+        "8",
+        "--d_ff",
+        "16",
+        "--num_layers",
+        "2",
+        "--num_heads",
+        "2",
+        "--seq_len",
+        "4",
+        "--vocab",
+        "10",
+        "--per_device_batch",
+        "3",
+    )
+    # Per layer: q, k, v, o (8×8 each) + up/down (8×16 each); plus the 8×10 unembedding.
+    n = 2 * (4 * 64 + 2 * 128) + 80
+    assert train.matmul_params(a) == n
+    tokens = 3 * 2 * 4  # per_device_batch × devices × seq_len
+    assert train.tokens_per_step(a, 2) == tokens
+    # QKᵀ and AV: 2·S·d each forward per token and layer; ×3 for fwd+bwd.
+    attention = 2 * (2 * 4 * 8) * 2 * 3
+    assert train.step_flop(a, 2) == tokens * (6 * n + attention)
+    m = _args(
+        "--model",
+        "mlp",
+        "--d_model",
+        "8",
+        "--d_ff",
+        "16",
+        "--num_layers",
+        "2",
+        "--per_device_batch",
+        "3",
+    )
+    assert train.step_flop(m, 2) == 6 * 6 * (2 * 2 * 8 * 16 + 64)
+
+
+def test_bad_flags_rejected() -> None:
+    with pytest.raises(SystemExit):
+        _args("--d_model", "10", "--num_heads", "3")
+    with pytest.raises(SystemExit):
+        _args("--steps", "2", "--warmup", "2")
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_train_layouts_agree_and_match_unsharded() -> None:
+    results = {name: run_ok("train.py", TINY + flags)[0] for name, flags in LAYOUTS.items()}
+    # Unsharded: one device, the same global batch (2 rows × 8 devices).
+    (single,) = run_ok("train.py", [*TINY, "--per_device_batch", "16"], devices=1)
+    assert single["mesh"] == {"data": 1, "fsdp": 1, "tensor": 1}
+    for name, res in results.items():
+        assert res["losses"] == pytest.approx(single["losses"], rel=1e-4), name
+        assert res["checksum"] == pytest.approx(single["checksum"], rel=1e-4), name
+        assert res["tokens_per_step"] == 16 * 16
+    assert single["losses"][-1] < single["losses"][0]
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_train_mlp_loss_falls_bf16() -> None:
+    (res,) = run_ok(
+        "train.py",
+        [
+            "--model",
+            "mlp",
+            "--d_model",
+            "64",
+            "--d_ff",
+            "128",
+            "--per_device_batch",
+            "4",
+            "--steps",
+            "12",
+            "-if",
+            "4",
+            "-it",
+            "2",
+        ],
+    )
+    assert res["dtype"] == "bf16"
+    assert res["losses"][-1] < 0.8 * res["losses"][0]
+    assert res["tflops_per_device"] > 0
+    assert res["utilization"] is None
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_train_four_processes_agree() -> None:
+    results = run_ok(
+        "train.py", [*TINY, "-dd", "2", "-if", "4"], processes=4, devices=2, timeout=240
+    )
+    first = results[0]
+    assert first["num_processes"] == 4
+    assert first["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
+    for res in results:
+        assert res["checksum"] == first["checksum"]
+        assert res["losses"] == first["losses"]
+    assert first["losses"][-1] < first["losses"][0]
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_train_four_processes_bad_mesh_all_exit() -> None:
+    procs = run_payload(
+        "train.py", [*TINY, "-dd", "2", "-if", "2"], processes=4, devices=2, timeout=60
+    )
+    for p in procs:
+        assert p.returncode == 2, p.stderr[-2000:]
+        assert "4 != 8 devices" in p.stderr
+        assert "Traceback" not in p.stderr
+    assert max(p.seconds for p in procs) < 30
