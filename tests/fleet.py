@@ -32,6 +32,7 @@ PORT = 2222
 MAX_HOSTS = 250
 DEAD_ADDRESS = "127.0.0.254"
 START_TIMEOUT = 15.0
+_START_FAILED = re.compile(r"Cannot bind|fatal|Bad configuration|terminating")
 STOP_TIMEOUT = 5.0
 
 
@@ -453,7 +454,7 @@ def _start_hosts(d: Path, indices: Sequence[int]) -> None:
         for i in list(pending):
             if _listener(d, i) is not None:
                 pending.discard(i)
-            elif "fatal:" in (log := _log_since(d, i, started[i][1])):
+            elif _START_FAILED.search(log := _log_since(d, i, started[i][1])):
                 errors[i] = log.strip()
                 pending.discard(i)
         time.sleep(0.01)
