@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -17,15 +19,20 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from multihost import report
+from multihost import fleetops, report
 from multihost.errors import MultihostError, UsageError
 from multihost.inventory import local_fleet, resolve_hosts
 from multihost.model import Fleet, Job, RunResult, State
 from multihost.plan import check_run_name, job_script, parse_env, plan_hosts
+from multihost.preflight import PACKAGES, mismatches
 from multihost.runner import Event, HostEvent, Note, Run, RunOptions, default_log_dir
 from multihost.stage import pack
+from multihost.stale import DEVICE_GLOB_ENV
 from multihost.stream import Line
-from multihost.transport import SSHOptions
+from multihost.tpu import IP_MODES, discover, fleet_rows
+from multihost.transport import HostKeyPolicy, SSHOptions, forget
+
+GOOGLE_KEY = "~/.ssh/google_compute_engine"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,15 +57,20 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
 def _add_fleet_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--hosts", help="comma list of [user@]host[:port], or a TOML inventory")
-    where.add_argument(
-        "--local", type=_positive(int), metavar="N", help="N workers on this machine"
-    )
+    where.add_argument("--local", type=_positive(int), metavar="N", help="N workers here")
+    where.add_argument("--prefix", help="Cloud TPU node or queued resource name")
+    p.add_argument("--project", help="with --prefix: gcloud project (default: gcloud's)")
+    p.add_argument("--zone", help="with --prefix: gcloud zone (default: gcloud's)")
+    p.add_argument("--ip", choices=IP_MODES, default="auto",
+                   help="with --prefix: address to connect to (auto: external if any)")  # fmt: skip
+    p.add_argument("--user", help="ssh user for every host (overrides ssh config)")
     p.add_argument("--ssh-config", type=Path, help="ssh config file (default ~/.ssh/config)")
     p.add_argument(
         "--host-keys",
         choices=("strict", "accept-new"),
-        default="strict",
-        help="strict: known_hosts only; accept-new: trust on first use, refuse a changed key",
+        default=None,
+        help="strict: known_hosts only; accept-new: trust on first use, refuse a changed key "
+        "(default: strict, accept-new with --prefix)",
     )
     p.add_argument("--connect-timeout", type=_positive(float), default=20.0, metavar="S")
     p.add_argument("--connect-limit", type=_positive(int), default=64, metavar="N",
@@ -87,13 +99,43 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--coordinator-port", type=int, default=8476)
     run.add_argument("--megascale-port", type=int, default=8081)
     run.add_argument("--dry-run", action="store_true", help="print each host's command and env")
+    run.add_argument("--kill-stale", action="store_true",
+                     help="stop accelerator device holders before launching")  # fmt: skip
+
+    hosts = sub.add_parser("hosts", help="print the resolved fleet (and --check each host)")
+    _add_fleet_args(hosts)
+    hosts.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    hosts.add_argument(
+        "--check", action="store_true", help="connect and report versions, disk, port"
+    )
+    hosts.add_argument("--remote-dir", default="~/.multihost")
+    hosts.add_argument("--coordinator-port", type=int, default=8476)
+
+    stale = sub.add_parser("kill-stale", help="stop processes holding accelerator devices")
+    _add_fleet_args(stale)
+
+    forget = sub.add_parser("forget", help="forget recorded host keys (after re-creating VMs)")
+    _add_fleet_args(forget)
     return parser
 
 
-def fleet_from_args(args: argparse.Namespace) -> Fleet:
+def fleet_from_args(args: argparse.Namespace, err: Console | None = None) -> Fleet:
     if args.local:
-        return local_fleet(args.local)
-    return resolve_hosts(args.hosts)
+        fleet = local_fleet(args.local)
+    elif args.prefix:
+        found = discover(
+            args.prefix, project=args.project, zone=args.zone, ip=args.ip,
+            gcloud=os.environ.get("MULTIHOST_GCLOUD", "gcloud"),
+        )  # fmt: skip
+        for warning in found.warnings:
+            if err is not None:
+                err.print(f"multihost: warning: {warning}", style="yellow", markup=False)
+        fleet = found.fleet
+    else:
+        fleet = resolve_hosts(args.hosts)
+    if args.user:
+        fleet = Fleet(tuple(replace(h, user=args.user) for h in fleet))
+    return fleet
 
 
 def ssh_options(args: argparse.Namespace) -> SSHOptions:
@@ -102,7 +144,13 @@ def ssh_options(args: argparse.Namespace) -> SSHOptions:
         if not args.ssh_config.is_file():
             raise UsageError(f"ssh config {args.ssh_config} does not exist")
         config = (args.ssh_config,)
-    return SSHOptions(config=config, host_keys=args.host_keys, connect_timeout=args.connect_timeout)
+    policy: HostKeyPolicy = args.host_keys or ("accept-new" if args.prefix else "strict")
+    return SSHOptions(
+        config=config,
+        host_keys=policy,
+        connect_timeout=args.connect_timeout,
+        fallback_identity=GOOGLE_KEY if args.prefix else None,
+    )
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
@@ -130,6 +178,8 @@ def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
         grace=args.grace,
         timeout=args.timeout,
         reconnect_timeout=args.reconnect_timeout,
+        stale="kill" if args.kill_stale else ("warn" if args.prefix else "off"),
+        device_glob=os.environ.get(DEVICE_GLOB_ENV),
     )
 
 
@@ -202,7 +252,7 @@ async def _execute(run: Run, display: Display) -> RunResult:
 
 
 def cmd_run(args: argparse.Namespace, err: Console) -> int:
-    fleet = fleet_from_args(args)
+    fleet = fleet_from_args(args, err)
     job = job_from_args(args)
     options = run_options(args, ssh_options(args))
     if args.dry_run:
@@ -232,11 +282,61 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
     return 0
 
 
+def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
+    fleet = fleet_from_args(args, err)
+    rows: list[dict[str, object]] = [dict(r) for r in fleet_rows(fleet)]
+    code = 0
+    if args.check:
+        outcomes = asyncio.run(
+            fleetops.check(fleet, ssh_options(args), args.remote_dir, args.coordinator_port)
+        )
+        for row, o in zip(rows, outcomes, strict=True):
+            row.update(o.value or {"error": o.error.message if o.error else "failed"})
+            code = code or (0 if o.ok else 1)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        keys = ["python", *PACKAGES] if args.check else []
+        differ = mismatches([{k: str(v) for k, v in r.items()} for r in rows], keys)
+        Console(highlight=False).print(report.fleet_table(rows, flagged=differ))
+        if differ:
+            err.print(f"multihost: versions differ across hosts: {', '.join(sorted(differ))}",
+                      style="bold red")  # fmt: skip
+    return code
+
+
+def cmd_kill_stale(args: argparse.Namespace, err: Console) -> int:
+    fleet = fleet_from_args(args, err)
+    glob = os.environ.get(DEVICE_GLOB_ENV)
+    code = 0
+    for o in asyncio.run(fleetops.kill_stale(fleet, ssh_options(args), device_glob=glob)):
+        if o.value is not None:
+            print(f"{o.host.name} ({o.host.target}): {o.value.summary()}")
+            code = code or (1 if o.value.remaining else 0)
+        else:
+            print(f"{o.host.name} ({o.host.target}): error: {o.error.message if o.error else '?'}")
+            code = 1
+    return code
+
+
+def cmd_forget(args: argparse.Namespace, err: Console) -> int:
+    fleet = fleet_from_args(args, err)
+    addresses = {a for h in fleet for a in (h.address, h.internal_address) if a}
+    trust = ssh_options(args).trust_file
+    dropped = forget(sorted(addresses), trust)
+    print(
+        f"forgot {len(dropped)} key(s) in {trust}" + (f": {', '.join(dropped)}" if dropped else "")
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     err = Console(stderr=True, highlight=False)
     try:
         args = build_parser().parse_args(argv)
-        code = {"run": cmd_run}[args.command](args, err)
+        commands = {"run": cmd_run, "hosts": cmd_hosts, "kill-stale": cmd_kill_stale,
+                    "forget": cmd_forget}  # fmt: skip
+        code = commands[args.command](args, err)
     except UsageError as exc:
         print(f"multihost: error: {exc}", file=sys.stderr)
         code = 2

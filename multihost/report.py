@@ -100,12 +100,16 @@ def verdict(result: RunResult) -> Text:
     return text
 
 
-def fleet_table(rows: Sequence[Mapping[str, Any]]) -> Table:
-    """The resolved fleet: one row per host, columns as given."""
+def fleet_table(rows: Sequence[Mapping[str, Any]], flagged: set[str] | None = None) -> Table:
+    """The resolved fleet: one row per host; ``flagged`` columns (values differ) in red."""
     table = Table()
-    columns = list(rows[0]) if rows else []
-    for col in columns:
-        table.add_column(col.replace("_", " "), no_wrap=True)
+    columns: list[str] = []
     for row in rows:
-        table.add_row(*("" if row[c] is None else str(row[c]) for c in columns))
+        columns += [c for c in row if c not in columns]
+    for col in columns:
+        mark = " ≠" if flagged and col in flagged else ""
+        table.add_column(col.replace("_", " ") + mark, no_wrap=True,
+                         style="bold red" if mark else None)  # fmt: skip
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else str(row[c]) for c in columns))
     return table

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from multihost.errors import HostError, HostLost, UsageError
 from multihost.fanout import Outcome, map_hosts
+from multihost.fleetops import stale_on
 from multihost.launch import launch, stop
 from multihost.manifest import (
     MANIFEST,
@@ -51,6 +52,8 @@ class RunOptions:
     launch_timeout: float = 60.0
     reconnect_timeout: float = 300.0
     detach: bool = False
+    stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
+    device_glob: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,8 @@ class Run:
         )
         if all(o.ok for o in outcomes):
             outcomes = await self._phase(self._stage_one, None, opts.stage_timeout, "staging")
+        if all(o.ok for o in outcomes) and opts.stale != "off" and not self.fleet.local:
+            outcomes = await self._phase(self._stale_one, None, 60.0, "stale check")
         failed = [o for o in outcomes if not o.ok]
         for o in failed:
             self._fail(o.host, State.ERROR, o.error.message if o.error else "failed")
@@ -222,6 +227,15 @@ class Run:
         self._set(slot, State.STAGING)
         paths = Paths.for_host(host, self.job, self._archive.short)
         slot.bytes_sent = await stage(slot.conn, self._archive, paths)
+
+    async def _stale_one(self, host: Host) -> None:
+        slot = self._slots[host.process_id]
+        assert slot.conn is not None
+        kill = self.options.stale == "kill"
+        found = await stale_on(slot.conn, kill=kill, device_glob=self.options.device_glob)
+        if found.holders or found.lockfile:
+            hint = "" if kill else " (--kill-stale stops them)"
+            self._note(f"{host.name}: {found.summary()}{hint}", "warning")
 
     async def _launch_all(self) -> None:
         assert self._archive is not None

@@ -39,6 +39,7 @@ class SSHOptions:
     host_keys: HostKeyPolicy = "strict"
     trust_file: Path = field(default_factory=lambda: default_state_dir() / "known_hosts")
     connect_timeout: float = 20.0
+    fallback_identity: str | None = None
     keepalive_interval: float = 15.0
     keepalive_count_max: int = 4
 
@@ -184,9 +185,8 @@ class _TrustOnFirstUse(asyncssh.SSHClient):
         return True
 
 
-def _known_hosts_files(host: Host, kwargs: dict[str, object]) -> list[str]:
+def _known_hosts_files(prepared: asyncssh.SSHClientConnectionOptions) -> list[str]:
     """The user's known_hosts files for this host (ssh config's, else the default), if present."""
-    prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
     configured = prepared.known_hosts
     if configured is None:  # UserKnownHostsFile none
         return []
@@ -213,7 +213,12 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         kwargs["port"] = host.port
     if host.identity:
         kwargs["client_keys"] = [str(Path(host.identity).expanduser())]
-    files = _known_hosts_files(host, kwargs)
+    prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
+    fallback = os.path.expanduser(options.fallback_identity or "")
+    configured = host.identity or prepared.config.get("IdentityFile")
+    if fallback and os.path.isfile(fallback) and not configured:
+        kwargs["client_keys"] = [fallback]
+    files = _known_hosts_files(prepared)
     tofu: _TrustOnFirstUse | None = None
     if options.host_keys == "accept-new":
         tofu = _TrustOnFirstUse(files, options.trust_file)
@@ -253,3 +258,19 @@ async def connect(host: Host, options: SSHOptions) -> Connection:
     if host.local:
         return LocalConnection(host)
     return await connect_ssh(host, options)
+
+
+def forget(addresses: Sequence[str], trust_file: Path) -> list[str]:
+    """Drop the recorded keys of these addresses (any port) from the trust file."""
+    if not trust_file.is_file():
+        return []
+    wanted = set(addresses)
+    kept: list[str] = []
+    dropped: list[str] = []
+    for line in trust_file.read_text().splitlines(keepends=True):
+        names = line.split(maxsplit=1)[0].split(",") if line.strip() else []
+        hosts = {n[1:].split("]")[0] if n.startswith("[") else n for n in names}
+        (dropped if hosts & wanted else kept).append(line)
+    if dropped:
+        trust_file.write_text("".join(kept))
+    return [line.split(maxsplit=1)[0] for line in dropped]

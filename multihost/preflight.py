@@ -1,0 +1,55 @@
+"""``multihost hosts --check``: what each host has (pure command text and parsing)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+
+from multihost.plan import shell_path
+
+PACKAGES = ("jax", "jaxlib", "libtpu", "flax", "optax")
+_PROBE = """\
+import importlib.metadata as m, platform, socket, sys
+print("python=" + platform.python_version())
+for name in sys.argv[2].split(","):
+    try:
+        print(name + "=" + m.version(name))
+    except Exception:
+        print(name + "=-")
+port = int(sys.argv[1])
+if port:
+    s = socket.socket()
+    try:
+        s.bind(("", port))
+        print("coordinator_port=free")
+    except OSError as exc:
+        print("coordinator_port=in use (" + (exc.strerror or str(exc)) + ")")
+    finally:
+        s.close()
+"""
+
+
+def check_command(base: str, port: int | None) -> str:
+    """Prints ``key=value`` lines: Python and package versions, free disk, port state."""
+    probe = shlex.quote(_PROBE)
+    args = f"{int(port or 0)} {','.join(PACKAGES)}"
+    return (
+        f"python3 -c {probe} {args} 2>/dev/null || echo python=-; "
+        f'd={shell_path(base)}; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; '
+        'df -Pk "$d" | awk \'NR==2 {printf "disk_free=%.1f GiB\\n", $4/1048576}\''
+    )
+
+
+def parse_check(output: str) -> dict[str, str]:
+    """``key=value`` lines → a mapping (unknown lines ignored)."""
+    facts: dict[str, str] = {}
+    for line in output.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.replace("_", "").isalnum():
+            facts[key] = value.strip()
+    return facts
+
+
+def mismatches(rows: Sequence[Mapping[str, str]], keys: Sequence[str]) -> set[str]:
+    """The keys whose values differ between hosts (versions must agree across a job)."""
+    return {k for k in keys if len({row.get(k, "-") for row in rows}) > 1}
