@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from multihost import fleetops, report
+from multihost import fleetops, report, runs
 from multihost.errors import MultihostError, UsageError
 from multihost.inventory import local_fleet, resolve_hosts
+from multihost.manifest import host_from_json
 from multihost.model import Fleet, Job, RunResult, State
 from multihost.plan import check_run_name, job_script, parse_env, plan_hosts
 from multihost.preflight import PACKAGES, mismatches
@@ -99,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--coordinator-port", type=int, default=8476)
     run.add_argument("--megascale-port", type=int, default=8081)
     run.add_argument("--dry-run", action="store_true", help="print each host's command and env")
+    run.add_argument("--detach", action="store_true",
+                     help="exit once every host has started; follow later with attach")  # fmt: skip
     run.add_argument("--kill-stale", action="store_true",
                      help="stop accelerator device holders before launching")  # fmt: skip
 
@@ -116,6 +119,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     forget = sub.add_parser("forget", help="forget recorded host keys (after re-creating VMs)")
     _add_fleet_args(forget)
+
+    def run_command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.add_argument("run", metavar="RUN", help="run name (see multihost ls)")
+        p.add_argument("--log-dir", type=Path, default=None)
+        p.add_argument("--ssh-config", type=Path, help="override the run's ssh config")
+        return p
+
+    attach = run_command("attach", "follow a run again from where the local logs end")
+    attach.add_argument("--stream", choices=("host0", "all", "none"), default="host0")
+    attach.add_argument("--reconnect-timeout", type=float, default=300.0, metavar="S")
+    status = run_command("status", "per-host state of a run")
+    status.add_argument("--refresh", action="store_true", help="ask the hosts even if finished")
+    status.add_argument("--json", action="store_true")
+    logs = run_command("logs", "bring a run's local logs up to date (and print or follow them)")
+    logs.add_argument("--host", metavar="sS/wW", help="print this host's log")
+    logs.add_argument("--follow", action="store_true", help="follow every host's log")
+    kill = run_command("kill", "stop a run on every host")
+    kill.add_argument("--signal", default="TERM", choices=("TERM", "INT", "HUP", "KILL", "USR1"))
+    kill.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
+
+    ls = sub.add_parser("ls", help="runs under the log dir")
+    ls.add_argument("--log-dir", type=Path, default=None)
+    clean = sub.add_parser("clean", help="remove old finished runs, locally and on their hosts")
+    clean.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h")
+    clean.add_argument("--log-dir", type=Path, default=None)
+    clean.add_argument("--dry-run", action="store_true")
     return parser
 
 
@@ -258,13 +288,124 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
     if args.dry_run:
         return dry_run(fleet, job, options)
     raise_nofile_limit()
+    options = replace(options, detach=args.detach)
     display = Display(fleet, job.run_name, args.stream, err)
-    run = Run(fleet, job, options, display)
-    result = asyncio.run(_execute(run, display))
-    err.print(report.summary_table(result, all_hosts=len(fleet) <= 32 or not result.ok))
+    result = asyncio.run(_execute(Run(fleet, job, options, display), display))
+    if args.detach:
+        started = [r for r in result.hosts if r.state is State.RUNNING]
+        if len(started) == len(result.hosts):
+            print(f"run {job.run_name} started on {len(started)} host(s)")
+            print(f"attach: multihost attach {job.run_name} --log-dir {options.log_dir}")
+            return 0
+        err.print(report.summary_table(result, all_hosts=False))
+        return 1
+    return finish(result, err, len(fleet))
+
+
+def finish(result: RunResult, err: Console, n: int) -> int:
+    """The summary table, the verdict, where the logs are; returns the exit code."""
+    err.print(report.summary_table(result, all_hosts=n <= 32 or not result.ok))
     err.print(report.verdict(result))
     err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)
     return result.exit_code
+
+
+def _log_dir(args: argparse.Namespace) -> Path:
+    return Path(args.log_dir or default_log_dir()).expanduser()
+
+
+def _record_options(
+    args: argparse.Namespace, record: dict[str, object], **kw: object
+) -> RunOptions:
+    opts = runs.options_from_record(record, _log_dir(args), **kw)
+    if args.ssh_config is not None:
+        opts = replace(opts, ssh=replace(opts.ssh, config=ssh_options(args).config))
+    return opts
+
+
+def cmd_attach(args: argparse.Namespace, err: Console) -> int:
+    _, record = runs.find_run(_log_dir(args), args.run)
+    options = _record_options(args, record, reconnect_timeout=args.reconnect_timeout)
+    raise_nofile_limit()
+    fleet = runs.record_fleet(record)
+    display = Display(fleet, args.run, args.stream, err)
+    result = asyncio.run(_execute(Run.attach(record, options, display), display))
+    return finish(result, err, len(fleet))
+
+
+def cmd_kill(args: argparse.Namespace, err: Console) -> int:
+    _, record = runs.find_run(_log_dir(args), args.run)
+    options = _record_options(args, record, grace=args.grace, reconnect_timeout=0.0)
+    fleet = runs.record_fleet(record)
+    display = Display(fleet, args.run, "none", err)
+    run = Run.attach(record, options, display)
+    run.stop_signal = args.signal
+    run.interrupt()
+    result = asyncio.run(_execute(run, display))
+    err.print(report.summary_table(result))
+    return 1 if any(r.state is State.LOST for r in result.hosts) else 0
+
+
+def cmd_status(args: argparse.Namespace, err: Console) -> int:
+    run_dir, record = runs.find_run(_log_dir(args), args.run)
+    rows: list[dict[str, object]] = []
+    asked = args.refresh or runs.run_state(record) == "running"
+    if asked:
+        options = _record_options(args, record)
+        statuses = asyncio.run(runs.host_statuses(record, options.ssh))
+        runs.mark_states(run_dir, record, statuses)
+        for o in statuses:
+            rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
+    else:
+        for h in record["hosts"]:
+            rows.append(report.record_row(h))
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        Console(highlight=False).print(report.fleet_table(rows))
+        if not asked:
+            err.print("(from run.json: the run is finished; --refresh asks the hosts)", style="dim")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace, err: Console) -> int:
+    rows = [report.ls_row(name, record) for name, record in runs.all_runs(_log_dir(args))]
+    if rows:
+        Console(highlight=False).print(report.fleet_table(rows))
+    else:
+        err.print(f"no runs in {_log_dir(args)}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace, err: Console) -> int:
+    run_dir, record = runs.find_run(_log_dir(args), args.run)
+    options = _record_options(args, record)
+    if args.follow:
+        fleet = runs.record_fleet(record)
+        display = Display(fleet, args.run, "all", err)
+        run = Run.attach(record, replace(options, fail_fast=False), display)
+        run.observe_only = True
+        result = asyncio.run(_execute(run, display))
+        return 0 if not result.interrupted else 130
+    for o in asyncio.run(runs.sync_logs(run_dir, record, options.ssh)):
+        if o.error:
+            err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
+    if args.host:
+        hosts = {host_from_json(h["host"]).name: h["log"] for h in record["hosts"]}
+        if args.host not in hosts:
+            raise UsageError(f"no host {args.host} in run {args.run} (hosts: {', '.join(hosts)})")
+        sys.stdout.write((run_dir / hosts[args.host]).read_text(errors="replace"))
+    else:
+        print(f"logs of {args.run} up to date in {run_dir}")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace, err: Console) -> int:
+    age = runs.parse_age(args.older_than)
+    said = asyncio.run(runs.clean(_log_dir(args), age, None, dry_run=args.dry_run))
+    for line in said or [f"nothing older than {args.older_than} in {_log_dir(args)}"]:
+        print(line)
+    return 0
 
 
 def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
@@ -330,13 +471,18 @@ def cmd_forget(args: argparse.Namespace, err: Console) -> int:
     return 0
 
 
+COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
+    "run": cmd_run, "hosts": cmd_hosts, "kill-stale": cmd_kill_stale, "forget": cmd_forget,
+    "attach": cmd_attach, "status": cmd_status, "ls": cmd_ls, "logs": cmd_logs,
+    "kill": cmd_kill, "clean": cmd_clean,
+}  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     err = Console(stderr=True, highlight=False)
     try:
         args = build_parser().parse_args(argv)
-        commands = {"run": cmd_run, "hosts": cmd_hosts, "kill-stale": cmd_kill_stale,
-                    "forget": cmd_forget}  # fmt: skip
-        code = commands[args.command](args, err)
+        code = COMMANDS[args.command](args, err)
     except UsageError as exc:
         print(f"multihost: error: {exc}", file=sys.stderr)
         code = 2

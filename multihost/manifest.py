@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from multihost.errors import UsageError
 from multihost.model import Host, HostResult, Job
 
 MANIFEST = "run.json"
@@ -58,3 +62,25 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
     """Load a run's manifest."""
     data: dict[str, Any] = json.loads((run_dir / MANIFEST).read_text())
     return data
+
+
+@contextlib.contextmanager
+def watch_lock(run_dir: Path) -> Iterator[None]:
+    """Only one process appends to a run's local logs at a time (else lines would repeat)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / ".lock").open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            owner = f.read().strip() or "?"
+            raise UsageError(
+                f"run {run_dir.name} is being followed by another multihost process (pid {owner})"
+            ) from None
+        f.truncate(0)
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

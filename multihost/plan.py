@@ -179,7 +179,26 @@ def finish_command(paths: Paths, offset: int) -> str:
     fields = " ".join(
         f'"$(cat {run}/{n} 2>/dev/null || echo -)"' for n in ("exit", "started", "ended", "stopped")
     )
-    return f"printf '%s %s %s %s\\n' {fields}; tail -c +{offset + 1} {run}/log"
+    return (
+        f"test -d {run} || {{ echo missing; exit 0; }}; "
+        f"printf '%s %s %s %s\\n' {fields}; tail -c +{offset + 1} {run}/log"
+    )
+
+
+def status_command(paths: Paths) -> str:
+    """One line ``exit started ended stopped pid alive size``, then the log's last line."""
+    run = shell_path(paths.run)
+    fields = " ".join(
+        f'"$(cat {run}/{n} 2>/dev/null || echo -)"'
+        for n in ("exit", "started", "ended", "stopped", "pid")
+    )
+    return (
+        f"test -d {run} || {{ echo missing; exit 0; }}; "
+        f"pg=$(cat {run}/pid 2>/dev/null); alive=no; "
+        'test -n "$pg" && kill -0 -"$pg" 2>/dev/null && alive=yes; '
+        f'printf \'%s %s %s %s %s %s %s\\n\' {fields} "$alive" "$(wc -c < {run}/log)"; '
+        f"tail -n 1 {run}/log"
+    )
 
 
 def kill_command(paths: Paths, signal: str, grace: float) -> str:

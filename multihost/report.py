@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -106,10 +107,55 @@ def fleet_table(rows: Sequence[Mapping[str, Any]], flagged: set[str] | None = No
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
-    for col in columns:
+    for i, col in enumerate(columns):
         mark = " ≠" if flagged and col in flagged else ""
-        table.add_column(col.replace("_", " ") + mark, no_wrap=True,
-                         style="bold red" if mark else None)  # fmt: skip
+        table.add_column(col.replace("_", " ") + mark, no_wrap=i < len(columns) - 1,
+                         style="bold red" if mark else None, overflow="fold")  # fmt: skip
     for row in rows:
         table.add_row(*("" if row.get(c) is None else str(row[c]) for c in columns))
     return table
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def status_row(host: Host, status: Any, error: str | None) -> dict[str, object]:
+    """A row of ``multihost status`` from what the host said (or why it could not)."""
+    if status is None:
+        return {"host": host.name, "address": host.target, "state": "unreachable",
+                "exit": "", "runtime": "", "last line": error or ""}  # fmt: skip
+    end = status.ended_at if status.ended_at is not None else time.time()
+    runtime = "" if status.started_at is None else f"{end - status.started_at:.1f}s"
+    exit_text = "" if status.exit_code is None else str(status.exit_code)
+    if status.stopped_by:
+        exit_text += f" (SIG{status.stopped_by})"
+    return {"host": host.name, "address": host.target, "state": status.state, "exit": exit_text,
+            "runtime": runtime, "last line": status.last_line}  # fmt: skip
+
+
+def record_row(data: Mapping[str, Any]) -> dict[str, object]:
+    """A row of ``multihost status`` from run.json alone."""
+    h = data["host"]
+    started, ended = data.get("started_at"), data.get("ended_at")
+    runtime = f"{ended - started:.1f}s" if started is not None and ended is not None else ""
+    outcome = "" if data.get("exit_code") is None else str(data["exit_code"])
+    if data.get("signal") is not None:
+        outcome = f"signal {data['signal']}"
+    return {"host": f"s{h['slice_id']}/w{h['worker_id']}", "address": h["address"],
+            "state": data["state"], "exit": outcome, "runtime": runtime,
+            "last line": data.get("error") or data.get("last_line") or ""}  # fmt: skip
+
+
+def ls_row(name: str, record: Mapping[str, Any]) -> dict[str, object]:
+    """A row of ``multihost ls``."""
+    states: dict[str, int] = {}
+    for h in record["hosts"]:
+        states[h["state"]] = states.get(h["state"], 0) + 1
+    age = time.time() - float(record.get("updated") or time.time())
+    return {"run": name, "hosts": len(record["hosts"]),
+            "states": ", ".join(f"{n} {s}" for s, n in states.items()),
+            "updated": f"{_age(age)} ago", "command": record["job"]["command"]}  # fmt: skip

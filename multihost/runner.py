@@ -17,15 +17,17 @@ from multihost.fleetops import stale_on
 from multihost.launch import launch, stop
 from multihost.manifest import (
     MANIFEST,
+    host_from_json,
     host_to_json,
     job_to_json,
     result_to_json,
+    watch_lock,
     write_json_atomic,
 )
 from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
 from multihost.plan import HostPlan, Paths, plan_hosts
 from multihost.stage import Archive, pack, stage
-from multihost.stream import Exit, Line, LogSink, follow
+from multihost.stream import Exit, Line, LogSink, classify, follow
 from multihost.transport import Connection, SSHOptions, connect
 
 T = TypeVar("T")
@@ -109,15 +111,6 @@ class _Slot:
         )
 
 
-def classify(exit_info: Exit) -> State:
-    """Exit code 0 is done; stopped by us or by a signal (128+N) is killed; else failed."""
-    if exit_info.code == 0:
-        return State.DONE
-    if exit_info.stopped_by or 128 < exit_info.code <= 128 + 64:
-        return State.KILLED
-    return State.FAILED
-
-
 class Run:
     """One run of a job on a fleet. ``await Run(...).execute()`` returns a RunResult."""
 
@@ -139,6 +132,10 @@ class Run:
         self._timed_out = False
         self._first_failure: str | None = None
         self._archive: Archive | None = None
+        self._code_hash: str | None = None
+        self._attached = False
+        self.stop_signal = "TERM"
+        self.observe_only = False  # following only: Ctrl-C leaves the hosts' jobs alone
         self._last_write = 0.0
 
     # -- public ---------------------------------------------------------------------------
@@ -147,12 +144,46 @@ class Run:
         self._interrupted = True
         self._wake.set()
 
+    @classmethod
+    def attach(
+        cls,
+        record: dict[str, Any],
+        options: RunOptions,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> Run:
+        """A Run rebuilt from its ``run.json``: it streams from the local offsets onwards."""
+        fleet = Fleet(tuple(host_from_json(h["host"]) for h in record["hosts"]))
+        job_data = dict(record["job"])
+        job = Job(**{k: v for k, v in job_data.items() if k in Job.__dataclass_fields__})
+        run = cls(fleet, job, options, on_event)
+        run._attached = True
+        run._code_hash = record.get("code_hash") or ""
+        run._first_failure = record.get("first_failure")
+        for data, slot in zip(record["hosts"], run._slots.values(), strict=True):
+            paths = Paths.for_host(slot.host, job, run._code_hash)
+            slot.plan = HostPlan(slot.host, paths, dict(data.get("env") or {}), "")
+            slot.bytes_sent = int(data.get("bytes_sent") or 0)
+            state = State(data.get("state", "running"))
+            if state is State.ERROR:  # never launched: nothing to attach to
+                slot.state, slot.error = state, data.get("error")
+            else:
+                slot.sink = LogSink(slot.host, run.log_dir / data["log"], run._emit)
+        return run
+
     async def execute(self) -> RunResult:
         """Run the whole pipeline; never raises for a single host's failure."""
         started = time.monotonic()
+        if self._attached:
+            with watch_lock(self.log_dir):
+                try:
+                    await self._watch_all(started)
+                finally:
+                    await self._close_all()
+                return self._finish()
         self._archive = await asyncio.to_thread(
             pack, self.options.script_dir, self.options.excludes
         )
+        self._code_hash = self._archive.short
         if (self.log_dir / MANIFEST).exists():
             raise UsageError(f"run {self.job.run_name!r} already exists in {self.options.log_dir}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -161,14 +192,18 @@ class Run:
             f"({self._archive.files} files, {len(self._archive.data) / 1024:.1f} KiB); "
             f"logs in {self.log_dir}"
         )
-        try:
-            if await self._prepare() and not self._interrupted:
-                await self._launch_all()
-                if not self.options.detach:
-                    await self._watch_all(started)
-        finally:
-            await self._close_all()
-        return self._finish()
+        with watch_lock(self.log_dir):
+            try:
+                if await self._prepare() and not self._interrupted:
+                    await self._launch_all()
+                    if not self.options.detach:
+                        await self._watch_all(started)
+            finally:
+                await self._close_all()
+                for slot in self._slots.values():
+                    if slot.sink is not None:
+                        slot.sink.close()
+            return self._finish()
 
     # -- phases -----------------------------------------------------------------------------
     async def _prepare(self) -> bool:
@@ -268,12 +303,12 @@ class Run:
         watchers = {
             asyncio.ensure_future(self._watch_one(s)): s
             for s in self._slots.values()
-            if s.state is State.RUNNING
+            if s.sink is not None and s.state not in (State.ERROR,)
         }
         deadline = None if self.options.timeout is None else started + self.options.timeout
         stopper: asyncio.Future[Any] | None = None
-        if self._first_failure and self.options.fail_fast:
-            stopper = asyncio.ensure_future(self._stop_all(self._first_failure))
+        if self._stop_reason():
+            stopper = asyncio.ensure_future(self._stop_all(self._stop_reason() or ""))
         pending = set(watchers)
         while pending:
             self._wake.clear()
@@ -291,18 +326,23 @@ class Run:
             if deadline is not None and time.monotonic() >= deadline and not self._timed_out:
                 self._timed_out = True
                 self._note(f"timeout: the run took longer than {self.options.timeout:g} s", "error")
+            if self.observe_only and self._interrupted:
+                break
             reason = self._stop_reason()
             if reason and stopper is None:
                 stopper = asyncio.ensure_future(self._stop_all(reason))
         for task in pending:
             task.cancel()
-            slot = watchers[task]
-            self._fail(slot.host, State.LOST, "did not report an exit after being stopped")
+            if not self.observe_only:
+                slot = watchers[task]
+                self._fail(slot.host, State.LOST, "did not report an exit after being stopped")
         if stopper is not None:
             await asyncio.gather(stopper, return_exceptions=True)
         await asyncio.gather(*watchers, return_exceptions=True)
 
     def _stop_reason(self) -> str | None:
+        if self.observe_only:
+            return None
         if self._interrupted:
             return "interrupted"
         if self._timed_out:
@@ -331,31 +371,39 @@ class Run:
             self._fail(slot.host, state, slot.result().reason)
 
     async def _follow_reconnecting(self, slot: _Slot) -> Exit:
-        """Follow the log; on a lost connection, reconnect with backoff and resume at the offset."""
+        """Follow the log; when the connection drops, reconnect with backoff and resume at the
+        byte offset. Gives up after ``reconnect_timeout`` without a connection."""
         assert slot.plan is not None
         assert slot.sink is not None
-        assert slot.conn is not None
-        give_up = None
+        give_up: float | None = None
         delay = 0.5
         while True:
-            try:
-                return await follow(slot.conn, slot.plan.paths, slot.sink)
-            except HostLost as exc:
-                now = time.monotonic()
-                give_up = give_up or now + self.options.reconnect_timeout
-                if now >= give_up:
-                    raise HostLost(slot.host, f"{exc.message}; gave up reconnecting") from None
-                self._set(slot, State.RECONNECTING, exc.message)
-            with contextlib.suppress(HostError):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
-                slot.conn = await connect(slot.host, self.options.ssh)
-                self._set(slot, State.RUNNING, "reconnected")
-                give_up, delay = None, 0.5
+            if slot.conn is None:
+                try:
+                    slot.conn = await connect(slot.host, self.options.ssh)
+                    self._set(slot, State.RUNNING, "connected")
+                    give_up, delay = None, 0.5
+                except HostError as exc:
+                    reason = exc.message
+            if slot.conn is not None:
+                try:
+                    return await follow(slot.conn, slot.plan.paths, slot.sink)
+                except HostLost as exc:
+                    reason = exc.message
+                    with contextlib.suppress(Exception):
+                        await slot.conn.close()
+                    slot.conn = None
+            now = time.monotonic()
+            give_up = give_up or now + self.options.reconnect_timeout
+            if now >= give_up or self._stop_reason():
+                raise HostLost(slot.host, f"{reason}; gave up reconnecting")
+            self._set(slot, State.RECONNECTING, reason)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
     async def _stop_all(self, reason: str) -> None:
         """TERM every still-running host's process group, KILL after the grace period."""
-        targets = [s for s in self._slots.values() if not s.state.final and s.plan and s.conn]
+        targets = [s for s in self._slots.values() if s.sink and s.plan and s.conn]
         if not targets:
             return
         self._note(f"stopping {len(targets)} host(s): {reason}", "error")
@@ -365,7 +413,7 @@ class Run:
             assert slot.conn is not None
             assert slot.plan is not None
             self._set(slot, State.STOPPING)
-            return await stop(slot.conn, slot.plan.paths, "TERM", self.options.grace)
+            return await stop(slot.conn, slot.plan.paths, self.stop_signal, self.options.grace)
 
         await map_hosts(
             stop_one, [s.host for s in targets], timeout=self.options.grace + 20, what="stop"
@@ -419,7 +467,7 @@ class Run:
                 "version": 1,
                 "run_name": self.job.run_name,
                 "job": job_to_json(self.job),
-                "code_hash": self._archive.short if self._archive else None,
+                "code_hash": self._code_hash,
                 "script_dir": str(opts.script_dir.resolve()),
                 "fail_fast": opts.fail_fast,
                 "grace": opts.grace,

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.errors import HostLost
-from multihost.model import Host
+from multihost.errors import HostLost, RemoteError
+from multihost.model import Host, State
 from multihost.plan import Paths, finish_command, watch_command
 from multihost.transport import Connection
 
@@ -45,7 +45,7 @@ class LogSink:
         self.offset = self._file.tell()
         self._emit = emit
         self._partial = b""
-        self.last_line = ""
+        self.last_line = _last_line(path) if self.offset else ""
 
     def feed(self, data: bytes) -> None:
         if not data:
@@ -70,6 +70,23 @@ class LogSink:
         self._file.close()
 
 
+def classify(exit_info: Exit) -> State:
+    """Exit code 0 is done; stopped by us or by a signal (128+N) is killed; else failed."""
+    if exit_info.code == 0:
+        return State.DONE
+    if exit_info.stopped_by or 128 < exit_info.code <= 128 + 64:
+        return State.KILLED
+    return State.FAILED
+
+
+def _last_line(path: Path) -> str:
+    """The last non-blank line already in a local log (for a run followed again)."""
+    with path.open("rb") as f:
+        f.seek(max(0, f.seek(0, 2) - 4096))
+        lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
 def _number(text: str) -> float | None:
     try:
         return float(text)
@@ -91,6 +108,8 @@ async def follow(conn: Connection, paths: Paths, sink: LogSink) -> Exit:
         sink.feed(chunk)
     res = await conn.run(finish_command(paths, sink.offset))
     header, _, rest = res.stdout.partition(b"\n")
+    if header.strip() == b"missing":
+        raise RemoteError(conn.host, f"run directory {paths.run} is gone from the host")
     exit_info = parse_exit(header.decode(errors="replace"))
     if exit_info is None:
         raise HostLost(conn.host, "log stream ended before the job did")
