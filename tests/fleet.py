@@ -81,9 +81,9 @@ class Fleet:
         """Live (pid, cmdline) of host ``i``'s user, sshd session processes left out."""
         return user_processes(i)
 
-    def kill_user_processes(self) -> None:
-        """SIGKILL everything the fleet's users run (sshd sessions included)."""
-        kill_user_processes([h.index for h in self.hosts])
+    def kill_user_processes(self, indices: Sequence[int] | None = None) -> None:
+        """SIGKILL everything the given hosts' users run (default: every host)."""
+        kill_user_processes([h.index for h in self.hosts] if indices is None else indices)
 
     def to_json(self) -> str:
         """Serialise for ``fleet.json``."""

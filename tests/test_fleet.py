@@ -67,7 +67,7 @@ async def test_asyncssh_reads_the_ssh_config(ssh_fleet: Fleet) -> None:
 def test_stop_and_start_host_keeps_jobs(ssh_fleet: Fleet) -> None:
     i = 1 if len(ssh_fleet.hosts) > 1 else 0
     h = ssh_fleet.hosts[i]
-    ssh_fleet.kill_user_processes()
+    ssh_fleet.kill_user_processes([i])
     job = "setsid sleep 123 </dev/null >/dev/null 2>&1 & echo started"
     assert _ssh(ssh_fleet, h.alias, job).stdout == "started\n"
     session = subprocess.Popen(
@@ -86,5 +86,5 @@ def test_stop_and_start_host_keeps_jobs(ssh_fleet: Fleet) -> None:
         session.kill()
         ssh_fleet.start_host(i)
     assert _ssh(ssh_fleet, h.alias, "echo $MULTIHOST_TEST_HOST").stdout == f"{h.alias}\n"
-    ssh_fleet.kill_user_processes()
+    ssh_fleet.kill_user_processes([i])
     assert ssh_fleet.user_processes(i) == []
