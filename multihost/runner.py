@@ -176,6 +176,8 @@ class Run:
         if self._attached:
             with watch_lock(self.log_dir):
                 try:
+                    await self._phase(self._reattach_one, self.options.connect_limit,
+                                      self.options.ssh.connect_timeout + 10, "connect")  # fmt: skip
                     await self._watch_all(started)
                 finally:
                     await self._close_all()
@@ -254,6 +256,14 @@ class Run:
         slot = self._slots[host.process_id]
         self._set(slot, State.CONNECTING)
         slot.conn = await connect(host, self.options.ssh)
+
+    async def _reattach_one(self, host: Host) -> None:
+        slot = self._slots[host.process_id]
+        if slot.sink is not None:
+            try:
+                slot.conn = await connect(host, self.options.ssh)
+            except HostError as exc:  # the watcher keeps trying until the reconnect timeout
+                self._set(slot, State.RECONNECTING, exc.message)
 
     async def _stage_one(self, host: Host) -> None:
         slot = self._slots[host.process_id]

@@ -1,0 +1,169 @@
+"""Runs outlive the runner: SIGKILL then attach, sshd restarts, detach/status/kill, logs, clean."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.clitools import cli, host_logs, manifest, spawn, wait_for
+
+N = 4
+COUNT = 50  # numbered lines per host, one every 0.1 s
+NUMBERED = f'for i in $(seq 1 {COUNT}); do echo "$JAX_PROCESS_ID line $i"; sleep 0.1; done'
+
+
+@pytest.fixture(autouse=True)
+def _fresh_runs(ssh_fleet) -> None:  # type: ignore[no-untyped-def]
+    for host in ssh_fleet.hosts:
+        shutil.rmtree(host.home / ".multihost" / "runs", ignore_errors=True)
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    d = tmp_path / "code"
+    d.mkdir()
+    (d / "x.txt").write_text("x\n")
+    return d
+
+
+def _args(fleet, code: Path, logs: Path, run: str, cmd: str, n: int = N) -> list[str]:  # type: ignore[no-untyped-def]
+    return ["run", "--hosts", ",".join(fleet.aliases[:n]), "--ssh-config", str(fleet.ssh_config),
+            "--script-dir", str(code), "--log-dir", str(logs), "--run-name", run,
+            "--grace", "2", "--cmd", cmd]  # fmt: skip
+
+
+def _exactly_once(text: str, pid: int) -> None:
+    assert text == "".join(f"{pid} line {i}\n" for i in range(1, COUNT + 1))
+
+
+def _no_processes(fleet, n: int = N) -> bool:  # type: ignore[no-untyped-def]
+    return all(not fleet.user_processes(i) for i in range(n))
+
+
+def test_sigkilled_runner_then_attach(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    logs = tmp_path / "logs"
+    cmd = f'{NUMBERED}; exit "$((JAX_PROCESS_ID == 3 ? 3 : 0))"'
+    proc = spawn([*_args(ssh_fleet, code, logs, "k9", cmd), "--no-fail-fast"])
+    wait_for(lambda: len(host_logs(logs, "k9")) == N
+             and all("line 5\n" in t for t in host_logs(logs, "k9").values()), 60)  # fmt: skip
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    time.sleep(1)
+    assert not _no_processes(ssh_fleet)  # the jobs outlive the runner
+    res = cli(["attach", "k9", "--log-dir", str(logs), "--stream", "all"])
+    assert res.returncode == 1, res.stderr  # host 3 exits 3
+    for i, text in enumerate(host_logs(logs, "k9").values()):
+        _exactly_once(text, i)
+        remote = ssh_fleet.hosts[i].home / ".multihost" / "runs" / "k9" / "log"
+        assert remote.read_text() == text
+    data = manifest(logs, "k9")
+    assert [h["exit_code"] for h in data["hosts"]] == [0, 0, 0, 3]
+    assert [h["state"] for h in data["hosts"]] == ["done", "done", "done", "failed"]
+
+
+def test_sshd_restart_resumes_without_gap(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    logs = tmp_path / "logs"
+    proc = spawn([*_args(ssh_fleet, code, logs, "blip", NUMBERED), "--stream", "all"])
+    try:
+        wait_for(lambda: "line 10\n" in host_logs(logs, "blip").get("slice_0000_worker_0002", ""),
+                 60)  # fmt: skip
+        ssh_fleet.stop_host(2)
+        wait_for(lambda: manifest(logs, "blip")["hosts"][2]["state"] == "reconnecting", 20,
+                 "the host to show as reconnecting")  # fmt: skip
+        time.sleep(1.5)
+        ssh_fleet.start_host(2)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        ssh_fleet.start_host(2)
+    assert proc.returncode == 0, err
+    for i, text in enumerate(host_logs(logs, "blip").values()):
+        _exactly_once(text, i)
+
+
+def test_host_lost_past_reconnect_timeout(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    logs = tmp_path / "logs"
+    cmd = "echo up; sleep 120"
+    proc = spawn([*_args(ssh_fleet, code, logs, "lost", cmd), "--reconnect-timeout", "3"])
+    try:
+        wait_for(lambda: len(host_logs(logs, "lost")) == N
+                 and all("up" in t for t in host_logs(logs, "lost").values()), 60)  # fmt: skip
+        ssh_fleet.stop_host(1)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+        ssh_fleet.start_host(1)
+    assert proc.returncode == 1
+    data = manifest(logs, "lost")
+    assert [h["state"] for h in data["hosts"]] == ["killed", "lost", "killed", "killed"]
+    assert "gave up reconnecting" in data["hosts"][1]["error"]
+    assert "s0/w1" in err
+    # the lost host's job kept running where we could not reach it; kill finishes the job
+    assert ssh_fleet.user_processes(1)
+    res = cli(["kill", "lost", "--log-dir", str(logs), "--grace", "2"])
+    assert res.returncode == 0, res.stderr
+    wait_for(lambda: _no_processes(ssh_fleet), 15, "every host's processes to be gone")
+
+
+def test_detach_status_kill_status(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    logs = tmp_path / "logs"
+    res = cli([*_args(ssh_fleet, code, logs, "det", "echo hi; sleep 120"), "--detach"])
+    assert res.returncode == 0, res.stderr
+    assert "multihost attach det" in res.stdout
+    wait_for(lambda: all(ssh_fleet.user_processes(i) for i in range(N)), 10)
+    status = cli(["status", "det", "--log-dir", str(logs), "--json"])
+    assert status.returncode == 0, status.stderr
+    rows = json.loads(status.stdout)
+    assert [r["state"] for r in rows] == ["running"] * N
+    wait_for(lambda: all(r["last line"] == "hi" for r in json.loads(
+        cli(["status", "det", "--log-dir", str(logs), "--json"]).stdout)), 10)  # fmt: skip
+
+    killed = cli(["kill", "det", "--log-dir", str(logs), "--grace", "2"])
+    assert killed.returncode == 0, killed.stderr
+    wait_for(lambda: _no_processes(ssh_fleet), 10, "every host's processes to be gone")
+    assert [h["state"] for h in manifest(logs, "det")["hosts"]] == ["killed"] * N
+    again = cli(["kill", "det", "--log-dir", str(logs)])  # idempotent
+    assert again.returncode == 0, again.stderr
+
+    ssh_fleet.stop_host(0)  # a finished run's status needs no host
+    try:
+        final = cli(["status", "det", "--log-dir", str(logs), "--json"])
+    finally:
+        ssh_fleet.start_host(0)
+    assert final.returncode == 0, final.stderr
+    assert [r["state"] for r in json.loads(final.stdout)] == ["killed"] * N
+    assert all(r["exit"] == "signal 15" for r in json.loads(final.stdout))
+
+
+def test_logs_follow_ls_and_clean(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    logs = tmp_path / "logs"
+    res = cli([*_args(ssh_fleet, code, logs, "fol", NUMBERED, n=2), "--detach"])
+    assert res.returncode == 0, res.stderr
+    follow = cli(["logs", "fol", "--log-dir", str(logs), "--follow"])
+    assert follow.returncode == 0, follow.stderr
+    assert f"[s0/w1] 1 line {COUNT}" in follow.stdout
+    for i, text in enumerate(host_logs(logs, "fol").values()):
+        _exactly_once(text, i)
+    one = cli(["logs", "fol", "--log-dir", str(logs), "--host", "s0/w1"])
+    assert one.stdout == "".join(f"1 line {i}\n" for i in range(1, COUNT + 1))
+    bad = cli(["logs", "fol", "--log-dir", str(logs), "--host", "s9/w9"])
+    assert bad.returncode == 2
+
+    listed = cli(["ls", "--log-dir", str(logs)])
+    assert "fol" in listed.stdout
+    assert "2 done" in listed.stdout
+
+    kept = cli(["clean", "--older-than", "1d", "--log-dir", str(logs)])
+    assert "nothing older" in kept.stdout
+    remote = ssh_fleet.hosts[1].home / ".multihost" / "runs" / "fol"
+    assert remote.is_dir()
+    gone = cli(["clean", "--older-than", "0s", "--log-dir", str(logs)])
+    assert "removed fol" in gone.stdout
+    assert not (logs / "fol").exists()
+    assert not remote.exists()
+    assert cli(["clean", "--older-than", "soon", "--log-dir", str(logs)]).returncode == 2
