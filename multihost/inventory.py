@@ -117,7 +117,12 @@ def local_fleet(n: int, base: str = "~/.cache/multihost/local") -> Fleet:
 
 def resolve_hosts(spec: str) -> Fleet:
     """``--hosts`` value: a TOML file if one exists at that path (or ends in .toml), else a list."""
-    path = Path(spec).expanduser()
-    if spec.endswith(".toml") or (path.is_file() and "," not in spec):
-        return load_inventory(path)
+    if spec.endswith(".toml"):
+        return load_inventory(Path(spec).expanduser())
+    if "," not in spec:
+        try:
+            if Path(spec).expanduser().is_file():
+                return load_inventory(Path(spec).expanduser())
+        except OSError:  # e.g. a name too long to be a file: it is a host list
+            pass
     return parse_host_list(spec)

@@ -176,8 +176,10 @@ class Run:
         if self._attached:
             with watch_lock(self.log_dir):
                 try:
-                    await self._phase(self._reattach_one, self.options.connect_limit,
-                                      self.options.ssh.connect_timeout + 10, "connect")  # fmt: skip
+                    await map_hosts(
+                        self._reattach_one, list(self.fleet), limit=self.options.connect_limit,
+                        timeout=self.options.ssh.connect_timeout + 10, what="connect",
+                    )  # fmt: skip
                     await self._watch_all(started)
                 finally:
                     await self._close_all()

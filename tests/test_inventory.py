@@ -95,3 +95,9 @@ def test_local_fleet_dirs() -> None:
     assert [h.remote_dir for h in fleet] == ["/tmp/x/w0", "/tmp/x/w1", "/tmp/x/w2"]
     with pytest.raises(InventoryError):
         local_fleet(0)
+
+
+def test_long_host_list_is_not_a_path() -> None:
+    spec = ",".join(f"host-number-{i}.example.internal" for i in range(128))
+    assert len(resolve_hosts(spec)) == 128
+    assert len(resolve_hosts("x" * 300)) == 1

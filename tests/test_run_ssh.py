@@ -20,6 +20,7 @@ def _fresh_runs(ssh_fleet) -> None:  # type: ignore[no-untyped-def]
     """Run names are reused across tests; a host refuses to reuse a run directory."""
     for host in ssh_fleet.hosts:
         shutil.rmtree(host.home / ".multihost" / "runs", ignore_errors=True)
+    ssh_fleet.kill_user_processes()  # a failed test must not leave jobs for the next one
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ NUMBERED = f'for i in $(seq 1 {COUNT}); do echo "$JAX_PROCESS_ID line $i"; sleep
 def _fresh_runs(ssh_fleet) -> None:  # type: ignore[no-untyped-def]
     for host in ssh_fleet.hosts:
         shutil.rmtree(host.home / ".multihost" / "runs", ignore_errors=True)
+    ssh_fleet.kill_user_processes()  # a failed test must not leave jobs for the next one
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_sshd_restart_resumes_without_gap(ssh_fleet, code: Path, tmp_path: Path)
                  "the host to show as reconnecting")  # fmt: skip
         time.sleep(1.5)
         ssh_fleet.start_host(2)
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
         ssh_fleet.start_host(2)

@@ -22,6 +22,7 @@ FAKE_GCLOUD_DIR = REPO / "tests" / "fake_gcloud"
 def _fresh_runs(ssh_fleet) -> None:  # type: ignore[no-untyped-def]
     for host in ssh_fleet.hosts:
         shutil.rmtree(host.home / ".multihost" / "runs", ignore_errors=True)
+    ssh_fleet.kill_user_processes()  # a failed test must not leave jobs for the next one
 
 
 def _setup(ssh_fleet, tmp_path: Path, nodes: list[dict[str, Any]], known: Path | None = None):  # type: ignore[no-untyped-def]
