@@ -415,7 +415,9 @@ class Run:
 
     async def _stop_all(self, reason: str) -> None:
         """TERM every still-running host's process group, KILL after the grace period."""
-        targets = [s for s in self._slots.values() if s.sink and s.plan and s.conn]
+        targets = [
+            s for s in self._slots.values() if s.sink and s.plan and s.conn and not s.state.final
+        ]
         if not targets:
             return
         self._note(f"stopping {len(targets)} host(s): {reason}", "error")
