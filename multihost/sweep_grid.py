@@ -1,0 +1,366 @@
+"""Sweep grids: ``--grid`` axes, the command template, a safe ``--where`` filter, points. Pure.
+
+Grid values are text, inserted into the command verbatim (they come from the user's own
+command line or grid file); they are also read as numbers for ``--where`` and sorting. In the
+template ``{name}`` is a grid value and ``{{`` / ``}}`` are literal braces.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+import keyword
+import math
+import operator
+import re
+import string
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from multihost.errors import UsageError
+
+Value = int | float | str
+Grid = Mapping[str, tuple[str, ...]]
+
+# Column names of every results row; an axis with one of these names would collide.
+RESERVED = frozenset({"point", "repeat", "status", "run", "command", "started", "ended"})
+MAX_WHERE_CHARS = 1000
+MAX_POINTS = 100_000
+_MAX_DEPTH = 100  # keeps the recursive walkers far from Python's recursion limit
+_MAX_BITS = 4096  # largest int a --where step may produce
+_MAX_EXPONENT = 64
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._]")
+
+
+def parse_value(text: str) -> Value:
+    """A grid value as a number when it reads as one (int, then float), else the text."""
+    try:
+        if _INT.match(text):
+            return int(text)
+        if _FLOAT.match(text):
+            return float(text)
+    except ValueError:  # more digits than int() accepts
+        pass
+    return text
+
+
+def _check_axis(name: str, values: Sequence[str], source: str) -> None:
+    if not _NAME.match(name) or keyword.iskeyword(name):
+        raise UsageError(f"{source}: {name!r} is not a valid grid name (letters, digits, _)")
+    if name in RESERVED:
+        raise UsageError(f"{source}: grid name {name!r} is reserved for a results column")
+    if not values or any(not v for v in values):
+        raise UsageError(f"{source}: grid {name!r} needs non-empty values")
+    dups = sorted({v for v in values if values.count(v) > 1})
+    if dups:
+        raise UsageError(f"{source}: grid {name!r} repeats {', '.join(dups)}")
+
+
+def parse_grid_arg(text: str) -> tuple[str, tuple[str, ...]]:
+    """``"fsdp=1,2,4"`` → ``("fsdp", ("1", "2", "4"))``; values stay text."""
+    name, sep, rest = text.partition("=")
+    if not sep:
+        raise UsageError(f"--grid {text!r}: expected NAME=V1,V2,...")
+    name, values = name.strip(), tuple(v.strip() for v in rest.split(","))
+    _check_axis(name, values, f"--grid {text!r}")
+    return name, values
+
+
+def merge_grids(*grids: Grid) -> dict[str, tuple[str, ...]]:
+    """Axes of several grids in order; a name given twice (even file + flag) is an error."""
+    merged: dict[str, tuple[str, ...]] = {}
+    for grid in grids:
+        for name, values in grid.items():
+            if name in merged:
+                raise UsageError(f"grid {name!r} given twice")
+            merged[name] = values
+    return merged
+
+
+def parse_grid_args(args: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Every ``--grid`` flag, in order, as one grid."""
+    return merge_grids(*(dict([parse_grid_arg(a)]) for a in args))
+
+
+@dataclass(frozen=True)
+class GridFile:
+    """What a ``--grid-file`` TOML says: ``[grid]`` axes and optional where/cmd/metric."""
+
+    grid: Mapping[str, tuple[str, ...]]
+    where: str | None = None
+    cmd: str | None = None
+    metric: str | None = None
+
+
+def _toml_text(value: object) -> str | None:
+    if isinstance(value, bool):  # bool is an int; true/false would surprise in a command
+        return None
+    if isinstance(value, int | float):
+        return repr(value)
+    return value if isinstance(value, str) else None
+
+
+def load_grid_file(path: Path) -> GridFile:
+    """Read a grid file; a scalar axis value means a one-value axis."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read grid file {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"grid", "where", "cmd", "metric"}
+    if unknown:
+        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}")
+    table = data.get("grid")
+    if not isinstance(table, dict) or not table:
+        raise UsageError(f"{path}: needs a non-empty [grid] table")
+    grid: dict[str, tuple[str, ...]] = {}
+    for name, raw in table.items():
+        texts = [_toml_text(v) for v in (raw if isinstance(raw, list) else [raw])]
+        if any(t is None for t in texts):
+            raise UsageError(f"{path}: grid {name!r} values must be numbers or strings")
+        grid[name] = tuple(t for t in texts if t is not None)
+        _check_axis(name, grid[name], str(path))
+    extra: dict[str, str | None] = {}
+    for key in ("where", "cmd", "metric"):
+        if key in data and not isinstance(data[key], str):
+            raise UsageError(f"{path}: {key} must be a string")
+        extra[key] = data.get(key)
+    return GridFile(grid, **extra)
+
+
+def _template(cmd: str) -> list[tuple[str, str | None]]:
+    """``(literal, name or None)`` pieces of a command template, validated."""
+    try:
+        parsed = list(string.Formatter().parse(cmd))
+    except ValueError as exc:
+        raise UsageError(f"--cmd: {exc} (write {{{{ and }}}} for literal braces)") from None
+    pieces: list[tuple[str, str | None]] = []
+    for literal, name, spec, conversion in parsed:
+        if name is None:
+            pieces.append((literal, None))
+        elif name == "" or name.isdigit():
+            raise UsageError("--cmd: positional {} fields are not allowed; use {grid_name}")
+        elif conversion is not None or spec:
+            raise UsageError(f"--cmd: {{{name}}} may not have !conversion or :format in a sweep")
+        elif not _NAME.match(name):
+            raise UsageError(
+                f"--cmd: {{{name}}} is not a {{grid_name}} field (write {{{{ and }}}} for braces)"
+            )
+        else:
+            pieces.append((literal, name))
+    return pieces
+
+
+def placeholders(cmd: str) -> set[str]:
+    """The ``{name}`` fields of a command template."""
+    return {name for _, name in _template(cmd) if name is not None}
+
+
+def check_template(cmd: str, grid: Grid) -> None:
+    """Every ``{name}`` has a grid and every grid is used, or a UsageError listing both."""
+    used = placeholders(cmd)
+    problems = []
+    if unknown := sorted(used - set(grid)):
+        problems.append(f"--cmd uses {', '.join('{' + n + '}' for n in unknown)} with no --grid")
+    if unused := [n for n in grid if n not in used]:
+        problems.append(f"--grid {', '.join(unused)} not used by --cmd (add {{{unused[0]}}})")
+    if problems:
+        raise UsageError("; ".join(problems))
+
+
+def render(cmd: str, values: Mapping[str, str]) -> str:
+    """The template with each ``{name}`` replaced verbatim by its value text."""
+    return "".join(lit + (values[name] if name else "") for lit, name in _template(cmd))
+
+
+class _Refused(Exception):
+    """A --where step this evaluator will not do (too large, wrong types)."""
+
+
+def _num(value: object, symbol: str) -> int | float:
+    if not isinstance(value, int | float):
+        raise _Refused(f"{symbol} needs numbers, got {value!r}")
+    return value
+
+
+def _pow(base: int | float, exp: int | float) -> int | float:
+    if abs(exp) > _MAX_EXPONENT:
+        raise _Refused(f"exponent {exp} is larger than {_MAX_EXPONENT}")
+    if isinstance(base, int) and isinstance(exp, int) and abs(base).bit_length() * exp > _MAX_BITS:
+        raise _Refused("result too large")
+    result = base**exp
+    if not isinstance(result, int | float):
+        raise _Refused("complex result")
+    return result
+
+
+_BINOPS: dict[type[ast.operator], tuple[str, Callable[[Any, Any], Any]]] = {
+    ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
+    ast.Div: ("/", operator.truediv), ast.FloorDiv: ("//", operator.floordiv),
+    ast.Mod: ("%", operator.mod), ast.Pow: ("**", _pow),
+}  # fmt: skip
+_UNARY: dict[type[ast.unaryop], str] = {ast.UAdd: "+", ast.USub: "-", ast.Not: "not"}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+}  # fmt: skip
+# The whole whitelist: a node of any other type (operators included) is refused.
+_ALLOWED = (
+    ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.And, ast.Or,
+    ast.Compare, *_BINOPS, *_UNARY, *_COMPARE,
+)  # fmt: skip
+_WHAT = {  # how a refused node is named; others show their lowercased class name
+    "Call": "function calls", "Attribute": "attribute access", "Subscript": "subscripts",
+    "NamedExpr": ":=", "JoinedStr": "f-strings", "IfExp": "if/else", "ListComp": "comprehensions",
+    "SetComp": "comprehensions", "DictComp": "comprehensions", "GeneratorExp": "comprehensions",
+    "BitAnd": "&", "BitOr": "|", "BitXor": "^", "LShift": "<<", "RShift": ">>", "MatMult": "@",
+    "Invert": "~", "Is": "is", "IsNot": "is not", "In": "in", "NotIn": "not in",
+}  # fmt: skip
+
+
+def _check(node: ast.AST, names: Sequence[str], depth: int = 0) -> None:
+    """Walk a parsed --where and refuse anything outside the whitelist."""
+    if depth > _MAX_DEPTH:
+        raise UsageError("--where is nested too deeply")
+    if not isinstance(node, _ALLOWED):
+        kind = type(node).__name__
+        raise UsageError(f"not allowed in --where: {_WHAT.get(kind, kind.lower())}")
+    if isinstance(node, ast.Constant) and not isinstance(node.value, int | float | str):
+        raise UsageError(f"not allowed in --where: the constant {node.value!r}")  # None, 1j...
+    if isinstance(node, ast.Name) and node.id not in names:
+        raise UsageError(f"--where: unknown name {node.id!r} (grid names: {', '.join(names)})")
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        exp = node.right.value if isinstance(node.right, ast.Constant) else 0
+        if isinstance(exp, int | float) and abs(exp) > _MAX_EXPONENT:  # refuse before running
+            raise UsageError(f"--where: exponent {exp} is larger than {_MAX_EXPONENT}")
+    for kid in ast.iter_child_nodes(node):
+        _check(kid, names, depth + 1)
+
+
+def _eval(node: ast.expr, env: Mapping[str, Value]) -> Any:
+    """Evaluate a checked --where node; Python semantics, numbers only for arithmetic."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, env)
+        if isinstance(node.op, ast.Not):
+            return not value
+        number = _num(value, _UNARY[type(node.op)])
+        return -number if isinstance(node.op, ast.USub) else +number
+    if isinstance(node, ast.BinOp):
+        symbol, fn = _BINOPS[type(node.op)]
+        result = fn(_num(_eval(node.left, env), symbol), _num(_eval(node.right, env), symbol))
+        if isinstance(result, int) and result.bit_length() > _MAX_BITS:
+            raise _Refused("result too large")
+        return result
+    if isinstance(node, ast.BoolOp):
+        is_and = isinstance(node.op, ast.And)
+        for sub in node.values:
+            value = _eval(sub, env)
+            if bool(value) != is_and:  # short-circuit like Python's and/or
+                return value
+        return value
+    assert isinstance(node, ast.Compare)
+    left = _eval(node.left, env)
+    for op, comparator in zip(node.ops, node.comparators, strict=True):
+        right = _eval(comparator, env)
+        if not _COMPARE[type(op)](left, right):
+            return False
+        left = right
+    return True
+
+
+@dataclass(frozen=True)
+class Where:
+    """A ``--where`` filter, parsed and checked once, evaluated by walking its AST."""
+
+    text: str
+    names: tuple[str, ...]
+    tree: ast.Expression = field(repr=False, compare=False)
+
+    @classmethod
+    def compile(cls, text: str, names: Sequence[str]) -> Where:
+        """Parse and check ``text`` against the grid names; UsageError if not allowed."""
+        if len(text) > MAX_WHERE_CHARS:
+            raise UsageError(f"--where is longer than {MAX_WHERE_CHARS} characters")
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise UsageError(f"--where {text!r}: invalid syntax ({exc.msg})") from None
+        except (RecursionError, MemoryError):
+            raise UsageError("--where is nested too deeply") from None
+        _check(tree.body, tuple(names))
+        return cls(text, tuple(names), tree)
+
+    def matches(self, values: Mapping[str, Value]) -> bool:
+        """Whether a point passes; an error evaluating it is a UsageError naming the point."""
+        try:
+            return bool(_eval(self.tree.body, values))
+        except (_Refused, TypeError, ArithmeticError, ValueError) as exc:
+            point = " ".join(f"{k}={v}" for k, v in values.items())
+            why = str(exc) or type(exc).__name__
+            raise UsageError(f"--where {self.text!r} fails for {point}: {why}") from None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One combination of grid values, in grid order, with its place in the sweep."""
+
+    index: int
+    values: tuple[tuple[str, str], ...]
+
+    @property
+    def id(self) -> str:
+        """Stable, file- and run-name-safe id from the values alone: ``fsdp4-tp2-b4096``.
+
+        Values changed to be safe (or ids over 80 characters) get a hash of the real values,
+        so ids stay unique; with no index in it, editing the grid or --where keeps ids.
+        """
+        raw = [f"{name}{value}" for name, value in self.values]
+        safe = [_UNSAFE.sub("_", part) for part in raw]
+        text = "-".join(safe)
+        if safe != raw or len(text) > 80:
+            digest = hashlib.sha1(json.dumps(self.values).encode()).hexdigest()[:8]
+            text = f"{text[:70]}-h{digest}"
+        return text if text[0].isalnum() else "p" + text
+
+    @property
+    def label(self) -> str:
+        """``fsdp=4 tp=2 b=4096`` for tables and charts."""
+        return " ".join(f"{name}={value}" for name, value in self.values)
+
+    def command(self, template: str) -> str:
+        """The command for this point (values inserted verbatim)."""
+        return render(template, dict(self.values))
+
+    def as_dict(self) -> dict[str, Value]:
+        """Grid name → value, numbers parsed."""
+        return {name: parse_value(value) for name, value in self.values}
+
+
+def expand(grid: Grid, where: Where | None = None) -> list[Point]:
+    """The Cartesian product of the grid in grid order (last axis fastest), filtered."""
+    if not grid:
+        raise UsageError("a sweep needs at least one --grid")
+    total = math.prod(len(v) for v in grid.values())
+    if total > MAX_POINTS:
+        raise UsageError(f"the grid has {total} points; at most {MAX_POINTS} are allowed")
+    points: list[Point] = []
+    for combo in itertools.product(*grid.values()):
+        values = tuple(zip(grid, combo, strict=True))
+        if where is None or where.matches({n: parse_value(v) for n, v in values}):
+            points.append(Point(len(points), values))
+    if not points:
+        raise UsageError(f"--where {where.text if where else ''!r} leaves no points of {total}")
+    return points
