@@ -213,20 +213,22 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         kwargs["port"] = host.port
     if host.identity:
         kwargs["client_keys"] = [str(Path(host.identity).expanduser())]
-    prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
-    fallback = os.path.expanduser(options.fallback_identity or "")
-    configured = host.identity or prepared.config.get("IdentityFile")
-    if fallback and os.path.isfile(fallback) and not configured:
-        kwargs["client_keys"] = [fallback]
-    files = _known_hosts_files(prepared)
     tofu: _TrustOnFirstUse | None = None
-    if options.host_keys == "accept-new":
-        tofu = _TrustOnFirstUse(files, options.trust_file)
-        kwargs["client_factory"] = lambda: tofu
-        if options.trust_file.is_file():
-            files = [*files, str(options.trust_file)]
-    # An empty known-hosts set (not an empty list, which means "the default file") trusts nothing.
-    kwargs["known_hosts"] = files or asyncssh.import_known_hosts("")
+    if options.host_keys == "accept-new" or options.fallback_identity:
+        # Reading the ssh config costs CPU per host, so only when a decision needs it.
+        prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
+        fallback = os.path.expanduser(options.fallback_identity or "")
+        configured = host.identity or prepared.config.get("IdentityFile")
+        if fallback and os.path.isfile(fallback) and not configured:
+            kwargs["client_keys"] = [fallback]
+        files = _known_hosts_files(prepared)
+        if options.host_keys == "accept-new":
+            tofu = _TrustOnFirstUse(files, options.trust_file)
+            kwargs["client_factory"] = lambda: tofu
+            if options.trust_file.is_file():
+                files = [*files, str(options.trust_file)]
+        # An empty known-hosts set (not an empty list: that means the default file) trusts nothing.
+        kwargs["known_hosts"] = files or asyncssh.import_known_hosts("")
     try:
         conn = await asyncssh.connect(host.address, **kwargs)
     except asyncssh.HostKeyNotVerifiable as exc:
@@ -246,6 +248,12 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     except TimeoutError:
         raise ConnectTimeout(
             host, f"connect timed out after {options.connect_timeout:g} s"
+        ) from None
+    except FileNotFoundError as exc:
+        raise HostKeyError(
+            host,
+            f"host key not verified: known_hosts file {exc.filename} does not exist; create it, "
+            "or use --host-keys accept-new to trust keys on first use",
         ) from None
     except (asyncssh.Error, OSError) as exc:
         where = f"{host.address}:{host.port}" if host.port else host.address
