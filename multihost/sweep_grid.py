@@ -179,7 +179,10 @@ def check_template(cmd: str, grid: Grid) -> None:
 
 def render(cmd: str, values: Mapping[str, str]) -> str:
     """The template with each ``{name}`` replaced verbatim by its value text."""
-    return "".join(lit + (values[name] if name else "") for lit, name in _template(cmd))
+    pieces = _template(cmd)
+    if missing := sorted({n for _, n in pieces if n is not None} - set(values)):
+        raise UsageError(f"--cmd uses {', '.join('{' + n + '}' for n in missing)} with no --grid")
+    return "".join(lit + (values[name] if name else "") for lit, name in pieces)
 
 
 class _Refused(Exception):

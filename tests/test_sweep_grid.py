@@ -302,6 +302,8 @@ def test_command_substitutes_verbatim() -> None:
     cmd = "python s.py --fsdp {fsdp} --lr={lr} --opt {opt} --json '{{\"a\": {fsdp}}}'"
     assert p.command(cmd) == "python s.py --fsdp 4 --lr=1e-3 --opt 'adam w' --json '{\"a\": 4}'"
     assert p.as_dict() == {"fsdp": 4, "lr": 0.001, "opt": "'adam w'"}
+    with pytest.raises(UsageError, match=r"uses \{tp\} with no --grid"):
+        p.command("run {fsdp} {tp}")
 
 
 def test_point_ids_safe_stable_and_unique() -> None:
