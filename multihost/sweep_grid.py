@@ -17,6 +17,7 @@ import operator
 import re
 import string
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,7 @@ def _check_axis(name: str, values: Sequence[str], source: str) -> None:
         raise UsageError(f"{source}: grid name {name!r} is reserved for a results column")
     if not values or any(not v for v in values):
         raise UsageError(f"{source}: grid {name!r} needs non-empty values")
-    dups = sorted({v for v in values if values.count(v) > 1})
+    dups = sorted(v for v, n in Counter(values).items() if n > 1)
     if dups:
         raise UsageError(f"{source}: grid {name!r} repeats {', '.join(dups)}")
 
