@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -120,10 +120,17 @@ class Run:
         job: Job,
         options: RunOptions,
         on_event: Callable[[Event], None] | None = None,
+        *,
+        connections: Mapping[int, Connection] | None = None,
+        staged: Archive | None = None,
     ) -> None:
+        """``connections`` (by process id) and ``staged`` code let several runs share one
+        session (a sweep): those hosts are neither connected nor staged again, nor closed."""
         if not fleet.hosts:
             raise UsageError("no hosts to run on")
         self.fleet, self.job, self.options = fleet, job, options
+        self._shared = dict(connections or {})
+        self._staged = staged
         self.log_dir = options.log_dir / job.run_name
         self._emit = on_event or (lambda _e: None)
         self._slots = {h.process_id: _Slot(h) for h in fleet}
@@ -133,6 +140,8 @@ class Run:
         self._first_failure: str | None = None
         self._archive: Archive | None = None
         self._code_hash: str | None = None
+        for pid, conn in self._shared.items():
+            self._slots[pid].conn = conn
         self._attached = False
         self.stop_signal = "TERM"
         self.observe_only = False  # following only: Ctrl-C leaves the hosts' jobs alone
@@ -184,16 +193,17 @@ class Run:
                 finally:
                     await self._close_all()
                 return self._finish()
-        self._archive = await asyncio.to_thread(
-            pack, self.options.script_dir, self.options.excludes
-        )
-        self._code_hash = self._archive.short
+        archive = self._staged
+        if archive is None:
+            archive = await asyncio.to_thread(pack, self.options.script_dir, self.options.excludes)
+        self._archive = archive
+        self._code_hash = archive.short
         if (self.log_dir / MANIFEST).exists():
             raise UsageError(f"run {self.job.run_name!r} already exists in {self.options.log_dir}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._note(
-            f"run {self.job.run_name}: {len(self.fleet)} host(s), code {self._archive.short} "
-            f"({self._archive.files} files, {len(self._archive.data) / 1024:.1f} KiB); "
+            f"run {self.job.run_name}: {len(self.fleet)} host(s), code {archive.short} "
+            f"({archive.files} files, {len(archive.data) / 1024:.1f} KiB); "
             f"logs in {self.log_dir}"
         )
         with watch_lock(self.log_dir):
@@ -216,7 +226,7 @@ class Run:
         outcomes = await self._phase(
             self._connect_one, opts.connect_limit, opts.ssh.connect_timeout + 10, "connect"
         )
-        if all(o.ok for o in outcomes):
+        if all(o.ok for o in outcomes) and self._staged is None:
             outcomes = await self._phase(self._stage_one, None, opts.stage_timeout, "staging")
         if all(o.ok for o in outcomes) and opts.stale != "off" and not self.fleet.local:
             outcomes = await self._phase(self._stale_one, None, 60.0, "stale check")
@@ -256,6 +266,8 @@ class Run:
 
     async def _connect_one(self, host: Host) -> None:
         slot = self._slots[host.process_id]
+        if slot.conn is not None:  # shared by the caller's session
+            return
         self._set(slot, State.CONNECTING)
         slot.conn = await connect(host, self.options.ssh)
 
@@ -433,8 +445,13 @@ class Run:
             stop_one, [s.host for s in targets], timeout=self.options.grace + 20, what="stop"
         )
 
+    @property
+    def connections(self) -> dict[int, Connection]:
+        """The open connections by process id (after a reconnect, the new ones)."""
+        return {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
+
     async def _close_all(self) -> None:
-        conns = [s.conn for s in self._slots.values() if s.conn is not None]
+        conns = [s.conn for p, s in self._slots.items() if s.conn and p not in self._shared]
         for result in await asyncio.gather(*(c.close() for c in conns), return_exceptions=True):
             del result  # a connection that fails to close cleanly is already gone
 

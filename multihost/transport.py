@@ -18,6 +18,7 @@ import asyncssh
 
 from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost
 from multihost.model import Host
+from multihost.sshconfig import config_for
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 
@@ -205,8 +206,8 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         "keepalive_interval": options.keepalive_interval,
         "keepalive_count_max": options.keepalive_count_max,
     }
-    if options.config:
-        kwargs["config"] = [str(p) for p in options.config]
+    config = config_for(options.config, host.address)
+    kwargs["config"] = config  # [] means no config file, not the default one
     if host.user:
         kwargs["username"] = host.user
     if host.port:

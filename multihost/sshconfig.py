@@ -1,0 +1,86 @@
+"""Cut an ssh config down to the blocks that can apply to one host, before asyncssh reads it.
+
+asyncssh parses the whole config for every connection; with a fleet's worth of ``Host``
+blocks that parse dominates the runner's CPU. A ``Host`` block whose patterns do not match
+the host's alias never applies, so dropping it changes nothing. Configs whose meaning could
+depend on more than the alias (``Match``, ``Include``, hostname canonicalisation) are left
+whole.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fnmatch
+import functools
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+_UNSAFE = {"match", "include", "canonicalizehostname"}
+
+
+@functools.lru_cache(maxsize=16)
+def _blocks(path: str, mtime_ns: int) -> tuple[str, tuple[tuple[tuple[str, ...], str], ...]] | None:
+    """(global text, ((patterns, block text), ...)), or None when the file must stay whole."""
+    del mtime_ns  # part of the cache key only
+    head: list[str] = []
+    blocks: list[tuple[tuple[str, ...], list[str]]] = []
+    for line in Path(path).read_text().splitlines(keepends=True):
+        words = line.replace("=", " ", 1).split()
+        keyword = words[0].lower() if words and not words[0].startswith("#") else ""
+        if keyword in _UNSAFE:
+            return None
+        if keyword == "host":
+            blocks.append((tuple(w.lower() for w in words[1:]), [line]))
+        elif blocks:
+            blocks[-1][1].append(line)
+        else:
+            head.append(line)
+    return "".join(head), tuple((p, "".join(lines)) for p, lines in blocks)
+
+
+def _matches(alias: str, patterns: tuple[str, ...]) -> bool:
+    """OpenSSH's rule: some positive pattern matches and no negated one does."""
+    name = alias.lower()
+    if any(p.startswith("!") and fnmatch.fnmatchcase(name, p[1:]) for p in patterns):
+        return False
+    return any(not p.startswith("!") and fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def filtered_text(path: Path, alias: str) -> str | None:
+    """The config with only the blocks that can apply to ``alias``; None to use it whole."""
+    try:
+        parsed = _blocks(str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return None
+    if parsed is None:
+        return None
+    head, blocks = parsed
+    return head + "".join(text for patterns, text in blocks if _matches(alias, patterns))
+
+
+@functools.cache
+def _scratch() -> Path:
+    d = Path(tempfile.mkdtemp(prefix="multihost-sshconfig-"))
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d
+
+
+@functools.lru_cache(maxsize=4096)
+def _written(text: str) -> str:
+    path = _scratch() / hashlib.sha256(text.encode()).hexdigest()[:20]
+    path.write_text(text)
+    return str(path)
+
+
+def config_for(paths: tuple[Path, ...], alias: str) -> list[str]:
+    """Config paths to hand asyncssh for this host: filtered copies where that is safe."""
+    if not paths:
+        default = Path.home() / ".ssh" / "config"
+        paths = (default,) if default.is_file() else ()
+    out = []
+    for path in paths:
+        text = filtered_text(path, alias)
+        out.append(str(path) if text is None else _written(text))
+    return out

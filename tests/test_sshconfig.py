@@ -1,0 +1,58 @@
+"""Filtering an ssh config to the blocks that can apply to one host (pure, no SSH)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import asyncssh
+
+from multihost.sshconfig import config_for, filtered_text
+
+CONFIG = """\
+# global
+ServerAliveInterval 5
+
+Host h0
+  HostName 127.0.0.2
+  User u0
+Host h1 h1-alt
+  HostName 127.0.0.3
+Host h* !h1
+  Port 2222
+Host *
+  IdentitiesOnly yes
+"""
+
+
+def test_keeps_only_blocks_that_match(tmp_path: Path) -> None:
+    cfg = tmp_path / "config"
+    cfg.write_text(CONFIG)
+    text = filtered_text(cfg, "h0")
+    assert text is not None
+    assert "ServerAliveInterval 5" in text
+    assert "127.0.0.2" in text
+    assert "127.0.0.3" not in text
+    assert "Port 2222" in text
+    assert "IdentitiesOnly" in text
+    h1 = filtered_text(cfg, "H1")  # host patterns are case-insensitive
+    assert h1 is not None
+    assert "127.0.0.3" in h1
+    assert "Port 2222" not in h1  # negated
+
+
+def test_filtered_config_resolves_the_same(tmp_path: Path) -> None:
+    cfg = tmp_path / "config"
+    cfg.write_text(CONFIG)
+    for alias in ("h0", "h1", "h1-alt", "h7", "other"):
+        whole = asyncssh.SSHClientConnectionOptions(host=alias, config=[str(cfg)])
+        cut = asyncssh.SSHClientConnectionOptions(host=alias, config=config_for((cfg,), alias))
+        assert (whole.host, whole.port, whole.username) == (cut.host, cut.port, cut.username)
+        assert whole.config.get("IdentitiesOnly") == cut.config.get("IdentitiesOnly")
+
+
+def test_match_or_include_keeps_the_file_whole(tmp_path: Path) -> None:
+    for extra in ("Match host h0\n  User x\n", "Include other\n", "CanonicalizeHostname yes\n"):
+        cfg = tmp_path / "config"
+        cfg.write_text(CONFIG + extra)
+        assert filtered_text(cfg, "h0") is None
+        assert config_for((cfg,), "h0") == [str(cfg)]
