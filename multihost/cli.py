@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import resource
+import shlex
 import signal
 import sys
 import time
@@ -30,6 +31,16 @@ from multihost.runner import Event, HostEvent, Note, Run, RunOptions, default_lo
 from multihost.stage import pack
 from multihost.stale import DEVICE_GLOB_ENV
 from multihost.stream import Line
+from multihost.sweep import Sweep, SweepSpec
+from multihost.sweep_grid import (
+    Where,
+    check_template,
+    expand,
+    load_grid_file,
+    merge_grids,
+    parse_grid_args,
+)
+from multihost.sweep_results import Record, latest, summarize, write_chart
 from multihost.tpu import IP_MODES, discover, fleet_rows
 from multihost.transport import HostKeyPolicy, SSHOptions, forget
 
@@ -139,6 +150,32 @@ def build_parser() -> argparse.ArgumentParser:
     kill = run_command("kill", "stop a run on every host")
     kill.add_argument("--signal", default="TERM", choices=("TERM", "INT", "HUP", "KILL", "USR1"))
     kill.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
+
+    sweep = sub.add_parser("sweep", help="run a command over a grid of configs and rank them")
+    _add_fleet_args(sweep)
+    sweep.add_argument("--cmd", help="command template with {name} fields (or cmd in --grid-file)")
+    sweep.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...")
+    sweep.add_argument("--grid-file", type=Path, help="TOML with a [grid] table (where/cmd/metric)")
+    sweep.add_argument("--where", help="keep points where this expression holds, e.g. 'a*b == 8'")
+    sweep.add_argument("--metric", help="result field to rank by (default tflops_per_device)")
+    sweep.add_argument("--minimize", action="store_true", help="smaller metric is better")
+    sweep.add_argument("--repeat", type=_positive(int), default=1)
+    sweep.add_argument("--point-timeout", type=_positive(float), metavar="S")
+    sweep.add_argument(
+        "--resume", action="store_true", help="skip points already ok (needs --run-name)"
+    )
+    sweep.add_argument("--parallel", default="none", metavar="slice|hosts:K",
+                       help="points at once: one per slice or K-host group")  # fmt: skip
+    sweep.add_argument("--script-dir", type=Path, default=Path("."))
+    sweep.add_argument("--exclude", action="append", default=[], metavar="PATTERN")
+    sweep.add_argument("--env", action="append", default=[], metavar="K=V")
+    sweep.add_argument("--log-dir", type=Path, default=None)
+    sweep.add_argument("--run-name", help="sweep name (default: sweep-<timestamp>)")
+    sweep.add_argument("--remote-dir", default="~/.multihost")
+    sweep.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
+    sweep.add_argument("--coordinator-port", type=int, default=8476)
+    sweep.add_argument("--megascale-port", type=int, default=8081)
+    sweep.add_argument("--kill-stale", action="store_true")
 
     ls = sub.add_parser("ls", help="runs under the log dir")
     ls.add_argument("--log-dir", type=Path, default=None)
@@ -400,6 +437,110 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
     return 0
 
 
+def sweep_spec(args: argparse.Namespace) -> SweepSpec:
+    """Grid, template, filter and metric from the flags and an optional grid file."""
+    grid_file = load_grid_file(args.grid_file) if args.grid_file else None
+    grid = merge_grids(grid_file.grid if grid_file else {}, parse_grid_args(args.grid))
+    template = args.cmd or (grid_file.cmd if grid_file else None)
+    if not template:
+        raise UsageError("sweep needs --cmd (or cmd = ... in the --grid-file)")
+    check_template(template, grid)
+    where_text = args.where or (grid_file.where if grid_file else None)
+    where = Where.compile(where_text, list(grid)) if where_text else None
+    if args.resume and not args.run_name:
+        raise UsageError("--resume needs the --run-name of the sweep to resume")
+    name = check_run_name(args.run_name or time.strftime("sweep-%Y%m%d-%H%M%S"))
+    return SweepSpec(
+        name=name,
+        template=template,
+        points=tuple(expand(grid, where)),
+        grid_names=tuple(grid),
+        metric=args.metric or (grid_file.metric if grid_file else None) or "tflops_per_device",
+        higher_is_better=not args.minimize,
+        repeat=args.repeat,
+        point_timeout=args.point_timeout,
+        resume=args.resume,
+        parallel=args.parallel,
+    )
+
+
+def reproduce(args: argparse.Namespace, command: str) -> str:
+    """The ``multihost run`` line that runs one point again."""
+    parts = ["multihost", "run"]
+    for flag in ("hosts", "local", "prefix", "project", "zone", "ssh_config", "user"):
+        value = getattr(args, flag)
+        if value is not None:
+            parts += [f"--{flag.replace('_', '-')}", str(value)]
+    for item in args.env:
+        parts += ["--env", item]
+    if args.script_dir != Path("."):
+        parts += ["--script-dir", str(args.script_dir)]
+    return shlex.join([*parts, "--cmd", command])
+
+
+def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
+    spec = sweep_spec(args)
+    fleet = fleet_from_args(args, err)
+    args.kill_stale = getattr(args, "kill_stale", False)
+    base = Job(
+        command="", run_name=spec.name, env=parse_env(args.env), remote_dir=args.remote_dir,
+        coordinator_port=args.coordinator_port, megascale_port=args.megascale_port,
+    )  # fmt: skip
+    args.timeout, args.reconnect_timeout, args.fail_fast = None, 300.0, True
+    options = run_options(args, ssh_options(args))
+    raise_nofile_limit()
+    done = 0
+
+    def on_record(record: Record) -> None:
+        nonlocal done
+        done += 1
+        err.print(report.record_line(done, total, record, spec.metric))
+
+    sweep = Sweep(fleet, spec, base, options, on_record)
+    groups = len(sweep.groups)
+    todo = total = len(sweep.todo())
+    err.print(
+        f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
+        f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim",
+    )  # fmt: skip
+    asyncio.run(_execute_sweep(sweep, err))
+    rows = sweep.store.load()
+    sweep.store.write_csv(latest(rows), list(spec.grid_names))
+    summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
+    Console(highlight=False).print(report.sweep_table(summary, spec.metric, spec.grid_names))
+    problem = write_chart(sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names,
+                          spec.higher_is_better)  # fmt: skip
+    if problem:
+        err.print(f"multihost: no sweep.png: {problem}", style="yellow")
+    top = summary[0] if summary and summary[0]["best"] else None
+    if top is not None:
+        print(f"best: {top['label']}  {spec.metric}={top['metric']}")
+        print(f"reproduce: {reproduce(args, top['command'])}")
+    print(f"results: {sweep.store.path}, {sweep.store.csv_path}"
+          + ("" if problem else f", {sweep.dir / 'sweep.png'}"))  # fmt: skip
+    if sweep.interrupted:
+        return 130
+    return 0 if all(row["status"] == "ok" for row in summary) else 1
+
+
+async def _execute_sweep(sweep: Sweep, err: Console) -> None:
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if sweep.interrupted:
+            os._exit(130)
+        err.print(f"multihost: {signal.Signals(signum).name}: stopping the sweep", style="bold red")
+        sweep.interrupt()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await sweep.execute()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
 def cmd_clean(args: argparse.Namespace, err: Console) -> int:
     age = runs.parse_age(args.older_than)
     said = asyncio.run(runs.clean(_log_dir(args), age, None, dry_run=args.dry_run))
@@ -474,7 +615,7 @@ def cmd_forget(args: argparse.Namespace, err: Console) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "run": cmd_run, "hosts": cmd_hosts, "kill-stale": cmd_kill_stale, "forget": cmd_forget,
     "attach": cmd_attach, "status": cmd_status, "ls": cmd_ls, "logs": cmd_logs,
-    "kill": cmd_kill, "clean": cmd_clean,
+    "kill": cmd_kill, "clean": cmd_clean, "sweep": cmd_sweep,
 }  # fmt: skip
 
 

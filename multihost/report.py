@@ -159,3 +159,42 @@ def ls_row(name: str, record: Mapping[str, Any]) -> dict[str, object]:
     return {"run": name, "hosts": len(record["hosts"]),
             "states": ", ".join(f"{n} {s}" for s, n in states.items()),
             "updated": f"{_age(age)} ago", "command": record["job"]["command"]}  # fmt: skip
+
+
+def _metric(value: Any) -> str:
+    return "" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def record_line(done: int, total: int, record: Any, metric: str) -> Text:
+    """One completed sweep point, as it happens."""
+    value = record.result.get(metric) if record.ok else None
+    text = Text(f"[{done}/{total}] ", style="dim")
+    text.append(" ".join(f"{k}={v}" for k, v in record.values.items()))
+    text.append(f"  r{record.repeat}  ", style="dim")
+    text.append(record.status, style="green" if record.ok else "red")
+    if value is not None:
+        text.append(f"  {metric}={_metric(value)}", style="bold")
+    return text
+
+
+def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequence[str]) -> Table:
+    """The sweep's points, best first; the best row highlighted."""
+    table = Table(title=f"sweep by {metric} (median over ok repeats)", title_justify="left")
+    table.add_column("#", justify="right")
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column(metric, justify="right")
+    table.add_column("ok", justify="right")
+    table.add_column("status / reason", overflow="fold")
+    for row in summary:
+        style = "bold green" if row.get("best") else None
+        rank = "" if row.get("rank") is None else str(row["rank"])
+        table.add_row(
+            rank,
+            *(str(row["values"].get(n, "")) for n in names),
+            _metric(row.get("metric")),
+            f"{row['n_ok']}/{row['n']}",
+            str(row["status"]),
+            style=style,
+        )
+    return table
