@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +37,29 @@ def ssh_fleet() -> Iterator[loopback.Fleet]:
     yield fleet
     if not found_running:
         loopback.down()
+
+
+REMOTE_SITE = Path("/opt/multihost-test-site")
+REMOTE_PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum", "scipy")
+
+
+@pytest.fixture(scope="session")
+def remote_jax(ssh_fleet: loopback.Fleet) -> dict[str, str]:
+    """Env that lets the fleet's users run JAX payloads: the system python3 plus a world-readable
+    copy of this interpreter's JAX packages (this Python may live under a private /root)."""
+    pins = [f"{name}=={metadata.version(name)}" for name in REMOTE_PACKAGES]
+    stamp = REMOTE_SITE / ".multihost-pins"
+    if not stamp.is_file() or stamp.read_text() != "\n".join(pins):
+        shutil.rmtree(REMOTE_SITE, ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+             str(REMOTE_SITE), *pins],
+            check=True, capture_output=True, timeout=900,
+        )  # fmt: skip
+        stamp.write_text("\n".join(pins))
+    for path in (REMOTE_SITE, *REMOTE_SITE.rglob("*")):
+        path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+    return {"PYTHONPATH": str(REMOTE_SITE), "PYTHON": "/usr/bin/python3"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,77 @@
+"""The payloads through the runner: ``--local 4`` and the SSH fleet, 2 CPU devices per process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.clitools import REPO, cli, host_logs
+
+pytestmark = [pytest.mark.jax, pytest.mark.slow]
+SHARDINGS = "payloads/shardings.py -dd 2 -if 4 -d 256 -b 16 -n 2 --tries 2"
+TRAIN = "payloads/train.py --model mlp -dd 2 -if 4 --d_model 64 --d_ff 128 --steps 4 --warmup 1"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _results(logs: Path, run: str) -> list[dict[str, Any]]:
+    found = []
+    for text in host_logs(logs, run).values():
+        lines = [ln for ln in text.splitlines() if ln.startswith("MULTIHOST_RESULT ")]
+        found += [json.loads(ln.split(" ", 1)[1]) for ln in lines]
+    return found
+
+
+def _check_same(results: list[dict[str, Any]], processes: int) -> dict[str, Any]:
+    assert sorted(r["process_index"] for r in results) == list(range(processes))
+    assert len({r["checksum"] for r in results}) == 1
+    first = next(r for r in results if r["process_index"] == 0)
+    assert first["num_processes"] == processes
+    assert first["num_devices"] == 2 * processes
+    return first
+
+
+def _local(tmp_path: Path, run: str, cmd: str) -> list[dict[str, Any]]:
+    res = cli(
+        ["run", "--local", "4", "--script-dir", str(REPO), "--log-dir", str(tmp_path),
+         "--run-name", run, "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
+         "--coordinator-port", str(_port()), "--timeout", "240", "--cmd", cmd],
+        timeout=300, HOME=str(tmp_path / "home"),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return _results(tmp_path, run)
+
+
+def test_shardings_local_4(tmp_path: Path) -> None:
+    first = _check_same(_local(tmp_path, "sh", f"{sys.executable} {SHARDINGS}"), 4)
+    assert first["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
+    assert first["payload"] == "shardings"
+
+
+def test_train_local_4(tmp_path: Path) -> None:
+    first = _check_same(_local(tmp_path, "tr", f"{sys.executable} {TRAIN}"), 4)
+    assert first["losses"][-1] < first["losses"][0]
+
+
+def test_shardings_over_ssh(ssh_fleet, remote_jax: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    res = cli(
+        ["run", "--hosts", ",".join(ssh_fleet.aliases[:4]), "--ssh-config",
+         str(ssh_fleet.ssh_config), "--script-dir", str(REPO), "--log-dir", str(tmp_path),
+         "--run-name", "ssh-sh", "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
+         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(_port()),
+         "--timeout", "240", "--cmd", f"{remote_jax['PYTHON']} {SHARDINGS}"],
+        timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    ssh = _check_same(_results(tmp_path, "ssh-sh"), 4)
+    local = _check_same(_local(tmp_path, "loc-sh", f"{sys.executable} {SHARDINGS}"), 4)
+    assert ssh["checksum"] == pytest.approx(local["checksum"], rel=1e-3)

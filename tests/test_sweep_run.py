@@ -1,0 +1,132 @@
+"""``multihost sweep`` end to end: shardings.py over --local 4, failures and --resume,
+--parallel slice over two SSH slices, and usage errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.clitools import REPO, cli
+
+SCRIPT = """\
+import json, os, sys
+a, b = int(sys.argv[1]), int(sys.argv[2])
+if a == 3:
+    sys.exit(4)
+if a == 2 and b == 2:
+    print("no result here")
+elif os.environ["JAX_PROCESS_ID"] == "0":
+    print("MULTIHOST_RESULT " + json.dumps({"score": a * 10 + b}))
+"""
+
+
+def _rows(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_sharding_sweep_local(tmp_path: Path) -> None:
+    cmd = (f"{sys.executable} payloads/shardings.py --ici_fsdp_parallelism {{fsdp}} "
+           "--ici_tensor_parallelism {tp} -d 128 -b 8 -n 1 --tries 1")  # fmt: skip
+    res = cli(
+        ["sweep", "--local", "4", "--script-dir", str(REPO), "--log-dir", str(tmp_path),
+         "--run-name", "shs", "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
+         "--cmd", cmd, "--grid", "fsdp=1,2,4,8", "--grid", "tp=1,2,4,8",
+         "--where", "fsdp*tp == 8", "--point-timeout", "200"],
+        timeout=900, HOME=str(tmp_path / "home"),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _rows(tmp_path / "shs" / "results.jsonl")
+    assert sorted((r["fsdp"], r["tp"]) for r in rows) == [(1, 8), (2, 4), (4, 2), (8, 1)]
+    assert {r["status"] for r in rows} == {"ok"}
+    checksums = [float(r["checksum"]) for r in rows]  # type: ignore[arg-type]
+    assert max(checksums) == pytest.approx(min(checksums), rel=2e-2)
+    with (tmp_path / "shs" / "results.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 4
+    assert list(table[0])[:3] == ["fsdp", "tp", "point"]
+    png = (tmp_path / "shs" / "sweep.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert "best: fsdp=" in res.stdout
+    assert "reproduce: multihost run --local 4" in res.stdout
+
+
+def test_failures_recorded_then_resume(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "sq.py").write_text(SCRIPT)
+    base = ["sweep", "--local", "2", "--script-dir", str(code), "--log-dir", str(tmp_path),
+            "--run-name", "sq", "--cmd", f"{sys.executable} sq.py {{a}} {{b}}",
+            "--grid", "a=1,2,3", "--grid", "b=1,2", "--where", "a + b < 5",
+            "--metric", "score"]  # fmt: skip
+    first = cli(base, HOME=str(tmp_path / "home"))
+    assert first.returncode == 1  # some points failed
+    rows = _rows(tmp_path / "sq" / "results.jsonl")
+    status = {(r["a"], r["b"]): r["status"] for r in rows}
+    assert status[(1, 1)] == status[(1, 2)] == status[(2, 1)] == "ok"
+    assert status[(2, 2)] == "no MULTIHOST_RESULT line from process 0"
+    assert "exited with code 4" in str(status[(3, 1)])
+    assert "best: a=2 b=1  score=21" in first.stdout
+    again = cli([*base, "--resume"], HOME=str(tmp_path / "home"))
+    rows = _rows(tmp_path / "sq" / "results.jsonl")
+    assert len(rows) == 7  # only the two points that were not ok ran again
+    assert sorted((r["a"], r["b"]) for r in rows[5:]) == [(2, 2), (3, 1)]
+    assert "2 to run" in again.stderr
+
+
+def test_parallel_slices_over_ssh(ssh_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    inventory = tmp_path / "fleet.toml"
+    aliases = ssh_fleet.aliases
+    inventory.write_text(
+        f'[[slices]]\nhosts = ["{aliases[0]}", "{aliases[1]}"]\n'
+        f'[[slices]]\nhosts = ["{aliases[2]}", "{aliases[3]}"]\n'
+    )
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "p.sh").write_text(
+        "start=$(date +%s.%N); sleep 2\n"
+        'if [ "$JAX_PROCESS_ID" = 0 ]; then\n'
+        '  echo "MULTIHOST_RESULT {\\"start\\": $start, \\"end\\": $(date +%s.%N), '
+        '\\"count\\": $JAX_PROCESS_COUNT, \\"host\\": \\"$MULTIHOST_TEST_HOST\\", \\"x\\": $1}"\n'
+        "fi\n"
+    )
+    res = cli(
+        ["sweep", "--hosts", str(inventory), "--ssh-config", str(ssh_fleet.ssh_config),
+         "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", "par",
+         "--cmd", "sh p.sh {x}", "--grid", "x=1,2", "--metric", "x", "--parallel", "slice"],
+        timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    rows = _rows(tmp_path / "logs" / "par" / "results.jsonl")
+    assert len(rows) == 2
+    assert {r["host"] for r in rows} == {"h0", "h2"}  # process 0 of each slice
+    assert all(r["count"] == 2 for r in rows)
+    a, b = rows
+    assert a["start"] < b["end"]  # type: ignore[operator]
+    assert b["start"] < a["end"]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cmd", "x {a} {c}", "--grid", "a=1"], "{c}"),
+        (["--cmd", "x {a}", "--grid", "a=1", "--grid", "b=2"], "--grid b not used"),
+        (["--cmd", "x {a}", "--grid", "a=1", "--where", "a ==="], "invalid syntax"),
+        (["--cmd", "x {a}", "--grid", "a=1", "--where", "__import__('os').system('x')"],
+         "not allowed"),
+        (["--cmd", "x {a}", "--grid", "a=1", "--where", "a.real > 0"], "not allowed"),
+        (["--cmd", "x {a}", "--grid", "a=1", "--resume"], "--run-name"),
+        (["--cmd", "x {a}", "--grid", "a=1", "--parallel", "hosts:3"], "divide"),
+    ],
+)  # fmt: skip
+def test_sweep_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    res = cli(["sweep", "--local", "2", "--log-dir", str(tmp_path), *args], timeout=30)
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
