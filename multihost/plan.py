@@ -103,7 +103,7 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
 # host timestamps and, atomically, the exit code. A trap (not an ignore, which children
 # would inherit) keeps it alive through TERM so that it can still write the exit file.
 WRAPPER = """\
-cd "$(dirname "$0")" || exit 1
+cd "${0%/*}" || exit 1
 echo $$ > pid
 date +%s.%N > started
 trap ':' TERM INT HUP
@@ -156,9 +156,7 @@ def launch_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
             *writes,
             f": > {run}/log",
             f"setsid sh {run}/run.sh </dev/null >/dev/null 2>&1 &",
-            "i=0",
-            f"while [ ! -s {run}/pid ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done",
-            f"cat {run}/pid",
+            "echo $!",
         ]
     )
 
@@ -176,12 +174,11 @@ def watch_command(paths: Paths, offset: int) -> str:
 def finish_command(paths: Paths, offset: int) -> str:
     """First line: exit code, start, end, stop signal (``-`` if missing); then the log."""
     run = shell_path(paths.run)
-    fields = " ".join(
-        f'"$(cat {run}/{n} 2>/dev/null || echo -)"' for n in ("exit", "started", "ended", "stopped")
-    )
+    names = ("exit", "started", "ended", "stopped")
+    reads = "; ".join(f'{n}=-; read {n} < "$r"/{n} 2>/dev/null' for n in names)  # builtins only
     return (
-        f"test -d {run} || {{ echo missing; exit 0; }}; "
-        f"printf '%s %s %s %s\\n' {fields}; tail -c +{offset + 1} {run}/log"
+        f'r={run}; test -d "$r" || {{ echo missing; exit 0; }}; {reads}; '
+        f'echo "$exit $started $ended $stopped"; tail -c +{offset + 1} "$r"/log'
     )
 
 
@@ -208,7 +205,8 @@ def kill_command(paths: Paths, signal: str, grace: float) -> str:
     sig = shlex.quote(signal)
     return (
         f'umask 077; r={run}; test -e "$r"/exit && {{ echo finished; exit 0; }}; '
-        'pg=$(cat "$r"/pid 2>/dev/null) || { echo nopid; exit 0; }; '
+        'i=0; while [ ! -s "$r"/pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; '
+        'pg=; read pg < "$r"/pid 2>/dev/null; test -n "$pg" || { echo nopid; exit 0; }; '
         f'echo {sig} > "$r"/stopped; kill -{sig} -"$pg" 2>/dev/null; i=0; '
         f'while [ ! -e "$r"/exit ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
         'test -e "$r"/exit && { echo stopped; exit 0; }; '
