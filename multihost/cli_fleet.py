@@ -1,0 +1,115 @@
+"""Commands on a fleet: run, hosts (and --check), kill-stale, forget."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from dataclasses import replace
+
+from rich.console import Console
+
+from multihost import fleetops, report
+from multihost.cli_wiring import (
+    Display,
+    execute_run,
+    finish,
+    fleet_from_args,
+    job_from_args,
+    raise_nofile_limit,
+    run_options,
+    ssh_options,
+)
+from multihost.model import Fleet, Job, State
+from multihost.plan import job_script, plan_hosts
+from multihost.preflight import PACKAGES, mismatches
+from multihost.runner import Run, RunOptions
+from multihost.stage import pack
+from multihost.stale import DEVICE_GLOB_ENV
+from multihost.tpu import fleet_rows
+from multihost.transport import forget
+
+
+def cmd_run(args: argparse.Namespace, err: Console) -> int:
+    fleet = fleet_from_args(args, err)
+    job = job_from_args(args)
+    options = run_options(args, ssh_options(args))
+    if args.dry_run:
+        return dry_run(fleet, job, options)
+    raise_nofile_limit()
+    options = replace(options, detach=args.detach)
+    display = Display(fleet, job.run_name, args.stream, err)
+    result = execute_run(Run(fleet, job, options, display), display)
+    if args.detach:
+        started = [r for r in result.hosts if r.state is State.RUNNING]
+        if len(started) == len(result.hosts):
+            print(f"run {job.run_name} started on {len(started)} host(s)")
+            print(f"attach: multihost attach {job.run_name} --log-dir {options.log_dir}")
+            return 0
+        err.print(report.summary_table(result, all_hosts=False))
+        return 1
+    return finish(result, err, len(fleet))
+
+
+def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
+    """Print, per host, the exact remote launch script and env; connect to nothing."""
+    archive = pack(options.script_dir, options.excludes)
+    print(f"# code {archive.short}: {archive.files} files, {len(archive.data)} bytes")
+    for plan in plan_hosts(fleet, job, archive.short):
+        print(f"### {plan.host.name} ({plan.host.target}) process {plan.host.process_id}")
+        for k, v in plan.env.items():
+            print(f"# {k}={v}")
+        print(f"# job.sh, started detached in {plan.paths.run}:")
+        print(job_script(plan.paths, plan.env, job.command))
+        print("# sent to `sh -s` on the host:")
+        print(plan.launch)
+    return 0
+
+
+def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
+    fleet = fleet_from_args(args, err)
+    rows: list[dict[str, object]] = [dict(r) for r in fleet_rows(fleet)]
+    code = 0
+    if args.check:
+        outcomes = asyncio.run(
+            fleetops.check(fleet, ssh_options(args), args.remote_dir, args.coordinator_port)
+        )
+        for row, o in zip(rows, outcomes, strict=True):
+            row.update(o.value or {"error": o.error.message if o.error else "failed"})
+            code = code or (0 if o.ok else 1)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        keys = ["python", *PACKAGES] if args.check else []
+        differ = mismatches([{k: str(v) for k, v in r.items()} for r in rows], keys)
+        Console(highlight=False).print(report.fleet_table(rows, flagged=differ))
+        if differ:
+            err.print(f"multihost: versions differ across hosts: {', '.join(sorted(differ))}",
+                      style="bold red")  # fmt: skip
+    return code
+
+
+def cmd_kill_stale(args: argparse.Namespace, err: Console) -> int:
+    fleet = fleet_from_args(args, err)
+    glob = os.environ.get(DEVICE_GLOB_ENV)
+    code = 0
+    for o in asyncio.run(fleetops.kill_stale(fleet, ssh_options(args), device_glob=glob)):
+        if o.value is not None:
+            print(f"{o.host.name} ({o.host.target}): {o.value.summary()}")
+            code = code or (1 if o.value.remaining else 0)
+        else:
+            print(f"{o.host.name} ({o.host.target}): error: {o.error.message if o.error else '?'}")
+            code = 1
+    return code
+
+
+def cmd_forget(args: argparse.Namespace, err: Console) -> int:
+    fleet = fleet_from_args(args, err)
+    addresses = {a for h in fleet for a in (h.address, h.internal_address) if a}
+    trust = ssh_options(args).trust_file
+    dropped = forget(sorted(addresses), trust)
+    print(
+        f"forgot {len(dropped)} key(s) in {trust}" + (f": {', '.join(dropped)}" if dropped else "")
+    )
+    return 0

@@ -1,0 +1,110 @@
+"""Commands on a run after the fact: attach, status, ls, logs, kill, clean."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from dataclasses import replace
+
+from rich.console import Console
+
+from multihost import report, runs
+from multihost.cli_wiring import (
+    Display,
+    execute_run,
+    finish,
+    log_dir_of,
+    raise_nofile_limit,
+    record_options,
+)
+from multihost.errors import UsageError
+from multihost.manifest import host_from_json
+from multihost.model import State
+from multihost.runner import Run
+
+
+def cmd_attach(args: argparse.Namespace, err: Console) -> int:
+    _, record = runs.find_run(log_dir_of(args), args.run)
+    options = record_options(args, record, reconnect_timeout=args.reconnect_timeout)
+    raise_nofile_limit()
+    fleet = runs.record_fleet(record)
+    display = Display(fleet, args.run, args.stream, err)
+    result = execute_run(Run.attach(record, options, display), display)
+    return finish(result, err, len(fleet))
+
+
+def cmd_kill(args: argparse.Namespace, err: Console) -> int:
+    _, record = runs.find_run(log_dir_of(args), args.run)
+    options = record_options(args, record, grace=args.grace, reconnect_timeout=0.0)
+    fleet = runs.record_fleet(record)
+    display = Display(fleet, args.run, "none", err)
+    run = Run.attach(record, options, display)
+    run.stop_signal = args.signal
+    run.interrupt()
+    result = execute_run(run, display)
+    err.print(report.summary_table(result))
+    return 1 if any(r.state is State.LOST for r in result.hosts) else 0
+
+
+def cmd_status(args: argparse.Namespace, err: Console) -> int:
+    run_dir, record = runs.find_run(log_dir_of(args), args.run)
+    rows: list[dict[str, object]] = []
+    asked = args.refresh or runs.run_state(record) == "running"
+    if asked:
+        options = record_options(args, record)
+        statuses = asyncio.run(runs.host_statuses(record, options.ssh))
+        runs.mark_states(run_dir, record, statuses)
+        for o in statuses:
+            rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
+    else:
+        for h in record["hosts"]:
+            rows.append(report.record_row(h))
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        Console(highlight=False).print(report.fleet_table(rows))
+        if not asked:
+            err.print("(from run.json: the run is finished; --refresh asks the hosts)", style="dim")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace, err: Console) -> int:
+    rows = [report.ls_row(name, record) for name, record in runs.all_runs(log_dir_of(args))]
+    if rows:
+        Console(highlight=False).print(report.fleet_table(rows))
+    else:
+        err.print(f"no runs in {log_dir_of(args)}")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace, err: Console) -> int:
+    run_dir, record = runs.find_run(log_dir_of(args), args.run)
+    options = record_options(args, record)
+    if args.follow:
+        fleet = runs.record_fleet(record)
+        display = Display(fleet, args.run, "all", err)
+        run = Run.attach(record, replace(options, fail_fast=False), display)
+        run.observe_only = True
+        result = execute_run(run, display)
+        return 0 if not result.interrupted else 130
+    for o in asyncio.run(runs.sync_logs(run_dir, record, options.ssh)):
+        if o.error:
+            err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
+    if args.host:
+        hosts = {host_from_json(h["host"]).name: h["log"] for h in record["hosts"]}
+        if args.host not in hosts:
+            raise UsageError(f"no host {args.host} in run {args.run} (hosts: {', '.join(hosts)})")
+        sys.stdout.write((run_dir / hosts[args.host]).read_text(errors="replace"))
+    else:
+        print(f"logs of {args.run} up to date in {run_dir}")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace, err: Console) -> int:
+    age = runs.parse_age(args.older_than)
+    said = asyncio.run(runs.clean(log_dir_of(args), age, None, dry_run=args.dry_run))
+    for line in said or [f"nothing older than {args.older_than} in {log_dir_of(args)}"]:
+        print(line)
+    return 0

@@ -1,0 +1,118 @@
+"""The sweep command: grid and filter from flags, the sweep, the ranked table and chart."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from multihost import report
+from multihost.cli_wiring import (
+    fleet_from_args,
+    raise_nofile_limit,
+    run_interruptibly,
+    run_options,
+    ssh_options,
+)
+from multihost.errors import UsageError
+from multihost.model import Job
+from multihost.plan import check_run_name, parse_env
+from multihost.sweep import Sweep, SweepSpec
+from multihost.sweep_grid import (
+    Where,
+    check_template,
+    expand,
+    load_grid_file,
+    merge_grids,
+    parse_grid_args,
+)
+from multihost.sweep_results import Record, latest, summarize, write_chart
+
+
+def sweep_spec(args: argparse.Namespace) -> SweepSpec:
+    """Grid, template, filter and metric from the flags and an optional grid file."""
+    grid_file = load_grid_file(args.grid_file) if args.grid_file else None
+    grid = merge_grids(grid_file.grid if grid_file else {}, parse_grid_args(args.grid))
+    template = args.cmd or (grid_file.cmd if grid_file else None)
+    if not template:
+        raise UsageError("sweep needs --cmd (or cmd = ... in the --grid-file)")
+    check_template(template, grid)
+    where_text = args.where or (grid_file.where if grid_file else None)
+    where = Where.compile(where_text, list(grid)) if where_text else None
+    if args.resume and not args.run_name:
+        raise UsageError("--resume needs the --run-name of the sweep to resume")
+    name = check_run_name(args.run_name or time.strftime("sweep-%Y%m%d-%H%M%S"))
+    return SweepSpec(
+        name=name,
+        template=template,
+        points=tuple(expand(grid, where)),
+        grid_names=tuple(grid),
+        metric=args.metric or (grid_file.metric if grid_file else None) or "tflops_per_device",
+        higher_is_better=not args.minimize,
+        repeat=args.repeat,
+        point_timeout=args.point_timeout,
+        resume=args.resume,
+        parallel=args.parallel,
+    )
+
+
+def reproduce(args: argparse.Namespace, command: str) -> str:
+    """The ``multihost run`` line that runs one point again."""
+    parts = ["multihost", "run"]
+    for flag in ("hosts", "local", "prefix", "project", "zone", "ssh_config", "user"):
+        value = getattr(args, flag)
+        if value is not None:
+            parts += [f"--{flag.replace('_', '-')}", str(value)]
+    for item in args.env:
+        parts += ["--env", item]
+    if args.script_dir != Path("."):
+        parts += ["--script-dir", str(args.script_dir)]
+    return shlex.join([*parts, "--cmd", command])
+
+
+def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
+    spec = sweep_spec(args)
+    fleet = fleet_from_args(args, err)
+    args.kill_stale = getattr(args, "kill_stale", False)
+    base = Job(
+        command="", run_name=spec.name, env=parse_env(args.env), remote_dir=args.remote_dir,
+        coordinator_port=args.coordinator_port, megascale_port=args.megascale_port,
+    )  # fmt: skip
+    args.timeout, args.reconnect_timeout, args.fail_fast = None, 300.0, True
+    options = run_options(args, ssh_options(args))
+    raise_nofile_limit()
+    done = 0
+
+    def on_record(record: Record) -> None:
+        nonlocal done
+        done += 1
+        err.print(report.record_line(done, total, record, spec.metric))
+
+    sweep = Sweep(fleet, spec, base, options, on_record)
+    groups = len(sweep.groups)
+    todo = total = len(sweep.todo())
+    err.print(
+        f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
+        f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim",
+    )  # fmt: skip
+    run_interruptibly(sweep.execute(), sweep.interrupt, err, "stopping the sweep")
+    rows = sweep.store.load()
+    sweep.store.write_csv(latest(rows), list(spec.grid_names))
+    summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
+    Console(highlight=False).print(report.sweep_table(summary, spec.metric, spec.grid_names))
+    problem = write_chart(sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names,
+                          spec.higher_is_better)  # fmt: skip
+    if problem:
+        err.print(f"multihost: no sweep.png: {problem}", style="yellow")
+    top = summary[0] if summary and summary[0]["best"] else None
+    if top is not None:
+        print(f"best: {top['label']}  {spec.metric}={top['metric']}")
+        print(f"reproduce: {reproduce(args, top['command'])}")
+    print(f"results: {sweep.store.path}, {sweep.store.csv_path}"
+          + ("" if problem else f", {sweep.dir / 'sweep.png'}"))  # fmt: skip
+    if sweep.interrupted:
+        return 130
+    return 0 if all(row["status"] == "ok" for row in summary) else 1
