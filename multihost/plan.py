@@ -116,17 +116,13 @@ echo $rc > exit.tmp && mv -f exit.tmp exit
 """
 
 
-def stage_check_command(paths: Paths) -> str:
-    """Prints ``present`` when this code hash is already unpacked on the host."""
-    return f"test -e {shell_path(paths.code)}/{COMPLETE} && echo present || echo absent"
-
-
 def stage_command(paths: Paths) -> str:
-    """Unpacks the archive on stdin into the content-addressed code directory, atomically."""
+    """Says ``present`` if this code hash is unpacked already; else says ``absent`` and unpacks
+    the archive then sent on stdin into the content-addressed directory, atomically."""
     code, base = shell_path(paths.code), shell_path(paths.base)
     return (
-        f"set -e; umask 077; mkdir -p {base}/code; chmod 700 {base}; "
-        f"test -e {code}/{COMPLETE} && {{ cat >/dev/null; exit 0; }}; "
+        f"set -e; test -e {code}/{COMPLETE} && {{ echo present; exit 0; }}; echo absent; "
+        f"umask 077; mkdir -p {base}/code; chmod 700 {base}; "
         f"t=$(mktemp -d {base}/code/.incoming.XXXXXX); "
         f'tar -xzf - -C "$t"; touch "$t"/{COMPLETE}; chmod 755 "$t"; '
         f'mv -T "$t" {code} 2>/dev/null || rm -rf "$t"'

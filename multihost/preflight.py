@@ -19,6 +19,8 @@ for name in sys.argv[2].split(","):
 port = int(sys.argv[1])
 if port:
     s = socket.socket()
+    # As a server binds it: a connection lingering in TIME_WAIT does not make the port busy.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind(("", port))
         print("coordinator_port=free")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from multihost.errors import RemoteError, UsageError
-from multihost.plan import Paths, stage_check_command, stage_command
+from multihost.plan import Paths, stage_command
 from multihost.transport import Connection
 
 ALWAYS_EXCLUDED = (".git", "__pycache__", "*.pyc")
@@ -99,13 +99,11 @@ def pack(root: Path, excludes: tuple[str, ...] = ()) -> Archive:
 
 async def stage(conn: Connection, archive: Archive, paths: Paths) -> int:
     """Make sure the host has this archive unpacked; returns the bytes sent (0 if it had it)."""
-    check = await conn.run(stage_check_command(paths))
-    if check.stdout.strip() == b"present":
-        return 0
-    done = await conn.run(stage_command(paths), stdin=archive.data)
+    # One channel: the host answers first, and the archive follows only if it is absent.
+    done, sent = await conn.offer(stage_command(paths), b"absent", archive.data)
     if done.exit_status != 0:
         raise RemoteError(conn.host, f"staging failed: {_last_line(done.stderr)}")
-    return len(archive.data)
+    return len(archive.data) if sent else 0
 
 
 def _last_line(data: bytes) -> str:

@@ -61,6 +61,10 @@ class Connection(Protocol):
 
     def stream(self, command: str) -> AsyncIterator[bytes]: ...
 
+    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
+        """Run ``command``; send ``data`` on stdin only if its first output line is ``want``."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -95,6 +99,20 @@ class SSHConnection:
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
         finally:
             proc.close()
+
+    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
+        try:
+            proc = await self._conn.create_process(command, encoding=None)
+            first = await proc.stdout.readline()
+            sent = first.strip() == want
+            if sent:
+                proc.stdin.write(data)
+            proc.stdin.write_eof()
+            res = await proc.wait(check=False)
+        except (asyncssh.Error, OSError) as exc:
+            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+        out = first + _as_bytes(res.stdout)
+        return Completed(res.exit_status, out, _as_bytes(res.stderr)), sent
 
     async def close(self) -> None:
         self._conn.close()
@@ -134,6 +152,21 @@ class LocalConnection:
         finally:
             _kill_group(proc)
             await proc.wait()
+
+    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
+        proc = await asyncio.create_subprocess_exec(
+            "sh", "-c", command, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        try:
+            first = await proc.stdout.readline()
+            sent = first.strip() == want
+            out, err = await proc.communicate(data if sent else b"")  # then closes stdin
+        finally:
+            _kill_group(proc)
+        return Completed(proc.returncode, first + out, err), sent
 
     async def close(self) -> None:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -151,14 +152,25 @@ def test_hosts_table_json_and_check(ssh_fleet, tmp_path: Path) -> None:  # type:
     assert rows[2]["state"] == "READY"
     table = cli(["hosts", "--prefix", "myqr"], **env)
     assert "127.0.0.4" in table.stdout
-    checked = cli(["hosts", "--prefix", "myqr", "--check", "--json", "--ssh-config", str(config),
-                   "--host-keys", "strict"], **env)  # fmt: skip
+    port = _free_port()
+    check = ["hosts", "--prefix", "myqr", "--check", "--json", "--ssh-config", str(config),
+             "--host-keys", "strict", "--coordinator-port", str(port)]  # fmt: skip
+    checked = cli(check, **env)
     assert checked.returncode == 0, checked.stderr
     facts = json.loads(checked.stdout)
     assert all(f["python"].count(".") == 2 for f in facts)
     assert facts[0]["coordinator_port"] == "free"
     assert "coordinator_port" not in facts[1]
     assert all(f["disk_free"].endswith("GiB") for f in facts)
+    with socket.create_server(("127.0.0.2", port)):  # someone listening on host 0
+        busy = json.loads(cli(check, **env).stdout)
+    assert busy[0]["coordinator_port"].startswith("in use")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_gcloud_failures_exit_2(tmp_path: Path) -> None:
