@@ -139,9 +139,10 @@ def _popen(argv: Sequence[str]) -> subprocess.Popen[bytes]:
 
 
 def multihost_argv() -> list[str]:
-    """How to call the multihost CLI."""
-    exe = shutil.which("multihost")
-    return [exe] if exe else [sys.executable, "-m", "multihost"]
+    """How to call the multihost CLI: the console script installed next to this Python (not a
+    version-manager shim found on PATH, which would add its own processes to the CPU column)."""
+    exe = Path(sys.executable).parent / "multihost"
+    return [str(exe)] if exe.is_file() else [sys.executable, "-m", "multihost"]
 
 
 @functools.cache

@@ -12,7 +12,9 @@ from __future__ import annotations
 import atexit
 import fnmatch
 import functools
+import getpass
 import hashlib
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -74,13 +76,54 @@ def _written(text: str) -> str:
     return str(path)
 
 
+def _paths(paths: tuple[Path, ...]) -> tuple[Path, ...]:
+    if paths:
+        return paths
+    default = Path.home() / ".ssh" / "config"
+    return (default,) if default.is_file() else ()
+
+
 def config_for(paths: tuple[Path, ...], alias: str) -> list[str]:
     """Config paths to hand asyncssh for this host: filtered copies where that is safe."""
-    if not paths:
-        default = Path.home() / ".ssh" / "config"
-        paths = (default,) if default.is_file() else ()
     out = []
-    for path in paths:
+    for path in _paths(paths):
         text = filtered_text(path, alias)
         out.append(str(path) if text is None else _written(text))
     return out
+
+
+def settings(paths: tuple[Path, ...], alias: str) -> dict[str, str] | None:
+    """The value each keyword gets for ``alias`` (the first one found, as OpenSSH reads it),
+    keywords lower-cased; None when the configs cannot be read this simply."""
+    found: dict[str, str] = {}
+    for path in _paths(paths):
+        text = filtered_text(path, alias)
+        if text is None:
+            return None
+        for line in text.splitlines():
+            words = line.strip().replace("=", " ", 1).split(maxsplit=1)
+            if len(words) == 2 and not words[0].startswith("#"):
+                found.setdefault(words[0].lower(), words[1].strip())
+    return found
+
+
+def expand_path(value: str) -> str | None:
+    """``~``, ``%d``, ``%u`` and ``%%`` expanded; None if it uses any other token."""
+    out, i = [], 0
+    while i < len(value):
+        c = value[i]
+        if c == "%" and i + 1 < len(value):
+            token = value[i + 1]
+            if token == "%":
+                out.append("%")
+            elif token == "d":
+                out.append(str(Path.home()))
+            elif token == "u":
+                out.append(getpass.getuser())
+            else:
+                return None
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return os.path.expanduser("".join(out))

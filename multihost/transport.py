@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
+import shlex
 import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -16,9 +18,9 @@ from typing import Literal, Protocol
 
 import asyncssh
 
+from multihost import sshconfig
 from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost
 from multihost.model import Host
-from multihost.sshconfig import config_for
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 
@@ -219,17 +221,66 @@ class _TrustOnFirstUse(asyncssh.SSHClient):
         return True
 
 
-def _known_hosts_files(prepared: asyncssh.SSHClientConnectionOptions) -> list[str]:
-    """The user's known_hosts files for this host (ssh config's, else the default), if present."""
+# AES-GCM costs asyncssh far less CPU per packet than chacha20-poly1305 (its default first
+# choice); the same set of ciphers, only the preference changes, and a configured Ciphers wins.
+_CIPHERS = (
+    "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
+    "aes256-ctr", "aes192-ctr", "aes128-ctr",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _HostConfig:
+    """What the ssh config says about one host that the connect decisions need."""
+
+    known_hosts: list[str] | None  # files to trust (existing or not); None: none configured
+    identity_configured: bool
+    ciphers_configured: bool
+
+
+def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> _HostConfig:
+    """Read cheaply from the (filtered) config text; asyncssh's own parse where that can't be."""
+    found = sshconfig.settings(options.config, host.address)
+    if found is not None:
+        files = _known_files(found.get("userknownhostsfile"), found.get("globalknownhostsfile"))
+        if files is not None:
+            return _HostConfig(files, "identityfile" in found, "ciphers" in found)
+    prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
     configured = prepared.known_hosts
     if configured is None:  # UserKnownHostsFile none
-        return []
-    names = (
-        [str(f) for f in configured]
-        if isinstance(configured, list) and configured
-        else [str(Path.home() / ".ssh" / "known_hosts")]
+        files = []
+    elif isinstance(configured, list) and configured:
+        files = [os.path.expanduser(str(f)) for f in configured]
+    else:
+        files = None
+    return _HostConfig(
+        files,
+        prepared.config.get("IdentityFile") is not None,
+        prepared.config.get("Ciphers") is not None,
     )
-    return [n for n in (os.path.expanduser(n) for n in names) if os.path.isfile(n)]
+
+
+def _known_files(user: str | None, system: str | None) -> list[str] | None:
+    """The known-hosts files the config names (``none`` → []); None when it names none,
+    or uses tokens only asyncssh can expand (then the caller asks asyncssh)."""
+    if user is None and system is None:
+        return None
+    names = [] if user is None or user.lower() == "none" else shlex.split(user)
+    names += [] if system is None or system.lower() == "none" else shlex.split(system)
+    out = [sshconfig.expand_path(n) for n in names]
+    return None if None in out else [n for n in out if n is not None]
+
+
+@functools.lru_cache(maxsize=64)
+def _read_known(files: tuple[str, ...], stamps: tuple[int, ...]) -> asyncssh.SSHKnownHosts:
+    """Parsed once per run (per change of the files), not once per connection."""
+    del stamps  # part of the cache key only
+    return asyncssh.read_known_hosts(list(files)) if files else asyncssh.import_known_hosts("")
+
+
+def _trusted(files: Sequence[str]) -> asyncssh.SSHKnownHosts:
+    present = tuple(f for f in files if os.path.exists(f))
+    return _read_known(present, tuple(os.stat(f).st_mtime_ns for f in present))
 
 
 async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
@@ -239,30 +290,34 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         "keepalive_interval": options.keepalive_interval,
         "keepalive_count_max": options.keepalive_count_max,
     }
-    config = config_for(options.config, host.address)
-    kwargs["config"] = config  # [] means no config file, not the default one
+    kwargs["config"] = sshconfig.config_for(options.config, host.address)  # [] means none
     if host.user:
         kwargs["username"] = host.user
     if host.port:
         kwargs["port"] = host.port
     if host.identity:
         kwargs["client_keys"] = [str(Path(host.identity).expanduser())]
+    cfg = _host_config(options, host, kwargs)
+    if not cfg.ciphers_configured:
+        kwargs["encryption_algs"] = list(_CIPHERS)
+    fallback = os.path.expanduser(options.fallback_identity or "")
+    if fallback and os.path.isfile(fallback) and not (host.identity or cfg.identity_configured):
+        kwargs["client_keys"] = [fallback]
+    default_file = str(Path.home() / ".ssh" / "known_hosts")
+    files = [default_file] if cfg.known_hosts is None else cfg.known_hosts
     tofu: _TrustOnFirstUse | None = None
-    if options.host_keys == "accept-new" or options.fallback_identity:
-        # Reading the ssh config costs CPU per host, so only when a decision needs it.
-        prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
-        fallback = os.path.expanduser(options.fallback_identity or "")
-        configured = host.identity or prepared.config.get("IdentityFile")
-        if fallback and os.path.isfile(fallback) and not configured:
-            kwargs["client_keys"] = [fallback]
-        files = _known_hosts_files(prepared)
-        if options.host_keys == "accept-new":
-            tofu = _TrustOnFirstUse(files, options.trust_file)
-            kwargs["client_factory"] = lambda: tofu
-            if options.trust_file.is_file():
-                files = [*files, str(options.trust_file)]
-        # An empty known-hosts set (not an empty list: that means the default file) trusts nothing.
-        kwargs["known_hosts"] = files or asyncssh.import_known_hosts("")
+    if options.host_keys == "accept-new":
+        tofu = _TrustOnFirstUse([f for f in files if os.path.isfile(f)], options.trust_file)
+        kwargs["client_factory"] = lambda: tofu
+        files = [*files, str(options.trust_file)]
+    elif missing := [f for f in files if f != default_file and not os.path.exists(f)]:
+        raise HostKeyError(
+            host,
+            f"host key not verified: known_hosts file {missing[0]} does not exist; create it, "
+            "or use --host-keys accept-new to trust keys on first use",
+        )
+    # Never None: to asyncssh that would mean "check nothing" (``UserKnownHostsFile none``).
+    kwargs["known_hosts"] = _trusted(files)
     try:
         conn = await asyncssh.connect(host.address, **kwargs)
     except asyncssh.HostKeyNotVerifiable as exc:
@@ -282,12 +337,6 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     except TimeoutError:
         raise ConnectTimeout(
             host, f"connect timed out after {options.connect_timeout:g} s"
-        ) from None
-    except FileNotFoundError as exc:
-        raise HostKeyError(
-            host,
-            f"host key not verified: known_hosts file {exc.filename} does not exist; create it, "
-            "or use --host-keys accept-new to trust keys on first use",
         ) from None
     except (asyncssh.Error, OSError) as exc:
         where = f"{host.address}:{host.port}" if host.port else host.address

@@ -217,6 +217,21 @@ def test_accept_new_records_then_refuses_changed_key(ssh_fleet, code: Path, tmp_
     assert "CHANGED" in manifest(tmp_path / "logs", "a3")["hosts"][0]["error"]
 
 
+def test_known_hosts_none_still_checks(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # To asyncssh ``UserKnownHostsFile none`` means "check nothing"; strict mode trusts nothing.
+    host = ssh_fleet.hosts[0]
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host nokh\n  HostName {host.address}\n  Port {host.port}\n  User {host.user}\n"
+        f"  IdentityFile {ssh_fleet.key}\n  UserKnownHostsFile none\n"
+    )
+    logs = tmp_path / "logs"
+    res = cli(["run", "--hosts", "nokh", "--ssh-config", str(config), "--script-dir", str(code),
+               "--log-dir", str(logs), "--run-name", "nokh", "--cmd", "true"])  # fmt: skip
+    assert res.returncode == 1
+    assert "host key not verified" in manifest(logs, "nokh")["hosts"][0]["error"]
+
+
 def test_timeout_bounds_the_run(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     logs = tmp_path / "logs"
     t0 = time.monotonic()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 
 import asyncssh
 
-from multihost.sshconfig import config_for, filtered_text
+from multihost.sshconfig import config_for, expand_path, filtered_text, settings
 
 CONFIG = """\
 # global
@@ -56,3 +57,26 @@ def test_match_or_include_keeps_the_file_whole(tmp_path: Path) -> None:
         cfg.write_text(CONFIG + extra)
         assert filtered_text(cfg, "h0") is None
         assert config_for((cfg,), "h0") == [str(cfg)]
+
+
+def test_settings_take_the_first_value_that_applies(tmp_path: Path) -> None:
+    cfg = tmp_path / "config"
+    cfg.write_text(CONFIG + "Host h0\n  Port 9999\n  UserKnownHostsFile ~/kh %d/kh2\n")
+    found = settings((cfg,), "h0")
+    assert found is not None
+    assert found["port"] == "2222"  # from ``Host h* !h1``, read before the later block
+    assert found["user"] == "u0"
+    assert found["userknownhostsfile"] == "~/kh %d/kh2"
+    h1 = settings((cfg,), "h1")
+    assert h1 is not None
+    assert "port" not in h1
+    cfg.write_text(CONFIG + "Include other\n")
+    assert settings((cfg,), "h0") is None  # asyncssh's own parse decides then
+
+
+def test_expand_path_tokens() -> None:
+    home = str(Path.home())
+    assert expand_path("~/a") == f"{home}/a"
+    assert expand_path("%d/b%%c") == f"{home}/b%c"
+    assert expand_path("/x/%u") == f"/x/{getpass.getuser()}"
+    assert expand_path("/x/%h") is None  # only asyncssh knows the host name it resolves
