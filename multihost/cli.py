@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -10,9 +11,6 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from multihost.cli_fleet import cmd_forget, cmd_hosts, cmd_kill_stale, cmd_run
-from multihost.cli_runs import cmd_attach, cmd_clean, cmd_kill, cmd_logs, cmd_ls, cmd_status
-from multihost.cli_sweep import cmd_sweep
 from multihost.errors import MultihostError, UsageError
 from multihost.tpu import IP_MODES
 
@@ -159,18 +157,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
-    "run": cmd_run, "hosts": cmd_hosts, "kill-stale": cmd_kill_stale, "forget": cmd_forget,
-    "attach": cmd_attach, "status": cmd_status, "ls": cmd_ls, "logs": cmd_logs,
-    "kill": cmd_kill, "clean": cmd_clean, "sweep": cmd_sweep,
+# Each command's module is imported only when that command runs (start-up time is CPU time).
+COMMANDS: dict[str, str] = {
+    "run": "cli_fleet", "hosts": "cli_fleet", "kill-stale": "cli_fleet", "forget": "cli_fleet",
+    "attach": "cli_runs", "status": "cli_runs", "ls": "cli_runs", "logs": "cli_runs",
+    "kill": "cli_runs", "clean": "cli_runs", "sweep": "cli_sweep",
 }  # fmt: skip
+
+
+def command(name: str) -> Callable[[argparse.Namespace, Console], int]:
+    """The function behind ``multihost NAME``: ``cmd_<name>`` in its cli_* module."""
+    module = importlib.import_module(f"multihost.{COMMANDS[name]}")
+    fn: Callable[[argparse.Namespace, Console], int] = getattr(
+        module, f"cmd_{name.replace('-', '_')}"
+    )
+    return fn
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     err = Console(stderr=True, highlight=False)
     try:
         args = build_parser().parse_args(argv)
-        code = COMMANDS[args.command](args, err)
+        code = command(args.command)(args, err)
     except UsageError as exc:
         print(f"multihost: error: {exc}", file=sys.stderr)
         code = 2

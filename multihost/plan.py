@@ -122,9 +122,10 @@ def stage_command(paths: Paths) -> str:
     code, base = shell_path(paths.code), shell_path(paths.base)
     return (
         f"set -e; test -e {code}/{COMPLETE} && {{ echo present; exit 0; }}; echo absent; "
-        f"umask 077; mkdir -p {base}/code; chmod 700 {base}; "
-        f"t=$(mktemp -d {base}/code/.incoming.XXXXXX); "
-        f'tar -xzf - -C "$t"; touch "$t"/{COMPLETE}; chmod 755 "$t"; '
+        f"umask 077; test -d {base}/code || {{ mkdir -p {base}/code; chmod 700 {base}; }}; "
+        f't={base}/code/.incoming.$$; mkdir -m 755 "$t" 2>/dev/null || '
+        f'{{ t=$(mktemp -d {base}/code/.incoming.XXXXXX); chmod 755 "$t"; }}; '
+        f'tar -xzf - -C "$t"; : > "$t"/{COMPLETE}; '
         f'mv -T "$t" {code} 2>/dev/null || rm -rf "$t"'
     )
 
@@ -157,23 +158,32 @@ def launch_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
     )
 
 
+_STATE_FILES = ("exit", "started", "ended", "stopped")
+
+
+def _read_state(run: str) -> str:
+    """Shell that sets $exit $started $ended $stopped from the run's files (``-`` if missing),
+    with builtins only."""
+    reads = "; ".join(f'{n}=-; read {n} < "$r"/{n} 2>/dev/null' for n in _STATE_FILES)
+    return f"r={run}; {reads}"
+
+
 def watch_command(paths: Paths, offset: int) -> str:
-    """Streams the host's log from byte ``offset`` until the exit file appears."""
+    """Streams the host's log from byte ``offset`` until the exit file appears; then says on
+    stderr ``end EXIT STARTED ENDED STOPPED SIZE`` (SIZE: the log's final length in bytes)."""
     run = shell_path(paths.run)
     return (
         f"tail -c +{offset + 1} -f -s 0.2 {run}/log 2>/dev/null & t=$!; "
         f"while [ ! -e {run}/exit ]; do sleep 0.2; kill -0 $t 2>/dev/null || exit 3; done; "
-        "kill $t 2>/dev/null; exit 0"
+        f"kill $t 2>/dev/null; wait $t 2>/dev/null; {_read_state(run)}; "
+        'set -- $(wc -c < "$r"/log); echo "end $exit $started $ended $stopped $1" >&2; exit 0'
     )
 
 
 def finish_command(paths: Paths, offset: int) -> str:
     """First line: exit code, start, end, stop signal (``-`` if missing); then the log."""
-    run = shell_path(paths.run)
-    names = ("exit", "started", "ended", "stopped")
-    reads = "; ".join(f'{n}=-; read {n} < "$r"/{n} 2>/dev/null' for n in names)  # builtins only
     return (
-        f'r={run}; test -d "$r" || {{ echo missing; exit 0; }}; {reads}; '
+        f'{_read_state(shell_path(paths.run))}; test -d "$r" || {{ echo missing; exit 0; }}; '
         f'echo "$exit $started $ended $stopped"; tail -c +{offset + 1} "$r"/log'
     )
 

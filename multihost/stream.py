@@ -102,10 +102,25 @@ def parse_exit(header: str) -> Exit | None:
     return Exit(int(code), _number(started), _number(ended), None if stopped == "-" else stopped)
 
 
+def parse_watch_end(stderr: bytes) -> tuple[Exit, int] | None:
+    """The ``end ...`` line ``watch_command`` writes last on stderr: the exit and log size."""
+    lines = stderr.decode(errors="replace").splitlines()
+    words = lines[-1].split() if lines else []
+    if len(words) != 6 or words[0] != "end" or not words[5].isdigit():
+        return None
+    exit_info = parse_exit(" ".join(words[1:5]))
+    return None if exit_info is None else (exit_info, int(words[5]))
+
+
 async def follow(conn: Connection, paths: Paths, sink: LogSink) -> Exit:
-    """Stream a host's log until its exit file appears, then fetch the rest and the exit code."""
-    async for chunk in conn.stream(watch_command(paths, sink.offset)):
+    """Stream a host's log until its exit file appears; fetch what the stream had not brought
+    yet (if anything) and the exit code."""
+    stderr = bytearray()
+    async for chunk in conn.stream(watch_command(paths, sink.offset), stderr):
         sink.feed(chunk)
+    end = parse_watch_end(bytes(stderr))
+    if end is not None and sink.offset >= end[1]:
+        return end[0]  # the usual case: no second channel needed
     res = await conn.run(finish_command(paths, sink.offset))
     header, _, rest = res.stdout.partition(b"\n")
     if header.strip() == b"missing":

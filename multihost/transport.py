@@ -61,7 +61,9 @@ class Connection(Protocol):
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed: ...
 
-    def stream(self, command: str) -> AsyncIterator[bytes]: ...
+    def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
+        """Yields ``command``'s stdout as it comes; then appends its stderr to ``stderr``."""
+        ...
 
     async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
         """Run ``command``; send ``data`` on stdin only if its first output line is ``want``."""
@@ -86,7 +88,7 @@ class SSHConnection:
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
         return Completed(res.exit_status, _as_bytes(res.stdout), _as_bytes(res.stderr))
 
-    async def stream(self, command: str) -> AsyncIterator[bytes]:
+    async def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
         try:
             proc = await self._conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
@@ -94,9 +96,11 @@ class SSHConnection:
         try:
             while chunk := await proc.stdout.read(65536):
                 yield chunk
-            await proc.wait()
+            done = await proc.wait()
             if proc.exit_status is None:
                 raise HostLost(self.host, "connection lost while streaming")
+            if stderr is not None:
+                stderr += _as_bytes(done.stderr)
         except (asyncssh.Error, OSError) as exc:
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
         finally:
@@ -141,16 +145,21 @@ class LocalConnection:
             _kill_group(proc)
         return Completed(proc.returncode, out, err)
 
-    async def stream(self, command: str) -> AsyncIterator[bytes]:
+    async def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
         proc = await asyncio.create_subprocess_exec(
             "sh", "-c", command, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, start_new_session=True,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
         )  # fmt: skip
         assert proc.stdout is not None
+        assert proc.stderr is not None
         try:
             while chunk := await proc.stdout.read(65536):
                 yield chunk
+            err = await proc.stderr.read()
             await proc.wait()
+            if stderr is not None:
+                stderr += err
         finally:
             _kill_group(proc)
             await proc.wait()

@@ -19,7 +19,9 @@ from multihost.plan import (
     parse_env,
     plan_hosts,
     shell_path,
+    watch_command,
 )
+from multihost.stream import Exit, parse_watch_end
 
 
 def test_env_single_slice() -> None:
@@ -109,3 +111,19 @@ def test_paths_per_host_remote_dir() -> None:
     host = Host("local0", remote_dir="/tmp/w0", local=True)
     paths = Paths.for_host(host, Job("true", "r1"), "h4sh")
     assert paths == Paths("/tmp/w0", "/tmp/w0/code/h4sh", "/tmp/w0/runs/r1")
+
+
+def test_watch_command_ends_with_exit_and_log_size(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "log").write_bytes(b"one\ntwo\n")
+    for name, text in (("exit", "3"), ("started", "1.5"), ("ended", "2.5")):
+        (run / name).write_text(text + "\n")
+    paths = Paths(str(tmp_path), str(tmp_path / "code"), str(run))
+    done = subprocess.run(["sh", "-c", watch_command(paths, 4)], capture_output=True, timeout=20)
+    assert done.returncode == 0
+    assert b"two\n".startswith(done.stdout)  # tail may be stopped before it caught up
+    end = parse_watch_end(done.stderr)
+    assert end == (Exit(3, 1.5, 2.5, None), 8)
+    assert parse_watch_end(b"") is None
+    assert parse_watch_end(b"end - - - - 8\n") is None  # no exit code yet
