@@ -14,7 +14,7 @@ from multihost.errors import (
     UsageError,
 )
 from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
-from multihost.runner import RunOptions
+from multihost.runstate import RunOptions
 from multihost.transport import SSHOptions
 
 __all__ = [

@@ -10,7 +10,8 @@ from pathlib import Path
 from multihost.inventory import local_fleet, resolve_hosts
 from multihost.model import Fleet, Job, RunResult
 from multihost.plan import check_run_name
-from multihost.runner import Event, Run, RunOptions
+from multihost.runner import Run
+from multihost.runstate import Event, RunOptions
 from multihost.transport import SSHOptions
 
 

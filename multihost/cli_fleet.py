@@ -24,7 +24,8 @@ from multihost.cli_wiring import (
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_hosts
 from multihost.preflight import PACKAGES, mismatches
-from multihost.runner import Run, RunOptions
+from multihost.runner import Run
+from multihost.runstate import RunOptions
 from multihost.stage import pack
 from multihost.stale import DEVICE_GLOB_ENV
 from multihost.tpu import fleet_rows

@@ -22,7 +22,8 @@ from multihost.errors import UsageError
 from multihost.inventory import local_fleet, resolve_hosts
 from multihost.model import Fleet, Job, RunResult, State
 from multihost.plan import check_run_name, parse_env
-from multihost.runner import Event, HostEvent, Note, Run, RunOptions, default_log_dir
+from multihost.runner import Run
+from multihost.runstate import Event, HostEvent, Note, RunOptions, default_log_dir
 from multihost.stale import DEVICE_GLOB_ENV
 from multihost.stream import Line
 from multihost.tpu import discover

@@ -8,12 +8,17 @@ import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from multihost.errors import UsageError
 from multihost.model import Host, HostResult, Job
+
+if TYPE_CHECKING:  # the runner's types, named here without importing the runner
+    from multihost.plan import HostPlan
+    from multihost.runstate import RunOptions
 
 MANIFEST = "run.json"
 
@@ -56,6 +61,48 @@ def result_to_json(result: HostResult) -> dict[str, Any]:
 
 def job_to_json(job: Job) -> dict[str, Any]:
     return {**dataclasses.asdict(job), "env": dict(job.env)}
+
+
+def run_record(
+    job: Job,
+    code_hash: str | None,
+    options: RunOptions,
+    results: Sequence[HostResult],
+    plans: Sequence[HostPlan | None],
+    *,
+    first_failure: str | None,
+    interrupted: bool,
+    timed_out: bool,
+) -> dict[str, Any]:
+    """Everything ``attach``, ``status``, ``logs`` and ``kill`` need to find the run again."""
+    return {
+        "version": 1,
+        "run_name": job.run_name,
+        "job": job_to_json(job),
+        "code_hash": code_hash,
+        "script_dir": str(options.script_dir.resolve()),
+        "fail_fast": options.fail_fast,
+        "grace": options.grace,
+        "ssh": {
+            "config": [str(p) for p in options.ssh.config],
+            "host_keys": options.ssh.host_keys,
+            "connect_timeout": options.ssh.connect_timeout,
+        },
+        "hosts": [
+            {
+                **result_to_json(result),
+                "host": host_to_json(result.host),
+                "log": f"{result.host.file_stem}.log",
+                "remote_run_dir": plan.paths.run if plan else None,
+                "env": plan.env if plan else None,
+            }
+            for result, plan in zip(results, plans, strict=True)
+        ],
+        "first_failure": first_failure,
+        "interrupted": interrupted,
+        "timed_out": timed_out,
+        "updated": time.time(),
+    }
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:

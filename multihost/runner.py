@@ -4,111 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from multihost.errors import HostError, HostLost, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
 from multihost.launch import launch, stop
-from multihost.manifest import (
-    MANIFEST,
-    host_from_json,
-    host_to_json,
-    job_to_json,
-    result_to_json,
-    watch_lock,
-    write_json_atomic,
-)
+from multihost.manifest import MANIFEST, host_from_json, run_record, watch_lock, write_json_atomic
 from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
 from multihost.plan import HostPlan, Paths, plan_hosts
+from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
 from multihost.stage import Archive, pack, stage
-from multihost.stream import Exit, Line, LogSink, classify, follow
-from multihost.transport import Connection, SSHOptions, connect
+from multihost.stream import Exit, LogSink, classify, follow
+from multihost.transport import Connection, connect
 
 T = TypeVar("T")
-
-
-def default_log_dir() -> Path:
-    """``$MULTIHOST_LOG_DIR``, else ``~/multihost-logs``."""
-    return Path(os.environ.get("MULTIHOST_LOG_DIR") or Path.home() / "multihost-logs")
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How to run, as opposed to what: every knob of the pipeline in one place."""
-
-    script_dir: Path = Path(".")
-    excludes: tuple[str, ...] = ()
-    log_dir: Path = field(default_factory=default_log_dir)
-    ssh: SSHOptions = field(default_factory=SSHOptions)
-    connect_limit: int = 64
-    fail_fast: bool = True
-    grace: float = 10.0
-    timeout: float | None = None
-    stage_timeout: float = 600.0
-    launch_timeout: float = 60.0
-    reconnect_timeout: float = 300.0
-    detach: bool = False
-    stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
-    device_glob: str | None = None
-
-
-@dataclass(frozen=True)
-class HostEvent:
-    """A host changed state."""
-
-    host: Host
-    state: State
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class Note:
-    """A message about the run as a whole."""
-
-    text: str
-    level: str = "info"
-
-
-Event = HostEvent | Line | Note
-
-
-@dataclass
-class _Slot:
-    """The runner's mutable bookkeeping for one host (results are frozen from it at the end)."""
-
-    host: Host
-    state: State = State.PENDING
-    conn: Connection | None = None
-    plan: HostPlan | None = None
-    sink: LogSink | None = None
-    bytes_sent: int = 0
-    error: str | None = None
-    exit: Exit | None = None
-
-    def result(self) -> HostResult:
-        code = self.exit.code if self.exit else None
-        signal = None
-        if self.exit and self.state is State.KILLED:
-            signal = {"KILL": 9, "TERM": 15, "INT": 2, "HUP": 1}.get(self.exit.stopped_by or "")
-            if signal is None and code is not None and code > 128:
-                signal = code - 128
-        return HostResult(
-            host=self.host,
-            state=self.state,
-            exit_code=code,
-            signal=signal,
-            error=self.error,
-            started_at=self.exit.started_at if self.exit else None,
-            ended_at=self.exit.ended_at if self.exit else None,
-            bytes_sent=self.bytes_sent,
-            last_line=self.sink.last_line if self.sink else "",
-        )
 
 
 class Run:
@@ -133,7 +46,7 @@ class Run:
         self._staged = staged
         self.log_dir = options.log_dir / job.run_name
         self._emit = on_event or (lambda _e: None)
-        self._slots = {h.process_id: _Slot(h) for h in fleet}
+        self._slots = {h.process_id: Slot(h) for h in fleet}
         self._wake = asyncio.Event()
         self._interrupted = False
         self._timed_out = False
@@ -375,7 +288,7 @@ class Run:
             return self._first_failure
         return None
 
-    async def _watch_one(self, slot: _Slot) -> None:
+    async def _watch_one(self, slot: Slot) -> None:
         assert slot.plan is not None
         assert slot.sink is not None
         try:
@@ -394,7 +307,7 @@ class Run:
         else:
             self._fail(slot.host, state, slot.result().reason)
 
-    async def _follow_reconnecting(self, slot: _Slot) -> Exit:
+    async def _follow_reconnecting(self, slot: Slot) -> Exit:
         """Follow the log; when the connection drops, reconnect with backoff and resume at the
         byte offset. Gives up after ``reconnect_timeout`` without a connection."""
         assert slot.plan is not None
@@ -456,7 +369,7 @@ class Run:
             del result  # a connection that fails to close cleanly is already gone
 
     # -- bookkeeping ------------------------------------------------------------------------
-    def _set(self, slot: _Slot, state: State, detail: str = "") -> None:
+    def _set(self, slot: Slot, state: State, detail: str = "") -> None:
         slot.state = state
         self._emit(HostEvent(slot.host, state, detail))
         if state.final:
@@ -494,34 +407,16 @@ class Run:
         opts = self.options
         write_json_atomic(
             self.log_dir / MANIFEST,
-            {
-                "version": 1,
-                "run_name": self.job.run_name,
-                "job": job_to_json(self.job),
-                "code_hash": self._code_hash,
-                "script_dir": str(opts.script_dir.resolve()),
-                "fail_fast": opts.fail_fast,
-                "grace": opts.grace,
-                "ssh": {
-                    "config": [str(p) for p in opts.ssh.config],
-                    "host_keys": opts.ssh.host_keys,
-                    "connect_timeout": opts.ssh.connect_timeout,
-                },
-                "hosts": [
-                    {
-                        **result_to_json(s.result()),
-                        "host": host_to_json(s.host),
-                        "log": f"{s.host.file_stem}.log",
-                        "remote_run_dir": s.plan.paths.run if s.plan else None,
-                        "env": s.plan.env if s.plan else None,
-                    }
-                    for s in self._slots.values()
-                ],
-                "first_failure": self._first_failure,
-                "interrupted": self._interrupted,
-                "timed_out": self._timed_out,
-                "updated": time.time(),
-            },
+            run_record(
+                self.job,
+                self._code_hash,
+                opts,
+                [s.result() for s in self._slots.values()],
+                [s.plan for s in self._slots.values()],
+                first_failure=self._first_failure,
+                interrupted=self._interrupted,
+                timed_out=self._timed_out,
+            ),
         )
 
 

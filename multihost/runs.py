@@ -20,7 +20,7 @@ from multihost.manifest import (
 )
 from multihost.model import Fleet, Host, Job, State
 from multihost.plan import Paths, finish_command, shell_path, status_command
-from multihost.runner import RunOptions
+from multihost.runstate import RunOptions
 from multihost.stream import classify, parse_exit
 from multihost.transport import Connection, SSHOptions
 

@@ -1,0 +1,90 @@
+"""What a run is told (its options) and what it tells (events), and its per-host bookkeeping."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from multihost.model import Host, HostResult, State
+from multihost.plan import HostPlan
+from multihost.stream import Exit, Line, LogSink
+from multihost.transport import Connection, SSHOptions
+
+
+def default_log_dir() -> Path:
+    """``$MULTIHOST_LOG_DIR``, else ``~/multihost-logs``."""
+    return Path(os.environ.get("MULTIHOST_LOG_DIR") or Path.home() / "multihost-logs")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run, as opposed to what: every knob of the pipeline in one place."""
+
+    script_dir: Path = Path(".")
+    excludes: tuple[str, ...] = ()
+    log_dir: Path = field(default_factory=default_log_dir)
+    ssh: SSHOptions = field(default_factory=SSHOptions)
+    connect_limit: int = 64
+    fail_fast: bool = True
+    grace: float = 10.0
+    timeout: float | None = None
+    stage_timeout: float = 600.0
+    launch_timeout: float = 60.0
+    reconnect_timeout: float = 300.0
+    detach: bool = False
+    stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
+    device_glob: str | None = None
+
+
+@dataclass(frozen=True)
+class HostEvent:
+    """A host changed state."""
+
+    host: Host
+    state: State
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Note:
+    """A message about the run as a whole."""
+
+    text: str
+    level: str = "info"
+
+
+Event = HostEvent | Line | Note
+
+
+@dataclass
+class Slot:
+    """The runner's mutable bookkeeping for one host (results are frozen from it at the end)."""
+
+    host: Host
+    state: State = State.PENDING
+    conn: Connection | None = None
+    plan: HostPlan | None = None
+    sink: LogSink | None = None
+    bytes_sent: int = 0
+    error: str | None = None
+    exit: Exit | None = None
+
+    def result(self) -> HostResult:
+        code = self.exit.code if self.exit else None
+        signal = None
+        if self.exit and self.state is State.KILLED:
+            signal = {"KILL": 9, "TERM": 15, "INT": 2, "HUP": 1}.get(self.exit.stopped_by or "")
+            if signal is None and code is not None and code > 128:
+                signal = code - 128
+        return HostResult(
+            host=self.host,
+            state=self.state,
+            exit_code=code,
+            signal=signal,
+            error=self.error,
+            started_at=self.exit.started_at if self.exit else None,
+            ended_at=self.exit.ended_at if self.exit else None,
+            bytes_sent=self.bytes_sent,
+            last_line=self.sink.last_line if self.sink else "",
+        )
