@@ -15,11 +15,13 @@ import functools
 import getpass
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 _UNSAFE = {"match", "include", "canonicalizehostname"}
+_PROXY_JUMP = re.compile(r"^\s*proxyjump\b", re.IGNORECASE | re.MULTILINE)
 
 
 @functools.lru_cache(maxsize=16)
@@ -59,7 +61,10 @@ def filtered_text(path: Path, alias: str) -> str | None:
     if parsed is None:
         return None
     head, blocks = parsed
-    return head + "".join(text for patterns, text in blocks if _matches(alias, patterns))
+    text = head + "".join(text for patterns, text in blocks if _matches(alias, patterns))
+    if _PROXY_JUMP.search(text):
+        return None  # asyncssh reads the jump hosts' blocks from the same config
+    return text
 
 
 @functools.cache

@@ -75,11 +75,12 @@ class Connection(Protocol):
 class SSHConnection:
     """A host reached over SSH with asyncssh."""
 
-    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection) -> None:
+    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection, reached: str = "") -> None:
+        """``reached``: the config's HostName for the host, where the socket cannot tell."""
         self.host = host
         self._conn = conn
-        peer = conn.get_extra_info("peername")
-        self.peer_address: str = peer[0] if peer else host.address
+        peer = conn.get_extra_info("peername")  # ('', 0) through a ProxyJump tunnel
+        self.peer_address: str = (peer[0] if peer else "") or reached or host.address
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed:
         try:
@@ -245,6 +246,7 @@ class _HostConfig:
     known_hosts: list[str] | None  # files to trust (existing or not); None: none configured
     identity_configured: bool
     ciphers_configured: bool
+    hostname: str  # what the alias stands for: HostName, else the alias itself
 
 
 def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> _HostConfig:
@@ -253,7 +255,8 @@ def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> 
     if found is not None:
         files = _known_files(found.get("userknownhostsfile"), found.get("globalknownhostsfile"))
         if files is not None:
-            return _HostConfig(files, "identityfile" in found, "ciphers" in found)
+            name = found.get("hostname", host.address).replace("%h", host.address)
+            return _HostConfig(files, "identityfile" in found, "ciphers" in found, name)
     prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
     configured = prepared.known_hosts
     if configured is None:  # UserKnownHostsFile none
@@ -266,6 +269,7 @@ def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> 
         files,
         prepared.config.get("IdentityFile") is not None,
         prepared.config.get("Ciphers") is not None,
+        str(prepared.host or host.address),
     )
 
 
@@ -350,7 +354,7 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     except (asyncssh.Error, OSError) as exc:
         where = f"{host.address}:{host.port}" if host.port else host.address
         raise ConnectError(host, f"cannot connect to {where}: {_describe(exc)}") from None
-    return SSHConnection(host, conn)
+    return SSHConnection(host, conn, cfg.hostname)
 
 
 async def connect(host: Host, options: SSHOptions) -> Connection:

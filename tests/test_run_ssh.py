@@ -232,6 +232,26 @@ def test_known_hosts_none_still_checks(ssh_fleet, code: Path, tmp_path: Path) ->
     assert "host key not verified" in manifest(logs, "nokh")["hosts"][0]["error"]
 
 
+def test_proxy_jump(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # h0 reached through h1; its address for the other workers is its HostName, not the alias.
+    h0 = ssh_fleet.hosts[0]
+    config = tmp_path / "ssh_config"
+    jump = "\n".join(
+        f"Host {name}\n  HostName {h0.address}\n  Port {h0.port}\n  User {h0.user}\n"
+        f"  ProxyJump {via}\n  UserKnownHostsFile {ssh_fleet.known_hosts}"
+        for name, via in (("viah1", ssh_fleet.aliases[1]), ("viadead", "dead"))
+    )
+    config.write_text(jump + "\n\n" + ssh_fleet.ssh_config.read_text())
+    logs = tmp_path / "logs"
+    base = ["--ssh-config", str(config), "--script-dir", str(code), "--log-dir", str(logs),
+            "--connect-timeout", "5", "--cmd", "echo $JAX_COORDINATOR_ADDRESS"]  # fmt: skip
+    ok = cli(["run", "--hosts", "viah1", "--run-name", "pj", *base])
+    assert ok.returncode == 0, ok.stderr
+    assert host_logs(logs, "pj")["slice_0000_worker_0000"] == f"{h0.address}:8476\n"
+    refused = cli(["run", "--hosts", "viadead", "--run-name", "pjd", *base])
+    assert refused.returncode == 1  # the jump is really taken: through a dead host, no way in
+
+
 def test_timeout_bounds_the_run(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     logs = tmp_path / "logs"
     t0 = time.monotonic()

@@ -80,3 +80,11 @@ def test_expand_path_tokens() -> None:
     assert expand_path("%d/b%%c") == f"{home}/b%c"
     assert expand_path("/x/%u") == f"/x/{getpass.getuser()}"
     assert expand_path("/x/%h") is None  # only asyncssh knows the host name it resolves
+
+
+def test_proxy_jump_keeps_the_file_whole(tmp_path: Path) -> None:
+    # asyncssh looks the jump host up in the same config, so its block must stay.
+    cfg = tmp_path / "config"
+    cfg.write_text(CONFIG + "Host far\n  ProxyJump h1\n")
+    assert filtered_text(cfg, "far") is None
+    assert filtered_text(cfg, "h0") is not None
