@@ -222,6 +222,21 @@ def kill_command(paths: Paths, signal: str, grace: float) -> str:
     )
 
 
+def clean_command(paths: Paths, older_than: float) -> str:
+    """Removes this finished run's directory, then staged code dirs older than ``older_than``
+    s that no remaining run's ``job.sh`` uses; prints each removed code hash."""
+    run, base = shell_path(paths.run), shell_path(paths.base)
+    minutes = max(0, int(older_than // 60))
+    return (
+        f'r={run}; b={base}; test ! -e "$r" || {{ test -e "$r"/exit && rm -rf "$r"; }} || '
+        '{ echo "$r is still running" >&2; exit 1; }; '
+        f'find "$b"/code -mindepth 1 -maxdepth 1 -type d \\( ! -name ".*" -mmin +{minutes} '
+        f'-o -name ".incoming.*" -mmin +{max(minutes, 1440)} \\) 2>/dev/null | '
+        "while read -r d; do h=${d##*/}; "
+        'grep -qsF "/code/$h" "$b"/runs/*/job.sh || { rm -rf "$d" && echo "$h"; }; done; exit 0'
+    )
+
+
 @dataclass(frozen=True)
 class HostPlan:
     """Everything one host is sent for a run, computed before any I/O."""

@@ -19,7 +19,7 @@ from multihost.manifest import (
     write_json_atomic,
 )
 from multihost.model import Fleet, Host, Job, State
-from multihost.plan import Paths, finish_command, shell_path, status_command
+from multihost.plan import Paths, clean_command, finish_command, status_command
 from multihost.runstate import RunOptions
 from multihost.stream import classify, parse_exit
 from multihost.transport import Connection, SSHOptions
@@ -189,18 +189,23 @@ async def clean(
             said.append(f"would remove {name} ({age / 86400:.1f} days old)")
             continue
 
-        async def rm(conn: Connection, paths: dict[int, Paths] = paths) -> None:
-            run = shell_path(paths[conn.host.process_id].run)
-            await conn.run(f"test -e {run}/exit && rm -rf {run} || test ! -e {run}")
+        async def rm(conn: Connection, paths: dict[int, Paths] = paths) -> int:
+            res = await conn.run(clean_command(paths[conn.host.process_id], older_than))
+            if res.exit_status != 0:
+                raise RemoteError(conn.host, res.stderr.decode(errors="replace").strip())
+            return len(res.stdout.split())
 
         options = ssh or options_from_record(record, log_dir).ssh
-        failed = [o for o in await on_every_host(record_fleet(record), options, rm) if not o.ok]
+        outcomes = await on_every_host(record_fleet(record), options, rm)
+        failed = [o for o in outcomes if not o.ok]
         if failed:
             reasons = "; ".join(o.error.message for o in failed if o.error)
             said.append(f"kept {name}: could not clean {len(failed)} host(s): {reasons}")
             continue
         shutil.rmtree(log_dir / name)
         said.append(f"removed {name} ({age / 86400:.1f} days old) locally and on its hosts")
+        if pruned := sum(o.value or 0 for o in outcomes):
+            said.append(f"  and {pruned} staged code dir(s) no remaining run on those hosts uses")
     return said
 
 

@@ -163,8 +163,26 @@ def test_logs_follow_ls_and_clean(ssh_fleet, code: Path, tmp_path: Path) -> None
     assert "nothing older" in kept.stdout
     remote = ssh_fleet.hosts[1].home / ".multihost" / "runs" / "fol"
     assert remote.is_dir()
+    code_dirs = ssh_fleet.hosts[1].home / ".multihost" / "code"
+    staged = {d.name for d in code_dirs.iterdir()}
+    assert manifest(logs, "fol")["code_hash"] in staged
+    in_use = code_dirs / "f00dfeedf00dfeed"  # a staged dir another (still present) run uses
+    in_use.mkdir()
+    other = ssh_fleet.hosts[1].home / ".multihost" / "runs" / "other"
+    other.mkdir(parents=True)
+    (other / "job.sh").write_text(f"cd {in_use} || exit 126\n")
+    for made in (in_use, other.parent, other, other / "job.sh"):
+        shutil.chown(made, ssh_fleet.hosts[1].user, ssh_fleet.hosts[1].user)
     gone = cli(["clean", "--older-than", "0s", "--log-dir", str(logs)])
     assert "removed fol" in gone.stdout
+    assert "staged code dir(s)" in gone.stdout
     assert not (logs / "fol").exists()
     assert not remote.exists()
+    assert manifest_hash_gone(code_dirs, staged - {in_use.name})
+    assert in_use.is_dir()
+    shutil.rmtree(in_use)
     assert cli(["clean", "--older-than", "soon", "--log-dir", str(logs)]).returncode == 2
+
+
+def manifest_hash_gone(code_dirs: Path, names: set[str]) -> bool:
+    return not any((code_dirs / n).exists() for n in names)
