@@ -39,6 +39,15 @@ def ssh_fleet() -> Iterator[loopback.Fleet]:
         loopback.down()
 
 
+@pytest.fixture
+def fresh_runs(ssh_fleet: loopback.Fleet) -> None:
+    """Run names are reused across tests (a host refuses to reuse a run directory), and a
+    failed test must not leave jobs running for the next one."""
+    for host in ssh_fleet.hosts:
+        shutil.rmtree(host.home / ".multihost" / "runs", ignore_errors=True)
+    ssh_fleet.kill_user_processes()
+
+
 REMOTE_SITE = Path("/opt/multihost-test-site")
 REMOTE_PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum", "scipy")
 

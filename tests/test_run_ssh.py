@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -15,12 +14,7 @@ from tests.clitools import cli, host_logs, manifest, spawn, wait_for
 N = 4
 
 
-@pytest.fixture(autouse=True)
-def _fresh_runs(ssh_fleet) -> None:  # type: ignore[no-untyped-def]
-    """Run names are reused across tests; a host refuses to reuse a run directory."""
-    for host in ssh_fleet.hosts:
-        shutil.rmtree(host.home / ".multihost" / "runs", ignore_errors=True)
-    ssh_fleet.kill_user_processes()  # a failed test must not leave jobs for the next one
+pytestmark = pytest.mark.usefixtures("fresh_runs")
 
 
 @pytest.fixture

@@ -17,11 +17,7 @@ COUNT = 50  # numbered lines per host, one every 0.1 s
 NUMBERED = f'for i in $(seq 1 {COUNT}); do echo "$JAX_PROCESS_ID line $i"; sleep 0.1; done'
 
 
-@pytest.fixture(autouse=True)
-def _fresh_runs(ssh_fleet) -> None:  # type: ignore[no-untyped-def]
-    for host in ssh_fleet.hosts:
-        shutil.rmtree(host.home / ".multihost" / "runs", ignore_errors=True)
-    ssh_fleet.kill_user_processes()  # a failed test must not leave jobs for the next one
+pytestmark = pytest.mark.usefixtures("fresh_runs")
 
 
 @pytest.fixture

@@ -10,29 +10,6 @@ from typing import Any
 
 import pytest
 
-try:
-    from tests.gcloud_fixtures import (
-        FAKE_GCLOUD_DIR,
-        FIXTURE_DIR,
-        FIXTURES,
-        dump,
-        load,
-        loopback_nodes,
-        make_node,
-        make_nodes,
-    )
-except ImportError:  # tests/ on sys.path instead of the repository root
-    from gcloud_fixtures import (  # type: ignore[no-redef,import-not-found,unused-ignore]
-        FAKE_GCLOUD_DIR,
-        FIXTURE_DIR,
-        FIXTURES,
-        dump,
-        load,
-        loopback_nodes,
-        make_node,
-        make_nodes,
-    )
-
 from multihost.errors import DiscoveryError, UsageError
 from multihost.tpu import (
     build_fleet,
@@ -43,6 +20,16 @@ from multihost.tpu import (
     gcloud_command,
     node_name,
     select_slices,
+)
+from tests.gcloud_fixtures import (
+    FAKE_GCLOUD_DIR,
+    FIXTURE_DIR,
+    FIXTURES,
+    dump,
+    load,
+    loopback_nodes,
+    make_node,
+    make_nodes,
 )
 
 

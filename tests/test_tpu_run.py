@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -19,11 +18,7 @@ from tests.gcloud_fixtures import make_nodes
 FAKE_GCLOUD_DIR = REPO / "tests" / "fake_gcloud"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_runs(ssh_fleet) -> None:  # type: ignore[no-untyped-def]
-    for host in ssh_fleet.hosts:
-        shutil.rmtree(host.home / ".multihost" / "runs", ignore_errors=True)
-    ssh_fleet.kill_user_processes()  # a failed test must not leave jobs for the next one
+pytestmark = pytest.mark.usefixtures("fresh_runs")
 
 
 def _setup(ssh_fleet, tmp_path: Path, nodes: list[dict[str, Any]], known: Path | None = None):  # type: ignore[no-untyped-def]
