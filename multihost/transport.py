@@ -239,11 +239,14 @@ _CIPHERS = (
 )  # fmt: skip
 
 
+_DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
 @dataclass(frozen=True)
 class _HostConfig:
     """What the ssh config says about one host that the connect decisions need."""
 
-    known_hosts: list[str] | None  # files to trust (existing or not); None: none configured
+    known_hosts: list[str]  # files to trust, existing or not
     identity_configured: bool
     ciphers_configured: bool
     hostname: str  # what the alias stands for: HostName, else the alias itself
@@ -264,7 +267,7 @@ def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> 
     elif isinstance(configured, list) and configured:
         files = [os.path.expanduser(str(f)) for f in configured]
     else:
-        files = None
+        files = [os.path.expanduser(_DEFAULT_KNOWN_HOSTS)]
     return _HostConfig(
         files,
         prepared.config.get("IdentityFile") is not None,
@@ -274,14 +277,17 @@ def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> 
 
 
 def _known_files(user: str | None, system: str | None) -> list[str] | None:
-    """The known-hosts files the config names (``none`` → []); None when it names none,
-    or uses tokens only asyncssh can expand (then the caller asks asyncssh)."""
-    if user is None and system is None:
-        return None
-    names = [] if user is None or user.lower() == "none" else shlex.split(user)
-    names += [] if system is None or system.lower() == "none" else shlex.split(system)
+    """The known-hosts files to read, as OpenSSH picks them: the user's (``~/.ssh/known_hosts``
+    unless configured; ``none``: no file) and any global ones; None when a name uses tokens only
+    asyncssh can expand (then the caller asks asyncssh)."""
+    names = [_DEFAULT_KNOWN_HOSTS] if user is None else _split_files(user)
+    names += [] if system is None else _split_files(system)
     out = [sshconfig.expand_path(n) for n in names]
     return None if None in out else [n for n in out if n is not None]
+
+
+def _split_files(value: str) -> list[str]:
+    return [] if value.lower() == "none" else shlex.split(value)
 
 
 @functools.lru_cache(maxsize=64)
@@ -316,8 +322,8 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     fallback = os.path.expanduser(options.fallback_identity or "")
     if fallback and os.path.isfile(fallback) and not (host.identity or cfg.identity_configured):
         kwargs["client_keys"] = [fallback]
-    default_file = str(Path.home() / ".ssh" / "known_hosts")
-    files = [default_file] if cfg.known_hosts is None else cfg.known_hosts
+    default_file = os.path.expanduser(_DEFAULT_KNOWN_HOSTS)
+    files = cfg.known_hosts
     tofu: _TrustOnFirstUse | None = None
     if options.host_keys == "accept-new":
         tofu = _TrustOnFirstUse([f for f in files if os.path.isfile(f)], options.trust_file)
