@@ -22,12 +22,8 @@ def _cipher(config: Path, alias: str) -> str:
     return asyncio.run(go())
 
 
-def test_prefers_aes_gcm_unless_ciphers_configured(
-    ssh_fleet: loopback.Fleet, tmp_path: Path
-) -> None:
-    assert (
-        _cipher(ssh_fleet, ssh_fleet.ssh_config, ssh_fleet.aliases[0]) == "aes128-gcm@openssh.com"
-    )
+def test_cipher_preference_yields_to_config(ssh_fleet: loopback.Fleet, tmp_path: Path) -> None:
+    assert _cipher(ssh_fleet.ssh_config, ssh_fleet.aliases[0]) == "aes128-gcm@openssh.com"
     h0 = ssh_fleet.hosts[0]
     config = tmp_path / "ssh_config"
     config.write_text(
