@@ -174,7 +174,9 @@ def watch_command(paths: Paths, offset: int) -> str:
     run = shell_path(paths.run)
     return (
         f"tail -c +{offset + 1} -f -s 0.2 {run}/log 2>/dev/null & t=$!; "
-        f"while [ ! -e {run}/exit ]; do sleep 0.2; kill -0 $t 2>/dev/null || exit 3; done; "
+        f"while [ ! -e {run}/exit ]; do sleep 0.2; kill -0 $t 2>/dev/null || exit 3; "
+        # Our parent (sshd's session, or the local runner) gone: nobody reads us any more.
+        "[ ! -d /proc/$$ ] || [ -d /proc/$PPID ] || { kill $t 2>/dev/null; exit 4; }; done; "
         f"kill $t 2>/dev/null; wait $t 2>/dev/null; {_read_state(run)}; "
         'set -- $(wc -c < "$r"/log); echo "end $exit $started $ended $stopped $1" >&2; exit 0'
     )

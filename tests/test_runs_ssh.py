@@ -34,6 +34,10 @@ def _args(fleet, code: Path, logs: Path, run: str, cmd: str, n: int = N) -> list
             "--grace", "2", "--cmd", cmd]  # fmt: skip
 
 
+def _watchers(fleet) -> list[str]:  # type: ignore[no-untyped-def]
+    return [cmd for i in range(N) for _, cmd in fleet.user_processes(i) if "tail" in cmd]
+
+
 def _exactly_once(text: str, pid: int) -> None:
     assert text == "".join(f"{pid} line {i}\n" for i in range(1, COUNT + 1))
 
@@ -61,6 +65,19 @@ def test_sigkilled_runner_then_attach(ssh_fleet, code: Path, tmp_path: Path) -> 
     data = manifest(logs, "k9")
     assert [h["exit_code"] for h in data["hosts"]] == [0, 0, 0, 3]
     assert [h["state"] for h in data["hosts"]] == ["done", "done", "done", "failed"]
+
+
+def test_sigkilled_runner_leaves_no_watchers(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # A quiet job: the watchers never write, so they must notice by themselves that nobody reads
+    # them any more (GNU tail sees its pipe close; the watch loop also checks for its parent).
+    logs = tmp_path / "logs"
+    proc = spawn(_args(ssh_fleet, code, logs, "quiet", "sleep 30", n=2))
+    wait_for(lambda: len(_watchers(ssh_fleet)) >= 2, 30, "the watchers to start")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    wait_for(lambda: not _watchers(ssh_fleet), 5, "the remote watchers to exit")
+    assert not _no_processes(ssh_fleet, 2)  # while the jobs go on
+    assert cli(["kill", "quiet", "--log-dir", str(logs)]).returncode == 0
 
 
 def test_sshd_restart_resumes_without_gap(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
