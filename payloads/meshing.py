@@ -279,7 +279,9 @@ def device_memory_bytes(device: Any) -> int | None:
     return int(limit) if limit else None
 
 
-def check_memory(estimate_bytes: float, override_gb: float | None, device: Any) -> None:
+def check_memory(
+    estimate_bytes: float, override_gb: float | None, device: Any, hint: str = "smaller -b/-d"
+) -> None:
     """Exit(2) with the estimate when it exceeds the device memory (or the override)."""
     if override_gb is None:
         env = os.environ.get("MULTIHOST_MEMORY_LIMIT_GB")
@@ -288,7 +290,7 @@ def check_memory(estimate_bytes: float, override_gb: float | None, device: Any) 
     if limit is not None and estimate_bytes > limit:
         fail(
             f"estimated memory per device {estimate_bytes / 1e9:.3f} GB exceeds the limit "
-            f"{limit / 1e9:.3f} GB on {device.device_kind}; use smaller -b/-d or more devices"
+            f"{limit / 1e9:.3f} GB on {device.device_kind}; use {hint} or more devices"
         )
 
 

@@ -37,6 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=None, help="default 1e-3 adamw, 0.1 sgd")
     p.add_argument("--dtype", choices=("bf16", "f32"), default="bf16", help="compute dtype")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--memory_limit_gb",
+        type=float,
+        default=None,
+        help="per-device memory limit for the guard (env MULTIHOST_MEMORY_LIMIT_GB)",
+    )
     meshing.add_mesh_flags(p, ici_fsdp_default=-1)
     args = p.parse_args(argv)
     for name in ("d_model", "d_ff", "num_layers", "num_heads", "seq_len", "vocab", "steps"):
@@ -78,6 +84,28 @@ def step_flop(args: argparse.Namespace, num_devices: int) -> float:
     """
     attention = 0 if args.model == "mlp" else 12 * args.num_layers * args.seq_len * args.d_model
     return tokens_per_step(args, num_devices) * (6 * matmul_params(args) + attention)
+
+
+def memory_bytes(args: argparse.Namespace, weight_shards: int) -> tuple[float, float]:
+    """(parameter + gradient + optimizer state, activations) bytes per device, estimated.
+
+    State is float32 and split over the fsdp × tensor devices (replicated over data): weights,
+    gradients, and adamw's two moments (sgd keeps none). Activations kept for the backward
+    pass, per token and layer: about 8·d + 2·d_ff values in the compute dtype, plus the
+    attention scores and probabilities (2·heads·S float32) for the transformer; its logits
+    add 2·V float32 per token.
+    """
+    state_copies = 4 if args.optimizer == "adamw" else 2
+    embedding = 0 if args.model == "mlp" else args.vocab * args.d_model
+    params = matmul_params(args) + embedding
+    state = 4.0 * params * state_copies / weight_shards
+    act_bytes = 2 if args.dtype == "bf16" else 4
+    per_token_layer = (8 * args.d_model + 2 * args.d_ff) * act_bytes
+    tokens = args.per_device_batch * (1 if args.model == "mlp" else args.seq_len)
+    if args.model == "transformer":
+        per_token_layer += 2 * args.num_heads * args.seq_len * 4
+    acts = tokens * (args.num_layers * per_token_layer + (0 if embedding == 0 else 8 * args.vocab))
+    return state, float(acts)
 
 
 def build_model_classes() -> tuple[type, type]:
@@ -318,6 +346,15 @@ def main(argv: list[str] | None = None) -> None:
     n_dev = jax.device_count()
     print(f"Devices: {n_dev} in {jax.process_count()} processes", flush=True)
     print(f"Decided on mesh shape: {plan.shape} (dcn {plan.dcn}, ici {plan.ici})", flush=True)
+    state_b, acts_b = memory_bytes(args, plan.shape["fsdp"] * plan.shape["tensor"])
+    print(
+        f"estimated per device: {(state_b + acts_b) / 1e9:.3f} GB (parameters, gradients and "
+        f"optimizer state {state_b / 1e9:.3f} GB, activations {acts_b / 1e9:.3f} GB)",
+        flush=True,
+    )
+    meshing.check_memory(
+        state_b + acts_b, args.memory_limit_gb, jax.devices()[0], "a smaller model or batch"
+    )
     with jax.set_mesh(mesh):
         losses, times, state = train(args, mesh)
         checksum = params_checksum(state)

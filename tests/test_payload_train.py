@@ -160,3 +160,19 @@ def test_train_four_processes_bad_mesh_all_exit() -> None:
         assert "4 != 8 devices" in p.stderr
         assert "Traceback" not in p.stderr
     assert max(p.seconds for p in procs) < 30
+
+
+def test_memory_estimate_hand_count() -> None:
+    a = _args("--model", "mlp", "--d_model", "4", "--d_ff", "8", "--num_layers", "1",
+              "--per_device_batch", "3", "--dtype", "f32", "--optimizer", "sgd")  # fmt: skip
+    state, acts = train.memory_bytes(a, 2)
+    params = 2 * 4 * 8 + 4 * 4  # up and down, plus the output projection
+    assert state == 4 * params * 2 / 2  # weights and gradients in f32, over 2 shards
+    assert acts == 3 * (8 * 4 + 2 * 8) * 4  # 3 rows × one layer × (8·d + 2·d_ff) f32 values
+
+
+def test_train_memory_guard() -> None:
+    (proc,) = run_payload("train.py", [*TINY, "--memory_limit_gb", "0.00001"])
+    assert proc.returncode != 0
+    assert "estimated memory per device" in proc.stderr
+    assert "a smaller model or batch" in proc.stderr
