@@ -34,6 +34,13 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
+def _remote_dir(text: str) -> str:
+    """A directory for staged code and runs on each host: never empty or ``/``."""
+    if not text.strip().strip("/") or "\n" in text:
+        raise argparse.ArgumentTypeError(f"must name a directory, e.g. ~/.multihost: {text!r}")
+    return text
+
+
 def _add_fleet_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--hosts", help="comma list of [user@]host[:port], or a TOML inventory")
@@ -73,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-dir", type=Path, default=None, help="local logs (default ~/multihost-logs)"
     )
     run.add_argument("--run-name", help="default: a timestamp")
-    run.add_argument("--remote-dir", default="~/.multihost", help="staging base on each host")
+    run.add_argument(
+        "--remote-dir", type=_remote_dir, default="~/.multihost", help="staging base on each host"
+    )
     run.add_argument("--stream", choices=("host0", "all", "none"), default="host0")
     run.add_argument("--no-fail-fast", dest="fail_fast", action="store_false")
     run.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
@@ -93,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     hosts.add_argument(
         "--check", action="store_true", help="connect and report versions, disk, port"
     )
-    hosts.add_argument("--remote-dir", default="~/.multihost")
+    hosts.add_argument("--remote-dir", type=_remote_dir, default="~/.multihost")
     hosts.add_argument("--coordinator-port", type=int, default=8476)
 
     stale = sub.add_parser("kill-stale", help="stop processes holding accelerator devices")
@@ -142,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--env", action="append", default=[], metavar="K=V")
     sweep.add_argument("--log-dir", type=Path, default=None)
     sweep.add_argument("--run-name", help="sweep name (default: sweep-<timestamp>)")
-    sweep.add_argument("--remote-dir", default="~/.multihost")
+    sweep.add_argument("--remote-dir", type=_remote_dir, default="~/.multihost")
     sweep.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
     sweep.add_argument("--coordinator-port", type=int, default=8476)
     sweep.add_argument("--megascale-port", type=int, default=8081)

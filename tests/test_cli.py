@@ -59,6 +59,8 @@ def test_env_without_equals(tmp_path: Path) -> None:
         ["--local", "2", "--cmd", "true", "--timeout", "-3"],
         ["--hosts", "h0", "--ssh-config", "/nonexistent", "--cmd", "true"],
         ["--local", "2", "--cmd", "true", "--stream", "sideways"],
+        ["--local", "2", "--cmd", "true", "--remote-dir", ""],
+        ["--local", "2", "--cmd", "true", "--remote-dir", "/"],
     ],
 )
 def test_other_bad_input(tmp_path: Path, args: list[str]) -> None:

@@ -75,6 +75,7 @@ hosts = [{ address = "b0", port = 2200, internal_address = "10.1.0.2" }, "root@b
         ("[[slices]]\nhosts = [{ address = 'a', port = 'x' }]", "wrong type"),
         ("[[slices]\nhosts = ['a']", "not valid TOML"),
         ("[[racks]]\nhosts = ['a']", "unknown top-level"),
+        ("[[slices]]\nhosts = [{ address = 'a', remote_dir = '/' }]", "remote_dir"),
     ],
 )
 def test_malformed_inventory(tmp_path: Path, text: str, match: str) -> None:
