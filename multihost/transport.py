@@ -134,12 +134,7 @@ class LocalConnection:
         self.peer_address = host.internal_address or "127.0.0.1"
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed:
-        proc = await asyncio.create_subprocess_exec(
-            "sh", "-c", command,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )  # fmt: skip
+        proc = await _spawn(command, stdin=stdin is not None)
         try:
             out, err = await proc.communicate(stdin)
         finally:
@@ -147,11 +142,7 @@ class LocalConnection:
         return Completed(proc.returncode, out, err)
 
     async def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
-        proc = await asyncio.create_subprocess_exec(
-            "sh", "-c", command, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )  # fmt: skip
+        proc = await _spawn(command, stdin=False)
         assert proc.stdout is not None
         assert proc.stderr is not None
         try:
@@ -166,11 +157,7 @@ class LocalConnection:
             await proc.wait()
 
     async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
-        proc = await asyncio.create_subprocess_exec(
-            "sh", "-c", command, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )  # fmt: skip
+        proc = await _spawn(command, stdin=True)
         assert proc.stdout is not None
         try:
             first = await proc.stdout.readline()
@@ -182,6 +169,16 @@ class LocalConnection:
 
     async def close(self) -> None:
         return None
+
+
+async def _spawn(command: str, *, stdin: bool) -> asyncio.subprocess.Process:
+    """``sh -c command`` in its own session (so that its whole group can be killed)."""
+    return await asyncio.create_subprocess_exec(
+        "sh", "-c", command,
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
