@@ -62,6 +62,7 @@ def test_train_local_4(tmp_path: Path) -> None:
     assert first["losses"][-1] < first["losses"][0]
 
 
+@pytest.mark.usefixtures("fresh_runs")  # the run name is fixed, the hosts are shared
 def test_shardings_over_ssh(ssh_fleet, remote_jax: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     res = cli(
         ["run", "--hosts", ",".join(ssh_fleet.aliases[:4]), "--ssh-config",
