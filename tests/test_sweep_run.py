@@ -79,6 +79,7 @@ def test_failures_recorded_then_resume(tmp_path: Path) -> None:
     assert "2 to run" in again.stderr
 
 
+@pytest.mark.usefixtures("fresh_runs")  # the sweep name is fixed, the hosts are shared
 def test_parallel_slices_over_ssh(ssh_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     inventory = tmp_path / "fleet.toml"
     aliases = ssh_fleet.aliases
