@@ -180,13 +180,20 @@ def test_host_key_mismatch_refused(ssh_fleet, code: Path, tmp_path: Path) -> Non
     assert not (ssh_fleet.hosts[0].home / ".multihost" / "runs" / "bk").exists()
 
 
-def test_accept_new_records_then_refuses_changed_key(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    host = ssh_fleet.hosts[0]
+def _h0_config(fleet, tmp_path: Path, alias: str, known_hosts: object) -> Path:  # type: ignore[no-untyped-def]
+    """An ssh config with one entry, ``alias`` for host 0, trusting ``known_hosts``."""
+    h0 = fleet.hosts[0]
     config = tmp_path / "ssh_config"
     config.write_text(
-        f"Host tofu\n  HostName {host.address}\n  Port {host.port}\n  User {host.user}\n"
-        f"  IdentityFile {ssh_fleet.key}\n  UserKnownHostsFile {tmp_path / 'empty_known'}\n"
+        f"Host {alias}\n  HostName {h0.address}\n  Port {h0.port}\n  User {h0.user}\n"
+        f"  IdentityFile {fleet.key}\n  UserKnownHostsFile {known_hosts}\n"
     )
+    return config
+
+
+def test_accept_new_records_then_refuses_changed_key(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    host = ssh_fleet.hosts[0]
+    config = _h0_config(ssh_fleet, tmp_path, "tofu", tmp_path / "empty_known")
     state = tmp_path / "state"
     base = ["run", "--hosts", "tofu", "--ssh-config", str(config), "--script-dir", str(code),
             "--log-dir", str(tmp_path / "logs"), "--cmd", "true"]  # fmt: skip
@@ -213,12 +220,7 @@ def test_accept_new_records_then_refuses_changed_key(ssh_fleet, code: Path, tmp_
 
 def test_known_hosts_none_still_checks(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # To asyncssh ``UserKnownHostsFile none`` means "check nothing"; strict mode trusts nothing.
-    host = ssh_fleet.hosts[0]
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        f"Host nokh\n  HostName {host.address}\n  Port {host.port}\n  User {host.user}\n"
-        f"  IdentityFile {ssh_fleet.key}\n  UserKnownHostsFile none\n"
-    )
+    config = _h0_config(ssh_fleet, tmp_path, "nokh", "none")
     logs = tmp_path / "logs"
     res = cli(["run", "--hosts", "nokh", "--ssh-config", str(config), "--script-dir", str(code),
                "--log-dir", str(logs), "--run-name", "nokh", "--cmd", "true"])  # fmt: skip
