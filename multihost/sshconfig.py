@@ -55,9 +55,15 @@ def _matches(alias: str, patterns: tuple[str, ...]) -> bool:
 def filtered_text(path: Path, alias: str) -> str | None:
     """The config with only the blocks that can apply to ``alias``; None to use it whole."""
     try:
-        parsed = _blocks(str(path), path.stat().st_mtime_ns)
+        return _filtered(str(path), path.stat().st_mtime_ns, alias)
     except OSError:
         return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _filtered(path: str, mtime_ns: int, alias: str) -> str | None:
+    """Cached per host: both the connect decisions and asyncssh's config want it."""
+    parsed = _blocks(path, mtime_ns)
     if parsed is None:
         return None
     head, blocks = parsed
