@@ -7,21 +7,33 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from multihost.inventory import local_fleet, resolve_hosts
 from multihost.model import Fleet, Job, RunResult
 from multihost.plan import check_run_name
 from multihost.runner import Run
 from multihost.runstate import Event, RunOptions
+from multihost.sources import FleetSpec, resolve
 from multihost.transport import SSHOptions
 
 
-def make_fleet(hosts: str | Fleet | None = None, local: int | None = None) -> Fleet:
-    """A Fleet from ``hosts`` (a list spec, an inventory path, or a Fleet) or ``local`` N."""
+def make_fleet(
+    hosts: str | Fleet | None = None,
+    local: int | None = None,
+    *,
+    prefix: str | None = None,
+    project: str | None = None,
+    zone: str | None = None,
+    ip: str = "auto",
+    user: str | None = None,
+) -> Fleet:
+    """A Fleet from ``hosts`` (a list spec, an inventory path, or a Fleet), ``local`` N, or
+    the Cloud TPU slices named ``prefix``."""
     if isinstance(hosts, Fleet):
         return hosts
-    if (hosts is None) == (local is None):
-        raise ValueError("give exactly one of hosts= or local=")
-    return local_fleet(local) if local is not None else resolve_hosts(str(hosts))
+    if sum(x is not None for x in (hosts, local, prefix)) != 1:
+        raise ValueError("give exactly one of hosts=, local= or prefix=")
+    spec = FleetSpec(hosts=hosts, local=local, prefix=prefix, project=project, zone=zone, ip=ip,
+                     user=user)  # fmt: skip
+    return resolve(spec).fleet
 
 
 async def run_async(

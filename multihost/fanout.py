@@ -11,8 +11,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, RemoteError
-from multihost.model import Host
+from multihost.model import Fleet, Host
+from multihost.transport import Connection, SSHOptions, connect
 
 T = TypeVar("T")
 
@@ -58,3 +60,25 @@ async def map_hosts(
     async with asyncio.TaskGroup() as tg:
         tasks = [tg.create_task(one(h)) for h in hosts]
     return [t.result() for t in tasks]
+
+
+async def on_every_host(
+    fleet: Fleet,
+    ssh: SSHOptions,
+    fn: Callable[[Connection], Awaitable[T]],
+    *,
+    limit: int = DEFAULTS.connect_limit,
+    timeout: float = DEFAULTS.command_timeout,
+) -> list[Outcome[T]]:
+    """Connect to every host (bounded handshakes), run ``fn`` on each, close."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(host: Host) -> T:
+        async with gate:
+            conn = await connect(host, ssh)
+        try:
+            return await fn(conn)
+        finally:
+            await conn.close()
+
+    return await map_hosts(one, list(fleet), timeout=timeout, what="command")

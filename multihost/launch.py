@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError
-from multihost.plan import HostPlan, Paths, kill_command
+from multihost.plan import Paths, kill_command
 from multihost.transport import Connection
 
 
-async def launch(conn: Connection, plan: HostPlan) -> int:
-    """Start the job detached (own session, stdin from /dev/null); returns its process group."""
-    res = await conn.run("sh -s", stdin=plan.launch.encode())
+async def launch(conn: Connection, script: str) -> int:
+    """Start the job detached (own session, stdin from /dev/null) with the host's launch script
+    (``HostPlan.launch``); returns its process group."""
+    res = await conn.run("sh -s", stdin=script.encode())
     text = res.stdout.decode(errors="replace").strip()
     if res.exit_status != 0 or not text.isdigit():
         err = res.stderr.decode(errors="replace").strip().splitlines()
@@ -17,7 +19,9 @@ async def launch(conn: Connection, plan: HostPlan) -> int:
     return int(text)
 
 
-async def stop(conn: Connection, paths: Paths, signal: str = "TERM", grace: float = 10.0) -> str:
+async def stop(
+    conn: Connection, paths: Paths, signal: str = "TERM", grace: float = DEFAULTS.grace
+) -> str:
     """Signal the job's process group, KILL it after ``grace`` s; says what it found or did."""
     res = await conn.run(kill_command(paths, signal, grace))
     if res.exit_status != 0:

@@ -7,9 +7,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from multihost.defaults import DEFAULTS
+
 
 class State(enum.StrEnum):
-    """Where one host is in the pipeline; the last five are final."""
+    """Where one host is in the pipeline (or, asked afterwards, how its job stands); the last
+    seven are final."""
 
     PENDING = "pending"
     CONNECTING = "connecting"
@@ -23,13 +26,17 @@ class State(enum.StrEnum):
     KILLED = "killed"
     ERROR = "error"
     LOST = "lost"
+    VANISHED = "vanished"  # the job's process group is gone without an exit code
+    MISSING = "missing"  # the run's directory is gone from the host
 
     @property
     def final(self) -> bool:
         return self in _FINAL
 
 
-_FINAL = frozenset({State.DONE, State.FAILED, State.KILLED, State.ERROR, State.LOST})
+_FINAL = frozenset(
+    {State.DONE, State.FAILED, State.KILLED, State.ERROR, State.LOST, State.VANISHED, State.MISSING}
+)
 
 
 @dataclass(frozen=True)
@@ -118,9 +125,9 @@ class Job:
     command: str
     run_name: str
     env: Mapping[str, str] = field(default_factory=dict)
-    remote_dir: str = "~/.multihost"
-    coordinator_port: int = 8476
-    megascale_port: int = 8081
+    remote_dir: str = DEFAULTS.remote_dir
+    coordinator_port: int = DEFAULTS.coordinator_port
+    megascale_port: int = DEFAULTS.megascale_port
 
 
 @dataclass(frozen=True)

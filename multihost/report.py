@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
 from multihost.model import Host, HostResult, RunResult, State
+
+if TYPE_CHECKING:
+    from multihost.record import HostRecord, RunRecord
+    from multihost.runs import HostStatus
 
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
           "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")  # fmt: skip
@@ -123,7 +127,7 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def status_row(host: Host, status: Any, error: str | None) -> dict[str, object]:
+def status_row(host: Host, status: HostStatus | None, error: str | None) -> dict[str, object]:
     """A row of ``multihost status`` from what the host said (or why it could not)."""
     if status is None:
         return {"host": host.name, "address": host.target, "state": "unreachable",
@@ -133,32 +137,31 @@ def status_row(host: Host, status: Any, error: str | None) -> dict[str, object]:
     exit_text = "" if status.exit_code is None else str(status.exit_code)
     if status.stopped_by:
         exit_text += f" (SIG{status.stopped_by})"
-    return {"host": host.name, "address": host.target, "state": status.state, "exit": exit_text,
-            "runtime": runtime, "last line": status.last_line}  # fmt: skip
+    return {"host": host.name, "address": host.target, "state": str(status.state),
+            "exit": exit_text, "runtime": runtime, "last line": status.last_line}  # fmt: skip
 
 
-def record_row(data: Mapping[str, Any]) -> dict[str, object]:
+def record_row(h: HostRecord) -> dict[str, object]:
     """A row of ``multihost status`` from run.json alone."""
-    h = data["host"]
-    started, ended = data.get("started_at"), data.get("ended_at")
+    started, ended = h.started_at, h.ended_at
     runtime = f"{ended - started:.1f}s" if started is not None and ended is not None else ""
-    outcome = "" if data.get("exit_code") is None else str(data["exit_code"])
-    if data.get("signal") is not None:
-        outcome = f"signal {data['signal']}"
-    return {"host": f"s{h['slice_id']}/w{h['worker_id']}", "address": h["address"],
-            "state": data["state"], "exit": outcome, "runtime": runtime,
-            "last line": data.get("error") or data.get("last_line") or ""}  # fmt: skip
+    outcome = "" if h.exit_code is None else str(h.exit_code)
+    if h.signal is not None:
+        outcome = f"signal {h.signal}"
+    return {"host": h.host.name, "address": h.host.address, "state": str(h.state),
+            "exit": outcome, "runtime": runtime,
+            "last line": h.error or h.last_line or ""}  # fmt: skip
 
 
-def ls_row(name: str, record: Mapping[str, Any]) -> dict[str, object]:
+def ls_row(name: str, record: RunRecord) -> dict[str, object]:
     """A row of ``multihost ls``."""
     states: dict[str, int] = {}
-    for h in record["hosts"]:
-        states[h["state"]] = states.get(h["state"], 0) + 1
-    age = time.time() - float(record.get("updated") or time.time())
-    return {"run": name, "hosts": len(record["hosts"]),
+    for h in record.hosts:
+        states[str(h.state)] = states.get(str(h.state), 0) + 1
+    age = time.time() - (record.updated or time.time())
+    return {"run": name, "hosts": len(record.hosts),
             "states": ", ".join(f"{n} {s}" for s, n in states.items()),
-            "updated": f"{_age(age)} ago", "command": record["job"]["command"]}  # fmt: skip
+            "updated": f"{_age(age)} ago", "command": record.job.command}  # fmt: skip
 
 
 def _metric(value: Any) -> str:

@@ -8,92 +8,73 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
-from multihost.fanout import Outcome
-from multihost.fleetops import on_every_host
-from multihost.manifest import (
-    MANIFEST,
-    host_from_json,
-    read_manifest,
-    watch_lock,
-    write_json_atomic,
-)
-from multihost.model import Fleet, Host, Job, State
+from multihost.fanout import Outcome, on_every_host
+from multihost.model import Host, State
 from multihost.plan import Paths, clean_command, finish_command, status_command
+from multihost.record import (
+    MANIFEST,
+    RecordError,
+    RunRecord,
+    read_record,
+    watch_lock,
+    write_record,
+)
 from multihost.runstate import RunOptions
 from multihost.stream import classify, parse_exit
-from multihost.transport import Connection, SSHOptions
+from multihost.transport import Connection, HostKeyPolicy, SSHOptions
 
 
-def find_run(log_dir: Path, name: str) -> tuple[Path, dict[str, Any]]:
-    """A run's local directory and manifest; a usage error when there is none."""
+def find_run(log_dir: Path, name: str) -> tuple[Path, RunRecord]:
+    """A run's local directory and record; a usage error when there is none."""
     run_dir = log_dir / name
     try:
-        return run_dir, read_manifest(run_dir)
-    except FileNotFoundError:
+        return run_dir, read_record(run_dir)
+    except (FileNotFoundError, NotADirectoryError):
         raise UsageError(f"no run {name!r} in {log_dir} (see multihost ls)") from None
-    except ValueError as exc:
+    except RecordError as exc:
         raise UsageError(f"{run_dir / MANIFEST} is unreadable: {exc}") from None
 
 
-def run_state(record: dict[str, Any]) -> str:
-    """One word for a whole run: running, done, failed, killed, interrupted."""
-    states = [State(h["state"]) for h in record["hosts"]]
-    if not all(s.final for s in states):
-        return "running"
-    if record.get("interrupted"):
-        return "interrupted"
-    if all(s is State.DONE for s in states):
-        return "done"
-    return "killed" if all(s is State.KILLED for s in states) else "failed"
-
-
-def all_runs(log_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+def all_runs(log_dir: Path) -> list[tuple[str, RunRecord]]:
     """Every run under the log dir (sweep points included), newest first."""
     found = []
     for manifest in log_dir.rglob(MANIFEST):
         try:
-            found.append(
-                (str(manifest.parent.relative_to(log_dir)), read_manifest(manifest.parent))
-            )
-        except (OSError, ValueError):
+            found.append((str(manifest.parent.relative_to(log_dir)), read_record(manifest.parent)))
+        except (OSError, RecordError):
             continue
-    return sorted(found, key=lambda item: -float(item[1].get("updated") or 0))
+    return sorted(found, key=lambda item: -item[1].updated)
 
 
-def options_from_record(record: dict[str, Any], log_dir: Path, **overrides: Any) -> RunOptions:
+def options_from_record(record: RunRecord, log_dir: Path, **overrides: Any) -> RunOptions:
     """The run's own connection settings (ssh config, host-key policy), then any overrides."""
-    ssh = record.get("ssh") or {}
+    policy: HostKeyPolicy = "accept-new" if record.ssh.host_keys == "accept-new" else "strict"
     options = RunOptions(
         log_dir=log_dir,
         ssh=SSHOptions(
-            config=tuple(Path(p) for p in ssh.get("config", ())),
-            host_keys=ssh.get("host_keys", "strict"),
-            connect_timeout=float(ssh.get("connect_timeout", 20.0)),
+            config=tuple(Path(p) for p in record.ssh.config),
+            host_keys=policy,
+            connect_timeout=record.ssh.connect_timeout,
         ),
-        fail_fast=bool(record.get("fail_fast", True)),
-        grace=float(record.get("grace", 10.0)),
+        fail_fast=record.fail_fast,
+        grace=record.grace,
     )
     return replace(options, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _paths(record: dict[str, Any]) -> dict[int, Paths]:
-    job = Job(**{k: v for k, v in record["job"].items() if k in Job.__dataclass_fields__})
-    code = record.get("code_hash") or ""
-    hosts = [host_from_json(h["host"]) for h in record["hosts"]]
-    return {h.process_id: Paths.for_host(h, job, code) for h in hosts}
-
-
-def record_fleet(record: dict[str, Any]) -> Fleet:
-    return Fleet(tuple(host_from_json(h["host"]) for h in record["hosts"]))
+def record_paths(record: RunRecord) -> dict[int, Paths]:
+    """Each host's remote paths, by process id."""
+    return {h.process_id: Paths.for_host(h, record.job, record.code_hash) for h in record.fleet}
 
 
 @dataclass(frozen=True)
 class HostStatus:
-    """What a host's state files say right now."""
+    """What a host's state files say right now (``state`` in the one State vocabulary)."""
 
     host: Host
-    state: str
+    state: State
     exit_code: int | None
     started_at: float | None
     ended_at: float | None
@@ -106,17 +87,16 @@ def parse_status(host: Host, text: str) -> HostStatus:
     """Parse ``status_command`` output."""
     header, _, last = text.partition("\n")
     if header.strip() == "missing":
-        return HostStatus(host, "missing", None, None, None, None, 0, "")
+        return HostStatus(host, State.MISSING, None, None, None, None, 0, "")
     fields = (header.split() + ["-"] * 7)[:7]
     exit_info = parse_exit(" ".join(fields[:4]))
     alive, size = fields[5], fields[6]
     started = exit_info.started_at if exit_info else _float(fields[1])
     if exit_info is None:
-        state = "running" if alive == "yes" else "vanished"
+        state = State.RUNNING if alive == "yes" else State.VANISHED
         return HostStatus(host, state, None, started, None, None, _int(size), last.strip())
-    word = {State.DONE: "exited", State.FAILED: "exited", State.KILLED: "killed"}
     return HostStatus(
-        host, word.get(classify(exit_info), "exited"), exit_info.code, started,
+        host, classify(exit_info), exit_info.code, started,
         exit_info.ended_at, exit_info.stopped_by, _int(size), last.strip(),
     )  # fmt: skip
 
@@ -132,21 +112,23 @@ def _int(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
-async def host_statuses(record: dict[str, Any], ssh: SSHOptions) -> list[Outcome[HostStatus]]:
+async def host_statuses(record: RunRecord, ssh: SSHOptions) -> list[Outcome[HostStatus]]:
     """Ask every host of a run for its state files (unreachable hosts come back as errors)."""
-    paths = _paths(record)
+    paths = record_paths(record)
 
     async def one(conn: Connection) -> HostStatus:
         res = await conn.run(status_command(paths[conn.host.process_id]))
         return parse_status(conn.host, res.stdout.decode(errors="replace"))
 
-    return await on_every_host(record_fleet(record), ssh, one, timeout=ssh.connect_timeout + 30)
+    return await on_every_host(
+        record.fleet, ssh, one, timeout=ssh.connect_timeout + DEFAULTS.status_slack
+    )
 
 
-async def sync_logs(run_dir: Path, record: dict[str, Any], ssh: SSHOptions) -> list[Outcome[int]]:
+async def sync_logs(run_dir: Path, record: RunRecord, ssh: SSHOptions) -> list[Outcome[int]]:
     """Append to each local log what the host has beyond it; returns bytes fetched per host."""
-    paths = _paths(record)
-    logs = {host_from_json(h["host"]).process_id: run_dir / h["log"] for h in record["hosts"]}
+    paths = record_paths(record)
+    logs = {h.host.process_id: run_dir / h.log for h in record.hosts}
 
     async def one(conn: Connection) -> int:
         local = logs[conn.host.process_id]
@@ -160,7 +142,7 @@ async def sync_logs(run_dir: Path, record: dict[str, Any], ssh: SSHOptions) -> l
         return len(rest)
 
     with watch_lock(run_dir):
-        return await on_every_host(record_fleet(record), ssh, one)
+        return await on_every_host(record.fleet, ssh, one)
 
 
 def parse_age(text: str) -> float:
@@ -181,10 +163,10 @@ async def clean(
     said: list[str] = []
     now = time.time()
     for name, record in all_runs(log_dir):
-        age = now - float(record.get("updated") or now)
-        if age < older_than or run_state(record) == "running":
+        age = now - (record.updated or now)
+        if age < older_than or record.state == "running":
             continue
-        paths = _paths(record)
+        paths = record_paths(record)
         if dry_run:
             said.append(f"would remove {name} ({age / 86400:.1f} days old)")
             continue
@@ -196,7 +178,7 @@ async def clean(
             return len(res.stdout.split())
 
         options = ssh or options_from_record(record, log_dir).ssh
-        outcomes = await on_every_host(record_fleet(record), options, rm)
+        outcomes = await on_every_host(record.fleet, options, rm)
         failed = [o for o in outcomes if not o.ok]
         if failed:
             reasons = "; ".join(o.error.message for o in failed if o.error)
@@ -209,19 +191,17 @@ async def clean(
     return said
 
 
-def mark_states(run_dir: Path, record: dict[str, Any], statuses: list[Outcome[HostStatus]]) -> None:
+def mark_states(run_dir: Path, record: RunRecord, statuses: list[Outcome[HostStatus]]) -> None:
     """Record what a refresh learned about finished hosts in run.json."""
     by_pid = {o.host.process_id: o.value for o in statuses if o.value is not None}
-    for h in record["hosts"]:
-        st = by_pid.get(int(h["host"]["process_id"]))
-        if st is not None and st.state in ("exited", "killed") and not State(h["state"]).final:
-            h["state"] = (
-                "done" if st.exit_code == 0 else ("killed" if st.state == "killed" else "failed")
-            )
-            h["exit_code"], h["started_at"], h["ended_at"] = (
-                st.exit_code,
-                st.started_at,
-                st.ended_at,
-            )
-    record["updated"] = time.time()
-    write_json_atomic(run_dir / MANIFEST, record)
+    hosts = []
+    for h in record.hosts:
+        st = by_pid.get(h.host.process_id)
+        if st is not None and st.state in _ENDED and not h.state.final:
+            h = replace(h, state=st.state, exit_code=st.exit_code, started_at=st.started_at,
+                        ended_at=st.ended_at)  # fmt: skip
+        hosts.append(h)
+    write_record(run_dir, replace(record, hosts=tuple(hosts)))
+
+
+_ENDED = frozenset({State.DONE, State.FAILED, State.KILLED})

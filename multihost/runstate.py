@@ -6,8 +6,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from multihost.defaults import DEFAULTS
 from multihost.model import Host, HostResult, State
-from multihost.plan import HostPlan
+from multihost.plan import Paths
 from multihost.stream import Exit, Line, LogSink
 from multihost.transport import Connection, SSHOptions
 
@@ -25,13 +26,13 @@ class RunOptions:
     excludes: tuple[str, ...] = ()
     log_dir: Path = field(default_factory=default_log_dir)
     ssh: SSHOptions = field(default_factory=SSHOptions)
-    connect_limit: int = 64
+    connect_limit: int = DEFAULTS.connect_limit
     fail_fast: bool = True
-    grace: float = 10.0
+    grace: float = DEFAULTS.grace
     timeout: float | None = None
-    stage_timeout: float = 600.0
-    launch_timeout: float = 60.0
-    reconnect_timeout: float = 300.0
+    stage_timeout: float = DEFAULTS.stage_timeout
+    launch_timeout: float = DEFAULTS.launch_timeout
+    reconnect_timeout: float = DEFAULTS.reconnect_timeout
     detach: bool = False
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
@@ -64,7 +65,8 @@ class Slot:
     host: Host
     state: State = State.PENDING
     conn: Connection | None = None
-    plan: HostPlan | None = None
+    paths: Paths | None = None  # known once the code hash is (launch, or the run's record)
+    env: dict[str, str] | None = None
     sink: LogSink | None = None
     bytes_sent: int = 0
     error: str | None = None

@@ -1,15 +1,22 @@
-"""Each host's log, brought back by byte offset: ``(host, stream, line)`` events and local files."""
+"""Each host's log, brought back by byte offset: ``(host, stream, line)`` events and local files.
+
+A lost connection is retried with backoff and the log resumes at the right byte offset.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.errors import HostLost, RemoteError
+from multihost.defaults import DEFAULTS
+from multihost.errors import HostError, HostLost, RemoteError
 from multihost.model import Host, State
 from multihost.plan import Paths, finish_command, watch_command
-from multihost.transport import Connection
+from multihost.transport import Connection, SSHOptions, connect
 
 
 @dataclass(frozen=True)
@@ -130,3 +137,54 @@ async def follow(conn: Connection, paths: Paths, sink: LogSink) -> Exit:
         raise HostLost(conn.host, "log stream ended before the job did")
     sink.feed(rest)
     return exit_info
+
+
+class Follower:
+    """Follows one host's log to its exit across lost connections: reconnects with backoff
+    and resumes at the local file's byte offset; gives up after ``reconnect_timeout`` s without
+    a connection (or at once when ``give_up`` says so)."""
+
+    def __init__(
+        self,
+        host: Host,
+        paths: Paths,
+        sink: LogSink,
+        ssh: SSHOptions,
+        *,
+        conn: Connection | None,
+        reconnect_timeout: float,
+        on_state: Callable[[State, str], None],
+        give_up: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.host, self.paths, self.sink, self.ssh = host, paths, sink, ssh
+        self.conn = conn  # replaced after a reconnect; the caller closes the last one
+        self._reconnect_timeout = reconnect_timeout
+        self._on_state = on_state
+        self._give_up = give_up
+
+    async def follow(self) -> Exit:
+        deadline: float | None = None
+        delay = DEFAULTS.reconnect_first_delay
+        while True:
+            if self.conn is None:
+                try:
+                    self.conn = await connect(self.host, self.ssh)
+                    self._on_state(State.RUNNING, "connected")
+                    deadline, delay = None, DEFAULTS.reconnect_first_delay
+                except HostError as exc:
+                    reason = exc.message
+            if self.conn is not None:
+                try:
+                    return await follow(self.conn, self.paths, self.sink)
+                except HostLost as exc:
+                    reason = exc.message
+                    with contextlib.suppress(Exception):  # the connection is gone already
+                        await self.conn.close()
+                    self.conn = None
+            now = time.monotonic()
+            deadline = deadline or now + self._reconnect_timeout
+            if now >= deadline or self._give_up():
+                raise HostLost(self.host, f"{reason}; gave up reconnecting")
+            self._on_state(State.RECONNECTING, reason)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, DEFAULTS.reconnect_max_delay)

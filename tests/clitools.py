@@ -59,3 +59,19 @@ def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> No
 def host_logs(log_dir: Path, run: str) -> dict[str, str]:
     """Local log text per host file stem."""
     return {p.stem: p.read_text() for p in sorted((log_dir / run).glob("*.log"))}
+
+
+def fleet_run_args(
+    fleet: Any, code: Path, logs: Path, run: str, cmd: str, n: int, *extra: str
+) -> list[str]:
+    """``multihost run`` over the first ``n`` hosts of the loopback fleet, 2 s grace."""
+    return [
+        "run", "--hosts", ",".join(fleet.aliases[:n]), "--ssh-config", str(fleet.ssh_config),
+        "--script-dir", str(code), "--log-dir", str(logs), "--run-name", run,
+        "--grace", "2", *extra, "--cmd", cmd,
+    ]  # fmt: skip
+
+
+def no_processes(fleet: Any, n: int) -> bool:
+    """No process of the first ``n`` hosts' users is left (read from /proc)."""
+    return all(not fleet.user_processes(i) for i in range(n))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from multihost.errors import InventoryError
-from multihost.inventory import local_fleet, parse_host_list, parse_target, resolve_hosts
+from multihost.sources.inventory import local_fleet, parse_host_list, parse_target, resolve_hosts
 
 
 def test_parse_target_forms() -> None:

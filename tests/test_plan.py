@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from multihost.errors import UsageError
-from multihost.inventory import parse_host_list
 from multihost.model import Fleet, Host, Job
 from multihost.plan import (
     Paths,
@@ -21,6 +20,7 @@ from multihost.plan import (
     shell_path,
     watch_command,
 )
+from multihost.sources.inventory import parse_host_list
 from multihost.stream import Exit, parse_watch_end
 
 

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.clitools import cli, host_logs, manifest, spawn, wait_for
+from tests.clitools import (
+    cli,
+    fleet_run_args,
+    host_logs,
+    manifest,
+    no_processes,
+    spawn,
+    wait_for,
+)
 
 N = 4
 COUNT = 50  # numbered lines per host, one every 0.1 s
@@ -29,9 +37,7 @@ def code(tmp_path: Path) -> Path:
 
 
 def _args(fleet, code: Path, logs: Path, run: str, cmd: str, n: int = N) -> list[str]:  # type: ignore[no-untyped-def]
-    return ["run", "--hosts", ",".join(fleet.aliases[:n]), "--ssh-config", str(fleet.ssh_config),
-            "--script-dir", str(code), "--log-dir", str(logs), "--run-name", run,
-            "--grace", "2", "--cmd", cmd]  # fmt: skip
+    return fleet_run_args(fleet, code, logs, run, cmd, n)
 
 
 def _watchers(fleet) -> list[str]:  # type: ignore[no-untyped-def]
@@ -43,7 +49,7 @@ def _exactly_once(text: str, pid: int) -> None:
 
 
 def _no_processes(fleet, n: int = N) -> bool:  # type: ignore[no-untyped-def]
-    return all(not fleet.user_processes(i) for i in range(n))
+    return no_processes(fleet, n)
 
 
 def test_sigkilled_runner_then_attach(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import asyncssh
 
-from multihost.sshconfig import config_for, expand_path, filtered_text, settings
+from multihost.transport.sshconfig import config_for, expand_path, filtered_text, settings
 
 CONFIG = """\
 # global

@@ -13,7 +13,7 @@ from typing import IO, Any
 
 import pytest
 
-from multihost.stale import (
+from multihost.fleetops.stale import (
     DEFAULT_DEVICE_GLOB,
     Holder,
     StaleReport,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from multihost.errors import UsageError
-from multihost.sweep_grid import (
+from multihost.sweep.grid import (
     MAX_WHERE_CHARS,
     GridFile,
     Point,

@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from multihost.sweep_grid import Point, expand
-from multihost.sweep_results import (
+from multihost.sweep.grid import Point, expand
+from multihost.sweep.results import (
     NO_RESULT,
     PLOT_MISSING,
     Record,
     ResultsStore,
-    best,
     find_result,
     latest,
     point_status,
@@ -230,14 +229,12 @@ def test_summarize_lower_is_better_and_best() -> None:
     summary = summarize(rows, "tflops", NAMES, higher_is_better=False)
     assert summary[0]["point"] == points[0].id
     assert summary[0]["metric"] == 1.0
-    low = best(rows, "tflops", NAMES, higher_is_better=False)
-    assert low is not None
-    assert low["point"] == points[0].id
-    high = best(rows, "tflops", NAMES)
-    assert high is not None
-    assert high["point"] == points[7].id
-    assert best(rows, "no_such_metric", NAMES) is None
-    assert best([], "tflops", NAMES) is None
+    assert summary[0]["best"] is True
+    high = summarize(rows, "tflops", NAMES)
+    assert high[0]["point"] == points[7].id
+    assert high[0]["best"] is True
+    assert not any(s["best"] for s in summarize(rows, "no_such_metric", NAMES))
+    assert summarize([], "tflops", NAMES) == []
 
 
 def test_summarize_ignores_non_numeric_metrics() -> None:

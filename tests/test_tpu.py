@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from multihost.errors import DiscoveryError, UsageError
-from multihost.tpu import (
+from multihost.sources.tpu import (
     build_fleet,
     check_slices,
     discover,

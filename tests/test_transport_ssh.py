@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from multihost.inventory import parse_host_list
-from multihost.transport import SSHOptions, connect_ssh
+from multihost.sources.inventory import parse_host_list
+from multihost.transport import SSHOptions
+from multihost.transport.ssh import connect_ssh
 from tests import fleet as loopback
 
 

@@ -19,37 +19,32 @@ from rich.text import Text
 
 from multihost import report, runs
 from multihost.errors import UsageError
-from multihost.inventory import local_fleet, resolve_hosts
+from multihost.fleetops.stale import DEVICE_GLOB_ENV
 from multihost.model import Fleet, Job, RunResult, State
 from multihost.plan import check_run_name, parse_env
-from multihost.runner import Run
+from multihost.record import RunRecord
+from multihost.runner import Attach, Run
 from multihost.runstate import Event, HostEvent, Note, RunOptions, default_log_dir
-from multihost.stale import DEVICE_GLOB_ENV
+from multihost.sources import FleetSpec, resolve, spec_fields
 from multihost.stream import Line
-from multihost.tpu import discover
 from multihost.transport import HostKeyPolicy, SSHOptions
 
 GOOGLE_KEY = "~/.ssh/google_compute_engine"
 T = TypeVar("T")
 
 
+def fleet_spec(args: argparse.Namespace) -> FleetSpec:
+    """The fleet flags (``--hosts/--local/--prefix`` and their options) as a FleetSpec."""
+    given: dict[str, Any] = {n: getattr(args, n) for n in spec_fields() if hasattr(args, n)}
+    return FleetSpec(**given)
+
+
 def fleet_from_args(args: argparse.Namespace, err: Console | None = None) -> Fleet:
-    if args.local:
-        fleet = local_fleet(args.local)
-    elif args.prefix:
-        found = discover(
-            args.prefix, project=args.project, zone=args.zone, ip=args.ip,
-            gcloud=os.environ.get("MULTIHOST_GCLOUD", "gcloud"),
-        )  # fmt: skip
-        for warning in found.warnings:
-            if err is not None:
-                err.print(f"multihost: warning: {warning}", style="yellow", markup=False)
-        fleet = found.fleet
-    else:
-        fleet = resolve_hosts(args.hosts)
-    if args.user:
-        fleet = Fleet(tuple(replace(h, user=args.user) for h in fleet))
-    return fleet
+    found = resolve(fleet_spec(args))
+    for warning in found.warnings:
+        if err is not None:
+            err.print(f"multihost: warning: {warning}", style="yellow", markup=False)
+    return found.fleet
 
 
 def ssh_options(args: argparse.Namespace) -> SSHOptions:
@@ -58,12 +53,13 @@ def ssh_options(args: argparse.Namespace) -> SSHOptions:
         if not args.ssh_config.is_file():
             raise UsageError(f"ssh config {args.ssh_config} does not exist")
         config = (args.ssh_config,)
-    policy: HostKeyPolicy = args.host_keys or ("accept-new" if args.prefix else "strict")
+    cloud = fleet_spec(args).cloud
+    policy: HostKeyPolicy = args.host_keys or ("accept-new" if cloud else "strict")
     return SSHOptions(
         config=config,
         host_keys=policy,
         connect_timeout=args.connect_timeout,
-        fallback_identity=GOOGLE_KEY if args.prefix else None,
+        fallback_identity=GOOGLE_KEY if cloud else None,
     )
 
 
@@ -92,7 +88,7 @@ def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
         grace=args.grace,
         timeout=args.timeout,
         reconnect_timeout=args.reconnect_timeout,
-        stale="kill" if args.kill_stale else ("warn" if args.prefix else "off"),
+        stale="kill" if args.kill_stale else ("warn" if fleet_spec(args).cloud else "off"),
         device_glob=os.environ.get(DEVICE_GLOB_ENV),
     )
 
@@ -165,7 +161,7 @@ def run_interruptibly(
     return asyncio.run(main())
 
 
-def execute_run(run: Run, display: Display) -> RunResult:
+def execute_run(run: Run | Attach, display: Display) -> RunResult:
     """Run with the live status line (on a terminal) and signal handling."""
 
     async def go() -> RunResult:
@@ -187,7 +183,7 @@ def finish(result: RunResult, err: Console, n: int) -> int:
     return result.exit_code
 
 
-def record_options(args: argparse.Namespace, record: dict[str, object], **kw: object) -> RunOptions:
+def record_options(args: argparse.Namespace, record: RunRecord, **kw: object) -> RunOptions:
     opts = runs.options_from_record(record, log_dir_of(args), **kw)
     if args.ssh_config is not None:
         opts = replace(opts, ssh=replace(opts.ssh, config=ssh_options(args).config))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multihost.sweep_grid import RESERVED, Value
+from multihost.sweep.grid import RESERVED, Value
 
 RESULT_MARKER = "MULTIHOST_RESULT"
 NO_RESULT = f"no {RESULT_MARKER} line from process 0"
@@ -230,14 +230,6 @@ def summarize(
     for rank, row in enumerate(scored_rows, 1):
         row["rank"], row["best"] = rank, rank == 1
     return scored_rows + [s for s in summary if s["metric"] is None]
-
-
-def best(
-    rows: Iterable[Row], metric: str, grid_names: Sequence[str], higher_is_better: bool = True
-) -> Row | None:
-    """The best point's summary row, or None when no point has the metric."""
-    top = summarize(rows, metric, grid_names, higher_is_better)[:1]
-    return top[0] if top and top[0]["best"] else None
 
 
 def _group_axis(shown: Sequence[Row], grid_names: Sequence[str]) -> str | None:

@@ -10,18 +10,18 @@ from pathlib import Path
 from rich.console import Console
 
 from multihost import report
-from multihost.cli_wiring import (
+from multihost.cli.wiring import (
     fleet_from_args,
     raise_nofile_limit,
     run_interruptibly,
     run_options,
     ssh_options,
 )
+from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Job
 from multihost.plan import check_run_name, parse_env
-from multihost.sweep import Sweep, SweepSpec
-from multihost.sweep_grid import (
+from multihost.sweep.grid import (
     Where,
     check_template,
     expand,
@@ -29,7 +29,8 @@ from multihost.sweep_grid import (
     merge_grids,
     parse_grid_args,
 )
-from multihost.sweep_results import Record, latest, summarize, write_chart
+from multihost.sweep.results import Record, latest, summarize, write_chart
+from multihost.sweep.run import Sweep, SweepSpec
 
 
 def sweep_spec(args: argparse.Namespace) -> SweepSpec:
@@ -81,7 +82,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
         command="", run_name=spec.name, env=parse_env(args.env), remote_dir=args.remote_dir,
         coordinator_port=args.coordinator_port, megascale_port=args.megascale_port,
     )  # fmt: skip
-    args.timeout, args.reconnect_timeout, args.fail_fast = None, 300.0, True
+    args.timeout, args.reconnect_timeout, args.fail_fast = None, DEFAULTS.reconnect_timeout, True
     options = run_options(args, ssh_options(args))
     raise_nofile_limit()
     done = 0

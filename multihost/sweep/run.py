@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 
 from multihost.errors import UsageError
 from multihost.fanout import map_hosts
-from multihost.manifest import MANIFEST, write_json_atomic
 from multihost.model import Fleet, Host, Job
 from multihost.plan import Paths
+from multihost.record import MANIFEST, write_json_atomic
 from multihost.runner import Run
 from multihost.runstate import Event, RunOptions
 from multihost.stage import Archive, pack, stage
-from multihost.sweep_grid import Point
-from multihost.sweep_results import Record, ResultsStore, point_status, read_result
+from multihost.sweep.grid import Point
+from multihost.sweep.results import Record, ResultsStore, point_status, read_result
 from multihost.transport import Connection, connect
 
 

@@ -17,6 +17,8 @@ import math
 import shlex
 from dataclasses import dataclass
 
+from multihost.defaults import DEFAULTS
+
 DEFAULT_DEVICE_GLOB = "/dev/accel* /dev/vfio/[0-9]*"
 LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 DEVICE_GLOB_ENV = "MULTIHOST_DEVICE_GLOB"
@@ -96,7 +98,7 @@ def stale_command(
     *,
     kill: bool,
     device_glob: str | None = None,
-    grace: float = 5.0,
+    grace: float = DEFAULTS.stale_grace,
     lockfile: str = LIBTPU_LOCKFILE,
 ) -> str:
     """A POSIX sh script (for `sh -c`) reporting, and with kill stopping, accelerator holders."""

@@ -11,7 +11,7 @@ from dataclasses import replace
 from rich.console import Console
 
 from multihost import fleetops, report
-from multihost.cli_wiring import (
+from multihost.cli.wiring import (
     Display,
     execute_run,
     finish,
@@ -21,14 +21,14 @@ from multihost.cli_wiring import (
     run_options,
     ssh_options,
 )
+from multihost.fleetops.preflight import PACKAGES, mismatches
+from multihost.fleetops.stale import DEVICE_GLOB_ENV
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_hosts
-from multihost.preflight import PACKAGES, mismatches
 from multihost.runner import Run
 from multihost.runstate import RunOptions
+from multihost.sources.tpu import fleet_rows
 from multihost.stage import pack
-from multihost.stale import DEVICE_GLOB_ENV
-from multihost.tpu import fleet_rows
 from multihost.transport import forget
 
 
@@ -74,7 +74,13 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
     code = 0
     if args.check:
         outcomes = asyncio.run(
-            fleetops.check(fleet, ssh_options(args), args.remote_dir, args.coordinator_port)
+            fleetops.check(
+                fleet,
+                ssh_options(args),
+                args.remote_dir,
+                args.coordinator_port,
+                limit=args.connect_limit,
+            )
         )
         for row, o in zip(rows, outcomes, strict=True):
             row.update(o.value or {"error": o.error.message if o.error else "failed"})
@@ -95,7 +101,9 @@ def cmd_kill_stale(args: argparse.Namespace, err: Console) -> int:
     fleet = fleet_from_args(args, err)
     glob = os.environ.get(DEVICE_GLOB_ENV)
     code = 0
-    for o in asyncio.run(fleetops.kill_stale(fleet, ssh_options(args), device_glob=glob)):
+    for o in asyncio.run(
+        fleetops.kill_stale(fleet, ssh_options(args), device_glob=glob, limit=args.connect_limit)
+    ):
         if o.value is not None:
             print(f"{o.host.name} ({o.host.target}): {o.value.summary()}")
             code = code or (1 if o.value.remaining else 0)

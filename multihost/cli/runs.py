@@ -11,7 +11,7 @@ from dataclasses import replace
 from rich.console import Console
 
 from multihost import report, runs
-from multihost.cli_wiring import (
+from multihost.cli.wiring import (
     Display,
     execute_run,
     finish,
@@ -20,30 +20,26 @@ from multihost.cli_wiring import (
     record_options,
 )
 from multihost.errors import UsageError
-from multihost.manifest import host_from_json
 from multihost.model import State
-from multihost.runner import Run
+from multihost.runner import Attach, Stop
 
 
 def cmd_attach(args: argparse.Namespace, err: Console) -> int:
     _, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record, reconnect_timeout=args.reconnect_timeout)
     raise_nofile_limit()
-    fleet = runs.record_fleet(record)
+    fleet = record.fleet
     display = Display(fleet, args.run, args.stream, err)
-    result = execute_run(Run.attach(record, options, display), display)
+    result = execute_run(Attach(record, options, display), display)
     return finish(result, err, len(fleet))
 
 
 def cmd_kill(args: argparse.Namespace, err: Console) -> int:
     _, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record, grace=args.grace, reconnect_timeout=0.0)
-    fleet = runs.record_fleet(record)
+    fleet = record.fleet
     display = Display(fleet, args.run, "none", err)
-    run = Run.attach(record, options, display)
-    run.stop_signal = args.signal
-    run.interrupt()
-    result = execute_run(run, display)
+    result = execute_run(Stop(record, options, display, signal=args.signal), display)
     err.print(report.summary_table(result))
     return 1 if any(r.state is State.LOST for r in result.hosts) else 0
 
@@ -51,7 +47,7 @@ def cmd_kill(args: argparse.Namespace, err: Console) -> int:
 def cmd_status(args: argparse.Namespace, err: Console) -> int:
     run_dir, record = runs.find_run(log_dir_of(args), args.run)
     rows: list[dict[str, object]] = []
-    asked = args.refresh or runs.run_state(record) == "running"
+    asked = args.refresh or record.state == "running"
     if asked:
         options = record_options(args, record)
         statuses = asyncio.run(runs.host_statuses(record, options.ssh))
@@ -59,7 +55,7 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
         for o in statuses:
             rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
     else:
-        for h in record["hosts"]:
+        for h in record.hosts:
             rows.append(report.record_row(h))
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
@@ -83,17 +79,15 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
     run_dir, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record)
     if args.follow:
-        fleet = runs.record_fleet(record)
-        display = Display(fleet, args.run, "all", err)
-        run = Run.attach(record, replace(options, fail_fast=False), display)
-        run.observe_only = True
-        result = execute_run(run, display)
+        display = Display(record.fleet, args.run, "all", err)
+        follow = Attach(record, replace(options, fail_fast=False), display, observe=True)
+        result = execute_run(follow, display)
         return 0 if not result.interrupted else 130
     for o in asyncio.run(runs.sync_logs(run_dir, record, options.ssh)):
         if o.error:
             err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
     if args.host:
-        hosts = {host_from_json(h["host"]).name: h["log"] for h in record["hosts"]}
+        hosts = {h.host.name: h.log for h in record.hosts}
         if args.host not in hosts:
             raise UsageError(f"no host {args.host} in run {args.run} (hosts: {', '.join(hosts)})")
         sys.stdout.write((run_dir / hosts[args.host]).read_text(errors="replace"))

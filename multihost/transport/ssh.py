@@ -1,75 +1,20 @@
-"""The one seam to the network: a small Connection protocol, its SSH and local implementations.
-
-This is the only module that imports asyncssh.
-"""
+"""Hosts reached over SSH with asyncssh: the only module that imports asyncssh."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import os
 import shlex
-import signal
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
 
 import asyncssh
 
-from multihost import sshconfig
 from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost
 from multihost.model import Host
-
-HostKeyPolicy = Literal["strict", "accept-new"]
-
-
-@dataclass(frozen=True)
-class Completed:
-    """A finished remote command."""
-
-    exit_status: int | None
-    stdout: bytes
-    stderr: bytes
-
-
-@dataclass(frozen=True)
-class SSHOptions:
-    """How to reach hosts: ssh config files, host-key policy, timeouts and keepalives."""
-
-    config: tuple[Path, ...] = ()
-    host_keys: HostKeyPolicy = "strict"
-    trust_file: Path = field(default_factory=lambda: default_state_dir() / "known_hosts")
-    connect_timeout: float = 20.0
-    fallback_identity: str | None = None
-    keepalive_interval: float = 15.0
-    keepalive_count_max: int = 4
-
-
-def default_state_dir() -> Path:
-    """The runner's own files on this machine (its trust-on-first-use known_hosts)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "multihost"
-
-
-class Connection(Protocol):
-    """One open channel to a host, reused for every step of a run."""
-
-    host: Host
-    peer_address: str
-
-    async def run(self, command: str, stdin: bytes | None = None) -> Completed: ...
-
-    def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
-        """Yields ``command``'s stdout as it comes; then appends its stderr to ``stderr``."""
-        ...
-
-    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
-        """Run ``command``; send ``data`` on stdin only if its first output line is ``want``."""
-        ...
-
-    async def close(self) -> None: ...
+from multihost.transport import sshconfig
+from multihost.transport.base import Completed, SSHOptions
 
 
 class SSHConnection:
@@ -124,67 +69,6 @@ class SSHConnection:
     async def close(self) -> None:
         self._conn.close()
         await self._conn.wait_closed()
-
-
-class LocalConnection:
-    """A worker on this machine: the same shell commands, run by ``sh -c`` locally."""
-
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.peer_address = host.internal_address or "127.0.0.1"
-
-    async def run(self, command: str, stdin: bytes | None = None) -> Completed:
-        proc = await _spawn(command, stdin=stdin is not None)
-        try:
-            out, err = await proc.communicate(stdin)
-        finally:
-            _kill_group(proc)
-        return Completed(proc.returncode, out, err)
-
-    async def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
-        proc = await _spawn(command, stdin=False)
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        try:
-            while chunk := await proc.stdout.read(65536):
-                yield chunk
-            err = await proc.stderr.read()
-            await proc.wait()
-            if stderr is not None:
-                stderr += err
-        finally:
-            _kill_group(proc)
-            await proc.wait()
-
-    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
-        proc = await _spawn(command, stdin=True)
-        assert proc.stdout is not None
-        try:
-            first = await proc.stdout.readline()
-            sent = first.strip() == want
-            out, err = await proc.communicate(data if sent else b"")  # then closes stdin
-        finally:
-            _kill_group(proc)
-        return Completed(proc.returncode, first + out, err), sent
-
-    async def close(self) -> None:
-        return None
-
-
-async def _spawn(command: str, *, stdin: bool) -> asyncio.subprocess.Process:
-    """``sh -c command`` in its own session (so that its whole group can be killed)."""
-    return await asyncio.create_subprocess_exec(
-        "sh", "-c", command,
-        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )  # fmt: skip
-
-
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _as_bytes(data: object) -> bytes:
@@ -358,26 +242,3 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         where = f"{host.address}:{host.port}" if host.port else host.address
         raise ConnectError(host, f"cannot connect to {where}: {_describe(exc)}") from None
     return SSHConnection(host, conn, cfg.hostname)
-
-
-async def connect(host: Host, options: SSHOptions) -> Connection:
-    """A connection to ``host``: local workers need no network."""
-    if host.local:
-        return LocalConnection(host)
-    return await connect_ssh(host, options)
-
-
-def forget(addresses: Sequence[str], trust_file: Path) -> list[str]:
-    """Drop the recorded keys of these addresses (any port) from the trust file."""
-    if not trust_file.is_file():
-        return []
-    wanted = set(addresses)
-    kept: list[str] = []
-    dropped: list[str] = []
-    for line in trust_file.read_text().splitlines(keepends=True):
-        names = line.split(maxsplit=1)[0].split(",") if line.strip() else []
-        hosts = {n[1:].split("]")[0] if n.startswith("[") else n for n in names}
-        (dropped if hosts & wanted else kept).append(line)
-    if dropped:
-        trust_file.write_text("".join(kept))
-    return [line.split(maxsplit=1)[0] for line in dropped]

@@ -8,13 +8,12 @@ import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from multihost.errors import DiscoveryError
 from multihost.model import Fleet, Host
 
 Node = Mapping[str, Any]
-IpMode = Literal["internal", "external", "auto"]
 IP_MODES: tuple[str, ...] = ("internal", "external", "auto")
 
 

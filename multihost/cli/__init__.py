@@ -7,12 +7,14 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from rich.console import Console
-
+from multihost.defaults import DEFAULTS as D
 from multihost.errors import MultihostError, UsageError
-from multihost.tpu import IP_MODES
+from multihost.sources.tpu import IP_MODES
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,9 +61,15 @@ def _add_fleet_args(p: argparse.ArgumentParser) -> None:
         help="strict: known_hosts only; accept-new: trust on first use, refuse a changed key "
         "(default: strict, accept-new with --prefix)",
     )
-    p.add_argument("--connect-timeout", type=_positive(float), default=20.0, metavar="S")
-    p.add_argument("--connect-limit", type=_positive(int), default=64, metavar="N",
-                   help="handshakes in flight at once (default 64)")  # fmt: skip
+    p.add_argument(
+        "--connect-timeout",
+        type=_positive(float),
+        default=D.connect_timeout,
+        metavar="S",
+        help="seconds per SSH handshake (default %(default)g)",
+    )
+    p.add_argument("--connect-limit", type=_positive(int), default=D.connect_limit, metavar="N",
+                   help="handshakes in flight at once (default %(default)s)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,15 +89,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--run-name", help="default: a timestamp")
     run.add_argument(
-        "--remote-dir", type=_remote_dir, default="~/.multihost", help="staging base on each host"
+        "--remote-dir",
+        type=_remote_dir,
+        default=D.remote_dir,
+        help="staging base on each host (default %(default)s)",
     )
     run.add_argument("--stream", choices=("host0", "all", "none"), default="host0")
     run.add_argument("--no-fail-fast", dest="fail_fast", action="store_false")
-    run.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
+    run.add_argument(
+        "--grace",
+        type=_positive(float),
+        default=D.grace,
+        metavar="S",
+        help="seconds between TERM and KILL when stopping (default %(default)g)",
+    )
     run.add_argument("--timeout", type=_positive(float), metavar="S", help="bound the whole run")
-    run.add_argument("--reconnect-timeout", type=float, default=300.0, metavar="S")
-    run.add_argument("--coordinator-port", type=int, default=8476)
-    run.add_argument("--megascale-port", type=int, default=8081)
+    run.add_argument(
+        "--reconnect-timeout",
+        type=float,
+        default=D.reconnect_timeout,
+        metavar="S",
+        help="seconds to retry a lost host (default %(default)g)",
+    )
+    run.add_argument(
+        "--coordinator-port",
+        type=int,
+        default=D.coordinator_port,
+        help="JAX coordinator port on host 0 (default %(default)s)",
+    )
+    run.add_argument(
+        "--megascale-port",
+        type=int,
+        default=D.megascale_port,
+        help="Megascale port with several slices (default %(default)s)",
+    )
     run.add_argument("--dry-run", action="store_true", help="print each host's command and env")
     run.add_argument("--detach", action="store_true",
                      help="exit once every host has started; follow later with attach")  # fmt: skip
@@ -102,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     hosts.add_argument(
         "--check", action="store_true", help="connect and report versions, disk, port"
     )
-    hosts.add_argument("--remote-dir", type=_remote_dir, default="~/.multihost")
-    hosts.add_argument("--coordinator-port", type=int, default=8476)
+    hosts.add_argument("--remote-dir", type=_remote_dir, default=D.remote_dir)
+    hosts.add_argument("--coordinator-port", type=int, default=D.coordinator_port)
 
     stale = sub.add_parser("kill-stale", help="stop processes holding accelerator devices")
     _add_fleet_args(stale)
@@ -120,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     attach = run_command("attach", "follow a run again from where the local logs end")
     attach.add_argument("--stream", choices=("host0", "all", "none"), default="host0")
-    attach.add_argument("--reconnect-timeout", type=float, default=300.0, metavar="S")
+    attach.add_argument("--reconnect-timeout", type=float, default=D.reconnect_timeout, metavar="S")
     status = run_command("status", "per-host state of a run")
     status.add_argument("--refresh", action="store_true", help="ask the hosts even if finished")
     status.add_argument("--json", action="store_true")
@@ -129,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--follow", action="store_true", help="follow every host's log")
     kill = run_command("kill", "stop a run on every host")
     kill.add_argument("--signal", default="TERM", choices=("TERM", "INT", "HUP", "KILL", "USR1"))
-    kill.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
+    kill.add_argument("--grace", type=_positive(float), default=D.grace, metavar="S")
 
     sweep = sub.add_parser("sweep", help="run a command over a grid of configs and rank them")
     _add_fleet_args(sweep)
@@ -151,10 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--env", action="append", default=[], metavar="K=V")
     sweep.add_argument("--log-dir", type=Path, default=None)
     sweep.add_argument("--run-name", help="sweep name (default: sweep-<timestamp>)")
-    sweep.add_argument("--remote-dir", type=_remote_dir, default="~/.multihost")
-    sweep.add_argument("--grace", type=_positive(float), default=10.0, metavar="S")
-    sweep.add_argument("--coordinator-port", type=int, default=8476)
-    sweep.add_argument("--megascale-port", type=int, default=8081)
+    sweep.add_argument("--remote-dir", type=_remote_dir, default=D.remote_dir)
+    sweep.add_argument("--grace", type=_positive(float), default=D.grace, metavar="S")
+    sweep.add_argument("--coordinator-port", type=int, default=D.coordinator_port)
+    sweep.add_argument("--megascale-port", type=int, default=D.megascale_port)
     sweep.add_argument("--kill-stale", action="store_true")
 
     ls = sub.add_parser("ls", help="runs under the log dir")
@@ -168,9 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Each command's module is imported only when that command runs (start-up time is CPU time).
 COMMANDS: dict[str, str] = {
-    "run": "cli_fleet", "hosts": "cli_fleet", "kill-stale": "cli_fleet", "forget": "cli_fleet",
-    "attach": "cli_runs", "status": "cli_runs", "ls": "cli_runs", "logs": "cli_runs",
-    "kill": "cli_runs", "clean": "cli_runs", "sweep": "cli_sweep",
+    "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
+    "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
+    "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep",
 }  # fmt: skip
 
 
@@ -184,10 +217,11 @@ def command(name: str) -> Callable[[argparse.Namespace, Console], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    err = Console(stderr=True, highlight=False)
     try:
         args = build_parser().parse_args(argv)
-        code = command(args.command)(args, err)
+        from rich.console import Console  # not needed for --help or a usage error
+
+        code = command(args.command)(args, Console(stderr=True, highlight=False))
     except UsageError as exc:
         print(f"multihost: error: {exc}", file=sys.stderr)
         code = 2

@@ -1,0 +1,39 @@
+"""Every default and timeout, once: the CLI, the Python API and run.json all read them here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Defaults of the knobs a user can set (each has a flag), and the pipeline's own bounds."""
+
+    # Where and how a job runs.
+    remote_dir: str = "~/.multihost"
+    coordinator_port: int = 8476  # jax's own default (jax/_src/clusters/cloud_tpu_cluster.py)
+    megascale_port: int = 8081  # Ray and Levanter use 8081
+    # Connecting.
+    connect_timeout: float = 20.0  # one SSH handshake, s
+    connect_limit: int = 64  # handshakes in flight at once
+    keepalive_interval: float = 15.0  # s between SSH keepalives
+    keepalive_count_max: int = 4  # unanswered keepalives before the connection is dead
+    # Running.
+    grace: float = 10.0  # s between TERM and KILL when stopping a job
+    reconnect_timeout: float = 300.0  # s a lost host is retried before it is "lost"
+    stage_timeout: float = 600.0  # s to stage code on one host
+    launch_timeout: float = 60.0  # s to start the job on one host
+    stale_timeout: float = 60.0  # s to check one host for stale accelerator holders
+    stale_grace: float = 5.0  # s between TERM and KILL for a stale accelerator holder
+    # The supervisor's own bounds (not flags).
+    connect_slack: float = 10.0  # beyond connect_timeout, for a whole connect step
+    command_timeout: float = 120.0  # one command on every host (status, check, kill-stale)
+    status_slack: float = 30.0  # beyond connect_timeout, to read every host's state files
+    stop_slack: float = 20.0  # beyond grace, for a stop to be confirmed
+    last_report: float = 10.0  # after stopping, s hosts get to report their exit
+    reconnect_first_delay: float = 0.5  # s, doubling up to reconnect_max_delay
+    reconnect_max_delay: float = 10.0
+    manifest_interval: float = 0.5  # s between run.json rewrites (final states always write)
+
+
+DEFAULTS = Defaults()

@@ -1,0 +1,241 @@
+"""``run.json``: the persisted record of a run — typed, versioned, written atomically.
+
+One pair of functions converts a :class:`RunRecord` to and from JSON; nothing else reads or
+writes the file's dicts. A record from a newer multihost (a higher ``schema``) is refused with
+a message saying so, never half-read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from multihost.defaults import DEFAULTS
+from multihost.errors import UsageError
+from multihost.model import Fleet, Host, HostResult, Job, State
+
+MANIFEST = "run.json"
+SCHEMA = 2  # 1: the untyped record of multihost 0.1 (read as well)
+
+
+class RecordError(UsageError):
+    """A run.json that cannot be read: torn, foreign, or from a newer multihost."""
+
+
+@dataclass(frozen=True)
+class SSHRecord:
+    """How the run reached its hosts, so that attach/status/kill reach them the same way."""
+
+    config: tuple[str, ...] = ()
+    host_keys: str = "strict"
+    connect_timeout: float = DEFAULTS.connect_timeout
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """One host's part of a run: who it is, where its log is, and how it stands."""
+
+    host: Host
+    state: State
+    log: str
+    env: Mapping[str, str] | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    bytes_sent: int = 0
+    last_line: str = ""
+
+    @classmethod
+    def of(cls, result: HostResult, env: Mapping[str, str] | None) -> HostRecord:
+        """The record of a host's (possibly still running) result."""
+        return cls(
+            host=result.host, state=result.state, log=f"{result.host.file_stem}.log",
+            env=dict(env) if env is not None else None, exit_code=result.exit_code,
+            signal=result.signal, error=result.error, started_at=result.started_at,
+            ended_at=result.ended_at, bytes_sent=result.bytes_sent, last_line=result.last_line,
+        )  # fmt: skip
+
+    def result(self) -> HostResult:
+        return HostResult(
+            host=self.host, state=self.state, exit_code=self.exit_code, signal=self.signal,
+            error=self.error, started_at=self.started_at, ended_at=self.ended_at,
+            bytes_sent=self.bytes_sent, last_line=self.last_line,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Everything ``attach``, ``status``, ``logs``, ``kill`` and ``clean`` need about a run."""
+
+    run_name: str
+    job: Job
+    hosts: tuple[HostRecord, ...]
+    code_hash: str = ""
+    script_dir: str = ""
+    fail_fast: bool = True
+    grace: float = DEFAULTS.grace
+    ssh: SSHRecord = field(default_factory=SSHRecord)
+    first_failure: str | None = None
+    interrupted: bool = False
+    timed_out: bool = False
+    updated: float = 0.0
+    schema: int = SCHEMA
+
+    @property
+    def fleet(self) -> Fleet:
+        return Fleet(tuple(h.host for h in self.hosts))
+
+    @property
+    def state(self) -> str:
+        """One word for the whole run: running, done, failed, killed, interrupted."""
+        states = [h.state for h in self.hosts]
+        if not all(s.final for s in states):
+            return "running"
+        if self.interrupted:
+            return "interrupted"
+        if all(s is State.DONE for s in states):
+            return "done"
+        return "killed" if all(s is State.KILLED for s in states) else "failed"
+
+    def host(self, process_id: int) -> HostRecord:
+        return next(h for h in self.hosts if h.host.process_id == process_id)
+
+
+# -- JSON ------------------------------------------------------------------------------------
+def to_json(record: RunRecord) -> dict[str, Any]:
+    """The record as JSON-ready data (``schema`` first)."""
+    return {
+        "schema": record.schema,
+        "run_name": record.run_name,
+        "job": {**dataclasses.asdict(record.job), "env": dict(record.job.env)},
+        "code_hash": record.code_hash,
+        "script_dir": record.script_dir,
+        "fail_fast": record.fail_fast,
+        "grace": record.grace,
+        "ssh": {**dataclasses.asdict(record.ssh), "config": list(record.ssh.config)},
+        "hosts": [
+            {
+                **{f.name: getattr(h, f.name) for f in dataclasses.fields(HostRecord)},
+                "host": dataclasses.asdict(h.host),
+                "state": str(h.state),
+                "env": dict(h.env) if h.env is not None else None,
+            }
+            for h in record.hosts
+        ],
+        "first_failure": record.first_failure,
+        "interrupted": record.interrupted,
+        "timed_out": record.timed_out,
+        "updated": record.updated,
+    }
+
+
+def _known(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``cls`` present in ``data`` (fields a record no longer has are dropped)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def from_json(data: Mapping[str, Any]) -> RunRecord:
+    """A record from its JSON data; RecordError when it is not one this version can read."""
+    schema = data.get("schema", data.get("version"))
+    if not isinstance(schema, int):
+        raise RecordError("not a multihost run record (no schema)")
+    if schema > SCHEMA:
+        raise RecordError(
+            f"written by a newer multihost (record schema {schema}, this one reads up to "
+            f"{SCHEMA}): upgrade multihost to use it"
+        )
+    try:
+        hosts = tuple(
+            HostRecord(**{
+                **_known(HostRecord, h), "host": Host(**_known(Host, h["host"])),
+                "state": State(h["state"]),
+                "log": h.get("log") or f"{Host(**_known(Host, h['host'])).file_stem}.log",
+            })
+            for h in data["hosts"]
+        )  # fmt: skip
+        ssh = data.get("ssh") or {}
+        return RunRecord(
+            run_name=data["run_name"],
+            job=Job(**_known(Job, data["job"])),
+            hosts=hosts,
+            code_hash=data.get("code_hash") or "",
+            script_dir=data.get("script_dir") or "",
+            fail_fast=bool(data.get("fail_fast", True)),
+            grace=float(data.get("grace", DEFAULTS.grace)),
+            ssh=SSHRecord(
+                config=tuple(ssh.get("config", ())),
+                host_keys=ssh.get("host_keys", "strict"),
+                connect_timeout=float(ssh.get("connect_timeout", DEFAULTS.connect_timeout)),
+            ),
+            first_failure=data.get("first_failure"),
+            interrupted=bool(data.get("interrupted")),
+            timed_out=bool(data.get("timed_out")),
+            updated=float(data.get("updated") or 0.0),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"malformed run record ({type(exc).__name__}: {exc})") from None
+
+
+# -- files -----------------------------------------------------------------------------------
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temporary file in the same directory, then rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(run_dir: Path, record: RunRecord) -> None:
+    """Save the record as ``run_dir/run.json``, stamped with the time."""
+    write_json_atomic(run_dir / MANIFEST, to_json(dataclasses.replace(record, updated=time.time())))
+
+
+def read_record(run_dir: Path) -> RunRecord:
+    """Load ``run_dir/run.json``; FileNotFoundError when absent, RecordError when unreadable."""
+    text = (run_dir / MANIFEST).read_text()
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise RecordError("not a multihost run record")
+    return from_json(data)
+
+
+@contextlib.contextmanager
+def watch_lock(run_dir: Path) -> Iterator[None]:
+    """Only one process appends to a run's local logs at a time (else lines would repeat)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / ".lock").open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            owner = f.read().strip() or "?"
+            raise UsageError(
+                f"run {run_dir.name} is being followed by another multihost process (pid {owner})"
+            ) from None
+        f.truncate(0)
+        f.write(str(os.getpid()))
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,99 @@
+"""Where hosts come from: host lists and inventories, ``--local``, Cloud TPU discovery.
+
+Each source is one function ``FleetSpec -> Found`` registered in ``SOURCES`` under the name of
+the :class:`FleetSpec` field that selects it. A new source is a module here, a field of
+``FleetSpec`` and one line in ``SOURCES``; the CLI and the API pick it up from there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+
+from multihost.errors import UsageError
+from multihost.model import Fleet
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """Which hosts to run on: exactly one source (``hosts``, ``local`` or ``prefix``) and the
+    options that shape it."""
+
+    hosts: str | None = None  # [user@]host[:port],... or a TOML inventory
+    local: int | None = None  # N workers on this machine
+    prefix: str | None = None  # Cloud TPU node or queued-resource name
+    project: str | None = None  # with prefix: gcloud project
+    zone: str | None = None  # with prefix: gcloud zone
+    ip: str = "auto"  # with prefix: internal | external | auto
+    user: str | None = None  # ssh user for every host (overrides the source's)
+
+    @property
+    def source(self) -> str:
+        given = [name for name in SOURCES if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise UsageError(f"give exactly one of {', '.join(SOURCES)}")
+        return given[0]
+
+    @property
+    def cloud(self) -> bool:
+        """Cloud VMs: fresh host keys per create (trust on first use), the gcloud ssh key,
+        and accelerator devices that stale processes may hold."""
+        return SOURCES[self.source].cloud
+
+
+@dataclass(frozen=True)
+class Found:
+    """A resolved fleet and what the source had to say about it."""
+
+    fleet: Fleet
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Source:
+    resolve: Callable[[FleetSpec], Found]
+    cloud: bool = False
+
+
+def _hosts(spec: FleetSpec) -> Found:
+    from multihost.sources.inventory import resolve_hosts
+
+    return Found(resolve_hosts(str(spec.hosts)))
+
+
+def _local(spec: FleetSpec) -> Found:
+    from multihost.sources.inventory import local_fleet
+
+    return Found(local_fleet(int(spec.local or 0)))
+
+
+def _prefix(spec: FleetSpec) -> Found:
+    from multihost.sources.tpu import discover
+
+    found = discover(
+        str(spec.prefix), project=spec.project, zone=spec.zone, ip=spec.ip,
+        gcloud=os.environ.get("MULTIHOST_GCLOUD", "gcloud"),
+    )  # fmt: skip
+    return Found(found.fleet, found.warnings)
+
+
+SOURCES: dict[str, Source] = {
+    "hosts": Source(_hosts),
+    "local": Source(_local),
+    "prefix": Source(_prefix, cloud=True),
+}
+
+
+def resolve(spec: FleetSpec) -> Found:
+    """The fleet a spec names, numbered slice-major, with ``user`` applied to every host."""
+    found = SOURCES[spec.source].resolve(spec)
+    if spec.user:
+        fleet = Fleet(tuple(replace(h, user=spec.user) for h in found.fleet))
+        found = replace(found, fleet=fleet)
+    return found
+
+
+def spec_fields() -> tuple[str, ...]:
+    """The names of :class:`FleetSpec`'s fields (the CLI copies its flags by these names)."""
+    return tuple(f.name for f in fields(FleetSpec))

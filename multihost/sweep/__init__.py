@@ -1,0 +1,1 @@
+"""Sharding sweeps: grids and --where, the sweep runner, results and charts."""

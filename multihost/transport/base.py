@@ -1,0 +1,61 @@
+"""The connection protocol every transport implements, and how to reach hosts (data only)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from multihost.defaults import DEFAULTS
+from multihost.model import Host
+
+HostKeyPolicy = Literal["strict", "accept-new"]
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished remote command."""
+
+    exit_status: int | None
+    stdout: bytes
+    stderr: bytes
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    """How to reach hosts: ssh config files, host-key policy, timeouts and keepalives."""
+
+    config: tuple[Path, ...] = ()
+    host_keys: HostKeyPolicy = "strict"
+    trust_file: Path = field(default_factory=lambda: default_state_dir() / "known_hosts")
+    connect_timeout: float = DEFAULTS.connect_timeout
+    fallback_identity: str | None = None
+    keepalive_interval: float = DEFAULTS.keepalive_interval
+    keepalive_count_max: int = DEFAULTS.keepalive_count_max
+
+
+def default_state_dir() -> Path:
+    """The runner's own files on this machine (its trust-on-first-use known_hosts)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "multihost"
+
+
+class Connection(Protocol):
+    """One open channel to a host, reused for every step of a run."""
+
+    host: Host
+    peer_address: str
+
+    async def run(self, command: str, stdin: bytes | None = None) -> Completed: ...
+
+    def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
+        """Yields ``command``'s stdout as it comes; then appends its stderr to ``stderr``."""
+        ...
+
+    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
+        """Run ``command``; send ``data`` on stdin only if its first output line is ``want``."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,73 @@
+"""Workers on this machine (``--local``): the same shell commands, run by ``sh -c`` here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+
+from multihost.model import Host
+from multihost.transport.base import Completed
+
+
+class LocalConnection:
+    """A worker on this machine: the same shell commands, run by ``sh -c`` locally."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.peer_address = host.internal_address or "127.0.0.1"
+
+    async def run(self, command: str, stdin: bytes | None = None) -> Completed:
+        proc = await _spawn(command, stdin=stdin is not None)
+        try:
+            out, err = await proc.communicate(stdin)
+        finally:
+            _kill_group(proc)
+        return Completed(proc.returncode, out, err)
+
+    async def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
+        proc = await _spawn(command, stdin=False)
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        try:
+            while chunk := await proc.stdout.read(65536):
+                yield chunk
+            err = await proc.stderr.read()
+            await proc.wait()
+            if stderr is not None:
+                stderr += err
+        finally:
+            _kill_group(proc)
+            await proc.wait()
+
+    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
+        proc = await _spawn(command, stdin=True)
+        assert proc.stdout is not None
+        try:
+            first = await proc.stdout.readline()
+            sent = first.strip() == want
+            out, err = await proc.communicate(data if sent else b"")  # then closes stdin
+        finally:
+            _kill_group(proc)
+        return Completed(proc.returncode, first + out, err), sent
+
+    async def close(self) -> None:
+        return None
+
+
+async def _spawn(command: str, *, stdin: bool) -> asyncio.subprocess.Process:
+    """``sh -c command`` in its own session (so that its whole group can be killed)."""
+    return await asyncio.create_subprocess_exec(
+        "sh", "-c", command,
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
