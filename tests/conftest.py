@@ -71,8 +71,17 @@ def remote_jax(ssh_fleet: loopback.Fleet) -> dict[str, str]:
     return {"PYTHONPATH": str(REMOTE_SITE), "PYTHON": "/usr/bin/python3"}
 
 
+def _tier(item: pytest.Item) -> int:
+    """0: pure and local pipeline (no root, seconds); 1: the sshd fleet; 2: real JAX."""
+    if item.get_closest_marker("jax"):
+        return 2
+    return 1 if item.get_closest_marker("ssh") else 0
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that uses the fleet (directly or through another fixture) ``ssh``."""
+    """Mark every test that uses the fleet (directly or through another fixture) ``ssh``, and
+    run the fast tier first: a break there shows in seconds, before the slow tiers start."""
     for item in items:
         if "ssh_fleet" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ssh)
+    items.sort(key=_tier)
