@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 
 class _Supervisor:
-    """What every mode shares: per-host slots, events, the stop policy, watching, the record."""
+    """What every mode shares: per-host slots, events, the stop policy, stopping, the record."""
 
     def __init__(
         self,
@@ -72,49 +72,6 @@ class _Supervisor:
         """The open connections by process id (after a reconnect, the new ones)."""
         return {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
 
-    # -- watching -------------------------------------------------------------------------
-    async def _watch_all(self, started: float) -> None:
-        """Follow every launched host to its exit, applying the stop policy as hosts end."""
-        slots = [s for s in self._slots.values() if s.sink is not None and s.state != State.ERROR]
-        async with asyncio.TaskGroup() as tg:
-            watchers = {tg.create_task(self._watch_one(s)): s for s in slots}
-            await self._police(tg, watchers, started)
-
-    async def _police(
-        self, tg: asyncio.TaskGroup, watchers: Mapping[asyncio.Task[None], Slot], started: float
-    ) -> None:
-        """Wait for the watchers; start stopping everyone on a failure, timeout or interrupt;
-        after the stop, give the hosts a last moment to report, then call the rest lost."""
-        deadline = None if self.options.timeout is None else started + self.options.timeout
-        stopper: asyncio.Task[None] | None = None
-        pending = set(watchers)
-        while pending:
-            reason = self._stop_reason()
-            if reason and stopper is None:
-                stopper = tg.create_task(self._stop_all(reason))
-            if self._observe_only and self._interrupted:
-                break
-            self._wake.clear()
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if stopper is not None and stopper.done():
-                left = DEFAULTS.last_report
-            waiter = asyncio.ensure_future(self._wake.wait())
-            done, _ = await asyncio.wait(
-                pending | {waiter}, timeout=left, return_when=asyncio.FIRST_COMPLETED
-            )
-            waiter.cancel()
-            pending -= done
-            if not done and stopper is not None and stopper.done():
-                break
-            if deadline is not None and time.monotonic() >= deadline and not self._timed_out:
-                self._timed_out = True
-                self._note(f"timeout: the run took longer than {self.options.timeout:g} s", "error")
-        for task in pending:
-            task.cancel()
-            if not self._observe_only:
-                slot = watchers[task]
-                self._fail(slot.host, State.LOST, "did not report an exit after being stopped")
-
     def _stop_reason(self) -> str | None:
         if self._observe_only:
             return None
@@ -125,35 +82,6 @@ class _Supervisor:
         if self._first_failure and self.options.fail_fast:
             return self._first_failure
         return None
-
-    async def _watch_one(self, slot: Slot) -> None:
-        assert slot.paths is not None
-        assert slot.sink is not None
-
-        def on_state(state: State, detail: str) -> None:
-            self._set(slot, state, detail)
-
-        follower = Follower(
-            slot.host, slot.paths, slot.sink, self.options.ssh, conn=slot.conn,
-            reconnect_timeout=self.options.reconnect_timeout, on_state=on_state,
-            give_up=lambda: self._stop_reason() is not None,
-        )  # fmt: skip
-        try:
-            slot.exit = await follower.follow()
-        except HostError as exc:
-            self._fail(slot.host, State.LOST, exc.message)
-            return
-        finally:
-            slot.conn = follower.conn
-            slot.sink.close()
-        state = classify(slot.exit)
-        if state is State.DONE:
-            self._set(slot, state, "exit 0")
-        elif state is State.KILLED and slot.exit.stopped_by:
-            slot.error = f"stopped by multihost (SIG{slot.exit.stopped_by})"
-            self._set(slot, state, slot.error)
-        else:
-            self._fail(slot.host, state, slot.result().reason)
 
     async def _stop_all(self, reason: str) -> None:
         """TERM every still-running host's process group, KILL after the grace period."""
@@ -241,7 +169,82 @@ class _Supervisor:
         )
 
 
-class Run(_Supervisor):
+class _Watcher(_Supervisor):
+    """Follows every launched host to its exit in one task group, applying the stop policy."""
+
+    async def _watch_all(self, started: float) -> None:
+        """Follow every launched host to its exit, applying the stop policy as hosts end."""
+        slots = [s for s in self._slots.values() if s.sink is not None and s.state != State.ERROR]
+        async with asyncio.TaskGroup() as tg:
+            watchers = {tg.create_task(self._watch_one(s)): s for s in slots}
+            await self._police(tg, watchers, started)
+
+    async def _police(
+        self, tg: asyncio.TaskGroup, watchers: Mapping[asyncio.Task[None], Slot], started: float
+    ) -> None:
+        """Wait for the watchers; start stopping everyone on a failure, timeout or interrupt;
+        after the stop, give the hosts a last moment to report, then call the rest lost."""
+        deadline = None if self.options.timeout is None else started + self.options.timeout
+        stopper: asyncio.Task[None] | None = None
+        pending = set(watchers)
+        while pending:
+            reason = self._stop_reason()
+            if reason and stopper is None:
+                stopper = tg.create_task(self._stop_all(reason))
+            if self._observe_only and self._interrupted:
+                break
+            self._wake.clear()
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if stopper is not None and stopper.done():
+                left = DEFAULTS.last_report
+            waiter = asyncio.ensure_future(self._wake.wait())
+            done, _ = await asyncio.wait(
+                pending | {waiter}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            waiter.cancel()
+            pending -= done
+            if not done and stopper is not None and stopper.done():
+                break
+            if deadline is not None and time.monotonic() >= deadline and not self._timed_out:
+                self._timed_out = True
+                self._note(f"timeout: the run took longer than {self.options.timeout:g} s", "error")
+        for task in pending:
+            task.cancel()
+            if not self._observe_only:
+                slot = watchers[task]
+                self._fail(slot.host, State.LOST, "did not report an exit after being stopped")
+
+    async def _watch_one(self, slot: Slot) -> None:
+        assert slot.paths is not None
+        assert slot.sink is not None
+
+        def on_state(state: State, detail: str) -> None:
+            self._set(slot, state, detail)
+
+        follower = Follower(
+            slot.host, slot.paths, slot.sink, self.options.ssh, conn=slot.conn,
+            reconnect_timeout=self.options.reconnect_timeout, on_state=on_state,
+            give_up=lambda: self._stop_reason() is not None,
+        )  # fmt: skip
+        try:
+            slot.exit = await follower.follow()
+        except HostError as exc:
+            self._fail(slot.host, State.LOST, exc.message)
+            return
+        finally:
+            slot.conn = follower.conn
+            slot.sink.close()
+        state = classify(slot.exit)
+        if state is State.DONE:
+            self._set(slot, state, "exit 0")
+        elif state is State.KILLED and slot.exit.stopped_by:
+            slot.error = f"stopped by multihost (SIG{slot.exit.stopped_by})"
+            self._set(slot, state, slot.error)
+        else:
+            self._fail(slot.host, state, slot.result().reason)
+
+
+class Run(_Watcher):
     """A new run of a job on a fleet. ``await Run(...).execute()`` returns a RunResult."""
 
     def __init__(
@@ -392,7 +395,7 @@ class Run(_Supervisor):
         self._write_record(force=True)
 
 
-class Attach(_Supervisor):
+class Attach(_Watcher):
     """Follow an existing run from its record, from where the local logs end.
 
     ``observe=True`` (``logs --follow``) only watches: an interrupt leaves every job alone.
