@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import MultihostError, UsageError
-from multihost.sources.tpu import IP_MODES
+from multihost.sources import IP_MODES
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields, replace
 from multihost.errors import UsageError
 from multihost.model import Fleet
 
+IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
+
 
 @dataclass(frozen=True)
 class FleetSpec:

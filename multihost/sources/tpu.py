@@ -12,9 +12,9 @@ from typing import Any
 
 from multihost.errors import DiscoveryError
 from multihost.model import Fleet, Host
+from multihost.sources import IP_MODES
 
 Node = Mapping[str, Any]
-IP_MODES: tuple[str, ...] = ("internal", "external", "auto")
 
 
 @dataclass(frozen=True)
