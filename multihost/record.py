@@ -90,6 +90,7 @@ class RunRecord:
     interrupted: bool = False
     timed_out: bool = False
     updated: float = 0.0
+    env_names: tuple[str, ...] = ()  # --env names whose values were not recorded
     schema: int = SCHEMA
 
     @property
@@ -137,6 +138,7 @@ def to_json(record: RunRecord) -> dict[str, Any]:
         "interrupted": record.interrupted,
         "timed_out": record.timed_out,
         "updated": record.updated,
+        "env_names": list(record.env_names),
     }
 
 
@@ -183,6 +185,7 @@ def from_json(data: Mapping[str, Any]) -> RunRecord:
             interrupted=bool(data.get("interrupted")),
             timed_out=bool(data.get("timed_out")),
             updated=float(data.get("updated") or 0.0),
+            env_names=tuple(data.get("env_names") or ()),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"malformed run record ({type(exc).__name__}: {exc})") from None
@@ -219,11 +222,30 @@ def read_record(run_dir: Path) -> RunRecord:
     return from_json(data)
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and missing parents) readable by this user only (0700); refuse a
+    symlink where the run's own directory should be, so logs never land elsewhere."""
+    missing = [p for p in (path, *path.parents) if not p.exists() and not p.is_symlink()]
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise UsageError(f"cannot create {p}: {exc.strerror or exc}") from None
+    if path.is_symlink():
+        raise UsageError(f"{path} is a symbolic link: refusing to write run files through it")
+    if not path.is_dir():
+        raise UsageError(f"{path} exists and is not a directory")
+    return path
+
+
 @contextlib.contextmanager
 def watch_lock(run_dir: Path) -> Iterator[None]:
     """Only one process appends to a run's local logs at a time (else lines would repeat)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / ".lock").open("a+") as f:
+    private_dir(run_dir)
+    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

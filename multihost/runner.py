@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 from multihost.defaults import DEFAULTS
@@ -23,7 +24,15 @@ from multihost.fleetops import stale_on
 from multihost.launch import launch, stop
 from multihost.model import Fleet, Host, Job, RunResult, State
 from multihost.plan import Paths, plan_hosts
-from multihost.record import MANIFEST, HostRecord, RunRecord, SSHRecord, watch_lock, write_record
+from multihost.record import (
+    MANIFEST,
+    HostRecord,
+    RunRecord,
+    SSHRecord,
+    private_dir,
+    watch_lock,
+    write_record,
+)
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
 from multihost.stage import Archive, pack, stage
 from multihost.stream import Follower, LogSink, classify
@@ -61,6 +70,7 @@ class _Supervisor:
         self._observe_only = observe_only  # following only: Ctrl-C leaves the hosts' jobs alone
         self._stop_signal = stop_signal
         self._last_write = 0.0
+        self._env_names: tuple[str, ...] = ()  # --env names already kept out of the record
 
     def interrupt(self) -> None:
         """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130."""
@@ -147,12 +157,22 @@ class _Supervisor:
             return
         self._last_write = now
         opts = self.options
+        job, hidden = self.job, self._env_names
+        if not opts.record_env and job.env:  # values may be secrets: names only
+            job, hidden = replace(job, env={}), (*hidden, *job.env)
+
+        def env(slot: Slot) -> dict[str, str] | None:
+            if slot.env is None:
+                return None
+            return {k: v for k, v in slot.env.items() if k not in hidden}
+
         write_record(
             self.log_dir,
             RunRecord(
                 run_name=self.job.run_name,
-                job=self.job,
-                hosts=tuple(HostRecord.of(s.result(), s.env) for s in self._slots.values()),
+                job=job,
+                env_names=hidden,
+                hosts=tuple(HostRecord.of(s.result(), env(s)) for s in self._slots.values()),
                 code_hash=self._code_hash,
                 script_dir=str(opts.script_dir.resolve()),
                 fail_fast=opts.fail_fast,
@@ -276,7 +296,7 @@ class Run(_Watcher):
         self._code_hash = archive.short
         if (self.log_dir / MANIFEST).exists():
             raise UsageError(f"run {self.job.run_name!r} already exists in {self.options.log_dir}")
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.log_dir)
         self._note(
             f"run {self.job.run_name}: {len(self.fleet)} host(s), code {archive.short} "
             f"({archive.files} files, {len(archive.data) / 1024:.1f} KiB); "
@@ -415,6 +435,7 @@ class Attach(_Watcher):
             observe_only=observe, stop_signal=stop_signal,
         )  # fmt: skip
         self._first_failure = record.first_failure
+        self._env_names = record.env_names
         for data, slot in zip(record.hosts, self._slots.values(), strict=True):
             slot.paths = Paths.for_host(slot.host, self.job, self._code_hash)
             slot.env = dict(data.env) if data.env is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -12,7 +13,7 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, on_every_host
 from multihost.model import Host, State
-from multihost.plan import Paths, clean_command, finish_command, status_command
+from multihost.plan import Paths, clean_command, status_command
 from multihost.record import (
     MANIFEST,
     RecordError,
@@ -22,7 +23,7 @@ from multihost.record import (
     write_record,
 )
 from multihost.runstate import RunOptions
-from multihost.stream import classify, parse_exit
+from multihost.stream import classify, fetch_rest, parse_exit
 from multihost.transport import Connection, HostKeyPolicy, SSHOptions
 
 
@@ -133,13 +134,10 @@ async def sync_logs(run_dir: Path, record: RunRecord, ssh: SSHOptions) -> list[O
     async def one(conn: Connection) -> int:
         local = logs[conn.host.process_id]
         offset = local.stat().st_size if local.exists() else 0
-        res = await conn.run(finish_command(paths[conn.host.process_id], offset))
-        header, _, rest = res.stdout.partition(b"\n")
-        if header.strip() == b"missing":
-            raise RemoteError(conn.host, "run directory is gone from the host")
-        with local.open("ab") as f:
-            f.write(rest)
-        return len(rest)
+        fd = os.open(local, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "ab") as f:
+            await fetch_rest(conn, paths[conn.host.process_id], offset, f.write)
+            return f.tell() - offset
 
     with watch_lock(run_dir):
         return await on_every_host(record.fleet, ssh, one)

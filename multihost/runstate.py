@@ -34,6 +34,7 @@ class RunOptions:
     launch_timeout: float = DEFAULTS.launch_timeout
     reconnect_timeout: float = DEFAULTS.reconnect_timeout
     detach: bool = False
+    record_env: bool = False  # keep --env values in run.json (default: their names only)
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
 

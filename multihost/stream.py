@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,9 @@ from multihost.errors import HostError, HostLost, RemoteError
 from multihost.model import Host, State
 from multihost.plan import Paths, finish_command, watch_command
 from multihost.transport import Connection, SSHOptions, connect
+
+MAX_LINE = 16 * 1024  # bytes of one line passed on as an event; the log file keeps them all
+LAST_LINE = 512  # characters of the last line kept for the summary and run.json
 
 
 @dataclass(frozen=True)
@@ -41,17 +45,22 @@ class Exit:
 class LogSink:
     """Appends one host's bytes to its local log file and cuts them into lines.
 
-    The file's size is the offset: what is on disk locally is exactly what was received.
+    The file's size is the offset: what is on disk locally is exactly what was received. The
+    file keeps every byte; what is passed on as a line event is cut at ``MAX_LINE`` bytes and
+    the last line kept for the summary at ``LAST_LINE`` characters, so the runner's memory and
+    CPU stay bounded whatever the host prints (one 20 MB line, binary, no trailing newline).
     """
 
     def __init__(self, host: Host, path: Path, emit: Callable[[Line], None]) -> None:
         self.host = host
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("ab")
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        self._file = os.fdopen(fd, "ab")
         self.offset = self._file.tell()
         self._emit = emit
-        self._partial = b""
+        self._partial = bytearray()  # the current line's first MAX_LINE bytes
+        self._cut = 0  # bytes of the current line beyond those
         self.last_line = _last_line(path) if self.offset else ""
 
     def feed(self, data: bytes) -> None:
@@ -60,21 +69,43 @@ class LogSink:
         self._file.write(data)
         self._file.flush()
         self.offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        for raw in lines:
-            self._line(raw)
+        *lines, tail = data.split(b"\n")
+        if lines:
+            self._keep(lines[0])
+            self._line(bytes(self._partial), self._cut)
+            self._partial.clear()
+            self._cut = 0
+            for raw in lines[1:]:
+                self._line(raw[:MAX_LINE], max(0, len(raw) - MAX_LINE))
+        self._keep(tail)
 
-    def _line(self, raw: bytes) -> None:
+    def _keep(self, piece: bytes) -> None:
+        room = max(0, MAX_LINE - len(self._partial))
+        self._partial += piece[:room]
+        self._cut += max(0, len(piece) - room)
+
+    def _line(self, raw: bytes, cut: int) -> None:
         text = raw.decode(errors="replace").rstrip("\r")
+        if cut:
+            text += f" … [{cut} more bytes in the log]"
         if text.strip():
-            self.last_line = text
+            self.last_line = clip(text)
         self._emit(Line(self.host, "output", text))
 
     def close(self) -> None:
-        if self._partial:
-            self._line(self._partial)
-            self._partial = b""
+        if self._partial or self._cut:
+            self._line(bytes(self._partial), self._cut)
+            self._partial.clear()
+            self._cut = 0
         self._file.close()
+
+
+def clip(text: str, limit: int = 0) -> str:
+    """``text`` cut to ``limit`` (default ``LAST_LINE``) characters, with a marker if cut."""
+    limit = limit or LAST_LINE
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f" … [{len(text) - limit} more characters]"
 
 
 def classify(exit_info: Exit) -> State:
@@ -91,7 +122,7 @@ def _last_line(path: Path) -> str:
     with path.open("rb") as f:
         f.seek(max(0, f.seek(0, 2) - 4096))
         lines = [ln for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+    return clip(lines[-1]) if lines else ""
 
 
 def _number(text: str) -> float | None:
@@ -128,15 +159,37 @@ async def follow(conn: Connection, paths: Paths, sink: LogSink) -> Exit:
     end = parse_watch_end(bytes(stderr))
     if end is not None and sink.offset >= end[1]:
         return end[0]  # the usual case: no second channel needed
-    res = await conn.run(finish_command(paths, sink.offset))
-    header, _, rest = res.stdout.partition(b"\n")
-    if header.strip() == b"missing":
-        raise RemoteError(conn.host, f"run directory {paths.run} is gone from the host")
-    exit_info = parse_exit(header.decode(errors="replace"))
+    header = await fetch_rest(conn, paths, sink.offset, sink.feed)
+    exit_info = parse_exit(header)
     if exit_info is None:
         raise HostLost(conn.host, "log stream ended before the job did")
-    sink.feed(rest)
     return exit_info
+
+
+async def fetch_rest(
+    conn: Connection, paths: Paths, offset: int, write: Callable[[bytes], object]
+) -> str:
+    """Stream the log beyond ``offset`` into ``write`` chunk by chunk (never the whole rest in
+    memory); returns the state header (``finish_command``'s first line)."""
+    head = bytearray()
+    header: str | None = None
+    async for chunk in conn.stream(finish_command(paths, offset)):
+        if header is not None:
+            write(chunk)
+            continue
+        head += chunk
+        line, newline, rest = bytes(head).partition(b"\n")
+        if not newline:
+            if len(head) > 4096:
+                raise RemoteError(conn.host, "unreadable run state on the host")
+            continue
+        if line.strip() == b"missing":
+            raise RemoteError(conn.host, f"run directory {paths.run} is gone from the host")
+        header = line.decode(errors="replace")
+        write(rest)
+    if header is None:
+        raise HostLost(conn.host, "connection ended while reading the run's state")
+    return header
 
 
 class Follower:

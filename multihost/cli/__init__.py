@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Megascale port with several slices (default %(default)s)",
     )
     run.add_argument("--dry-run", action="store_true", help="print each host's command and env")
+    run.add_argument("--record-env", action="store_true",
+                     help="keep --env values in run.json (default: names only)")  # fmt: skip
     run.add_argument("--detach", action="store_true",
                      help="exit once every host has started; follow later with attach")  # fmt: skip
     run.add_argument("--kill-stale", action="store_true",

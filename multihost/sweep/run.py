@@ -16,7 +16,7 @@ from multihost.errors import UsageError
 from multihost.fanout import map_hosts
 from multihost.model import Fleet, Host, Job
 from multihost.plan import Paths
-from multihost.record import MANIFEST, write_json_atomic
+from multihost.record import MANIFEST, private_dir, write_json_atomic
 from multihost.runner import Run
 from multihost.runstate import Event, RunOptions
 from multihost.stage import Archive, pack, stage
@@ -99,7 +99,7 @@ class Sweep:
     async def execute(self) -> list[Record]:
         """Stage once, then run every point still to do; returns this session's records."""
         archive = await asyncio.to_thread(pack, self.options.script_dir, self.options.excludes)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         write_json_atomic(self.dir / "sweep.json", self._describe(archive))
         try:
             await self._open(archive)

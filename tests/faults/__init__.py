@@ -1,0 +1,1 @@
+"""The fault matrix: each fault injected for real, and what multihost must do about it."""
