@@ -220,12 +220,17 @@ class Follower:
         delay = DEFAULTS.reconnect_first_delay
         while True:
             if self.conn is None:
+                # No attempt may outlive the deadline: give up on time, not a handshake later.
+                left = self._reconnect_timeout if deadline is None else deadline - time.monotonic()
                 try:
-                    self.conn = await connect(self.host, self.ssh)
+                    async with asyncio.timeout(max(0.0, left)):
+                        self.conn = await connect(self.host, self.ssh)
                     self._on_state(State.RUNNING, "connected")
                     deadline, delay = None, DEFAULTS.reconnect_first_delay
                 except HostError as exc:
                     reason = exc.message
+                except TimeoutError:
+                    reason = "no connection before the reconnect timeout"
             if self.conn is not None:
                 try:
                     return await follow(self.conn, self.paths, self.sink)
@@ -239,5 +244,5 @@ class Follower:
             if now >= deadline or self._give_up():
                 raise HostLost(self.host, f"{reason}; gave up reconnecting")
             self._on_state(State.RECONNECTING, reason)
-            await asyncio.sleep(delay)
+            await asyncio.sleep(min(delay, deadline - now))
             delay = min(delay * 2, DEFAULTS.reconnect_max_delay)

@@ -5,7 +5,8 @@ key, and ``MULTIHOST_TEST_HOST=h{i}`` in every session. Two extra aliases exist 
 tests: ``dead`` (nothing listens) and ``badkey`` (h0 with a wrong known_hosts entry).
 
 Library: ``up(n)``, ``down()``, ``load()``, ``stop_host(i)``, ``start_host(i)``,
-``user_processes(i)``, ``home(i)``. CLI: ``python tests/fleet.py up N | down | status``.
+``user_processes(i)``, ``home(i)``, ``signal_host(i, sig)`` (freeze/thaw).
+CLI: ``python tests/fleet.py up N | down | status``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ class Fleet:
     def start_host(self, i: int) -> None:
         """Start host ``i``'s sshd again."""
         start_host(i, self.dir)
+
+    def freeze_host(self, i: int) -> None:
+        """SIGSTOP host ``i``'s sshd and its sessions: a host that hangs (its jobs run on)."""
+        signal_host(i, signal.SIGSTOP, self.dir)
+
+    def thaw_host(self, i: int) -> None:
+        """SIGCONT what ``freeze_host`` stopped."""
+        signal_host(i, signal.SIGCONT, self.dir)
 
     def user_processes(self, i: int) -> list[tuple[int, str]]:
         """Live (pid, cmdline) of host ``i``'s user, sshd session processes left out."""
@@ -578,6 +587,17 @@ def stop_host(i: int, d: Path = DEFAULT_DIR) -> None:
     d = d.resolve()
     with _locked(d):
         _kill_host(d, i)
+
+
+def signal_host(i: int, sig: int, d: Path = DEFAULT_DIR) -> None:
+    """Send ``sig`` to host ``i``'s listening sshd and every process under it (its sessions
+    and what they run; detached jobs are not under it)."""
+    d = d.resolve()
+    with _locked(d):
+        root = _listener(d, i)
+        if root is None:
+            raise RuntimeError(f"host {i} has no running sshd")
+        _kill([root, *_descendants(root)], sig)
 
 
 def start_host(i: int, d: Path = DEFAULT_DIR) -> None:
