@@ -17,7 +17,7 @@ class Defaults:
     connect_timeout: float = 20.0  # one SSH handshake, s
     connect_limit: int = 64  # handshakes in flight at once
     keepalive_interval: float = 5.0  # s between SSH keepalives
-    keepalive_count_max: int = 3  # unanswered keepalives: a dead connection is noticed in 15 s
+    keepalive_count_max: int = 2  # asyncssh drops the connection at the (max+1)th silent tick: 15 s
     # Running.
     grace: float = 10.0  # s between TERM and KILL when stopping a job
     reconnect_timeout: float = 300.0  # s a lost host is retried before it is "lost"
