@@ -88,10 +88,12 @@ def _describe(exc: BaseException) -> str:
 class _TrustOnFirstUse(asyncssh.SSHClient):
     """Records an unknown host key; refuses a key that differs from one already recorded."""
 
-    def __init__(self, files: Sequence[str], trust_file: Path) -> None:
+    def __init__(self, files: Sequence[str], trust_file: Path, alias: str) -> None:
         self._files = files
         self._trust_file = trust_file
-        self.changed = False
+        self._alias = alias  # the name the user gave (an ssh alias): forget finds it by that
+        self.changed_in: str | None = None  # the file that holds a different key, if any
+        self.names: tuple[str, ...] = ()  # the names that key may be recorded under
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey
@@ -102,11 +104,17 @@ class _TrustOnFirstUse(asyncssh.SSHClient):
             except (OSError, ValueError):
                 continue
             if known.match(host, addr, port)[0]:
-                self.changed = True
+                self.changed_in = name
+                self.names = tuple(
+                    dict.fromkeys(n if port == 22 else f"[{n}]:{port}" for n in (host, addr) if n)
+                )
                 return False
         self._trust_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        entry = addr if port == 22 else f"[{addr}]:{port}"
-        line = f"{entry} {key.export_public_key().decode().strip()}\n"
+        # Recorded under the name and the address, so that forgetting either finds it.
+        names = dict.fromkeys(
+            n if port == 22 else f"[{n}]:{port}" for n in (self._alias, host, addr) if n
+        )
+        line = f"{','.join(names)} {key.export_public_key().decode().strip()}\n"
         with self._trust_file.open("a") as f:
             f.write(line)
         return True
@@ -183,6 +191,16 @@ def _trusted(files: Sequence[str]) -> asyncssh.SSHKnownHosts:
     return _read_known(present, tuple(os.stat(f).st_mtime_ns for f in present))
 
 
+def _forget_advice(host: Host, tofu: _TrustOnFirstUse, options: SSHOptions) -> str:
+    """A command that really drops the recorded key, wherever it was recorded."""
+    file = str(tofu.changed_in)
+    if Path(file) == options.trust_file:
+        return f"forget it with: multihost forget --hosts {shlex.quote(host.target)}"
+    return "remove it with: " + "; ".join(
+        f"ssh-keygen -R {shlex.quote(n)} -f {shlex.quote(file)}" for n in tofu.names
+    )
+
+
 async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     """Open one SSH connection, verifying the host key per the policy."""
     kwargs: dict[str, object] = {
@@ -207,7 +225,9 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     files = cfg.known_hosts
     tofu: _TrustOnFirstUse | None = None
     if options.host_keys == "accept-new":
-        tofu = _TrustOnFirstUse([f for f in files if os.path.isfile(f)], options.trust_file)
+        tofu = _TrustOnFirstUse(
+            [f for f in files if os.path.isfile(f)], options.trust_file, host.address
+        )
         kwargs["client_factory"] = lambda: tofu
         files = [*files, str(options.trust_file)]
     elif missing := [f for f in files if f != default_file and not os.path.exists(f)]:
@@ -221,12 +241,11 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     try:
         conn = await asyncssh.connect(host.address, **kwargs)
     except asyncssh.HostKeyNotVerifiable as exc:
-        if tofu is not None and tofu.changed:
+        if tofu is not None and tofu.changed_in is not None:
             raise HostKeyError(
-                host,
-                f"host key CHANGED since it was recorded ({exc}); if the VM was re-created, "
-                f"forget the old key (multihost forget {host.address}) and retry",
-            ) from None
+                host, f"host key CHANGED since it was recorded in {tofu.changed_in} ({exc}); "
+                f"if the VM was re-created, {_forget_advice(host, tofu, options)}",
+            ) from None  # fmt: skip
         raise HostKeyError(
             host,
             f"host key not verified ({exc}); add it to known_hosts, "
