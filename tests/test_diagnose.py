@@ -1,0 +1,129 @@
+"""Stacks: the staged hook dumps a real process' stacks on a signal; parsing and grouping."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import multihost.diagnose
+from multihost.diagnose.stacks import (
+    Frame,
+    HostStacks,
+    ProcessStack,
+    ThreadStack,
+    group,
+    host_ranges,
+    normalize,
+    parse_dump,
+)
+from multihost.model import Host
+from tests.clitools import wait_for
+
+HOOK = Path(multihost.diagnose.__file__).parent / "hook.py"
+PROGRAM = """\
+import threading, time
+def loader():
+    time.sleep(60)
+threading.Thread(target=loader, daemon=True).start()
+def step():
+    time.sleep(60)
+step()
+"""
+
+
+def _hooked(tmp_path: Path, program: str, user_site: Path | None = None) -> subprocess.Popen[bytes]:
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir(exist_ok=True)
+    (hook_dir / "sitecustomize.py").write_text(HOOK.read_text())
+    (tmp_path / "train.py").write_text(program)
+    path = [str(hook_dir), *([str(user_site)] if user_site else [])]
+    env = {**os.environ, "MULTIHOST_STACK_DIR": str(hook_dir), "PYTHONPATH": ":".join(path)}
+    return subprocess.Popen([sys.executable, "train.py"], cwd=tmp_path, env=env)
+
+
+def test_hook_dumps_every_thread_on_signal(tmp_path: Path) -> None:
+    proc = _hooked(tmp_path, PROGRAM)
+    try:
+        ready = tmp_path / "hook" / f"{proc.pid}.ready"
+        wait_for(ready.exists, 20, "the hook to register")
+        time.sleep(0.3)  # into step()
+        proc.send_signal(signal.SIGUSR2)
+        dump = tmp_path / "hook" / f"{proc.pid}.txt"
+        wait_for(lambda: dump.stat().st_size > 0, 10, "the dump")
+        assert proc.poll() is None  # the signal did not kill it
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "train.py" in ready.read_text()
+    threads = parse_dump(dump.read_text(), str(tmp_path))
+    assert len(threads) == 2
+    main = next(t for t in threads if t.main)
+    assert main.frames[0] == Frame("~/train.py", 6, "step")
+    assert main.frames[-1].function == "<module>"
+    other = next(t for t in threads if not t.main)
+    assert Frame("~/train.py", 3, "loader") in other.frames
+
+
+def test_hook_chains_the_users_sitecustomize(tmp_path: Path) -> None:
+    user_site = tmp_path / "site"
+    user_site.mkdir()
+    (user_site / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE = 1\n")
+    proc = _hooked(tmp_path, "import builtins, sys\nsys.exit(0 if builtins.USER_SITE else 1)\n",
+                   user_site)  # fmt: skip
+    assert proc.wait(timeout=20) == 0
+
+
+def test_hook_is_inert_without_a_stack_dir(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(HOOK.read_text())
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "MULTIHOST_STACK_DIR": str(tmp_path / "no")}
+    res = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    assert res.stdout == "ran\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sitecustomize.py"]
+
+
+def test_normalize_code_dir_and_home() -> None:
+    assert normalize("/home/mhw3/.multihost/code/0123456789abcdef/train.py") == "train.py"
+    assert normalize("/home/mhw3/venv/lib/x.py", "/home/mhw3") == "~/venv/lib/x.py"
+    assert normalize("/usr/lib/python3/x.py", "/home/mhw3") == "/usr/lib/python3/x.py"
+
+
+def _host(w: int, s: int = 0) -> Host:
+    return Host(f"h{s}{w}", slice_id=s, worker_id=w, process_id=s * 4 + w)
+
+
+def _stack(*frames: Frame) -> ProcessStack:
+    return ProcessStack(1, "python train.py", (ThreadStack("0x1", frames),))
+
+
+def test_group_odd_ones_first_and_stragglers() -> None:
+    collective = (Frame("jax/_src/x.py", 10, "psum"), Frame("train.py", 9, "<module>"))
+    sleeping = (Frame("train.py", 5, "load"), Frame("train.py", 9, "<module>"))
+    found = [HostStacks(_host(w, s), (_stack(*collective),)) for s in (0, 1) for w in range(4)]
+    found[3] = HostStacks(_host(3), (_stack(*sleeping),))
+    found.append(HostStacks(Host("gone", slice_id=2), error="unreachable"))
+    report = group(found)
+    assert [g.size for g in report.groups] == [1, 7]
+    assert report.groups[0].frames == sleeping
+    assert host_ranges(report.groups[1].hosts) == "s0/w0-2,s1/w0-3"
+    assert report.stragglers == (_host(3),)
+    assert [e.error for e in report.errors] == ["unreachable"]
+
+
+def test_no_straggler_when_all_agree_or_tie() -> None:
+    a = (Frame("a.py", 1, "f"),)
+    b = (Frame("b.py", 1, "g"),)
+    same = group([HostStacks(_host(w), (_stack(*a),)) for w in range(3)])
+    assert same.stragglers == ()
+    tie = group([HostStacks(_host(w), (_stack(*(a if w % 2 else b)),)) for w in range(4)])
+    assert tie.stragglers == ()
+
+
+def test_host_ranges() -> None:
+    hosts = [_host(w) for w in (0, 1, 2, 5)] + [_host(0, 1)]
+    assert host_ranges(hosts) == "s0/w0-2,s0/w5,s1/w0"
+    assert host_ranges([_host(3)]) == "s0/w3"
