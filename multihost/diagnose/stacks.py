@@ -162,7 +162,7 @@ def host_ranges(hosts: Sequence[Host]) -> str:
     by_slice: dict[int, list[int]] = {}
     for h in sorted(hosts, key=lambda h: (h.slice_id, h.worker_id)):
         by_slice.setdefault(h.slice_id, []).append(h.worker_id)
-    parts = []
+    parts: list[str] = []
     for slice_id, workers in by_slice.items():
         runs: list[str] = []
         start = prev = workers[0]
