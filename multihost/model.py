@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -160,10 +161,21 @@ class HostResult:
         if self.error:
             return self.error
         if self.signal is not None:
-            return f"killed by signal {self.signal}"
+            killed = f"killed by signal {self.signal} ({signal_name(self.signal)})"
+            if self.exit_code == 128 + self.signal:  # what a shell reports for such a child
+                return f"exited with code {self.exit_code}: {killed}"
+            return killed
         if self.exit_code:
             return f"exited with code {self.exit_code}"
         return ""
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal 77`` for a number with no name here."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal as signals
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,9 @@ class Note:
 Event = HostEvent | Line | Note
 
 
+_SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signals.Signals)
+
+
 @dataclass
 class Slot:
     """The runner's mutable bookkeeping for one host (results are frozen from it at the end)."""
@@ -77,7 +81,8 @@ class Slot:
         code = self.exit.code if self.exit else None
         signal = None
         if self.exit and self.state is State.KILLED:
-            signal = {"KILL": 9, "TERM": 15, "INT": 2, "HUP": 1}.get(self.exit.stopped_by or "")
+            stopped = self.exit.stopped_by
+            signal = signals.Signals[f"SIG{stopped}"].value if stopped in _SIGNALS else None
             if signal is None and code is not None and code > 128:
                 signal = code - 128
         return HostResult(
