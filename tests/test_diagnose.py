@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import multihost.diagnose
+from multihost.diagnose.collect import COLLECT, collect_command, parse_collect
 from multihost.diagnose.stacks import (
     Frame,
     HostStacks,
@@ -36,6 +37,7 @@ step()
 
 
 def _hooked(tmp_path: Path, program: str, user_site: Path | None = None) -> subprocess.Popen[bytes]:
+    """``program`` as train.py, started with the hook in ``tmp_path/hook`` (a run's layout)."""
     hook_dir = tmp_path / "hook"
     hook_dir.mkdir(exist_ok=True)
     (hook_dir / "sitecustomize.py").write_text(HOOK.read_text())
@@ -127,3 +129,47 @@ def test_host_ranges() -> None:
     hosts = [_host(w) for w in (0, 1, 2, 5)] + [_host(0, 1)]
     assert host_ranges(hosts) == "s0/w0-2,s0/w5,s1/w0"
     assert host_ranges([_host(3)]) == "s0/w3"
+
+
+def test_collect_script_signals_only_the_runs_processes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = _hooked(run_dir, PROGRAM)
+    # a stale marker whose pid is alive but not ours (this test process): never signalled
+    (run_dir / "hook" / f"{os.getpid()}.ready").write_text("not the job")
+    (run_dir / "hook" / f"{os.getpid()}.txt").write_text("")
+    try:
+        wait_for((run_dir / "hook" / f"{proc.pid}.ready").exists, 20, "the hook")
+        time.sleep(0.3)
+        out = subprocess.run(collect_command(str(run_dir)), shell=True, capture_output=True,
+                             text=True, check=True, timeout=30).stdout  # fmt: skip
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    dump = parse_collect(_host(1), out)
+    assert dump.stacks.error is None
+    [process] = dump.stacks.processes
+    assert process.pid == proc.pid
+    assert "train.py" in process.command
+    main = process.main_thread
+    assert main is not None
+    assert str(main.frames[0]).endswith("train.py:6 in step")
+    assert (run_dir / "hook" / f"{os.getpid()}.txt").read_text() == ""
+
+
+def test_collect_without_hook_or_process(tmp_path: Path) -> None:
+    out = subprocess.run(collect_command(str(tmp_path)), shell=True, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    assert "no stack hook" in str(parse_collect(_host(0), out).stacks.error)
+    (tmp_path / "hook").mkdir()
+    out = subprocess.run(collect_command(str(tmp_path)), shell=True, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    assert parse_collect(_host(0), out).stacks.error == "no Python process of the run is alive"
+
+
+def test_collect_script_is_clean_sh() -> None:
+    subprocess.run(["sh", "-n", "-c", COLLECT], check=True)
+    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=COLLECT, text=True,
+                          capture_output=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout

@@ -51,6 +51,7 @@ class ProcessStack:
     pid: int
     command: str
     threads: tuple[ThreadStack, ...]
+    native: str = ""  # py-spy's native dump, when asked for and possible
 
     @property
     def main_thread(self) -> ThreadStack | None:

@@ -1,0 +1,144 @@
+"""Taking the stacks: one shell script per host, all hosts at once, then parse and save.
+
+On each host the script signals (SIGUSR2) every live process of the run whose stack hook is
+listening — found by the hook's ``<pid>.ready`` file *and* the process' own environment naming
+this run's hook dir, so a recycled pid is never signalled — waits until the dumps stop growing
+and prints them. With ``native`` it adds ``py-spy dump --native`` where py-spy is installed.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from multihost.diagnose.stacks import HostStacks, ProcessStack, parse_dump
+from multihost.fanout import Outcome, on_every_host
+from multihost.model import Fleet, Host
+from multihost.transport import Connection, SSHOptions
+
+HOOK_DIR = "hook"  # under the run's directory on each host
+
+COLLECT = r"""
+r=$1
+# shellcheck disable=SC2088 # a literal ~ from the runner, expanded here on purpose
+case $r in "~") r=$HOME ;; "~/"*) r=$HOME/${r#"~/"} ;; esac
+d=$r/hook
+echo "home $HOME"
+test -d "$d" || { echo "nohook"; exit 0; }
+sent=
+for m in "$d"/*.ready; do
+  [ -e "$m" ] || continue
+  p=${m##*/}; p=${p%.ready}
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qxF "MULTIHOST_STACK_DIR=$d" || continue
+  s=$(wc -c < "$d/$p.txt")
+  kill -USR2 "$p" 2>/dev/null || continue
+  sent="$sent $p:$s"
+done
+i=0; prev=
+while [ -n "$sent" ] && [ $i -lt 50 ]; do
+  sleep 0.1; i=$((i+1)); now=
+  for e in $sent; do now="$now $(wc -c < "$d/${e%%:*}.txt")"; done
+  if [ "$now" = "$prev" ] && [ $i -ge 3 ]; then break; fi
+  prev=$now
+done
+for e in $sent; do
+  p=${e%%:*}; s=${e#*:}
+  printf '== %s %s\n' "$p" "$(cat "$d/$p.ready" 2>/dev/null)"
+  tail -c +$((s + 1)) "$d/$p.txt"
+  if [ "$2" = 1 ]; then
+    if command -v py-spy >/dev/null 2>&1; then
+      echo "-- native"; py-spy dump --native --pid "$p" 2>&1 || true
+    else
+      echo "-- native: py-spy is not installed on this host (pip install py-spy)"
+    fi
+  fi
+done
+echo "== end"
+"""
+
+
+def collect_command(run_dir: str, native: bool = False) -> str:
+    """The collection script with its two arguments: the run's remote dir, native or not."""
+    return f"sh -c {shlex.quote(COLLECT)} sh {shlex.quote(run_dir)} {int(native)}"
+
+
+@dataclass(frozen=True)
+class Dump:
+    """One host's raw answer (saved as it came) and what was parsed from it."""
+
+    raw: str
+    stacks: HostStacks
+
+
+def parse_collect(host: Host, text: str) -> Dump:
+    """The collection script's output → that host's processes and their threads."""
+    lines = text.splitlines()
+    home = lines[0].removeprefix("home ").strip() if lines and lines[0].startswith("home ") else ""
+    if len(lines) > 1 and lines[1] == "nohook":
+        error = "the run has no stack hook (started by an older multihost, or without Python)"
+        return Dump(text, HostStacks(host, (), error))
+    if "== end" not in lines:
+        return Dump(text, HostStacks(host, (), "the stack collection did not finish"))
+    processes: list[ProcessStack] = []
+    pid, command, body = 0, "", list[str]()
+    for line in [*lines[1:]]:
+        if line.startswith("== "):
+            if pid:
+                processes.append(_process(pid, command, body, home))
+            words = line[3:].split(" ", 1)
+            if words[0] == "end":
+                break
+            pid, command, body = int(words[0]), (words[1] if len(words) > 1 else ""), []
+        else:
+            body.append(line)
+    if not processes:
+        return Dump(text, HostStacks(host, (), "no Python process of the run is alive"))
+    return Dump(text, HostStacks(host, tuple(processes)))
+
+
+def _process(pid: int, command: str, body: Sequence[str], home: str) -> ProcessStack:
+    text = "\n".join(body)
+    dump, _, native = text.partition("-- native")
+    return ProcessStack(pid, command, parse_dump(dump, home), native.strip(": \n"))
+
+
+async def collect(
+    hosts: Sequence[Host],
+    run_dirs: dict[int, str],
+    ssh: SSHOptions,
+    *,
+    native: bool = False,
+    limit: int = 64,
+) -> list[Dump]:
+    """Every host's stacks at once (new connections; bounded handshakes)."""
+
+    async def one(conn: Connection) -> Dump:
+        res = await conn.run(collect_command(run_dirs[conn.host.process_id], native))
+        return parse_collect(conn.host, res.stdout.decode(errors="replace"))
+
+    outcomes = await on_every_host(Fleet(tuple(hosts)), ssh, one, limit=limit, timeout=60)
+    return [_dump(o) for o in outcomes]
+
+
+def _dump(o: Outcome[Dump]) -> Dump:
+    if o.value is not None:
+        return o.value
+    reason = o.error.message if o.error else "failed"
+    return Dump("", HostStacks(o.host, (), reason))
+
+
+def save(dumps: Sequence[Dump], log_dir: Path) -> Path:
+    """The raw per-host answers under ``log_dir/stacks/<time>/``; returns that folder."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder, n = log_dir / "stacks" / stamp, 1
+    while folder.exists():
+        n += 1
+        folder = log_dir / "stacks" / f"{stamp}.{n}"
+    folder.mkdir(parents=True, mode=0o700)
+    for d in dumps:
+        text = d.raw or f"error: {d.stacks.error}\n"
+        (folder / f"{d.stacks.host.file_stem}.txt").write_text(text)
+    return folder
