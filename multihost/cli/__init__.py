@@ -162,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     logs = run_command("logs", "bring a run's local logs up to date (and print or follow them)")
     logs.add_argument("--host", metavar="sS/wW", help="print this host's log")
     logs.add_argument("--follow", action="store_true", help="follow every host's log")
+    stack = run_command("stack", "every host's Python stacks right now, grouped")
+    stack.add_argument("--all", action="store_true", help="every thread, not only the main one")
+    stack.add_argument("--native", action="store_true",
+                       help="add C/C++ frames (py-spy on the hosts, if ptrace allows)")  # fmt: skip
+    stack.add_argument("--json", action="store_true")
     kill = run_command("kill", "stop a run on every host")
     kill.add_argument("--signal", default="TERM", choices=("TERM", "INT", "HUP", "KILL", "USR1"))
     kill.add_argument("--grace", type=_positive(float), default=D.grace, metavar="S")
@@ -205,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS: dict[str, str] = {
     "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
     "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
-    "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep",
+    "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
 }  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.diagnose.stacks import HostStacks, ProcessStack, parse_dump
+from multihost.diagnose.stacks import HostStacks, ProcessStack, StackReport, group, parse_dump
 from multihost.fanout import Outcome, on_every_host
 from multihost.model import Fleet, Host
 from multihost.transport import Connection, SSHOptions
@@ -142,3 +142,19 @@ def save(dumps: Sequence[Dump], log_dir: Path) -> Path:
         text = d.raw or f"error: {d.stacks.error}\n"
         (folder / f"{d.stacks.host.file_stem}.txt").write_text(text)
     return folder
+
+
+async def take(
+    hosts: Sequence[Host],
+    run_dirs: dict[int, str],
+    ssh: SSHOptions,
+    log_dir: Path,
+    *,
+    native: bool = False,
+    all_threads: bool = False,
+    limit: int = 64,
+) -> tuple[StackReport, Path]:
+    """Collect every host's stacks, save the raw dumps under ``log_dir``, group them."""
+    dumps = await collect(hosts, run_dirs, ssh, native=native, limit=limit)
+    folder = save(dumps, log_dir)
+    return group((d.stacks for d in dumps), all_threads=all_threads), folder
