@@ -18,6 +18,8 @@ from dataclasses import replace
 from typing import TypeVar
 
 from multihost.defaults import DEFAULTS
+from multihost.diagnose.collect import collect_over, save
+from multihost.diagnose.stacks import StackReport, group, host_ranges, summary_lines
 from multihost.errors import HostError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
@@ -71,6 +73,8 @@ class _Supervisor:
         self._stop_signal = stop_signal
         self._last_write = 0.0
         self._env_names: tuple[str, ...] = ()  # --env names already kept out of the record
+        self._stacks_wanted = asyncio.Event()
+        self._hung: str | None = None
 
     def interrupt(self) -> None:
         """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130."""
@@ -82,11 +86,17 @@ class _Supervisor:
         """The open connections by process id (after a reconnect, the new ones)."""
         return {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
 
+    def request_stacks(self) -> None:
+        """Take every host's stacks now and report them (a key or signal in the live view)."""
+        self._stacks_wanted.set()
+
     def _stop_reason(self) -> str | None:
         if self._observe_only:
             return None
         if self._interrupted:
             return "interrupted"
+        if self._hung:
+            return self._hung
         if self._timed_out:
             return f"timeout after {self.options.timeout:g} s"
         if self._first_failure and self.options.fail_fast:
@@ -197,7 +207,51 @@ class _Watcher(_Supervisor):
         slots = [s for s in self._slots.values() if s.sink is not None and s.state != State.ERROR]
         async with asyncio.TaskGroup() as tg:
             watchers = {tg.create_task(self._watch_one(s)): s for s in slots}
+            dog = tg.create_task(self._watchdog())
             await self._police(tg, watchers, started)
+            dog.cancel()
+
+    async def _watchdog(self) -> None:
+        """Stacks on request (``request_stacks``), and when every live host has been silent
+        for ``hang_timeout`` s: take them, name the stragglers, then stop (or only report)."""
+        limit = self.options.hang_timeout
+        quiet_since_report = 0.0
+        while True:
+            try:
+                async with asyncio.timeout(1.0):
+                    await self._stacks_wanted.wait()
+            except TimeoutError:
+                pass
+            live = [s for s in self._slots.values() if s.sink and s.paths and s.conn]
+            live = [s for s in live if not s.state.final]
+            if self._stacks_wanted.is_set():
+                self._stacks_wanted.clear()
+                await self._take_stacks(live, "on request")
+            if not limit or not live or self._observe_only:
+                continue
+            last = max(max(s.sink.last_output for s in live if s.sink), quiet_since_report)
+            silent = time.monotonic() - last
+            if silent < limit:
+                continue
+            report = await self._take_stacks(live, f"no output from any host for {silent:.0f} s")
+            quiet_since_report = time.monotonic()
+            if self.options.on_hang == "stop":
+                who = host_ranges(report.stragglers) if report.stragglers else "none stands out"
+                self._hung = f"hang: no output for {silent:.0f} s (straggler(s): {who})"
+                if self._first_failure is None:
+                    self._first_failure = self._hung
+                self._wake.set()
+                return
+
+    async def _take_stacks(self, slots: list[Slot], why: str) -> StackReport:
+        conns = {s.host.process_id: s.conn for s in slots if s.conn is not None}
+        dirs = {s.host.process_id: s.paths.run for s in slots if s.paths is not None}
+        dumps = await collect_over(conns, dirs)
+        folder = save(dumps, self.log_dir)
+        report = group(d.stacks for d in dumps)
+        lines = "\n".join(summary_lines(report))
+        self._note(f"stacks ({why}), saved in {folder}:\n{lines}", "warning")
+        return report
 
     async def _police(
         self, tg: asyncio.TaskGroup, watchers: Mapping[asyncio.Task[None], Slot], started: float

@@ -36,6 +36,8 @@ class RunOptions:
     reconnect_timeout: float = DEFAULTS.reconnect_timeout
     detach: bool = False
     record_env: bool = False  # keep --env values in run.json (default: their names only)
+    hang_timeout: float | None = None  # no output from any host this long: take stacks, then
+    on_hang: str = "stop"  # "stop" the run (exit 1) or only "report" and go on
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
 

@@ -62,6 +62,7 @@ class LogSink:
         self._partial = bytearray()  # the current line's first MAX_LINE bytes
         self._cut = 0  # bytes of the current line beyond those
         self.last_line = _last_line(path) if self.offset else ""
+        self.last_output = time.monotonic()  # when bytes last arrived (or the sink opened)
 
     def feed(self, data: bytes) -> None:
         if not data:
@@ -69,6 +70,7 @@ class LogSink:
         self._file.write(data)
         self._file.flush()
         self.offset += len(data)
+        self.last_output = time.monotonic()
         *lines, tail = data.split(b"\n")
         if lines:
             self._keep(lines[0])

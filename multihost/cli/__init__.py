@@ -72,6 +72,14 @@ def _add_fleet_args(p: argparse.ArgumentParser) -> None:
                    help="handshakes in flight at once (default %(default)s)")  # fmt: skip
 
 
+def _add_hang_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hang-timeout", type=_positive(float), metavar="S",
+                   help="when no host prints for S seconds: take every host's stacks, name the "
+                   "stragglers, then stop the run (exit 1)")  # fmt: skip
+    p.add_argument("--on-hang", choices=("stop", "report"), default="stop",
+                   help="after a hang's stacks: stop the run, or only report (default %(default)s)")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="multihost",
@@ -104,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between TERM and KILL when stopping (default %(default)g)",
     )
     run.add_argument("--timeout", type=_positive(float), metavar="S", help="bound the whole run")
+    _add_hang_args(run)
     run.add_argument(
         "--reconnect-timeout",
         type=float,
@@ -196,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--coordinator-port", type=int, default=D.coordinator_port)
     sweep.add_argument("--megascale-port", type=int, default=D.megascale_port)
     sweep.add_argument("--kill-stale", action="store_true")
+    _add_hang_args(sweep)
 
     ls = sub.add_parser("ls", help="runs under the log dir")
     ls.add_argument("--log-dir", type=Path, default=None)

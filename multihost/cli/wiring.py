@@ -91,6 +91,8 @@ def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
         stale="kill" if args.kill_stale else ("warn" if fleet_spec(args).cloud else "off"),
         device_glob=os.environ.get(DEVICE_GLOB_ENV),
         record_env=getattr(args, "record_env", False),
+        hang_timeout=args.hang_timeout,
+        on_hang=args.on_hang,
     )
 
 

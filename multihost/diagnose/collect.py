@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from multihost.diagnose.stacks import HostStacks, ProcessStack, StackReport, group, parse_dump
-from multihost.fanout import Outcome, on_every_host
+from multihost.fanout import Outcome, map_hosts, on_every_host
 from multihost.model import Fleet, Host
 from multihost.transport import Connection, SSHOptions
 
@@ -116,11 +116,28 @@ async def collect(
     """Every host's stacks at once (new connections; bounded handshakes)."""
 
     async def one(conn: Connection) -> Dump:
-        res = await conn.run(collect_command(run_dirs[conn.host.process_id], native))
-        return parse_collect(conn.host, res.stdout.decode(errors="replace"))
+        return await _collect_one(conn, run_dirs[conn.host.process_id], native)
 
     outcomes = await on_every_host(Fleet(tuple(hosts)), ssh, one, limit=limit, timeout=60)
     return [_dump(o) for o in outcomes]
+
+
+async def collect_over(
+    conns: Mapping[int, Connection], run_dirs: Mapping[int, str], *, native: bool = False
+) -> list[Dump]:
+    """Every host's stacks at once over connections already open (a live run's)."""
+    by_pid = {c.host.process_id: c for c in conns.values()}
+
+    async def one(host: Host) -> Dump:
+        return await _collect_one(by_pid[host.process_id], run_dirs[host.process_id], native)
+
+    outcomes = await map_hosts(one, [c.host for c in conns.values()], timeout=60, what="stacks")
+    return [_dump(o) for o in outcomes]
+
+
+async def _collect_one(conn: Connection, run_dir: str, native: bool) -> Dump:
+    res = await conn.run(collect_command(run_dir, native))
+    return parse_collect(conn.host, res.stdout.decode(errors="replace"))
 
 
 def _dump(o: Outcome[Dump]) -> Dump:

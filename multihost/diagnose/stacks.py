@@ -158,6 +158,20 @@ def _stacks_of(item: HostStacks, all_threads: bool) -> list[tuple[str, tuple[Fra
     return [("", thread.frames if thread else ())]
 
 
+def summary_lines(report: StackReport, max_frames: int = 8) -> list[str]:
+    """The grouped stacks as plain lines (for a note in the live view or a log)."""
+    lines = []
+    if report.stragglers:
+        lines.append(f"straggler(s): {host_ranges(report.stragglers)}")
+    for g in report.groups:
+        lines.append(f"[{host_ranges(g.hosts)}] ×{g.size}" + (f"  {g.label}" if g.label else ""))
+        lines += [f"  {f}" for f in g.frames[:max_frames]]
+        if len(g.frames) > max_frames:
+            lines.append(f"  … {len(g.frames) - max_frames} more frames")
+    lines += [f"{e.host.name}: {e.error}" for e in report.errors]
+    return lines
+
+
 def host_ranges(hosts: Sequence[Host]) -> str:
     """``s0/w0-2,s1/w0-3``: hosts written compactly, slice by slice, in order."""
     by_slice: dict[int, list[int]] = {}
