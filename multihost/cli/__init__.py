@@ -77,7 +77,7 @@ def _add_hang_args(p: argparse.ArgumentParser) -> None:
                    help="when no host prints for S seconds: take every host's stacks, name the "
                    "stragglers, then stop the run (exit 1)")  # fmt: skip
     p.add_argument("--on-hang", choices=("stop", "report"), default="stop",
-                   help="after a hang's stacks: stop the run, or only report (default %(default)s)")  # fmt: skip
+                   help="after a hang: stop, or only report (default %(default)s)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
