@@ -2,10 +2,47 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from multihost.defaults import DEFAULTS
-from multihost.errors import RemoteError
-from multihost.plan import Paths, kill_command
+from multihost.errors import RemoteError, UsageError
+from multihost.fanout import Outcome, map_hosts
+from multihost.model import Host
+from multihost.plan import Paths, claim_command, kill_command, release_command
 from multihost.transport import Connection
+
+
+async def claim(
+    conns: Mapping[int, Connection], paths: Mapping[int, Paths], timeout: float
+) -> list[Outcome[None]]:
+    """Create the run's directory on every host before any job starts. If the name is taken
+    on any host, the others' claims are released and nothing starts anywhere (UsageError)."""
+    taken: list[Host] = []
+
+    async def one(host: Host) -> None:
+        res = await conns[host.process_id].run(claim_command(paths[host.process_id]))
+        if res.exit_status == 3:
+            taken.append(host)
+        if res.exit_status != 0:
+            err = res.stderr.decode(errors="replace").strip().splitlines()
+            raise RemoteError(host, err[-1] if err else f"claim failed (exit {res.exit_status})")
+
+    hosts = [c.host for c in conns.values()]
+    outcomes = await map_hosts(one, hosts, timeout=timeout, what="claim")
+    if all(o.ok for o in outcomes):
+        return outcomes
+
+    async def release(host: Host) -> None:
+        await conns[host.process_id].run(release_command(paths[host.process_id]))
+
+    await map_hosts(release, [o.host for o in outcomes if o.ok], timeout=timeout, what="release")
+    if taken:
+        names = ", ".join(h.name for h in sorted(taken, key=lambda h: h.process_id))
+        raise UsageError(
+            f"the run name already exists on {names}: nothing was started on any host; "
+            "use a new --run-name"
+        )
+    return outcomes
 
 
 async def launch(conn: Connection, script: str) -> int:

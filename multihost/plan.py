@@ -6,10 +6,12 @@ own ``--cmd`` is passed to ``sh -c`` untouched, as one quoted argument.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job
@@ -94,26 +96,68 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
         "# multihost job: this host's exact environment and command",
         f"cd {shell_path(paths.code)} || exit 126",
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        # the stack hook (multihost stack) first on the path, the user's PYTHONPATH kept after it
+        '[ -z "${MULTIHOST_STACK_DIR:-}" ] || '
+        'export PYTHONPATH="$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}"',
         f"exec sh -c {shlex.quote(command)}",
     ]
     return "\n".join(lines) + "\n"
 
 
+# Shell functions: the pids of this run's processes (run dir $1) outside process group $2 —
+# a setsid daemon, a double fork — found by the MULTIHOST_RUN_DIR in their environment; and
+# stopping them (TERM, KILL after about 2 s), printing how many there were.
+_ESCAPED = """\
+escaped() {
+  d=$1 g=$2
+  grep -lsxzF "MULTIHOST_RUN_DIR=$d" /proc/[0-9]*/environ | while read -r e; do
+    p=${e#/proc/}; p=${p%/environ}
+    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    s=${s##*) }
+    # shellcheck disable=SC2086 # the stat fields, split on purpose: state ppid pgrp
+    set -- $s
+    [ "$3" = "$g" ] || echo "$p"
+  done
+}
+stop_escaped() {
+  n=0
+  for p in $(escaped "$1" "$2"); do kill -TERM "$p" 2>/dev/null && n=$((n+1)); done
+  i=0
+  while [ $n -gt 0 ] && [ $i -lt 20 ] && [ -n "$(escaped "$1" "$2")" ]; do
+    sleep 0.1; i=$((i+1))
+  done
+  for p in $(escaped "$1" "$2"); do kill -KILL "$p" 2>/dev/null; done
+  echo $n
+}
+"""
+
 # Runs detached as the leader of its own session. It records its pid (= process group),
 # host timestamps and, atomically, the exit code. A trap (not an ignore, which children
-# would inherit) keeps it alive through TERM so that it can still write the exit file.
-WRAPPER = """\
-cd "${0%/*}" || exit 1
+# would inherit) keeps it alive through TERM so that it can still write the exit file. The
+# job's processes carry MULTIHOST_RUN_DIR (so that escaped ones can be found) and the stack
+# hook's dir; the wrapper itself does not, so it never stops itself.
+WRAPPER = f"""\
+cd "${{0%/*}}" || exit 1
+r=$PWD
 echo $$ > pid
 date +%s.%N > started
 trap ':' TERM INT HUP
-sh ./job.sh </dev/null >>log 2>&1
+MULTIHOST_RUN_DIR=$r MULTIHOST_STACK_DIR=$r/hook sh ./job.sh </dev/null >>log 2>&1
 rc=$?
 trap '' TERM
 kill -TERM -$$ 2>/dev/null
+{_ESCAPED}
+esc=$(stop_escaped "$r" $$)
+[ "$esc" = 0 ] || echo "$esc" > escaped
 date +%s.%N > ended
 echo $rc > exit.tmp && mv -f exit.tmp exit
 """
+
+
+@functools.cache
+def _hook_text() -> str:
+    """The stack hook staged into each run (``multihost stack``; see diagnose/hook.py)."""
+    return (Path(__file__).parent / "diagnose" / "hook.py").read_text()
 
 
 def stage_command(paths: Paths) -> str:
@@ -143,6 +187,7 @@ def launch_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
         "run.sh": WRAPPER,
     }
     writes = [f"printf '%s' {shlex.quote(text)} > {run}/{name}" for name, text in files.items()]
+    hook = f"printf '%s' {shlex.quote(_hook_text())} > {run}/hook/sitecustomize.py"
     return "\n".join(
         [
             "set -e",
@@ -150,6 +195,8 @@ def launch_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
             f"mkdir -p {run}",
             f"chmod 700 {shell_path(paths.base)}",
             f"test ! -e {run}/pid || {{ echo {run}' exists: use a new --run-name' >&2; exit 3; }}",
+            f"mkdir -p {run}/hook",
+            hook,
             *writes,
             f": > {run}/log",
             f"setsid sh {run}/run.sh </dev/null >/dev/null 2>&1 &",
@@ -158,69 +205,103 @@ def launch_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
     )
 
 
-_STATE_FILES = ("exit", "started", "ended", "stopped")
+_STATE_FILES = ("started", "ended", "stopped", "escaped")
 
 
 def _read_state(run: str) -> str:
-    """Shell that sets $exit $started $ended $stopped from the run's files (``-`` if missing),
-    with builtins only."""
-    reads = "; ".join(f'{n}=-; read {n} < "$r"/{n} 2>/dev/null' for n in _STATE_FILES)
-    return f"r={run}; {reads}"
+    """Shell that sets $exit $started $ended $stopped $escaped from the run's files (``-`` if
+    missing; $exit is ``empty`` when the exit file exists but says nothing), builtins only."""
+    reads = "; ".join(f'{n}=-; read -r {n} < "$r"/{n} 2>/dev/null' for n in _STATE_FILES)
+    return (
+        f'r={run}; {reads}; exit=-; [ ! -e "$r"/exit ] || '
+        '{ read -r exit < "$r"/exit; [ -n "$exit" ] || exit=empty; }'
+    )
 
 
 def watch_command(paths: Paths, offset: int) -> str:
-    """Streams the host's log from byte ``offset`` until the exit file appears; then says on
-    stderr ``end EXIT STARTED ENDED STOPPED SIZE`` (SIZE: the log's final length in bytes)."""
+    """Streams the host's log from byte ``offset`` until the exit file appears, or until the
+    job's process group is gone for 3 s without one (``vanished``); then says on stderr
+    ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED`` (SIZE: the log's final length in bytes)."""
     run = shell_path(paths.run)
     return (
-        f"tail -c +{offset + 1} -f -s 0.2 {run}/log 2>/dev/null & t=$!; "
+        f"tail -c +{offset + 1} -f -s 0.2 {run}/log 2>/dev/null & t=$!; n=0; gone=0; pg=; "
         f"while [ ! -e {run}/exit ]; do sleep 0.2; kill -0 $t 2>/dev/null || exit 3; "
         # Our parent (sshd's session, or the local runner) gone: nobody reads us any more.
-        "[ ! -d /proc/$$ ] || [ -d /proc/$PPID ] || { kill $t 2>/dev/null; exit 4; }; done; "
+        "[ ! -d /proc/$$ ] || [ -d /proc/$PPID ] || { kill $t 2>/dev/null; exit 4; }; "
+        # Once a second: is the job's process group still there?
+        "n=$((n+1)); [ $((n % 5)) = 0 ] || continue; "
+        f'[ -n "$pg" ] || read -r pg < {run}/pid 2>/dev/null; '
+        '{ [ -n "$pg" ] && ! kill -0 -"$pg" 2>/dev/null; } && gone=$((gone+1)) || gone=0; '
+        f"[ $gone -lt 3 ] || [ -e {run}/exit ] || break; done; "
         f"kill $t 2>/dev/null; wait $t 2>/dev/null; {_read_state(run)}; "
-        'set -- $(wc -c < "$r"/log); echo "end $exit $started $ended $stopped $1" >&2; exit 0'
+        '[ -e "$r"/exit ] || exit=vanished; '
+        'size=$(wc -c < "$r"/log); '
+        'echo "end $exit $started $ended $stopped $size $escaped" >&2; exit 0'
     )
 
 
 def finish_command(paths: Paths, offset: int) -> str:
-    """First line: exit code, start, end, stop signal (``-`` if missing); then the log."""
+    """First line: exit code, start, end, stop signal, escaped (``-`` if missing); then the
+    log from ``offset``."""
     return (
         f'{_read_state(shell_path(paths.run))}; test -d "$r" || {{ echo missing; exit 0; }}; '
-        f'echo "$exit $started $ended $stopped"; tail -c +{offset + 1} "$r"/log'
+        f'echo "$exit $started $ended $stopped $escaped"; tail -c +{offset + 1} "$r"/log'
     )
 
 
 def status_command(paths: Paths) -> str:
-    """One line ``exit started ended stopped pid alive size``, then the log's last line."""
-    run = shell_path(paths.run)
-    fields = " ".join(
-        f'"$(cat {run}/{n} 2>/dev/null || echo -)"'
-        for n in ("exit", "started", "ended", "stopped", "pid")
-    )
+    """One line ``exit started ended stopped pid alive size mtime escaped``, then the log's
+    last line (mtime: when the log last grew, host clock, epoch seconds)."""
     return (
-        f"test -d {run} || {{ echo missing; exit 0; }}; "
-        f"pg=$(cat {run}/pid 2>/dev/null); alive=no; "
-        'test -n "$pg" && kill -0 -"$pg" 2>/dev/null && alive=yes; '
-        f'printf \'%s %s %s %s %s %s %s\\n\' {fields} "$alive" "$(wc -c < {run}/log)"; '
-        f"tail -n 1 {run}/log"
+        f'{_read_state(shell_path(paths.run))}; test -d "$r" || {{ echo missing; exit 0; }}; '
+        'pg=-; read -r pg < "$r"/pid 2>/dev/null; alive=no; '
+        '[ "$pg" = - ] || ! kill -0 -"$pg" 2>/dev/null || alive=yes; '
+        'mt=$(date -r "$r"/log +%s 2>/dev/null) || mt=-; size=$(wc -c < "$r"/log); '
+        'echo "$exit $started $ended $stopped $pg $alive $size $mt $escaped"; tail -n 1 "$r"/log'
     )
+
+
+def claim_command(paths: Paths) -> str:
+    """Creates the run's directory on the host, refusing a name already there (or a symbolic
+    link in its place): every host is claimed before any job starts."""
+    run, base = shell_path(paths.run), shell_path(paths.base)
+    return (
+        f'umask 077; b={base}; r={run}; mkdir -p "$b" "${{r%/*}}" && chmod 700 "$b" || exit 1; '
+        'if [ -L "$r" ]; then echo "$r is a symbolic link: refusing to use it" >&2; exit 3; fi; '
+        'mkdir "$r" 2>/dev/null || { echo "run $r exists on this host: use a new --run-name" >&2; '
+        "exit 3; }"
+    )
+
+
+def release_command(paths: Paths) -> str:
+    """Undoes ``claim_command`` when another host refused: removes the empty run directory."""
+    return f"rmdir {shell_path(paths.run)} 2>/dev/null; exit 0"
 
 
 def kill_command(paths: Paths, signal: str, grace: float) -> str:
-    """Signals the run's process group, KILLs it after ``grace`` s; records 128+9 if it had to."""
+    """Signals the run's process group, KILLs it after ``grace`` s (then records 128+9), and
+    stops processes of the run that escaped the group. Says ``finished``, ``nopid``,
+    ``vanished`` (the group was already gone, no exit code), ``stopped`` or ``killed``, then
+    how many escaped processes it stopped."""
     run = shell_path(paths.run)
     ticks = max(1, int(grace * 10))
     sig = shlex.quote(signal)
     return (
-        f'umask 077; r={run}; test -e "$r"/exit && {{ echo finished; exit 0; }}; '
+        f"{_ESCAPED}"
+        f'umask 077; r={run}; test -e "$r"/exit && {{ echo finished 0; exit 0; }}; '
         'i=0; while [ ! -s "$r"/pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; '
-        'pg=; read pg < "$r"/pid 2>/dev/null; test -n "$pg" || { echo nopid; exit 0; }; '
+        'pg=; read -r pg < "$r"/pid 2>/dev/null; test -n "$pg" || { echo nopid 0; exit 0; }; '
+        'if ! kill -0 -"$pg" 2>/dev/null; then sleep 1; '
+        'test -e "$r"/exit && { echo finished 0; exit 0; }; '
+        'echo vanished "$(stop_escaped "$r" "$pg")"; exit 0; fi; '
         f'echo {sig} > "$r"/stopped; kill -{sig} -"$pg" 2>/dev/null; i=0; '
         f'while [ ! -e "$r"/exit ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
-        'test -e "$r"/exit && { echo stopped; exit 0; }; '
+        'test -e "$r"/exit && { esc=-; read -r esc < "$r"/escaped 2>/dev/null; '
+        'echo stopped "$esc"; exit 0; }; '
         'echo KILL > "$r"/stopped; kill -KILL -"$pg" 2>/dev/null; sleep 0.2; '
+        'esc=$(stop_escaped "$r" "$pg"); [ "$esc" = 0 ] || echo "$esc" > "$r"/escaped; '
         'test -e "$r"/exit || { date +%s.%N > "$r"/ended; echo 137 > "$r"/exit.tmp; '
-        'mv -f "$r"/exit.tmp "$r"/exit; }; echo killed'
+        'mv -f "$r"/exit.tmp "$r"/exit; }; echo killed "$esc"'
     )
 
 

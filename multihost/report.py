@@ -137,8 +137,12 @@ def status_row(host: Host, status: HostStatus | None, error: str | None) -> dict
     exit_text = "" if status.exit_code is None else str(status.exit_code)
     if status.stopped_by:
         exit_text += f" (SIG{status.stopped_by})"
+    silent = ""
+    if status.state is State.RUNNING and status.log_mtime is not None:
+        silent = _age(max(0.0, time.time() - status.log_mtime))  # host clock: NTP-close
     return {"host": host.name, "address": host.target, "state": str(status.state),
-            "exit": exit_text, "runtime": runtime, "last line": status.last_line}  # fmt: skip
+            "exit": exit_text, "runtime": runtime, "silent": silent,
+            "last line": status.last_line}  # fmt: skip
 
 
 def record_row(h: HostRecord) -> dict[str, object]:

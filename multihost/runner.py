@@ -23,7 +23,7 @@ from multihost.diagnose.stacks import StackReport, group, host_ranges, summary_l
 from multihost.errors import HostError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
-from multihost.launch import launch, stop
+from multihost.launch import claim, launch, stop
 from multihost.model import Fleet, Host, Job, RunResult, State
 from multihost.plan import Paths, plan_hosts
 from multihost.record import (
@@ -309,7 +309,15 @@ class _Watcher(_Supervisor):
             slot.conn = follower.conn
             slot.sink.close()
         state = classify(slot.exit)
-        if state is State.DONE:
+        if slot.exit.escaped:
+            self._note(
+                f"{slot.host.name}: stopped {slot.exit.escaped} process(es) that had left the "
+                "job's process group (setsid, daemons)", "warning",
+            )  # fmt: skip
+        if slot.exit.reason:
+            slot.error = slot.exit.reason
+            self._fail(slot.host, state, slot.exit.reason)
+        elif state is State.DONE:
             self._set(slot, state, "exit 0")
         elif state is State.KILLED and slot.exit.stopped_by:
             slot.error = f"stopped by multihost (SIG{slot.exit.stopped_by})"
@@ -382,6 +390,8 @@ class Run(_Watcher):
             outcomes = await self._phase(
                 self._stale_one, None, DEFAULTS.stale_timeout, "stale check"
             )
+        if all(o.ok for o in outcomes) and not self._interrupted:
+            outcomes = await self._claim_all()
         failed = [o for o in outcomes if not o.ok]
         for o in failed:
             self._fail(o.host, State.ERROR, o.error.message if o.error else "failed")
@@ -398,6 +408,21 @@ class Run(_Watcher):
             self._write_record(force=True)
             return False
         return True
+
+    async def _claim_all(self) -> list[Outcome[None]]:
+        """The run's directory on every host before any job starts (see launch.claim)."""
+        conns = {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
+        paths = {h.process_id: self._paths(h) for h in self.fleet}
+        try:
+            return await claim(conns, paths, self.options.launch_timeout)
+        except UsageError:
+            for slot in self._slots.values():
+                self._set(slot, State.ERROR, "not started: the run name is taken")
+            self._write_record(force=True)
+            raise
+
+    def _paths(self, host: Host) -> Paths:
+        return Paths.for_host(host, self.job, self._code_hash)
 
     async def _phase(
         self, fn: Callable[[Host], Awaitable[T]], limit: int | None, timeout: float, what: str

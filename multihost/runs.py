@@ -82,6 +82,7 @@ class HostStatus:
     stopped_by: str | None
     log_bytes: int
     last_line: str
+    log_mtime: float | None = None  # when the log last grew (host clock)
 
 
 def parse_status(host: Host, text: str) -> HostStatus:
@@ -89,16 +90,17 @@ def parse_status(host: Host, text: str) -> HostStatus:
     header, _, last = text.partition("\n")
     if header.strip() == "missing":
         return HostStatus(host, State.MISSING, None, None, None, None, 0, "")
-    fields = (header.split() + ["-"] * 7)[:7]
-    exit_info = parse_exit(" ".join(fields[:4]))
-    alive, size = fields[5], fields[6]
-    started = exit_info.started_at if exit_info else _float(fields[1])
+    code, started, ended, stopped, _, alive, size, mtime, escaped = (header.split() + ["-"] * 9)[:9]
+    exit_info = parse_exit(" ".join((code, started, ended, stopped, escaped)))
+    silent_since = _float(mtime)
     if exit_info is None:
         state = State.RUNNING if alive == "yes" else State.VANISHED
-        return HostStatus(host, state, None, started, None, None, _int(size), last.strip())
+        return HostStatus(host, state, None, _float(started), None, None, _int(size),
+                          last.strip(), silent_since)  # fmt: skip
     return HostStatus(
-        host, classify(exit_info), exit_info.code, started,
-        exit_info.ended_at, exit_info.stopped_by, _int(size), last.strip(),
+        host, classify(exit_info), None if exit_info.problem else exit_info.code,
+        exit_info.started_at, exit_info.ended_at, exit_info.stopped_by, _int(size),
+        last.strip(), silent_since,
     )  # fmt: skip
 
 

@@ -80,7 +80,7 @@ class Slot:
     exit: Exit | None = None
 
     def result(self) -> HostResult:
-        code = self.exit.code if self.exit else None
+        code = self.exit.code if self.exit and not self.exit.problem else None
         signal = None
         if self.exit and self.state is State.KILLED:
             stopped = self.exit.stopped_by

@@ -36,10 +36,24 @@ class Line:
 class Exit:
     """How the job ended, read from the host's state files."""
 
-    code: int
+    code: int  # -1 when there is none (see ``problem``)
     started_at: float | None
     ended_at: float | None
     stopped_by: str | None
+    problem: str | None = None  # "vanished": no process and no exit file; "empty": exit file
+    escaped: int = 0  # processes that had left the job's process group, stopped at its end
+
+    @property
+    def reason(self) -> str | None:
+        """Why there is no exit code, in words (None when there is one)."""
+        return PROBLEMS.get(self.problem or "")
+
+
+PROBLEMS = {
+    "vanished": "vanished: its processes are gone and it left no exit code (the whole process "
+    "group killed with SIGKILL, the OOM killer, or a reboot?)",
+    "empty": "its exit file is empty: the host could not write it (disk full?)",
+}
 
 
 class LogSink:
@@ -111,7 +125,12 @@ def clip(text: str, limit: int = 0) -> str:
 
 
 def classify(exit_info: Exit) -> State:
-    """Exit code 0 is done; stopped by us or by a signal (128+N) is killed; else failed."""
+    """Exit code 0 is done; stopped by us or by a signal (128+N) is killed; gone without an
+    exit code is vanished; else failed."""
+    if exit_info.problem == "vanished":
+        return State.VANISHED
+    if exit_info.problem:
+        return State.FAILED
     if exit_info.code == 0:
         return State.DONE
     if exit_info.stopped_by or 128 < exit_info.code <= 128 + 64:
@@ -135,20 +154,26 @@ def _number(text: str) -> float | None:
 
 
 def parse_exit(header: str) -> Exit | None:
-    """The first line of ``finish_command``'s output; None while the job has not ended."""
-    code, started, ended, stopped = (header.split() + ["-"] * 4)[:4]
-    if not code.lstrip("-").isdigit():
+    """``EXIT STARTED ENDED STOPPED [ESCAPED]`` (``finish_command``'s first line); None while
+    the job has not ended. EXIT may be ``vanished`` or ``empty`` instead of a code."""
+    code, started, ended, stopped, escaped = (header.split() + ["-"] * 5)[:5]
+    problem = code if code in PROBLEMS else None
+    if not code.lstrip("-").isdigit() and problem is None:
         return None
-    return Exit(int(code), _number(started), _number(ended), None if stopped == "-" else stopped)
+    return Exit(
+        -1 if problem else int(code), _number(started), _number(ended),
+        None if stopped == "-" else stopped, problem, int(escaped) if escaped.isdigit() else 0,
+    )  # fmt: skip
 
 
 def parse_watch_end(stderr: bytes) -> tuple[Exit, int] | None:
-    """The ``end ...`` line ``watch_command`` writes last on stderr: the exit and log size."""
+    """The ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED`` line ``watch_command`` writes last on
+    stderr: the exit and the log's size."""
     lines = stderr.decode(errors="replace").splitlines()
     words = lines[-1].split() if lines else []
-    if len(words) != 6 or words[0] != "end" or not words[5].isdigit():
+    if len(words) != 7 or words[0] != "end" or not words[5].isdigit():
         return None
-    exit_info = parse_exit(" ".join(words[1:5]))
+    exit_info = parse_exit(" ".join([*words[1:5], words[6]]))
     return None if exit_info is None else (exit_info, int(words[5]))
 
 
@@ -162,6 +187,8 @@ async def follow(conn: Connection, paths: Paths, sink: LogSink) -> Exit:
     if end is not None and sink.offset >= end[1]:
         return end[0]  # the usual case: no second channel needed
     header = await fetch_rest(conn, paths, sink.offset, sink.feed)
+    if end is not None:  # the stream had fallen behind; now it has everything
+        return end[0]
     exit_info = parse_exit(header)
     if exit_info is None:
         raise HostLost(conn.host, "log stream ended before the job did")

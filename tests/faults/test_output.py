@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from multihost.stream import LAST_LINE
-from tests.clitools import fleet_run_args
+from tests.faults.conftest import Where
 from tests.faults.harness import run_measured
 
 BIG = 20_000_000
@@ -30,26 +30,10 @@ def code(tmp_path: Path) -> Path:
     return d
 
 
-def _local(code: Path, logs: Path, run: str, cmd: str, n: int = 2) -> list[str]:
-    return ["run", "--local", str(n), "--script-dir", str(code), "--log-dir", str(logs),
-            "--run-name", run, "--grace", "2", "--cmd", cmd]  # fmt: skip
-
-
-@pytest.fixture(params=["local", "ssh"])
-def where(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """Build the run arguments for --local, or for the first two hosts of the sshd fleet."""
-    if request.param == "local":
-        monkeypatch.setenv("HOME", str(tmp_path))
-        return lambda code, logs, run, cmd: _local(code, logs, run, cmd)
-    fleet = request.getfixturevalue("ssh_fleet")
-    request.getfixturevalue("fresh_runs")
-    return lambda code, logs, run, cmd: fleet_run_args(fleet, code, logs, run, cmd, 2)
-
-
-def test_one_huge_line_then_exit_3(where, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_one_huge_line_then_exit_3(where: Where, code: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     cmd = f'[ "$JAX_PROCESS_ID" = 1 ] && {{ {HUGE_LINE}; }}; sleep 0.5'
-    res = run_measured(where(code, logs, "huge", cmd), timeout=60)
+    res = run_measured(where.args(code, logs, "huge", cmd), timeout=60)
     assert res.returncode == 1, res.stderr
     assert "s0/w1 exited with code 3" in res.stderr
     assert res.wall < 15, f"the run took {res.wall:.1f} s"
@@ -64,18 +48,18 @@ def test_one_huge_line_then_exit_3(where, code: Path, tmp_path: Path) -> None:  
     assert log == b"a" * BIG + b"\n"
 
 
-def test_binary_without_trailing_newline(where, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_binary_without_trailing_newline(where: Where, code: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    res = run_measured(where(code, logs, "bin", "cat blob.bin"), timeout=60)
+    res = run_measured(where.args(code, logs, "bin", "cat blob.bin"), timeout=60)
     assert res.returncode == 0, res.stderr
     for i in range(2):
         log = logs / "bin" / f"slice_0000_worker_{i:04d}.log"
         assert log.read_bytes() == (code / "blob.bin").read_bytes()
 
 
-def test_flood_of_lines_bounded_memory(where, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_flood_of_lines_bounded_memory(where: Where, code: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    res = run_measured(where(code, logs, "flood", FLOOD), timeout=120)
+    res = run_measured(where.args(code, logs, "flood", FLOOD), timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.max_rss_mb < 200, f"runner peak RSS {res.max_rss_mb:.0f} MB"
     for i in range(2):

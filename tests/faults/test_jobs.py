@@ -1,0 +1,131 @@
+"""Jobs that vanish, leave no exit code, escape their process group, or collide by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.clitools import cli, manifest, spawn, wait_for
+from tests.faults.conftest import Where
+from tests.faults.harness import run_measured
+
+DAEMON = "setsid sleep 300 </dev/null >/dev/null 2>&1 &"
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    d = tmp_path / "code"
+    d.mkdir()
+    (d / "x").write_text("x\n")
+    return d
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
+def _pgid(where: Where, i: int, run: str) -> int:
+    pid = where.run_dir(i, run) / "pid"
+    wait_for(lambda: pid.is_file() and pid.read_text().strip() != "", 30, "the job's pid")
+    return int(pid.read_text())
+
+
+def test_vanished_job_is_named_within_15_s(where: Where, code: Path, tmp_path: Path) -> None:
+    """The whole process group SIGKILLed (wrapper included: OOM, reboot, kill -9 -PGID)."""
+    logs = tmp_path / "logs"
+    proc = spawn(where.args(code, logs, "van", "echo up; sleep 60"))
+    try:
+        group = _pgid(where, 1, "van")
+        wait_for(lambda: "up" in (where.run_dir(1, "van") / "log").read_text(), 30, "the job")
+        os.killpg(group, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        _reap(proc)
+    print(f"vanished job noticed and the run ended {took:.1f} s after the kill")
+    assert proc.returncode == 1, err
+    assert took < 15
+    hosts = manifest(logs, "van")["hosts"]
+    assert [h["state"] for h in hosts] == ["killed", "vanished"]
+    assert "vanished" in hosts[1]["error"]
+    assert "stopped by multihost" not in hosts[1]["error"]
+    assert "s0/w1 failed first: vanished" in err
+    wait_for(lambda: not where.leftovers("van"), 15, "every process of the run to be gone")
+
+
+def test_empty_exit_file_is_a_clear_error(where: Where, code: Path, tmp_path: Path) -> None:
+    """An exit file the host could not fill (a full disk: /dev/full stands in for it)."""
+    logs = tmp_path / "logs"
+    cmd = ('[ "$JAX_PROCESS_ID" = 1 ] || exec sleep 60; d=$MULTIHOST_RUN_DIR; '
+           ': > "$d/exit"; ln -s /dev/full "$d/exit.tmp"; exit 3')  # fmt: skip
+    res = run_measured(where.args(code, logs, "empty", cmd), timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert res.wall < 15
+    host = manifest(logs, "empty")["hosts"][1]
+    assert host["state"] == "failed"
+    assert "exit file is empty" in host["error"]
+    assert "s0/w1" in res.stderr
+    wait_for(lambda: not where.leftovers("empty"), 15, "every process of the run to be gone")
+
+
+def test_escaped_daemon_stopped_on_fail_fast(where: Where, code: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    cmd = f'{DAEMON} [ "$JAX_PROCESS_ID" = 1 ] && exit 3; sleep 60'
+    res = run_measured(where.args(code, logs, "esc", cmd), timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert "process(es) that had left the job's process group" in res.stderr
+    assert not where.leftovers("esc")
+
+
+def test_escaped_daemon_stopped_by_kill(where: Where, code: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    cmd = f"{DAEMON} echo up; sleep 60"
+    res = cli(where.args(code, logs, "esck", cmd, "--detach"))
+    assert res.returncode == 0, res.stderr
+    wait_for(lambda: len(where.leftovers("esck")) >= 4, 30, "jobs and daemons to run")
+    killed = cli(["kill", "esck", "--log-dir", str(logs), "--grace", "2"])
+    assert killed.returncode == 0, killed.stderr
+    assert not where.leftovers("esck")
+    assert [h["state"] for h in manifest(logs, "esck")["hosts"]] == ["killed"] * 2
+
+
+def test_escaped_daemon_stopped_on_ctrl_c(where: Where, code: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    proc = spawn(where.args(code, logs, "escc", f"{DAEMON} echo up; sleep 60"))
+    try:
+        wait_for(lambda: len(where.leftovers("escc")) >= 4, 30, "jobs and daemons to run")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        _reap(proc)
+    assert proc.returncode == 130, err
+    assert not where.leftovers("escc")
+
+
+def test_run_name_taken_on_one_host_starts_nothing(
+    where: Where, code: Path, tmp_path: Path
+) -> None:
+    taken = where.run_dir(1, "dup")
+    taken.mkdir(parents=True)
+    if where.kind == "ssh":
+        owner = where.fleet.hosts[1].user
+        subprocess.run(["chown", "-R", owner, str(taken.parent.parent)], check=True)
+    logs = tmp_path / "logs"
+    res = cli(where.args(code, logs, "dup", "echo started > started-marker; sleep 30", n=2))
+    assert res.returncode == 2, res.stderr
+    assert "already exists on s0/w1" in res.stderr
+    assert "nothing was started" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not where.run_dir(0, "dup").exists()  # claimed, then released
+    assert not where.leftovers("dup")
+    states = [h["state"] for h in json.loads((logs / "dup" / "run.json").read_text())["hosts"]]
+    assert states == ["error", "error"]
