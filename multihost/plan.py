@@ -104,30 +104,32 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Shell functions: the pids of this run's processes (run dir $1) outside process group $2 —
-# a setsid daemon, a double fork — found by the MULTIHOST_RUN_DIR in their environment; and
-# stopping them (TERM, KILL after about 2 s), printing how many there were.
+# Shell functions. ``marked DIR`` prints "pid pgrp" for every live process of the run whose
+# directory is DIR, found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has
+# none). ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s (JAX, for
+# one, catches SIGTERM), and prints how many had escaped the process group GROUP (setsid
+# daemons, double forks).
 _ESCAPED = """\
-escaped() {
-  d=$1 g=$2
-  grep -lsxzF "MULTIHOST_RUN_DIR=$d" /proc/[0-9]*/environ | while read -r e; do
+marked() {
+  grep -lsxzF "MULTIHOST_RUN_DIR=$1" /proc/[0-9]*/environ | while read -r e; do
     p=${e#/proc/}; p=${p%/environ}
     s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
     s=${s##*) }
     # shellcheck disable=SC2086 # the stat fields, split on purpose: state ppid pgrp
     set -- $s
-    [ "$3" = "$g" ] || echo "$p"
+    [ "$1" = Z ] || echo "$p $3"
   done
 }
-stop_escaped() {
-  n=0
-  for p in $(escaped "$1" "$2"); do kill -TERM "$p" 2>/dev/null && n=$((n+1)); done
-  i=0
-  while [ $n -gt 0 ] && [ $i -lt 20 ] && [ -n "$(escaped "$1" "$2")" ]; do
-    sleep 0.1; i=$((i+1))
+stop_run() {
+  out=0
+  for e in $(marked "$1" | tr ' ' :); do
+    kill -TERM "${e%%:*}" 2>/dev/null || continue
+    [ "${e#*:}" = "$2" ] || out=$((out+1))
   done
-  for p in $(escaped "$1" "$2"); do kill -KILL "$p" 2>/dev/null; done
-  echo $n
+  i=0
+  while [ $i -lt 20 ] && [ -n "$(marked "$1")" ]; do sleep 0.1; i=$((i+1)); done
+  for e in $(marked "$1" | tr ' ' :); do kill -KILL "${e%%:*}" 2>/dev/null; done
+  echo $out
 }
 """
 
@@ -147,7 +149,7 @@ rc=$?
 trap '' TERM
 kill -TERM -$$ 2>/dev/null
 {_ESCAPED}
-esc=$(stop_escaped "$r" $$)
+esc=$(stop_run "$r" $$)
 [ "$esc" = 0 ] || echo "$esc" > escaped
 date +%s.%N > ended
 echo $rc > exit.tmp && mv -f exit.tmp exit
@@ -293,13 +295,13 @@ def kill_command(paths: Paths, signal: str, grace: float) -> str:
         'pg=; read -r pg < "$r"/pid 2>/dev/null; test -n "$pg" || { echo nopid 0; exit 0; }; '
         'if ! kill -0 -"$pg" 2>/dev/null; then sleep 1; '
         'test -e "$r"/exit && { echo finished 0; exit 0; }; '
-        'echo vanished "$(stop_escaped "$r" "$pg")"; exit 0; fi; '
+        'echo vanished "$(stop_run "$r" "$pg")"; exit 0; fi; '
         f'echo {sig} > "$r"/stopped; kill -{sig} -"$pg" 2>/dev/null; i=0; '
         f'while [ ! -e "$r"/exit ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
         'test -e "$r"/exit && { esc=-; read -r esc < "$r"/escaped 2>/dev/null; '
         'echo stopped "$esc"; exit 0; }; '
         'echo KILL > "$r"/stopped; kill -KILL -"$pg" 2>/dev/null; sleep 0.2; '
-        'esc=$(stop_escaped "$r" "$pg"); [ "$esc" = 0 ] || echo "$esc" > "$r"/escaped; '
+        'esc=$(stop_run "$r" "$pg"); [ "$esc" = 0 ] || echo "$esc" > "$r"/escaped; '
         'test -e "$r"/exit || { date +%s.%N > "$r"/ended; echo 137 > "$r"/exit.tmp; '
         'mv -f "$r"/exit.tmp "$r"/exit; }; echo killed "$esc"'
     )
