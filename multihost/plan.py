@@ -171,8 +171,12 @@ def stage_command(paths: Paths) -> str:
         f"umask 077; test -d {base}/code || {{ mkdir -p {base}/code; chmod 700 {base}; }}; "
         f't={base}/code/.incoming.$$; mkdir -m 755 "$t" 2>/dev/null || '
         f'{{ t=$(mktemp -d {base}/code/.incoming.XXXXXX); chmod 755 "$t"; }}; '
+        # a failed unpack (a full disk, say) leaves nothing half-written and says what is free
+        'trap \'df -Pk "$t" 2>/dev/null | '
+        'awk "NR==2 {print \\"free space there: \\" \\$4 \\" KiB\\"}" >&2; '
+        'rm -rf "$t"\' EXIT; '
         f'tar -xzf - -C "$t"; : > "$t"/{COMPLETE}; '
-        f'mv -T "$t" {code} 2>/dev/null || rm -rf "$t"'
+        f'mv -T "$t" {code} 2>/dev/null || rm -rf "$t"; trap - EXIT'
     )
 
 

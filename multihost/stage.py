@@ -102,10 +102,13 @@ async def stage(conn: Connection, archive: Archive, paths: Paths) -> int:
     # One channel: the host answers first, and the archive follows only if it is absent.
     done, sent = await conn.offer(stage_command(paths), b"absent", archive.data)
     if done.exit_status != 0:
-        raise RemoteError(conn.host, f"staging failed: {_last_line(done.stderr)}")
+        raise RemoteError(conn.host, f"staging failed: {_cause(done.stderr)}")
     return len(archive.data) if sent else 0
 
 
-def _last_line(data: bytes) -> str:
-    lines = data.decode(errors="replace").strip().splitlines()
-    return lines[-1] if lines else "no error output"
+def _cause(data: bytes) -> str:
+    """The error lines that say why (tar's first complaint, e.g. "No space left on device",
+    comes before its summary line), de-duplicated, at most three."""
+    lines = [ln.strip() for ln in data.decode(errors="replace").splitlines() if ln.strip()]
+    kept = list(dict.fromkeys(lines))
+    return "; ".join(kept[:2] + kept[-1:] if len(kept) > 3 else kept) or "no error output"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,3 +62,23 @@ def where(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     fleet = request.getfixturevalue("ssh_fleet")
     request.getfixturevalue("fresh_runs")
     return Where("ssh", tmp_path, fleet)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    """Mount a 64 KiB tmpfs where asked (a full disk); needs root, like the SSH tier."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the full-disk faults, but it is not root")
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted: list[Path] = []
+
+    def mount(where: Path) -> Path:
+        where.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], check=True)
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)

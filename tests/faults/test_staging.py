@@ -1,0 +1,29 @@
+"""Staging that fails on a host: the real cause is shown, nothing half-written stays behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tests.clitools import cli, manifest
+
+
+def test_full_disk_while_staging(tmp_path: Path, small_disk: Any) -> None:
+    home = tmp_path / "home"
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "weights.bin").write_bytes(os.urandom(300_000))  # does not fit in 64 KiB
+    worker1 = small_disk(home / ".cache" / "multihost" / "local" / "w1")
+    logs = tmp_path / "logs"
+    res = cli(["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
+               "--run-name", "full", "--cmd", "echo started"], HOME=str(home))  # fmt: skip
+    assert res.returncode == 1
+    hosts = manifest(logs, "full")["hosts"]
+    assert hosts[1]["state"] == "error"
+    assert "staging failed" in hosts[1]["error"]
+    assert "Wrote only" in hosts[1]["error"]  # tar's own complaint, not only its summary
+    assert "free space there: 0 KiB" in hosts[1]["error"]
+    assert "s0/w1" in res.stderr
+    assert list((worker1 / "code").iterdir()) == []  # no .incoming.* left
+    assert not (home / ".cache" / "multihost" / "local" / "w0" / "runs" / "full").exists()
