@@ -34,6 +34,7 @@ def test_one_huge_line_then_exit_3(where: Where, code: Path, tmp_path: Path) -> 
     logs = tmp_path / "logs"
     cmd = f'[ "$JAX_PROCESS_ID" = 1 ] && {{ {HUGE_LINE}; }}; sleep 0.5'
     res = run_measured(where.args(code, logs, "huge", cmd), timeout=60)
+    print(f"20 MB line + exit 3: {res.wall:.1f} s, runner peak {res.max_rss_mb:.0f} MB")
     assert res.returncode == 1, res.stderr
     assert "s0/w1 exited with code 3" in res.stderr
     assert res.wall < 15, f"the run took {res.wall:.1f} s"
@@ -60,6 +61,7 @@ def test_binary_without_trailing_newline(where: Where, code: Path, tmp_path: Pat
 def test_flood_of_lines_bounded_memory(where: Where, code: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     res = run_measured(where.args(code, logs, "flood", FLOOD), timeout=120)
+    print(f"60 MB flood: {res.wall:.1f} s, runner peak {res.max_rss_mb:.0f} MB")
     assert res.returncode == 0, res.stderr
     assert res.max_rss_mb < 200, f"runner peak RSS {res.max_rss_mb:.0f} MB"
     for i in range(2):
