@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -66,3 +67,27 @@ def test_refused_connection_starts_nothing(ssh_fleet, code: Path, tmp_path: Path
     assert "cannot connect" in res.stderr
     assert [h["state"] for h in manifest(logs, "refused")["hosts"]] == ["error"] * 3
     assert no_processes(ssh_fleet, N)
+
+
+def test_silent_tcp_times_out_and_starts_nothing(tmp_path: Path) -> None:
+    """A host that accepts TCP but never speaks SSH (a hung sshd, a black-holed port)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "x").write_text("x\n")
+    logs = tmp_path / "logs"
+    try:
+        started = time.monotonic()
+        res = cli(["run", "--hosts", f"127.0.0.1:{port}", "--connect-timeout", "2",
+                   "--script-dir", str(code), "--log-dir", str(logs), "--run-name", "silent",
+                   "--cmd", "true"])  # fmt: skip
+        took = time.monotonic() - started
+    finally:
+        listener.close()
+    assert res.returncode == 1
+    assert "connect timed out after 2 s" in res.stderr
+    assert took < 2 + 10
+    assert manifest(logs, "silent")["hosts"][0]["state"] == "error"
