@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 import meshing
-import numpy as np
 import steps
 import verify
 
@@ -162,21 +160,6 @@ def tolerance(layers: int) -> tuple[float, str]:
     return verify.EPS_BF16 * (layers + 1), f"eps_bf16·(L+1), eps_bf16 = 2^-7, L = {layers}"
 
 
-def verify_lr(params: list[dict[str, np.ndarray]], grads: list[dict[str, np.ndarray]]) -> float:
-    """A power-of-two learning rate that makes every leaf's update at least 4x its weights.
-
-    Then the bf16 rounding of the new weights is relative to the update, not to the weights,
-    and the update (new − initial) can be compared to a few bf16 ulps.
-    """
-    need = 1e-30
-    for w, g in zip(params, grads, strict=True):
-        for name in steps.NAMES:
-            top = float(np.max(np.abs(g[name])))
-            if top > 0:
-                need = max(need, 4 * float(np.max(np.abs(w[name]))) / top)
-    return float(2.0 ** math.ceil(math.log2(need)))
-
-
 def run_verify(
     mesh: Any, impl: str, x: Any, params: Layers, hooks: steps.Hooks = steps.REAL
 ) -> tuple[verify.Verdict, float]:
@@ -187,7 +170,10 @@ def run_verify(
     """
     x_h, p_h = verify.host_copy((x, params))
     _, minus_grads = steps.reference_step(x_h, p_h, 1.0)
-    lr = verify_lr(p_h, minus_grads)
+    names = [(i, n) for i in range(len(p_h)) for n in steps.NAMES]
+    lr = verify.update_lr(
+        {f"{i}.{n}": p_h[i][n] for i, n in names}, {f"{i}.{n}": minus_grads[i][n] for i, n in names}
+    )
     ref_loss, ref_updates = steps.reference_step(x_h, p_h, lr)
     loss, new = steps.make_step(mesh, impl, lr, hooks)(x, params)
     loss_h, new_h = verify.host_copy((loss, new))

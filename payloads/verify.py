@@ -85,6 +85,18 @@ def compare(got: Mapping[str, Any], ref: Mapping[str, Any], tolerance: float, ru
     return Verdict({k: rel_err(got[k], ref[k]) for k in got}, tolerance, rule)
 
 
+def update_lr(weights: Mapping[str, Any], grads: Mapping[str, Any], factor: float = 4.0) -> float:
+    """A power-of-two learning rate that makes every leaf's largest update >= factor × its
+    largest weight, so that rounding the new weights is relative to the update, not to the
+    weights, and new − initial can be compared within a few ulps of the update."""
+    need = 1e-30
+    for name, g in grads.items():
+        top = float(np.max(np.abs(g))) if np.size(g) else 0.0
+        if top > 0:
+            need = max(need, factor * float(np.max(np.abs(weights[name]))) / top)
+    return float(2.0 ** math.ceil(math.log2(need)))
+
+
 def host_copy(tree: Any) -> Any:
     """Every (global, sharded) array of the tree as a whole float64 numpy array, on every
     process; a collective, so all processes must call it."""
