@@ -123,11 +123,20 @@ def test_real_step_verifies(matrix: dict[Any, dict[str, Any]], layout: str, impl
     ("name", "impl"),
     [
         (name, impl)
-        for name in (
-            "skipped_layer zeroed_input_shard zeroed_input flipped_update update_only_last_layer "
-            "no_update half_update shards_in_wrong_order swapped_matrices "
-            "activation_x(1+2^-6) activation_x(1+2^-7) activation_of_z(1+2^-6)"
-        ).split()
+        for name in [
+            "skipped_layer",
+            "zeroed_input_shard",
+            "zeroed_input",
+            "flipped_update",
+            "update_only_last_layer",
+            "no_update",
+            "half_update",
+            "shards_in_wrong_order",
+            "swapped_matrices",
+            "activation_x(1+2^-6)",
+            "activation_x(1+2^-7)",
+            "activation_of_z(1+2^-6)",
+        ]
         for impl in steps.IMPLS
     ]
     + [("dropped_psum", "shard_map")],
@@ -156,7 +165,7 @@ def test_reference_gradient_matches_finite_differences() -> None:
         plus[i][name][idx] += h
         minus = [{n: w.copy() for n, w in p.items()} for p in params]
         minus[i][name][idx] -= h
-        numeric = (steps.reference_step(x, plus, 1.0)[0] - steps.reference_step(x, minus, 1.0)[0])
+        numeric = steps.reference_step(x, plus, 1.0)[0] - steps.reference_step(x, minus, 1.0)[0]
         assert -updates[i][name][idx] == pytest.approx(numeric / (2 * h), rel=1e-6)
     assert loss > 0
 
