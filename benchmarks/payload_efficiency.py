@@ -4,10 +4,11 @@ For each device count (a subprocess with JAX_NUM_CPU_DEVICES=n on CPU, or the re
 --devices 0), one worker builds the payload's step exactly as shardings.py does (its inputs,
 mesh and `steps.make_step`, fsdp over all devices) and a plain jax.jit of the same per-device
 problem (batch b, unsharded, one device). Both are compiled and warmed up once; then --pairs
-pairs are timed, each pair one payload sample and one bare sample (the mean of --steps calls
-each) back to back, the order alternating. Pair ratio = bare time / payload time = payload
-TFLOP/s per device / bare TFLOP/s. The verdict (one device only) needs the whole interquartile
-range of the pair ratios on one side of the threshold; otherwise it is "inconclusive".
+pairs are timed, each pair --steps payload steps and --steps bare steps interleaved one by one
+(ABAB…, the next pair BABA…), so that load from elsewhere falls on both sides alike. Pair
+ratio = bare seconds / payload seconds = payload TFLOP/s per device / bare TFLOP/s. The verdict
+(one device only) needs the whole interquartile range of the pair ratios on one side of the
+threshold; otherwise it is "inconclusive".
 Writes its section of RESULTS.md, keeping the summaries of the last runs.
 """
 
@@ -84,14 +85,26 @@ def make_payload(d: int, layers: int, batch: int, impl: str) -> Any:
     return lambda: step(x, params)
 
 
-def sample(run: Any, calls: int) -> float:
-    """Mean seconds of `calls` back-to-back calls, each waited for."""
+def one_step(run: Any) -> float:
+    """Seconds of one call, waited for."""
     import jax
 
     start = time.perf_counter()
-    for _ in range(calls):
-        jax.block_until_ready(run())
-    return (time.perf_counter() - start) / calls
+    jax.block_until_ready(run())
+    return time.perf_counter() - start
+
+
+def timed_pair(payload: Any, bare: Any, steps: int, bare_first: bool) -> tuple[float, float]:
+    """(payload seconds, bare seconds), each summed over `steps` steps interleaved one by one."""
+    p_total = b_total = 0.0
+    for _ in range(steps):
+        if bare_first:
+            b_total += one_step(bare)
+            p_total += one_step(payload)
+        else:
+            p_total += one_step(payload)
+            b_total += one_step(bare)
+    return p_total / steps, b_total / steps
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -108,16 +121,13 @@ def worker(args: argparse.Namespace) -> None:
     load_before = os.getloadavg()[0]
     payload = make_payload(args.d, args.layers, args.batch, args.impl)
     bare = make_bare(args.d, args.layers, args.batch)
-    sample(payload, 1)  # compile and warm up
-    sample(bare, 1)
+    one_step(payload)  # compile and warm up
+    one_step(bare)
     p_times, b_times = [], []
     for k in range(args.pairs):
-        if k % 2:
-            b_times.append(sample(bare, args.steps))
-            p_times.append(sample(payload, args.steps))
-        else:
-            p_times.append(sample(payload, args.steps))
-            b_times.append(sample(bare, args.steps))
+        p_s, b_s = timed_pair(payload, bare, args.steps, bare_first=bool(k % 2))
+        p_times.append(p_s)
+        b_times.append(b_s)
     tflop = shardings.tflop_per_device(args.d, args.layers, args.batch)
     ratios = [b / p for p, b in zip(p_times, b_times, strict=True)]
     out = {
@@ -203,11 +213,13 @@ def render(
         "",
         f"Problem per device: -d {args.d} -b {args.batch} -n {args.layers} (bf16, the seed's "
         f"1e-4 init), --impl {args.impl}, fsdp over all devices. After one compile-and-warm-up "
-        f"call each, {args.pairs} interleaved pairs (payload sample, bare sample, order "
-        f"alternating), each sample the mean of {args.steps} steps. *bare*: the same step "
+        f"call each, {args.pairs} pairs of {args.steps} payload and {args.steps} bare steps "
+        "interleaved one by one (ABAB…, then BABA…). *bare*: the same step "
         "unsharded on one device with the per-device batch. *payload / bare* is the payload "
-        "column over the bare column (medians of the samples); *pair ratios* are bare time / "
-        "payload time within each pair: median and interquartile range [Q1, Q3]. CPU rows with "
+        "column over the bare column as shown (each the median over the pairs); *pair ratios* "
+        "are bare time / payload time within each pair: median and interquartile range "
+        "[Q1, Q3], the figure the verdict uses (robust to load that changes during the run, "
+        "which can pull the two columns' medians apart). CPU rows with "
         "several devices share the same cores, so their per-device FLOP/s fall (× devices ≈ 1 "
         "means sharding costs little beyond core sharing).",
         "",
@@ -280,7 +292,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("-b", "--batch", type=int, default=1024, help="per device")
     p.add_argument("-n", "--layers", type=int, default=2)
     p.add_argument("--impl", choices=("jit", "shard_map"), default="jit")
-    p.add_argument("--steps", type=int, default=2, help="steps per sample")
+    p.add_argument("--steps", type=int, default=4, help="steps per side in each pair")
     p.add_argument("--pairs", type=int, default=30)
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

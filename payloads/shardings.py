@@ -217,8 +217,7 @@ def main(argv: list[str] | None = None) -> None:
             " GB): use a smaller -d/-b/-n"
         )
 
-    fields = meshing.result_fields("shardings", mesh, None)
-    fields.update(
+    fields: dict[str, Any] = dict(
         impl=args.impl,
         embedding_dimension=d,
         batch_size_per_device=b,
@@ -231,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
             verdict, lr = run_verify(mesh, args.impl, x, params)
             print(verdict.line(), flush=True)
             fields.update(verdict.fields(), verify_lr=lr)
-            meshing.print_result(fields)
+            meshing.print_result({**meshing.result_fields("shardings", mesh, None), **fields})
             if not verdict.ok:
                 meshing.fail("verify failed", code=1)
             return
@@ -253,8 +252,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{stats['median_s']:.6g} s, min {stats['min_s']:.6g} s, max {stats['max_s']:.6g} s)",
         flush=True,
     )
-    fields.update(meshing.result_fields("shardings", mesh, tflop / mean))
     fields.update(
+        meshing.result_fields("shardings", mesh, tflop / mean),
         step_time_s=mean,
         step_time_median_s=stats["median_s"],
         step_time_min_s=stats["min_s"],
