@@ -132,7 +132,7 @@ def _shard_map_body(mesh: Any, lr: float, hooks: Hooks) -> Callable[[Any, Layers
     scatter = jax.lax.psum_scatter
 
     def local(x: Any, layers: Layers) -> Any:
-        saved = []
+        saved: list[tuple[Any, ...] | None] = []
         for i, w in enumerate(layers):
             if i in hooks.skip:
                 saved.append(None)

@@ -90,7 +90,7 @@ def attention_flop_per_token(args: argparse.Namespace, causal: bool = True) -> i
     halved for the causal mask as MaxText counts (6·L·S·d); 12·L·S·d when causal=False."""
     if args.model == "mlp":
         return 0
-    full = 12 * args.num_layers * args.seq_len * args.d_model
+    full = 12 * int(args.num_layers) * int(args.seq_len) * int(args.d_model)
     return full // 2 if causal else full
 
 
