@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import meshing
+import numpy as np
 import steps
 import verify
 
@@ -134,6 +135,24 @@ def make_inputs(mesh: Any, seed: int, global_batch: int, d: int, layers: int, sc
     return x, params
 
 
+def host_inputs(
+    seed: int, global_batch: int, d: int, layers: int, scale: float
+) -> tuple[np.ndarray, list[dict[str, np.ndarray]]]:
+    """The same x and initial weights, generated unsharded on this host's CPU, in float64."""
+    import jax
+
+    cpu = jax.local_devices(backend="cpu")[0]
+    with jax.default_device(cpu):
+        data_key, params_key = split_key(seed)
+        x = jax.jit(gen_data, static_argnums=(1, 2))(data_key, global_batch, d)
+        params = jax.jit(gen_layers, static_argnums=(1, 2, 3))(params_key, d, layers, scale)
+    return _f64(x), [{name: _f64(w[name]) for name in steps.NAMES} for w in params]
+
+
+def _f64(array: Any) -> np.ndarray:
+    return np.asarray(array).astype(np.float64)
+
+
 def time_steps(run: Callable[[], Any], warmup: int, tries: int) -> tuple[list[float], Any]:
     """Run warmup untimed calls then tries timed ones; returns (seconds each, last output)."""
     import jax
@@ -161,14 +180,27 @@ def tolerance(layers: int) -> tuple[float, str]:
 
 
 def run_verify(
-    mesh: Any, impl: str, x: Any, params: Layers, hooks: steps.Hooks = steps.REAL
+    mesh: Any,
+    impl: str,
+    x: Any,
+    params: Layers,
+    expected: tuple[np.ndarray, list[dict[str, np.ndarray]]],
+    hooks: steps.Hooks = steps.REAL,
 ) -> tuple[verify.Verdict, float]:
     """One step against the float64 numpy reference: (verdict, learning rate used).
 
-    The step is `steps.make_step` as the timing path builds it (hooks inject test bugs); all
-    processes call this (it gathers), and all get the same verdict.
+    The sharded inputs are first checked against `expected` (host_inputs: the same values
+    generated unsharded), then the step's updates and loss against `steps.reference_step` of
+    the sharded inputs. The step is `steps.make_step` as the timing path builds it (hooks
+    inject test bugs); all processes call this (it gathers) and get the same verdict.
     """
     x_h, p_h = verify.host_copy((x, params))
+    got: dict[str, Any] = {"init.x": x_h}
+    ref: dict[str, Any] = {"init.x": expected[0]}
+    for i, (w_got, w_ref) in enumerate(zip(p_h, expected[1], strict=True)):
+        for name in steps.NAMES:
+            got[f"init.layer{i}.{name}"] = w_got[name]
+            ref[f"init.layer{i}.{name}"] = w_ref[name]
     _, minus_grads = steps.reference_step(x_h, p_h, 1.0)
     names = [(i, n) for i in range(len(p_h)) for n in steps.NAMES]
     lr = verify.update_lr(
@@ -177,8 +209,7 @@ def run_verify(
     ref_loss, ref_updates = steps.reference_step(x_h, p_h, lr)
     loss, new = steps.make_step(mesh, impl, lr, hooks)(x, params)
     loss_h, new_h = verify.host_copy((loss, new))
-    got: dict[str, Any] = {"loss": float(loss_h)}
-    ref: dict[str, Any] = {"loss": ref_loss}
+    got["loss"], ref["loss"] = float(loss_h), ref_loss
     for i, (before, after, upd) in enumerate(zip(p_h, new_h, ref_updates, strict=True)):
         for name in steps.NAMES:
             got[f"layer{i}.{name}"] = after[name] - before[name]
@@ -224,10 +255,12 @@ def main(argv: list[str] | None = None) -> None:
         num_layers=layers,
         init_scale=args.init_scale,
     )
+    if args.verify:
+        expected = host_inputs(args.seed, global_batch, d, layers, args.init_scale)
     with jax.set_mesh(mesh):
         x, params = make_inputs(mesh, args.seed, global_batch, d, layers, args.init_scale)
         if args.verify:
-            verdict, lr = run_verify(mesh, args.impl, x, params)
+            verdict, lr = run_verify(mesh, args.impl, x, params, expected)
             print(verdict.line(), flush=True)
             fields.update(verdict.fields(), verify_lr=lr)
             meshing.print_result({**meshing.result_fields("shardings", mesh, None), **fields})

@@ -58,6 +58,8 @@ def mutations() -> dict[str, steps.Hooks]:
         "shards_in_wrong_order": steps.Hooks(outputs=swap_halves),
         "swapped_matrices": steps.Hooks(order=("FF2EMB", "EMB2FF")),
         "dropped_psum": steps.Hooks(psum=lambda v, axis: v),  # shard_map only
+        "averaged_psum": steps.Hooks(psum=jax.lax.pmean),
+        "corrupted_init": steps.REAL,  # run_matrix corrupts the initial weights instead
         "activation_x(1+2^-6)": steps.Hooks(act=lambda z: jax.nn.sigmoid(z) * (1 + 2**-6)),
         "activation_x(1+2^-7)": steps.Hooks(act=lambda z: jax.nn.sigmoid(z) * (1 + 2**-7)),
     }
@@ -71,6 +73,8 @@ IMPLS_OF = {
     "no_update": ("shard_map",),
     "shards_in_wrong_order": ("shard_map",),
     "dropped_psum": ("shard_map",),  # the compiler writes that reduction in the jit step
+    "averaged_psum": ("shard_map",),
+    "corrupted_init": ("jit",),
     "activation_x(1+2^-7)": ("jit",),
 }
 
@@ -88,11 +92,15 @@ def run_matrix() -> None:
         mesh, _ = meshing.mesh_from_args(args)
         with jax.set_mesh(mesh):
             x, params = shardings.make_inputs(mesh, 0, B * 8, D, L, args.init_scale)
-            verdict, lr = shardings.run_verify(mesh, impl, x, params, hooks)
+            if name == "corrupted_init":  # one layer's weight shards in the wrong order
+                first = params[0]["EMB2FF"]
+                params[0]["EMB2FF"] = jax.numpy.roll(first, first.shape[1] // 2, axis=1)
+            verdict, lr = shardings.run_verify(mesh, impl, x, params, expected, hooks)
         row = {"kind": kind, "name": name, "impl": impl, "layout": layout, "lr": lr}
         row.update(verdict.fields(), line=verdict.line())
         print("CASE " + json.dumps(row), flush=True)
 
+    expected = shardings.host_inputs(0, B * 8, D, L, D**-0.5)
     for layout in LAYOUTS:
         for impl in steps.IMPLS:
             report("real", "unmodified", impl, layout, steps.REAL)
@@ -140,6 +148,8 @@ def test_real_step_verifies(matrix: dict[Any, dict[str, Any]], layout: str, impl
             "shards_in_wrong_order",
             "swapped_matrices",
             "dropped_psum",
+            "averaged_psum",
+            "corrupted_init",
             "activation_x(1+2^-6)",
             "activation_x(1+2^-7)",
         ]
@@ -149,6 +159,8 @@ def test_real_step_verifies(matrix: dict[Any, dict[str, Any]], layout: str, impl
 def test_mutation_caught(matrix: dict[Any, dict[str, Any]], name: str, impl: str) -> None:
     case = matrix[(name, impl, MUTATION_LAYOUT)]
     assert not case["verify_ok"], case["line"]
+    # A bug in the inputs is named as one, a bug in the step as the step's.
+    assert case["verify_worst_leaf"].startswith("init.") == (name == "corrupted_init")
     assert case["line"].startswith("verify: FAILED: worst leaf ")
     assert case["verify_worst_leaf"] in case["line"]
 
