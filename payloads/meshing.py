@@ -358,11 +358,6 @@ def parse_result_lines(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def median(values: Sequence[float]) -> float:
-    """Median of a non-empty sequence."""
-    return float(np.median(np.asarray(values, dtype=np.float64)))
-
-
 def timing_stats(values: Sequence[float]) -> dict[str, float]:
     """mean (MaxText's "time is"), median, min and max of a non-empty list of seconds."""
     arr = np.asarray(values, dtype=np.float64)
