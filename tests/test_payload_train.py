@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import subprocess
+import sys
 
 import pytest
 
 try:
-    from tests.test_payloads import LAYOUTS, run_ok, run_payload
+    from tests.test_payloads import LAYOUTS, ROOT, base_env, run_ok, run_payload
 except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    from test_payloads import LAYOUTS, run_ok, run_payload  # type: ignore[no-redef]
+    from test_payloads import (  # type: ignore[no-redef]
+        LAYOUTS,
+        ROOT,
+        base_env,
+        run_ok,
+        run_payload,
+    )
 
 # test_payloads put payloads/ on sys.path; the payload is a script, not a package.
 train = importlib.import_module("train")
@@ -144,6 +152,35 @@ def test_train_verify_two_processes_mlp_f32() -> None:
         assert "verify: ok (max rel err " in p.stdout
         assert "16·eps_f32·(L+1)" in p.stdout
     assert [p.result()["verify_ok"] for p in procs] == [True, True]
+
+
+# train.py with its batch's first device shard zeroed before the step (a bug the reference,
+# which gets the batch straight from make_batch, does not share).
+ZEROED_SHARD = """
+import sys
+sys.path.insert(0, "payloads")
+import train
+real = train.to_global
+def to_global(sharding, array):
+    bad = array.copy()
+    bad[: len(bad) // 8] = 0
+    return real(sharding, bad)
+train.to_global = to_global
+train.main(sys.argv[1:])
+"""
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_train_verify_catches_a_zeroed_input_shard() -> None:
+    mlp = ["--model", "mlp", "--d_model", "64", "--d_ff", "128", "--dtype", "f32"]
+    proc = subprocess.run(
+        [sys.executable, "-c", ZEROED_SHARD, *mlp, "-if", "8", "--verify"],
+        cwd=ROOT, env=base_env(8), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "verify: FAILED: worst leaf " in proc.stdout
+    assert "error: verify failed" in proc.stderr
 
 
 @pytest.mark.jax
