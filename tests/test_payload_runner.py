@@ -14,7 +14,7 @@ from tests.clitools import REPO, cli, host_logs
 
 pytestmark = [pytest.mark.jax, pytest.mark.slow]
 SHARDINGS = "payloads/shardings.py -dd 2 -if 4 -d 256 -b 16 -n 2 --tries 2"
-VERIFY = "payloads/shardings.py -dd 2 -if -1 -it 2 -d 128 -b 8 -n 2 --verify --impl shard_map"
+VERIFY = "payloads/shardings.py -dd 2 -if -1 -it 2 -d 128 -b 8 -n 2 --verify --impl"
 TRAIN = "payloads/train.py --model mlp -dd 2 -if 4 --d_model 64 --d_ff 128 --steps 4 --warmup 1"
 
 
@@ -59,11 +59,12 @@ def test_shardings_local_4(tmp_path: Path) -> None:
     assert first["payload"] == "shardings"
 
 
-@pytest.mark.parametrize("n", [2, 4])
-def test_shardings_verify_local(tmp_path: Path, n: int) -> None:
-    first = _check_same(_local(tmp_path, f"v{n}", f"{sys.executable} {VERIFY}", n), n)
+@pytest.mark.parametrize(("n", "impl"), [(2, "shard_map"), (4, "jit")])
+def test_shardings_verify_local(tmp_path: Path, n: int, impl: str) -> None:
+    cmd = f"{sys.executable} {VERIFY} {impl}"
+    first = _check_same(_local(tmp_path, f"v{n}", cmd, n), n)
     assert first["verify_ok"] is True
-    assert first["impl"] == "shard_map"
+    assert first["impl"] == impl
     assert first["mesh"]["data"] == 2  # DCN over processes (n = 2) or process groups (n = 4)
 
 

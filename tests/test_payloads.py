@@ -262,34 +262,6 @@ def test_shardings_memory_guard_counts_all_cpu_devices() -> None:
 @pytest.mark.jax
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("processes", "flags", "mesh"),
-    [
-        (4, ["-dd", "2", "-if", "4"], {"data": 2, "fsdp": 4, "tensor": 1}),  # process groups
-        (2, ["-dd", "2", "-if", "2", "-it", "2", "--impl", "shard_map"], {"data": 2, "fsdp": 2,
-         "tensor": 2}),  # DCN = processes
-    ],
-)  # fmt: skip
-def test_shardings_processes_verify(processes: int, flags: list[str], mesh: dict[str, int]) -> None:
-    procs = run_payload(
-        "shardings.py",
-        [*SMALL, *flags, "--verify"],
-        processes=processes,
-        devices=8 // processes,
-        timeout=180,
-    )
-    for p in procs:
-        assert p.returncode == 0, p.stderr[-3000:]
-        assert "verify: ok (max rel err " in p.stdout
-    results = [p.result() for p in procs]
-    assert [r["process_index"] for r in results] == list(range(processes))
-    assert {r["verify_ok"] for r in results} == {True}
-    assert results[0]["num_devices"] == 8
-    assert results[0]["mesh"] == mesh
-
-
-@pytest.mark.jax
-@pytest.mark.slow
-@pytest.mark.parametrize(
     ("flags", "needle"),
     [
         (["-if", "4"], "4 != 8 devices"),
