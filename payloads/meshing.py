@@ -26,19 +26,24 @@ FAIL_BARRIER_S = 5.0  # how long a failing process waits for its peers to fail t
 # Env vars that mean "a cluster JAX can detect by itself" (TPU VM pod, Slurm, Open MPI).
 _AUTO_DETECT_MULTI = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "MEGASCALE_NUM_SLICES")
 
-# Peak dense bf16 TFLOP/s per JAX device; first substring match of device_kind wins.
+# Peak dense (no sparsity) bf16 TFLOP/s per JAX device; first substring match of device_kind
+# wins, so the more specific names come first. Sources: Google Cloud TPU system architecture
+# pages (per chip; v2/v3 expose two devices, one per core, per chip), NVIDIA datasheets
+# (their "with sparsity" figures halved).
 PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("TPU v6 lite", 918.0),
-    ("TPU v5 lite", 197.0),
+    ("TPU v6 lite", 918.0),  # v6e (Trillium), one device per chip
+    ("TPU v5 lite", 197.0),  # v5e
     ("TPU v5", 459.0),  # v5p reports "TPU v5"
-    ("TPU v4", 275.0),
-    ("TPU v3", 70.0),  # 140 per chip, two devices (cores) per chip
+    ("TPU v4", 275.0),  # one device per chip (megacore)
+    ("TPU v3", 61.5),  # 123 per chip, two devices (cores) per chip
     ("TPU v2", 22.5),  # 45 per chip, two devices per chip
-    ("H100 PCIe", 756.0),
-    ("H100", 989.0),
-    ("H200", 989.0),
-    ("A100", 312.0),
-    ("B200", 2250.0),
+    ("H100 NVL", 835.0),  # H100 NVL datasheet: 1,671 with sparsity
+    ("H100 PCIe", 756.0),  # H100 PCIe datasheet: 1,513 with sparsity
+    ("H100", 989.0),  # H100 SXM datasheet: 1,979 with sparsity
+    ("H200 NVL", 835.0),  # H200 NVL datasheet: 1,671 with sparsity
+    ("H200", 989.0),  # H200 SXM datasheet: 1,979 with sparsity
+    ("A100", 312.0),  # A100 datasheet: 624 with sparsity
+    ("B200", 2250.0),  # HGX B200: 36 PFLOPS with sparsity over 8 GPUs
 )
 
 
@@ -279,17 +284,42 @@ def device_memory_bytes(device: Any) -> int | None:
     return int(limit) if limit else None
 
 
+def host_memory_bytes() -> int | None:
+    """This host's physical RAM in bytes, or None where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def check_memory(
-    estimate_bytes: float, override_gb: float | None, device: Any, hint: str = "smaller -b/-d"
+    per_device_bytes: float, override_gb: float | None, hint: str = "smaller -b/-d"
 ) -> None:
-    """Exit(2) with the estimate when it exceeds the device memory (or the override)."""
+    """Exit(2) with the estimate when it exceeds the memory it has to fit in.
+
+    CPU devices (forced with JAX_NUM_CPU_DEVICES or XLA_FLAGS) all share the host's RAM, so
+    there the estimate is per process (per device × local devices) against the host's RAM or
+    the override; elsewhere it is per device against what the device reports or the override.
+    """
+    import jax
+
     if override_gb is None:
         env = os.environ.get("MULTIHOST_MEMORY_LIMIT_GB")
         override_gb = float(env) if env else None
-    limit = override_gb * 1e9 if override_gb is not None else device_memory_bytes(device)
-    if limit is not None and estimate_bytes > limit:
+    local = jax.local_devices()
+    device = local[0]
+    if device.platform == "cpu":
+        estimate = per_device_bytes * len(local)
+        what = f"per process ({len(local)} CPU devices share this host's RAM)"
+        found = host_memory_bytes()
+    else:
+        estimate = per_device_bytes
+        what = "per device"
+        found = device_memory_bytes(device)
+    limit = override_gb * 1e9 if override_gb is not None else found
+    if limit is not None and estimate > limit:
         fail(
-            f"estimated memory per device {estimate_bytes / 1e9:.3f} GB exceeds the limit "
+            f"estimated memory {what} {estimate / 1e9:.3f} GB exceeds the limit "
             f"{limit / 1e9:.3f} GB on {device.device_kind}; use {hint} or more devices"
         )
 
@@ -328,6 +358,12 @@ def parse_result_lines(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def median(values: Sequence[float]) -> float:
-    """Median of a non-empty sequence."""
-    return float(np.median(np.asarray(values, dtype=np.float64)))
+def timing_stats(values: Sequence[float]) -> dict[str, float]:
+    """mean (MaxText's "time is"), median, min and max of a non-empty list of seconds."""
+    arr = np.asarray(values, dtype=np.float64)
+    return {
+        "mean_s": float(arr.mean()),
+        "median_s": float(np.median(arr)),
+        "min_s": float(arr.min()),
+        "max_s": float(arr.max()),
+    }

@@ -2,7 +2,8 @@
 
 Parameters carry partitioning annotations (FSDP on the embedding axis, Megatron-style tensor
 parallelism on the hidden/head axis); model and optimizer state are created inside jit, so they
-are born sharded. Data is synthetic but learnable, so the loss must fall.
+are born sharded. Data is synthetic but learnable, so the loss must fall. `--verify` checks one
+SGD step against the same model run unsharded in float64 on the host CPU.
 Run: python payloads/train.py --model transformer --steps 20
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import meshing
 import numpy as np
+import verify
 
 BATCH_AXES = ("data", "fsdp")
 
@@ -33,15 +35,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--per_device_batch", type=int, default=8, help="sequences (rows) per device")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2, help="first steps left out of the timing")
-    p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
+    p.add_argument("--optimizer", choices=("adamw", "sgd"), default=None, help="default adamw")
     p.add_argument("--lr", type=float, default=None, help="default 1e-3 adamw, 0.1 sgd")
     p.add_argument("--dtype", choices=("bf16", "f32"), default="bf16", help="compute dtype")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--verify",
+        action="store_true",
+        help="check one SGD step against the model unsharded in float64 on the host, then exit",
+    )
+    p.add_argument(
         "--memory_limit_gb",
         type=float,
         default=None,
-        help="per-device memory limit for the guard (env MULTIHOST_MEMORY_LIMIT_GB)",
+        help="memory limit for the guard: per process on CPU (the devices share the host's "
+        "RAM), per device elsewhere (env MULTIHOST_MEMORY_LIMIT_GB)",
     )
     meshing.add_mesh_flags(p, ici_fsdp_default=-1)
     args = p.parse_args(argv)
@@ -54,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--warmup must be in [0, --steps={args.steps})")
     if args.d_model % args.num_heads:
         p.error(f"--d_model {args.d_model} is not divisible by --num_heads {args.num_heads}")
+    if args.optimizer is None:
+        args.optimizer = "sgd" if args.verify else "adamw"
+    if args.verify and args.optimizer != "sgd":
+        p.error("--verify checks one SGD step (adamw's first step is about sign(grad))")
     if args.lr is None:
         args.lr = 1e-3 if args.optimizer == "adamw" else 0.1
     return args
@@ -73,17 +85,26 @@ def tokens_per_step(args: argparse.Namespace, num_devices: int) -> int:
     return rows if args.model == "mlp" else rows * args.seq_len
 
 
-def step_flop(args: argparse.Namespace, num_devices: int) -> float:
-    """FLOP per training step, whole job.
+def attention_flop_per_token(args: argparse.Namespace, causal: bool = True) -> int:
+    """QKᵀ and A·V: 2·S·d FLOP each forward per token and layer, ×3 with the backward pass,
+    halved for the causal mask as MaxText counts (6·L·S·d); 12·L·S·d when causal=False."""
+    if args.model == "mlp":
+        return 0
+    full = 12 * int(args.num_layers) * int(args.seq_len) * int(args.d_model)
+    return full // 2 if causal else full
 
-    FLOP = T·(6·N + 12·L·S·d) where T = tokens per step, N = matmul parameters
-    (L·(4d² + 2·d·d_ff) + d·V for the transformer, L·2·d·d_ff + d² for the MLP), L = layers,
-    S = sequence length, d = d_model. 6·N: 2 forward + 4 backward FLOP per parameter and token.
-    12·L·S·d: QKᵀ and A·V, each 2·S·d forward per token and layer, ×3 for backward; the
-    causal mask is not discounted (as in PaLM's MFU). The MLP model has no attention term.
+
+def step_flop(args: argparse.Namespace, num_devices: int, causal: bool = True) -> float:
+    """FLOP per training step, whole job, by MaxText's definition
+    (calculate_tflops_training_per_device): T·(6·N + 6·L·S·d).
+
+    T = tokens per step, N = matmul parameters (L·(4d² + 2·d·d_ff) + d·V for the transformer,
+    L·2·d·d_ff + d² for the MLP), L = layers, S = sequence length, d = d_model. 6·N: 2 forward
+    + 4 backward FLOP per parameter and token. Attention: see attention_flop_per_token;
+    causal=False gives the full-mask count the hardware executes (PaLM's, 12·L·S·d).
     """
-    attention = 0 if args.model == "mlp" else 12 * args.num_layers * args.seq_len * args.d_model
-    return tokens_per_step(args, num_devices) * (6 * matmul_params(args) + attention)
+    per_token = 6 * matmul_params(args) + attention_flop_per_token(args, causal)
+    return tokens_per_step(args, num_devices) * per_token
 
 
 def memory_bytes(args: argparse.Namespace, weight_shards: int) -> tuple[float, float]:
@@ -160,7 +181,8 @@ def build_model_classes() -> tuple[type, type]:
             )
             scores = jnp.einsum("bqhc,bkhc->bhqk", q, k) / np.sqrt(d // self.heads)
             causal = jnp.tril(jnp.ones((s, s), dtype=bool))
-            scores = jnp.where(causal, scores.astype(jnp.float32), -1e30)
+            wide = jnp.promote_types(scores.dtype, jnp.float32)  # float64 in the reference
+            scores = jnp.where(causal, scores.astype(wide), -1e30)
             probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
             return self.o(jnp.einsum("bhqk,bkhc->bqhc", probs, v).reshape(b, s, d))
 
@@ -201,7 +223,8 @@ def build_model_classes() -> tuple[type, type]:
             for attn, mlp in zip(self.attn, self.mlp, strict=True):
                 x = jax.lax.with_sharding_constraint(x + attn(x), P(BATCH_AXES, None, None))
                 x = jax.lax.with_sharding_constraint(x + mlp(x), P(BATCH_AXES, None, None))
-            return self.unembed(self.final_norm(x)).astype(jnp.float32)
+            logits = self.unembed(self.final_norm(x))
+            return logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
 
     return MlpModel, Transformer
 
@@ -251,7 +274,7 @@ def loss_fn(model: Any, x: Any, y: Any, kind: str) -> Any:
 
     out = model(x)
     if kind == "mlp":
-        return jnp.mean((out.astype(jnp.float32) - y) ** 2)
+        return jnp.mean((out.astype(jnp.promote_types(out.dtype, jnp.float32)) - y) ** 2)
     return optax.softmax_cross_entropy_with_integer_labels(out, y).mean()
 
 
@@ -302,14 +325,85 @@ def make_train_step(
     )
 
 
-def params_checksum(state: Any) -> float:
-    """Sum of the model parameters (not optimizer state) in float32."""
+def leaves_by_name(tree: Any) -> dict[str, Any]:
+    """{path: leaf} of a pytree, paths as jax.tree_util.keystr writes them."""
+    import jax
+
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {jax.tree_util.keystr(path): leaf for path, leaf in flat}
+
+
+def reference_grads(
+    args: argparse.Namespace, params: Any, x: np.ndarray, y: np.ndarray
+) -> tuple[float, Any]:
+    """(loss, gradients) of the same model, unsharded, in float64 on this host's CPU.
+
+    params: the gathered model state (numpy). Not an independent implementation: it checks the
+    sharding, the collectives and the update, not the model's maths.
+    """
     import jax
     import jax.numpy as jnp
+    from flax import nnx
+    from jax.sharding import Mesh
 
-    params = state[0]
-    total = jax.jit(lambda t: sum(jnp.sum(a.astype(jnp.float32)) for a in jax.tree.leaves(t)))
-    return float(total(params))
+    cpu = jax.local_devices(backend="cpu")[0]
+    one = Mesh(np.array([cpu]).reshape(1, 1, 1), meshing.AXES)
+    mlp_cls, transformer_cls = build_model_classes()
+    model_cls = mlp_cls if args.model == "mlp" else transformer_cls
+    with jax.enable_x64(True), jax.default_device(cpu), jax.set_mesh(one):
+        model = model_cls(args, jnp.float64, nnx.Rngs(args.seed))
+        graphdef, _ = nnx.split(model)
+        state = jax.tree.map(lambda a: jnp.asarray(a, dtype=jnp.float64), params)
+
+        def grads(state: Any, x: Any, y: Any) -> Any:
+            return nnx.value_and_grad(loss_fn)(nnx.merge(graphdef, state), x, y, args.model)
+
+        y_ref = jnp.asarray(y, dtype=jnp.float64) if args.model == "mlp" else jnp.asarray(y)
+        loss, g = jax.jit(grads)(state, jnp.asarray(x), y_ref)
+        return float(loss), jax.tree.map(np.asarray, g)
+
+
+def tolerance(args: argparse.Namespace) -> tuple[float, str]:
+    """The verify tolerance: (value, how it is derived).
+
+    The normwise error per leaf grows about linearly with depth. Measured on CPU (d 64,
+    L 1..4, several layouts): bf16 up to 0.8·eps_bf16·(L+1) for the transformer (softmax and
+    layer norm in bf16), 0.3·eps_bf16·(L+1) for the MLP; float32 up to 3·eps_f32·(L+1).
+    The tolerances leave a margin of >= 4x over that.
+    """
+    layers = args.num_layers + 1
+    if args.dtype == "bf16":
+        rule = f"3·eps_bf16·(L+1), eps_bf16 = 2^-7, L = {args.num_layers}"
+        return 3 * verify.EPS_BF16 * layers, rule
+    return 16 * verify.EPS_F32 * layers, f"16·eps_f32·(L+1), eps_f32 = 2^-23, L = {args.num_layers}"
+
+
+def run_verify(args: argparse.Namespace, mesh: Any) -> tuple[verify.Verdict, float]:
+    """Step 0 sharded against reference_grads: (verdict, learning rate used)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    rows = args.per_device_batch * jax.device_count()
+    batch_sharding = NamedSharding(mesh, P(BATCH_AXES))
+    x_np, y_np = make_batch(args, 0, rows)
+    _, state, _ = create_state(args, mesh)
+    init = leaves_by_name(verify.host_copy(state[0]))
+    ref_loss, ref_grads = reference_grads(args, verify.host_copy(state[0]), x_np, y_np)
+    grads = leaves_by_name(ref_grads)
+    lr = verify.update_lr(init, grads)
+    sgd = argparse.Namespace(**{**vars(args), "lr": lr})
+    graphdef, state, shardings = create_state(sgd, mesh)
+    step = make_train_step(graphdef, shardings, batch_sharding, args.model)
+    loss, new = step(state, to_global(batch_sharding, x_np), to_global(batch_sharding, y_np))
+    after = leaves_by_name(verify.host_copy(new[0]))
+    got: dict[str, Any] = {"loss": float(loss)}
+    ref: dict[str, Any] = {"loss": ref_loss}
+    for name, before in init.items():
+        got[name] = after[name] - before
+        ref[name] = -lr * grads[name]
+    tol, rule = tolerance(args)
+    return verify.compare(got, ref, tol, rule), lr
 
 
 def train(args: argparse.Namespace, mesh: Any) -> tuple[list[float], list[float], Any]:
@@ -352,16 +446,33 @@ def main(argv: list[str] | None = None) -> None:
         f"optimizer state {state_b / 1e9:.3f} GB, activations {acts_b / 1e9:.3f} GB)",
         flush=True,
     )
-    meshing.check_memory(
-        state_b + acts_b, args.memory_limit_gb, jax.devices()[0], "a smaller model or batch"
-    )
+    meshing.check_memory(state_b + acts_b, args.memory_limit_gb, "a smaller model or batch")
+    if args.verify:
+        with jax.set_mesh(mesh):
+            verdict, lr = run_verify(args, mesh)
+        print(verdict.line(), flush=True)
+        fields = meshing.result_fields("train", mesh, None)
+        fields.update(model=args.model, dtype=args.dtype, verify_lr=lr, **verdict.fields())
+        meshing.print_result(fields)
+        if not verdict.ok:
+            meshing.fail("verify failed", code=1)
+        return
     with jax.set_mesh(mesh):
         losses, times, state = train(args, mesh)
-        checksum = params_checksum(state)
-    step_time = meshing.median(times[args.warmup :])
+        finger = verify.fingerprint(state[0])
+    stats = meshing.timing_stats(times[args.warmup :])
+    mean = stats["mean_s"]
     tflop = step_flop(args, n_dev) / n_dev / 1e12
-    print(f"time is {step_time} seconds, TFLOP is {tflop}, TFLOP/s is {tflop / step_time}")
-    fields = meshing.result_fields("train", mesh, tflop / step_time)
+    tflop_full = step_flop(args, n_dev, causal=False) / n_dev / 1e12
+    print(f"time is {mean} seconds, TFLOP is {tflop}, TFLOP/s is {tflop / mean}")
+    print(
+        f"  (time: mean of {len(times) - args.warmup} steps after {args.warmup} warm-up, median "
+        f"{stats['median_s']:.6g} s, min {stats['min_s']:.6g} s, max {stats['max_s']:.6g} s; "
+        f"TFLOP as MaxText counts it, causal attention at half; full-mask hardware count "
+        f"{tflop_full:.6g} TFLOP, {tflop_full / mean:.6g} TFLOP/s)",
+        flush=True,
+    )
+    fields = meshing.result_fields("train", mesh, tflop / mean)
     fields.update(
         model=args.model,
         optimizer=args.optimizer,
@@ -370,10 +481,16 @@ def main(argv: list[str] | None = None) -> None:
         tokens_per_step=tokens_per_step(args, n_dev),
         losses=losses,
         step_times_s=times,
-        step_time_s=step_time,
+        step_time_s=mean,
+        step_time_median_s=stats["median_s"],
+        step_time_min_s=stats["min_s"],
+        step_time_max_s=stats["max_s"],
         tflop_per_device=tflop,
-        tflops_per_device=tflop / step_time,
-        checksum=checksum,
+        tflops_per_device=tflop / mean,
+        tflop_per_device_full_mask=tflop_full,
+        tflops_per_device_full_mask=tflop_full / mean,
+        fingerprint=finger,
+        checksum=finger,  # old name of the fingerprint, kept for existing readers
     )
     meshing.print_result(fields)
 

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import subprocess
+import sys
 
 import pytest
 
 try:
-    from tests.test_payloads import LAYOUTS, run_ok, run_payload
+    from tests.test_payloads import LAYOUTS, ROOT, base_env, run_ok, run_payload
 except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    from test_payloads import LAYOUTS, run_ok, run_payload  # type: ignore[no-redef]
+    from test_payloads import (  # type: ignore[no-redef]
+        LAYOUTS,
+        ROOT,
+        base_env,
+        run_ok,
+        run_payload,
+    )
 
 # test_payloads put payloads/ on sys.path; the payload is a script, not a package.
 train = importlib.import_module("train")
@@ -67,9 +75,13 @@ def test_flop_formula_against_hand_count() -> None:
     assert train.matmul_params(a) == n
     tokens = 3 * 2 * 4  # per_device_batch × devices × seq_len
     assert train.tokens_per_step(a, 2) == tokens
-    # QKᵀ and AV: 2·S·d each forward per token and layer; ×3 for fwd+bwd.
-    attention = 2 * (2 * 4 * 8) * 2 * 3
-    assert train.step_flop(a, 2) == tokens * (6 * n + attention)
+    # QKᵀ and AV: 2·S·d each forward per token and layer; ×3 for fwd+bwd (full mask) …
+    full = 2 * (2 * 4 * 8) * 2 * 3
+    assert train.step_flop(a, 2, causal=False) == tokens * (6 * n + full)
+    # … and half of that with the causal mask, as MaxText's calculate_tflops_training_per_device
+    # counts it: 4·B·S²·heads·head_dim / 2 per layer, ×3, i.e. 6·L·S·d per token.
+    maxtext = 4 * 6 * 4**2 * 2 * 4 / 2 * 2 * 3  # B=6 rows, S=4, 2 heads × head_dim 4, 2 layers
+    assert train.step_flop(a, 2) == tokens * 6 * n + maxtext
     m = _args(
         "--model",
         "mlp",
@@ -83,6 +95,14 @@ def test_flop_formula_against_hand_count() -> None:
         "3",
     )
     assert train.step_flop(m, 2) == 6 * 6 * (2 * 2 * 8 * 16 + 64)
+    assert train.step_flop(m, 2, causal=False) == train.step_flop(m, 2)
+
+
+def test_verify_needs_sgd() -> None:
+    assert _args("--verify").optimizer == "sgd"
+    assert _args().optimizer == "adamw"
+    with pytest.raises(SystemExit):
+        _args("--verify", "--optimizer", "adamw")
 
 
 def test_bad_flags_rejected() -> None:
@@ -95,15 +115,72 @@ def test_bad_flags_rejected() -> None:
 @pytest.mark.jax
 @pytest.mark.slow
 def test_train_layouts_agree_and_match_unsharded() -> None:
-    results = {name: run_ok("train.py", TINY + flags)[0] for name, flags in LAYOUTS.items()}
+    layouts = {k: LAYOUTS[k] for k in ("fsdp4xtensor2", "data2xfsdp4")}  # --verify does the rest
+    results = {name: run_ok("train.py", TINY + flags)[0] for name, flags in layouts.items()}
     # Unsharded: one device, the same global batch (2 rows × 8 devices).
     (single,) = run_ok("train.py", [*TINY, "--per_device_batch", "16"], devices=1)
     assert single["mesh"] == {"data": 1, "fsdp": 1, "tensor": 1}
     for name, res in results.items():
         assert res["losses"] == pytest.approx(single["losses"], rel=1e-4), name
-        assert res["checksum"] == pytest.approx(single["checksum"], rel=1e-4), name
+        assert res["fingerprint"] == pytest.approx(single["fingerprint"], rel=1e-4), name
         assert res["tokens_per_step"] == 16 * 16
     assert single["losses"][-1] < single["losses"][0]
+
+
+@pytest.mark.jax
+def test_train_verify_transformer_bf16() -> None:
+    flags = [a for a in TINY if a not in ("--dtype", "f32", "--lr", "3e-3")]
+    (proc,) = run_payload("train.py", [*flags, "-if", "4", "-it", "2", "--verify"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "verify: ok (max rel err " in proc.stdout
+    assert "tolerance 0.0703 = 3·eps_bf16·(L+1)" in proc.stdout
+    res = proc.result()
+    assert res["verify_ok"] is True
+    assert res["verify_max_rel_err"] < res["verify_tolerance"] / 3
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_train_verify_two_processes_mlp_f32() -> None:
+    mlp = ["--model", "mlp", "--d_model", "64", "--d_ff", "128", "--dtype", "f32"]
+    procs = run_payload(
+        "train.py", [*mlp, "-dd", "2", "-if", "2", "-it", "2", "--verify"], processes=2,
+        devices=4, timeout=180,
+    )  # fmt: skip
+    for p in procs:
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert "verify: ok (max rel err " in p.stdout
+        assert "16·eps_f32·(L+1)" in p.stdout
+    assert [p.result()["verify_ok"] for p in procs] == [True, True]
+
+
+# train.py with its batch's first device shard zeroed before the step (a bug the reference,
+# which gets the batch straight from make_batch, does not share).
+ZEROED_SHARD = """
+import sys
+sys.path.insert(0, "payloads")
+import train
+real = train.to_global
+def to_global(sharding, array):
+    bad = array.copy()
+    bad[: len(bad) // 8] = 0
+    return real(sharding, bad)
+train.to_global = to_global
+train.main(sys.argv[1:])
+"""
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_train_verify_catches_a_zeroed_input_shard() -> None:
+    mlp = ["--model", "mlp", "--d_model", "64", "--d_ff", "128", "--dtype", "f32"]
+    proc = subprocess.run(
+        [sys.executable, "-c", ZEROED_SHARD, *mlp, "-if", "8", "--verify"],
+        cwd=ROOT, env=base_env(8), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "verify: FAILED: worst leaf " in proc.stdout
+    assert "error: verify failed" in proc.stderr
 
 
 @pytest.mark.jax
@@ -132,6 +209,9 @@ def test_train_mlp_loss_falls_bf16() -> None:
     assert res["losses"][-1] < 0.8 * res["losses"][0]
     assert res["tflops_per_device"] > 0
     assert res["utilization"] is None
+    timed = res["step_times_s"][2:]  # default --warmup 2
+    assert res["step_time_s"] == pytest.approx(sum(timed) / len(timed))
+    assert res["tflops_per_device_full_mask"] == res["tflops_per_device"]  # no attention
 
 
 @pytest.mark.jax
@@ -144,7 +224,7 @@ def test_train_four_processes_agree() -> None:
     assert first["num_processes"] == 4
     assert first["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
     for res in results:
-        assert res["checksum"] == first["checksum"]
+        assert res["fingerprint"] == first["fingerprint"]  # the same gathered weights
         assert res["losses"] == first["losses"]
     assert first["losses"][-1] < first["losses"][0]
 
@@ -174,5 +254,5 @@ def test_memory_estimate_hand_count() -> None:
 def test_train_memory_guard() -> None:
     (proc,) = run_payload("train.py", [*TINY, "--memory_limit_gb", "0.00001"])
     assert proc.returncode != 0
-    assert "estimated memory per device" in proc.stderr
+    assert "estimated memory per process (8 CPU devices" in proc.stderr
     assert "a smaller model or batch" in proc.stderr

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,13 +131,16 @@ def test_flop_formula_against_hand_count() -> None:
 @pytest.mark.parametrize(
     ("kind", "peak"),
     [
-        ("TPU v3", 70.0),
+        ("TPU v3", 61.5),
         ("TPU v4", 275.0),
         ("TPU v5 lite", 197.0),
         ("TPU v5", 459.0),
         ("TPU v5p", 459.0),
         ("TPU v6 lite", 918.0),
         ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H200", 989.0),
         ("cpu", None),
     ],
 )
@@ -177,80 +179,21 @@ def test_parse_result_lines_matches_meshing() -> None:
     assert parse_result_lines(text) == meshing.parse_result_lines(text) == [{"a": 1}]
 
 
-# ---------------------------------------------------------------- reference
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-z))
-
-
-def reference_step(seed: int, d: int, layers: int, global_batch: int) -> tuple[float, float]:
-    """Unsharded float32 numpy forward/backward of the same step: (loss, weight checksum)."""
-    import jax
-    import jax.numpy as jnp
-
-    data_key, params_key = jax.random.split(jax.random.key(seed))
-    x = np.asarray(jax.random.uniform(data_key, (global_batch, d), dtype=jnp.bfloat16), np.float32)
-    keys = jax.random.split(params_key, 2 * layers)
-    ws = [
-        np.asarray(1e-4 * jax.random.normal(k, (4 * d, d), dtype=jnp.bfloat16), np.float32)
-        for k in keys
-    ]
-    w1s, w2s = ws[0::2], ws[1::2]
-    saved = []
-    h = x
-    for w1, w2 in zip(w1s, w2s, strict=True):
-        h1 = _sigmoid(h @ w1.T)
-        h2 = _sigmoid(h1 @ w2)
-        saved.append((h, h1, h2))
-        h = h2
-    loss = float(h.sum())
-    grad = np.ones_like(h)
-    new = []
-    for (h0, h1, h2), w1, w2 in reversed(list(zip(saved, w1s, w2s, strict=True))):
-        dz2 = grad * h2 * (1 - h2)
-        dw2 = h1.T @ dz2
-        dz1 = (dz2 @ w2.T) * h1 * (1 - h1)
-        dw1 = dz1.T @ h0
-        grad = dz1 @ w1
-        new += [w1 - 1e-4 * dw1, w2 - 1e-4 * dw2]
-    return loss, float(sum(w.sum(dtype=np.float64) for w in new))
-
-
 # ---------------------------------------------------------------- shardings.py, one process
 
 
 @pytest.mark.jax
-@pytest.mark.slow
-def test_shardings_layouts_agree_with_reference() -> None:
-    results = {name: run_ok("shardings.py", SMALL + flags)[0] for name, flags in LAYOUTS.items()}
-    ref_loss, ref_sum = reference_step(0, 64, 2, 16 * 8)
-    first = results["fsdp8"]
-    assert first["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
-    for name, res in results.items():
-        assert res["checksum"] == pytest.approx(first["checksum"], rel=1e-2), name
-        assert res["checksum"] == pytest.approx(ref_sum, rel=2e-2), name
-        assert res["loss"] == pytest.approx(ref_loss, rel=1e-2), name
-    # The update must matter, or the checksum would only compare the initial weights.
-    init_sum = reference_step_init_sum(0, 64, 2)
-    assert abs(ref_sum - init_sum) > 10 * abs(ref_sum - first["checksum"])
-
-
-def reference_step_init_sum(seed: int, d: int, layers: int) -> float:
-    """Sum of the initial weights (float32) for the seed."""
-    import jax
-    import jax.numpy as jnp
-
-    _, params_key = jax.random.split(jax.random.key(seed))
-    keys = jax.random.split(params_key, 2 * layers)
-    return float(
-        sum(
-            np.asarray(
-                1e-4 * jax.random.normal(k, (4 * d, d), dtype=jnp.bfloat16), np.float32
-            ).sum()
-            for k in keys
-        )
-    )
+def test_shardings_verify_cli_ok() -> None:
+    (proc,) = run_payload("shardings.py", [*SMALL, "-if", "4", "-it", "2", "--verify"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("verify:")]
+    assert len(lines) == 1
+    assert lines[0].startswith("verify: ok (max rel err ")
+    assert "tolerance 0.0234 = eps_bf16·(L+1)" in lines[0]
+    res = proc.result()
+    assert res["verify_ok"] is True
+    assert res["init_scale"] == pytest.approx(64**-0.5)
+    assert "tflops_per_device" not in res  # verify does not time
 
 
 @pytest.mark.jax
@@ -258,7 +201,8 @@ def test_shardings_result_line_fields() -> None:
     res = run_ok("shardings.py", [*SMALL, "-if", "-1", "--warmup", "0"])[0]
     keys = (
         "payload num_devices num_processes mesh device_kind step_time_s tflop_per_device "
-        "tflops_per_device peak_tflops utilization checksum process_index"
+        "tflops_per_device peak_tflops utilization fingerprint process_index impl "
+        "step_time_median_s step_time_min_s step_time_max_s"
     )
     for key in keys.split():
         assert key in res
@@ -269,6 +213,12 @@ def test_shardings_result_line_fields() -> None:
     assert res["utilization"] is None
     assert res["tflop_per_device"] == pytest.approx(48 * 64**2 * 2 * 16 / 1e12)
     assert len(res["timings_s"]) == 2
+    # "time is" is the mean of the timed steps, as MaxText's shardings.py prints it.
+    assert res["step_time_s"] == pytest.approx(sum(res["timings_s"]) / 2)
+    assert res["step_time_min_s"] <= res["step_time_median_s"] <= res["step_time_max_s"]
+    assert res["tflops_per_device"] == pytest.approx(res["tflop_per_device"] / res["step_time_s"])
+    assert res["impl"] == "jit"
+    assert res["init_scale"] == 1e-4
 
 
 @pytest.mark.jax
@@ -291,29 +241,22 @@ def test_shardings_bad_mesh_exits_2(flags: list[str], needle: str) -> None:
 def test_shardings_memory_guard() -> None:
     (proc,) = run_payload("shardings.py", [*SMALL, "-if", "8", "--memory_limit_gb", "0.00001"])
     assert proc.returncode == 2
-    assert "estimated memory per device" in proc.stderr
+    assert "estimated memory per process (8 CPU devices share this host's RAM)" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not parse_result_lines(proc.stdout)
 
 
-# ---------------------------------------------------------------- shardings.py, 4 processes
-
-
 @pytest.mark.jax
-@pytest.mark.slow
-def test_shardings_four_processes_agree() -> None:
-    results = run_ok(
-        "shardings.py", [*SMALL, "-dd", "2", "-if", "4"], processes=4, devices=2, timeout=180
-    )
-    assert [r["process_index"] for r in results] == [0, 1, 2, 3]
-    first = results[0]
-    assert first["num_processes"] == 4
-    assert first["num_devices"] == 8
-    assert first["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
-    assert {r["checksum"] for r in results} == {first["checksum"]}
-    # Same global problem as one process with 8 devices.
-    _, ref_sum = reference_step(0, 64, 2, 16 * 8)
-    assert first["checksum"] == pytest.approx(ref_sum, rel=2e-2)
+def test_shardings_memory_guard_counts_all_cpu_devices() -> None:
+    # 10.8 GB per device passes a per-device check of 16 GB; the 8 devices share one RAM.
+    args = ["-if", "8", "-b", "131072", "-d", "2048", "--memory_limit_gb", "16"]
+    (proc,) = run_payload("shardings.py", args, timeout=60)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "estimated memory per process (8 CPU devices" in proc.stderr
+    assert "86.168 GB exceeds the limit 16.000 GB" in proc.stderr
+
+
+# ---------------------------------------------------------------- shardings.py, 4 processes
 
 
 @pytest.mark.jax
@@ -346,5 +289,5 @@ def test_shardings_four_processes_memory_guard() -> None:
     )
     for p in procs:
         assert p.returncode == 2, p.stderr[-2000:]
-        assert "estimated memory per device" in p.stderr
+        assert "estimated memory per process (2 CPU devices" in p.stderr
     assert max(p.seconds for p in procs) < 30
