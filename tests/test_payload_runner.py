@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from multihost.sweep.results import RESULT_MARKER
 from tests.clitools import REPO, cli, host_logs
 
 pytestmark = [pytest.mark.jax, pytest.mark.slow]
@@ -27,7 +28,7 @@ def _port() -> int:
 def _results(logs: Path, run: str) -> list[dict[str, Any]]:
     found = []
     for text in host_logs(logs, run).values():
-        lines = [ln for ln in text.splitlines() if ln.startswith("MULTIHOST_RESULT ")]
+        lines = [ln for ln in text.splitlines() if ln.startswith(RESULT_MARKER + " ")]
         found += [json.loads(ln.split(" ", 1)[1]) for ln in lines]
     return found
 

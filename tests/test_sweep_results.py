@@ -297,3 +297,12 @@ def test_chart_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert write_chart(out, summarize(rows, "tflops", NAMES), "tflops", NAMES) == PLOT_MISSING
     assert "pip install 'multihost[plot]'" in PLOT_MISSING
     assert not out.exists()
+
+
+def test_payloads_print_the_marker_sweeps_read() -> None:
+    """Payloads are standalone scripts (no multihost import on the hosts), so they keep their
+    own copy of the marker; it must be the one the runner reads."""
+    from multihost.sweep.results import RESULT_MARKER
+
+    text = (Path(__file__).resolve().parent.parent / "payloads" / "meshing.py").read_text()
+    assert f'RESULT_PREFIX = "{RESULT_MARKER} "' in text

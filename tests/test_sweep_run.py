@@ -44,8 +44,9 @@ def test_sharding_sweep_local(tmp_path: Path) -> None:
     rows = _rows(tmp_path / "shs" / "results.jsonl")
     assert sorted((r["fsdp"], r["tp"]) for r in rows) == [(1, 8), (2, 4), (4, 2), (8, 1)]
     assert {r["status"] for r in rows} == {"ok"}
-    checksums = [float(r["checksum"]) for r in rows]  # type: ignore[arg-type]
-    assert max(checksums) == pytest.approx(min(checksums), rel=2e-2)
+    # the float64 fingerprint of the updated weights: the same step on every layout
+    prints = [float(r["fingerprint"]) for r in rows]  # type: ignore[arg-type]
+    assert max(prints) == pytest.approx(min(prints), rel=1e-9)
     with (tmp_path / "shs" / "results.csv").open() as f:
         table = list(csv.DictReader(f))
     assert len(table) == 4
