@@ -65,6 +65,7 @@ def test_sigkilled_runner_then_attach(ssh_fleet, code: Path, tmp_path: Path) -> 
     res = cli(["attach", "k9", "--log-dir", str(logs), "--stream", "all"])
     assert res.returncode == 1, res.stderr  # host 3 exits 3
     for i, text in enumerate(host_logs(logs, "k9").values()):
+        assert text.count("\n") == COUNT, res.stderr[-3000:]
         _exactly_once(text, i)
         remote = ssh_fleet.hosts[i].home / ".multihost" / "runs" / "k9" / "log"
         assert remote.read_text() == text
