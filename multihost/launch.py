@@ -48,7 +48,7 @@ async def claim(
 async def launch(conn: Connection, script: str) -> int:
     """Start the job detached (own session, stdin from /dev/null) with the host's launch script
     (``HostPlan.launch``); returns its process group."""
-    res = await conn.run("sh -s", stdin=script.encode())
+    res = await conn.run(script)
     text = res.stdout.decode(errors="replace").strip()
     if res.exit_status != 0 or not text.isdigit():
         err = res.stderr.decode(errors="replace").strip().splitlines()

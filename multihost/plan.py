@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from multihost import remote
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job
+from multihost.remote import remote_path, script
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -39,13 +41,7 @@ def parse_env(items: list[str]) -> dict[str, str]:
     return env
 
 
-def shell_path(path: str) -> str:
-    """A remote path as shell text: quoted, with a leading ``~/`` left to the remote $HOME."""
-    if path == "~":
-        return '"$HOME"'
-    if path.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(path[2:])
-    return shlex.quote(path)
+shell_path = remote_path  # a remote path as a quoted shell word (``~/`` left to $HOME)
 
 
 @dataclass(frozen=True)
@@ -104,58 +100,6 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# Shell functions. ``marked DIR`` prints "pid pgrp" for every live process of the run whose
-# directory is DIR, found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has
-# none). ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s (JAX, for
-# one, catches SIGTERM), and prints how many had escaped the process group GROUP (setsid
-# daemons, double forks).
-_ESCAPED = """\
-marked() {
-  grep -lsxzF "MULTIHOST_RUN_DIR=$1" /proc/[0-9]*/environ | while read -r e; do
-    p=${e#/proc/}; p=${p%/environ}
-    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    s=${s##*) }
-    # shellcheck disable=SC2086 # the stat fields, split on purpose: state ppid pgrp
-    set -- $s
-    [ "$1" = Z ] || echo "$p $3"
-  done
-}
-stop_run() {
-  out=0
-  for e in $(marked "$1" | tr ' ' :); do
-    kill -TERM "${e%%:*}" 2>/dev/null || continue
-    [ "${e#*:}" = "$2" ] || out=$((out+1))
-  done
-  i=0
-  while [ $i -lt 20 ] && [ -n "$(marked "$1")" ]; do sleep 0.1; i=$((i+1)); done
-  for e in $(marked "$1" | tr ' ' :); do kill -KILL "${e%%:*}" 2>/dev/null; done
-  echo $out
-}
-"""
-
-# Runs detached as the leader of its own session. It records its pid (= process group),
-# host timestamps and, atomically, the exit code. A trap (not an ignore, which children
-# would inherit) keeps it alive through TERM so that it can still write the exit file. The
-# job's processes carry MULTIHOST_RUN_DIR (so that escaped ones can be found) and the stack
-# hook's dir; the wrapper itself does not, so it never stops itself.
-WRAPPER = f"""\
-cd "${{0%/*}}" || exit 1
-r=$PWD
-echo $$ > pid
-date +%s.%N > started
-trap ':' TERM INT HUP
-MULTIHOST_RUN_DIR=$r MULTIHOST_STACK_DIR=$r/hook sh ./job.sh </dev/null >>log 2>&1
-rc=$?
-trap '' TERM
-kill -TERM -$$ 2>/dev/null
-{_ESCAPED}
-esc=$(stop_run "$r" $$)
-[ "$esc" = 0 ] || echo "$esc" > escaped
-date +%s.%N > ended
-echo $rc > exit.tmp && mv -f exit.tmp exit
-"""
-
-
 @functools.cache
 def _hook_text() -> str:
     """The stack hook staged into each run (``multihost stack``; see diagnose/hook.py)."""
@@ -165,165 +109,69 @@ def _hook_text() -> str:
 def stage_command(paths: Paths) -> str:
     """Says ``present`` if this code hash is unpacked already; else says ``absent`` and unpacks
     the archive then sent on stdin into the content-addressed directory, atomically."""
-    code, base = shell_path(paths.code), shell_path(paths.base)
-    return (
-        f"set -e; test -e {code}/{COMPLETE} && {{ echo present; exit 0; }}; echo absent; "
-        f"umask 077; test -d {base}/code || {{ mkdir -p {base}/code; chmod 700 {base}; }}; "
-        f't={base}/code/.incoming.$$; mkdir -m 755 "$t" 2>/dev/null || '
-        f'{{ t=$(mktemp -d {base}/code/.incoming.XXXXXX); chmod 755 "$t"; }}; '
-        # a failed unpack (a full disk, say) leaves nothing half-written and says what is free
-        'trap \'df -Pk "$t" 2>/dev/null | '
-        'awk "NR==2 {print \\"free space there: \\" \\$4 \\" KiB\\"}" >&2; '
-        'rm -rf "$t"\' EXIT; '
-        f'tar -xzf - -C "$t"; : > "$t"/{COMPLETE}; '
-        f'mv -T "$t" {code} 2>/dev/null || rm -rf "$t"; trap - EXIT'
-    )
+    return script(remote.STAGE, paths={"b": paths.base, "c": paths.code}, done=COMPLETE)
 
 
 def launch_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
-    """Fed to ``sh -s``: writes the run's state files and starts the wrapper detached.
+    """Run on the host: writes the run's state files and starts the wrapper detached.
 
     Prints the process group id once the job has started.
     """
-    run = shell_path(paths.run)
-    files = {
-        "command": command + "\n",
-        "env": "".join(f"{k}={v}\n" for k, v in env.items()),
-        "job.sh": job_script(paths, env, command),
-        "run.sh": WRAPPER,
-    }
-    writes = [f"printf '%s' {shlex.quote(text)} > {run}/{name}" for name, text in files.items()]
-    hook = f"printf '%s' {shlex.quote(_hook_text())} > {run}/hook/sitecustomize.py"
-    return "\n".join(
-        [
-            "set -e",
-            "umask 077",
-            f"mkdir -p {run}",
-            f"chmod 700 {shell_path(paths.base)}",
-            f"test ! -e {run}/pid || {{ echo {run}' exists: use a new --run-name' >&2; exit 3; }}",
-            f"mkdir -p {run}/hook",
-            hook,
-            *writes,
-            f": > {run}/log",
-            f"setsid sh {run}/run.sh </dev/null >/dev/null 2>&1 &",
-            "echo $!",
-        ]
-    )
-
-
-_STATE_FILES = ("started", "ended", "stopped", "escaped")
-
-
-def _read_state(run: str) -> str:
-    """Shell that sets $exit $started $ended $stopped $escaped from the run's files (``-`` if
-    missing; $exit is ``empty`` when the exit file exists but says nothing), builtins only."""
-    reads = "; ".join(f'{n}=-; read -r {n} < "$r"/{n} 2>/dev/null' for n in _STATE_FILES)
-    return (
-        f'r={run}; {reads}; exit=-; [ ! -e "$r"/exit ] || '
-        '{ read -r exit < "$r"/exit; [ -n "$exit" ] || exit=empty; }'
-    )
+    return script(
+        remote.LAUNCH, paths={"b": paths.base, "r": paths.run},
+        command=command + "\n", env="".join(f"{k}={v}\n" for k, v in env.items()),
+        job=job_script(paths, env, command), wrapper=remote.WRAPPER, hook=_hook_text(),
+    )  # fmt: skip
 
 
 def watch_command(paths: Paths, offset: int) -> str:
     """Streams the host's log from byte ``offset`` until the exit file appears, or until the
     job's process group is gone for 3 s without one (``vanished``); then says on stderr
     ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED`` (SIZE: the log's final length in bytes)."""
-    run = shell_path(paths.run)
-    return (
-        f"tail -c +{offset + 1} -f -s 0.2 {run}/log 2>/dev/null & t=$!; n=0; gone=0; pg=; "
-        f"while [ ! -e {run}/exit ]; do sleep 0.2; kill -0 $t 2>/dev/null || exit 3; "
-        # Our parent (sshd's session, or the local runner) gone: nobody reads us any more.
-        "[ ! -d /proc/$$ ] || [ -d /proc/$PPID ] || { kill $t 2>/dev/null; exit 4; }; "
-        # Once a second: is the job's process group still there?
-        "n=$((n+1)); [ $((n % 5)) = 0 ] || continue; "
-        f'[ -n "$pg" ] || read -r pg < {run}/pid 2>/dev/null; '
-        '{ [ -n "$pg" ] && ! kill -0 -"$pg" 2>/dev/null; } && gone=$((gone+1)) || gone=0; '
-        f"[ $gone -lt 3 ] || [ -e {run}/exit ] || break; done; "
-        f"kill $t 2>/dev/null; wait $t 2>/dev/null; {_read_state(run)}; "
-        '[ -e "$r"/exit ] || exit=vanished; '
-        'size=$(wc -c < "$r"/log); '
-        'echo "end $exit $started $ended $stopped $size $escaped" >&2; exit 0'
-    )
+    return script(remote.WATCH, paths={"r": paths.run}, o=int(offset))
 
 
 def finish_command(paths: Paths, offset: int) -> str:
     """First line: exit code, start, end, stop signal, escaped (``-`` if missing); then the
     log from ``offset``."""
-    return (
-        f'{_read_state(shell_path(paths.run))}; test -d "$r" || {{ echo missing; exit 0; }}; '
-        f'echo "$exit $started $ended $stopped $escaped"; tail -c +{offset + 1} "$r"/log'
-    )
+    return script(remote.FINISH, paths={"r": paths.run}, o=int(offset))
 
 
 def status_command(paths: Paths) -> str:
     """One line ``exit started ended stopped pid alive size mtime escaped``, then the log's
     last line (mtime: when the log last grew, host clock, epoch seconds)."""
-    return (
-        f'{_read_state(shell_path(paths.run))}; test -d "$r" || {{ echo missing; exit 0; }}; '
-        'pg=-; read -r pg < "$r"/pid 2>/dev/null; alive=no; '
-        '[ "$pg" = - ] || ! kill -0 -"$pg" 2>/dev/null || alive=yes; '
-        'mt=$(date -r "$r"/log +%s 2>/dev/null) || mt=-; size=$(wc -c < "$r"/log); '
-        'echo "$exit $started $ended $stopped $pg $alive $size $mt $escaped"; tail -n 1 "$r"/log'
-    )
+    return script(remote.STATUS, paths={"r": paths.run})
 
 
 def claim_command(paths: Paths) -> str:
     """Creates the run's directory on the host, refusing a name already there (or a symbolic
     link in its place): every host is claimed before any job starts."""
-    run, base = shell_path(paths.run), shell_path(paths.base)
-    return (
-        f'umask 077; b={base}; r={run}; mkdir -p "$b" "${{r%/*}}" && chmod 700 "$b" || exit 1; '
-        'if [ -L "$r" ]; then echo "$r is a symbolic link: refusing to use it" >&2; exit 3; fi; '
-        'mkdir "$r" 2>/dev/null || { echo "run $r exists on this host: use a new --run-name" >&2; '
-        "exit 3; }"
-    )
+    return script(remote.CLAIM, paths={"b": paths.base, "r": paths.run})
 
 
 def release_command(paths: Paths) -> str:
     """Undoes ``claim_command`` when another host refused: removes the empty run directory."""
-    return f"rmdir {shell_path(paths.run)} 2>/dev/null; exit 0"
+    return script(remote.RELEASE, paths={"r": paths.run})
 
 
 def kill_command(paths: Paths, signal: str, grace: float) -> str:
     """Signals the run's process group, KILLs it after ``grace`` s (then records 128+9), and
     stops processes of the run that escaped the group. Says ``finished``, ``nopid``,
-    ``vanished`` (the group was already gone, no exit code), ``stopped`` or ``killed``, then
-    how many escaped processes it stopped."""
-    run = shell_path(paths.run)
+    ``vanished``, ``stopped`` or ``killed``, then how many escaped processes it stopped."""
+    if not signal.isalnum():
+        raise ValueError(f"not a signal name: {signal!r}")
     ticks = max(1, int(grace * 10))
-    sig = shlex.quote(signal)
-    return (
-        f"{_ESCAPED}"
-        f'umask 077; r={run}; test -e "$r"/exit && {{ echo finished 0; exit 0; }}; '
-        'i=0; while [ ! -s "$r"/pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; '
-        'pg=; read -r pg < "$r"/pid 2>/dev/null; test -n "$pg" || { echo nopid 0; exit 0; }; '
-        'if ! kill -0 -"$pg" 2>/dev/null; then sleep 1; '
-        'test -e "$r"/exit && { echo finished 0; exit 0; }; '
-        'echo vanished "$(stop_run "$r" "$pg")"; exit 0; fi; '
-        f'echo {sig} > "$r"/stopped; kill -{sig} -"$pg" 2>/dev/null; i=0; '
-        f'while [ ! -e "$r"/exit ] && [ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; '
-        'test -e "$r"/exit && { esc=-; read -r esc < "$r"/escaped 2>/dev/null; '
-        'echo stopped "$esc"; exit 0; }; '
-        'echo KILL > "$r"/stopped; kill -KILL -"$pg" 2>/dev/null; sleep 0.2; '
-        'esc=$(stop_run "$r" "$pg"); [ "$esc" = 0 ] || echo "$esc" > "$r"/escaped; '
-        'test -e "$r"/exit || { date +%s.%N > "$r"/ended; echo 137 > "$r"/exit.tmp; '
-        'mv -f "$r"/exit.tmp "$r"/exit; }; echo killed "$esc"'
-    )
+    return script(remote.KILL, paths={"r": paths.run}, sig=signal, ticks=ticks)
 
 
 def clean_command(paths: Paths, older_than: float) -> str:
     """Removes this finished run's directory, then staged code dirs older than ``older_than``
     s that no remaining run's ``job.sh`` uses; prints each removed code hash."""
-    run, base = shell_path(paths.run), shell_path(paths.base)
     minutes = max(0, int(older_than // 60))
-    return (
-        f'r={run}; b={base}; test ! -e "$r" || {{ test -e "$r"/exit && rm -rf "$r"; }} || '
-        '{ echo "$r is still running" >&2; exit 1; }; '
-        f'find "$b"/code -mindepth 1 -maxdepth 1 -type d \\( ! -name ".*" -mmin +{minutes} '
-        f'-o -name ".incoming.*" -mmin +{max(minutes, 1440)} \\) 2>/dev/null | '
-        "while read -r d; do h=${d##*/}; "
-        'grep -qsF "/code/$h" "$b"/runs/*/job.sh || { rm -rf "$d" && echo "$h"; }; done; exit 0'
-    )
+    return script(
+        remote.CLEAN, paths={"r": paths.run, "b": paths.base},
+        age=minutes, incoming=max(minutes, 1440),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

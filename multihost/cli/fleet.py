@@ -63,7 +63,7 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
             print(f"# {k}={v}")
         print(f"# job.sh, started detached in {plan.paths.run}:")
         print(job_script(plan.paths, plan.env, job.command))
-        print("# sent to `sh -s` on the host:")
+        print("# run on the host (its values assigned first, each quoted):")
         print(plan.launch)
     return 0
 

@@ -1,0 +1,253 @@
+"""Every shell script multihost runs on a host, as a constant POSIX sh template.
+
+A template never has values spliced into its text: it reads them from variables that
+:func:`script` assigns in a prelude, each value quoted once by ``shlex.quote`` (a remote path's
+leading ``~/`` becomes ``"$HOME"/`` so the host expands it). ``TEMPLATES`` lists them all; the
+pure test tier runs each through ``sh -n`` and shellcheck, and runs most of them for real.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+# -- shared fragments (constants; concatenated into the templates below) ----------------------
+
+# Sets $exit $started $ended $stopped $escaped from run dir $r's files ("-" when missing; $exit
+# is "empty" when the exit file exists but says nothing), with builtins only.
+_READ_STATE = """\
+started=-; read -r started < "$r"/started 2>/dev/null
+ended=-; read -r ended < "$r"/ended 2>/dev/null
+stopped=-; read -r stopped < "$r"/stopped 2>/dev/null
+escaped=-; read -r escaped < "$r"/escaped 2>/dev/null
+exit=-
+if [ -e "$r"/exit ]; then read -r exit < "$r"/exit; [ -n "$exit" ] || exit=empty; fi
+"""
+
+# ``marked DIR`` prints "pid pgrp" for every live process of the run whose directory is DIR,
+# found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has none).
+# ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s (JAX, for one,
+# catches SIGTERM), and prints how many had escaped the process group GROUP (setsid daemons).
+_RUN_PROCESSES = """\
+marked() {
+  grep -lsxzF "MULTIHOST_RUN_DIR=$1" /proc/[0-9]*/environ | while read -r e; do
+    p=${e#/proc/}; p=${p%/environ}
+    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    s=${s##*) }
+    # shellcheck disable=SC2086 # the stat fields, split on purpose: state ppid pgrp
+    set -- $s
+    [ "$1" = Z ] || echo "$p $3"
+  done
+}
+stop_run() {
+  out=0
+  for e in $(marked "$1" | tr ' ' :); do
+    kill -TERM "${e%%:*}" 2>/dev/null || continue
+    [ "${e#*:}" = "$2" ] || out=$((out+1))
+  done
+  i=0
+  while [ $i -lt 20 ] && [ -n "$(marked "$1")" ]; do sleep 0.1; i=$((i+1)); done
+  for e in $(marked "$1" | tr ' ' :); do kill -KILL "${e%%:*}" 2>/dev/null; done
+  echo $out
+}
+"""
+
+# -- the templates --------------------------------------------------------------------------
+
+# Staging. Vars: b (base dir), c (code dir), done (the marker file name). Says "present" if the
+# code is unpacked already; else "absent", and unpacks the archive then sent on stdin into the
+# content-addressed directory, atomically; a failed unpack leaves nothing half-written.
+STAGE = """\
+set -e
+test -e "$c/$done" && { echo present; exit 0; }
+echo absent
+umask 077
+test -d "$b"/code || { mkdir -p "$b"/code; chmod 700 "$b"; }
+t="$b"/code/.incoming.$$
+mkdir -m 755 "$t" 2>/dev/null || { t=$(mktemp -d "$b"/code/.incoming.XXXXXX); chmod 755 "$t"; }
+trap 'df -Pk "$t" 2>/dev/null | awk "NR==2 {print \\"free space there: \\" \\$4 \\" KiB\\"}" >&2
+rm -rf "$t"' EXIT
+tar -xzf - -C "$t"
+: > "$t/$done"
+mv -T "$t" "$c" 2>/dev/null || rm -rf "$t"
+trap - EXIT
+"""
+
+# The run's wrapper, written to run.sh and started detached as the leader of its own session.
+# It records its pid (= process group), host timestamps and, atomically, the exit code. A trap
+# (not an ignore, which children would inherit) keeps it alive through TERM so that it can
+# still write the exit file. The job's processes carry MULTIHOST_RUN_DIR (so that escaped ones
+# can be found) and the stack hook's dir; the wrapper itself does not, so it never stops itself.
+WRAPPER = f"""\
+cd "${{0%/*}}" || exit 1
+r=$PWD
+echo $$ > pid
+date +%s.%N > started
+trap ':' TERM INT HUP
+MULTIHOST_RUN_DIR=$r MULTIHOST_STACK_DIR=$r/hook sh ./job.sh </dev/null >>log 2>&1
+rc=$?
+trap '' TERM
+kill -TERM -$$ 2>/dev/null
+{_RUN_PROCESSES}
+esc=$(stop_run "$r" $$)
+[ "$esc" = 0 ] || echo "$esc" > escaped
+date +%s.%N > ended
+echo $rc > exit.tmp && mv -f exit.tmp exit
+"""
+
+# Launch. Vars: b (base), r (run dir), and the files' contents: command, env, job, wrapper,
+# hook. Writes the run's state files, starts the wrapper detached, prints its process group.
+LAUNCH = """\
+set -e
+umask 077
+mkdir -p "$r"
+chmod 700 "$b"
+test ! -e "$r"/pid || { echo "$r exists: use a new --run-name" >&2; exit 3; }
+mkdir -p "$r"/hook
+printf '%s' "$hook" > "$r"/hook/sitecustomize.py
+printf '%s' "$command" > "$r"/command
+printf '%s' "$env" > "$r"/env
+printf '%s' "$job" > "$r"/job.sh
+printf '%s' "$wrapper" > "$r"/run.sh
+: > "$r"/log
+setsid sh "$r"/run.sh </dev/null >/dev/null 2>&1 &
+echo $!
+"""
+
+# Watching. Vars: r (run dir), o (byte offset). Streams the log from o until the exit file
+# appears, or until the job's process group has been gone for 3 s without one ("vanished");
+# then says on stderr "end EXIT STARTED ENDED STOPPED SIZE ESCAPED".
+WATCH = f"""\
+tail -c +$((o + 1)) -f -s 0.2 "$r"/log 2>/dev/null & t=$!
+n=0; gone=0; pg=
+while [ ! -e "$r"/exit ]; do
+  sleep 0.2
+  kill -0 $t 2>/dev/null || exit 3
+  # our parent (sshd's session, or the local runner) gone: nobody reads us any more
+  [ ! -d /proc/$$ ] || [ -d /proc/$PPID ] || {{ kill $t 2>/dev/null; exit 4; }}
+  n=$((n + 1)); [ $((n % 5)) = 0 ] || continue
+  [ -n "$pg" ] || read -r pg < "$r"/pid 2>/dev/null
+  if [ -n "$pg" ] && ! kill -0 -"$pg" 2>/dev/null; then gone=$((gone + 1)); else gone=0; fi
+  [ $gone -lt 3 ] || [ -e "$r"/exit ] || break
+done
+kill $t 2>/dev/null; wait $t 2>/dev/null
+{_READ_STATE}[ -e "$r"/exit ] || exit=vanished
+size=$(wc -c < "$r"/log)
+echo "end $exit $started $ended $stopped $size $escaped" >&2
+exit 0
+"""
+
+# Finishing. Vars: r, o. First line: exit code, start, end, stop signal, escaped ("-" when
+# missing); then the log from byte o. "missing" when the run's directory is gone.
+FINISH = f"""\
+test -d "$r" || {{ echo missing; exit 0; }}
+{_READ_STATE}echo "$exit $started $ended $stopped $escaped"
+tail -c +$((o + 1)) "$r"/log
+"""
+
+# Status. Var: r. One line "exit started ended stopped pid alive size mtime escaped", then
+# the log's last line (mtime: when the log last grew, host clock).
+STATUS = f"""\
+test -d "$r" || {{ echo missing; exit 0; }}
+{_READ_STATE}pg=-; read -r pg < "$r"/pid 2>/dev/null
+alive=no
+[ "$pg" = - ] || ! kill -0 -"$pg" 2>/dev/null || alive=yes
+mt=$(date -r "$r"/log +%s 2>/dev/null) || mt=-
+size=$(wc -c < "$r"/log)
+echo "$exit $started $ended $stopped $pg $alive $size $mt $escaped"
+tail -n 1 "$r"/log
+"""
+
+# Claiming the run's name. Vars: b, r. Creates the run's directory, refusing a name already
+# there (exit 3) or a symbolic link in its place: every host is claimed before any job starts.
+CLAIM = """\
+umask 077
+mkdir -p "$b" "${r%/*}" && chmod 700 "$b" || exit 1
+if [ -L "$r" ]; then echo "$r is a symbolic link: refusing to use it" >&2; exit 3; fi
+mkdir "$r" 2>/dev/null || { echo "run $r exists on this host: use a new --run-name" >&2; exit 3; }
+"""
+
+# Undoing a claim when another host refused. Var: r.
+RELEASE = """\
+rmdir "$r" 2>/dev/null
+exit 0
+"""
+
+# Stopping. Vars: r, sig (a signal name), ticks (tenths of a second of grace). Signals the
+# run's process group, KILLs it after the grace (then records 128+9), stops what escaped the
+# group. Says finished, nopid, vanished, stopped or killed, then how many escaped.
+KILL = f"""\
+{_RUN_PROCESSES}umask 077
+test -e "$r"/exit && {{ echo finished 0; exit 0; }}
+i=0; while [ ! -s "$r"/pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
+pg=; read -r pg < "$r"/pid 2>/dev/null
+test -n "$pg" || {{ echo nopid 0; exit 0; }}
+if ! kill -0 -"$pg" 2>/dev/null; then
+  sleep 1
+  test -e "$r"/exit && {{ echo finished 0; exit 0; }}
+  echo vanished "$(stop_run "$r" "$pg")"
+  exit 0
+fi
+echo "$sig" > "$r"/stopped
+kill -"$sig" -"$pg" 2>/dev/null
+i=0; while [ ! -e "$r"/exit ] && [ $i -lt "$ticks" ]; do sleep 0.1; i=$((i + 1)); done
+if [ -e "$r"/exit ]; then
+  esc=-; read -r esc < "$r"/escaped 2>/dev/null; echo stopped "$esc"; exit 0
+fi
+echo KILL > "$r"/stopped
+kill -KILL -"$pg" 2>/dev/null
+sleep 0.2
+esc=$(stop_run "$r" "$pg")
+[ "$esc" = 0 ] || echo "$esc" > "$r"/escaped
+if [ ! -e "$r"/exit ]; then
+  date +%s.%N > "$r"/ended; echo 137 > "$r"/exit.tmp; mv -f "$r"/exit.tmp "$r"/exit
+fi
+echo killed "$esc"
+"""
+
+# Cleaning. Vars: r, b, age (minutes), incoming (minutes). Removes this finished run's
+# directory, then staged code dirs older than age that no remaining run's job.sh uses (and
+# interrupted uploads older than incoming); prints each removed code hash.
+CLEAN = """\
+if [ -e "$r" ]; then
+  test -e "$r"/exit || { echo "$r is still running" >&2; exit 1; }
+  rm -rf "$r"
+fi
+find "$b"/code -mindepth 1 -maxdepth 1 -type d \\( ! -name ".*" -mmin +"$age" \\
+  -o -name ".incoming.*" -mmin +"$incoming" \\) 2>/dev/null | while read -r d; do
+  h=${d##*/}
+  grep -qsF "/code/$h" "$b"/runs/*/job.sh || { rm -rf "$d" && echo "$h"; }
+done
+exit 0
+"""
+
+
+def remote_path(path: str) -> str:
+    """A remote path as a quoted shell word, a leading ``~/`` left to the host's $HOME."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def script(template: str, *, paths: dict[str, str] | None = None, **values: object) -> str:
+    """``template`` with a prelude assigning each value once, quoted (``paths``: remote paths,
+    whose ``~/`` the host expands)."""
+    prelude = [f"{k}={remote_path(v)}" for k, v in (paths or {}).items()]
+    prelude += [f"{k}={shlex.quote(str(v))}" for k, v in values.items()]
+    return "\n".join(prelude) + "\n" + template
+
+
+TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
+    # name: (template, the variables its prelude assigns)
+    "stage": (STAGE, ("b", "c", "done")),
+    "wrapper": (WRAPPER, ()),
+    "launch": (LAUNCH, ("b", "r", "command", "env", "job", "wrapper", "hook")),
+    "watch": (WATCH, ("r", "o")),
+    "finish": (FINISH, ("r", "o")),
+    "status": (STATUS, ("r",)),
+    "claim": (CLAIM, ("b", "r")),
+    "release": (RELEASE, ("r",)),
+    "kill": (KILL, ("r", "sig", "ticks")),
+    "clean": (CLEAN, ("r", "b", "age", "incoming")),
+}

@@ -1,0 +1,130 @@
+"""Every script multihost runs on a host: a constant template that sh parses and shellcheck
+passes, and that does the right thing with awkward paths — run here with plain sh, no SSH."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from multihost import remote
+from multihost.diagnose.collect import COLLECT
+from multihost.fleetops.preflight import check_command
+from multihost.fleetops.stale import stale_command
+from multihost.model import Job
+from multihost.plan import (
+    Paths,
+    claim_command,
+    clean_command,
+    finish_command,
+    kill_command,
+    launch_script,
+    release_command,
+    stage_command,
+    status_command,
+    watch_command,
+)
+from multihost.stream import parse_exit, parse_watch_end
+from tests.clitools import wait_for
+
+ALL = {**remote.TEMPLATES, "collect": (COLLECT, ())}
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_template_parses_and_passes_shellcheck(name: str) -> None:
+    template, variables = ALL[name]
+    text = "".join(f"{v}=x\n" for v in variables) + template
+    subprocess.run(["sh", "-n", "-c", text], check=True)
+    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
+                          capture_output=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
+
+
+@pytest.mark.parametrize(
+    "command", [check_command("~/x", 8476), stale_command(kill=True), stale_command(kill=False)]
+)
+def test_other_scripts_parse(command: str) -> None:
+    subprocess.run(["sh", "-n", "-c", command], check=True)
+
+
+def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, timeout=60,
+                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"})  # fmt: skip
+
+
+def _archive() -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        data = b"print('hi')\n"
+        info = tarfile.TarInfo("x.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+def test_a_whole_run_with_an_awkward_home_relative_path(tmp_path: Path) -> None:
+    """Stage, claim, launch, watch, status, kill and clean, under ``~/dir with 'quotes' $x``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    base = "~/dir with 'quotes' $x"
+    job = Job("echo $JAX_PROCESS_ID; sleep 30", "r1", remote_dir=base)
+    paths = Paths(base, f"{base}/code/h4sh", f"{base}/runs/r1")
+    real = home / "dir with 'quotes' $x"
+    # staging: absent, then present
+    first = _sh(stage_command(paths), home, _archive())
+    assert first.stdout.splitlines()[0] == b"absent", first.stderr
+    assert (real / "code" / "h4sh" / "x.py").read_text() == "print('hi')\n"
+    assert _sh(stage_command(paths), home).stdout.strip() == b"present"
+    # the name is claimed once; a second claim says so
+    assert _sh(claim_command(paths), home).returncode == 0
+    taken = _sh(claim_command(paths), home)
+    assert taken.returncode == 3
+    assert b"exists on this host" in taken.stderr
+    launched = _sh(launch_script(paths, {"JAX_PROCESS_ID": "7"}, job.command), home)
+    assert launched.returncode == 0, launched.stderr
+    assert launched.stdout.strip().isdigit()
+    wait_for(lambda: (real / "runs" / "r1" / "log").read_text() == "7\n", 10, "the job's output")
+    status = _sh(status_command(paths), home).stdout.decode()
+    assert status.split()[5] == "yes"  # alive
+    assert "missing" not in status
+    # stopping: TERM, and the wrapper writes the exit file; the watch then ends
+    stopped = _sh(kill_command(paths, "TERM", 2), home).stdout.decode().split()
+    assert stopped[0] == "stopped", stopped
+    watched = _sh(watch_command(paths, 0), home)
+    assert b"7\n".startswith(watched.stdout)  # tail may be stopped before it caught up
+    end = parse_watch_end(watched.stderr)
+    assert end is not None
+    assert end[0].stopped_by == "TERM"
+    assert end[1] == (real / "runs" / "r1" / "log").stat().st_size
+    header = _sh(finish_command(paths, 0), home).stdout.decode().splitlines()[0]
+    exit_info = parse_exit(header)
+    assert exit_info is not None
+    assert exit_info.stopped_by == "TERM"
+    # clean removes the finished run (and keeps code a run still uses: none left here)
+    cleaned = _sh(clean_command(paths, 0), home)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert not (real / "runs" / "r1").exists()
+    # a claim on a name that is gone works again, and release undoes it
+    assert _sh(claim_command(paths), home).returncode == 0
+    assert _sh(release_command(paths), home).returncode == 0
+    assert not (real / "runs" / "r1").exists()
+
+
+def test_kill_of_a_vanished_job_says_so(tmp_path: Path) -> None:
+    home = tmp_path
+    paths = Paths("~/b", "~/b/code/h", "~/b/runs/v")
+    run = home / "b" / "runs" / "v"
+    run.mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "0.1"], start_new_session=True)
+    sleeper.wait()
+    (run / "pid").write_text(f"{sleeper.pid}\n")  # a group that is gone
+    started = time.monotonic()
+    said = _sh(kill_command(paths, "TERM", 2), home).stdout.decode().split()
+    assert said == ["vanished", "0"]
+    assert not (run / "exit").exists()  # never "stopped by multihost"
+    assert not (run / "stopped").exists()
+    assert time.monotonic() - started < 5
