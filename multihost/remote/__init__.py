@@ -15,10 +15,10 @@ import shlex
 # Sets $exit $started $ended $stopped $escaped from run dir $r's files ("-" when missing; $exit
 # is "empty" when the exit file exists but says nothing), with builtins only.
 _READ_STATE = """\
-started=-; read -r started < "$r"/started 2>/dev/null
-ended=-; read -r ended < "$r"/ended 2>/dev/null
-stopped=-; read -r stopped < "$r"/stopped 2>/dev/null
-escaped=-; read -r escaped < "$r"/escaped 2>/dev/null
+started=-; { read -r started < "$r"/started; } 2>/dev/null
+ended=-; { read -r ended < "$r"/ended; } 2>/dev/null
+stopped=-; { read -r stopped < "$r"/stopped; } 2>/dev/null
+escaped=-; { read -r escaped < "$r"/escaped; } 2>/dev/null
 exit=-
 if [ -e "$r"/exit ]; then read -r exit < "$r"/exit; [ -n "$exit" ] || exit=empty; fi
 """
@@ -125,7 +125,7 @@ while [ ! -e "$r"/exit ]; do
   # our parent (sshd's session, or the local runner) gone: nobody reads us any more
   [ ! -d /proc/$$ ] || [ -d /proc/$PPID ] || {{ kill $t 2>/dev/null; exit 4; }}
   n=$((n + 1)); [ $((n % 5)) = 0 ] || continue
-  [ -n "$pg" ] || read -r pg < "$r"/pid 2>/dev/null
+  [ -n "$pg" ] || {{ read -r pg < "$r"/pid; }} 2>/dev/null
   if [ -n "$pg" ] && ! kill -0 -"$pg" 2>/dev/null; then gone=$((gone + 1)); else gone=0; fi
   [ $gone -lt 3 ] || [ -e "$r"/exit ] || break
 done
@@ -148,7 +148,7 @@ tail -c +$((o + 1)) "$r"/log
 # the log's last line (mtime: when the log last grew, host clock).
 STATUS = f"""\
 test -d "$r" || {{ echo missing; exit 0; }}
-{_READ_STATE}pg=-; read -r pg < "$r"/pid 2>/dev/null
+{_READ_STATE}pg=-; {{ read -r pg < "$r"/pid; }} 2>/dev/null
 alive=no
 [ "$pg" = - ] || ! kill -0 -"$pg" 2>/dev/null || alive=yes
 mt=$(date -r "$r"/log +%s 2>/dev/null) || mt=-
@@ -179,7 +179,7 @@ KILL = f"""\
 {_RUN_PROCESSES}umask 077
 test -e "$r"/exit && {{ echo finished 0; exit 0; }}
 i=0; while [ ! -s "$r"/pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
-pg=; read -r pg < "$r"/pid 2>/dev/null
+pg=; {{ read -r pg < "$r"/pid; }} 2>/dev/null
 test -n "$pg" || {{ echo nopid 0; exit 0; }}
 if ! kill -0 -"$pg" 2>/dev/null; then
   sleep 1
@@ -191,7 +191,7 @@ echo "$sig" > "$r"/stopped
 kill -"$sig" -"$pg" 2>/dev/null
 i=0; while [ ! -e "$r"/exit ] && [ $i -lt "$ticks" ]; do sleep 0.1; i=$((i + 1)); done
 if [ -e "$r"/exit ]; then
-  esc=-; read -r esc < "$r"/escaped 2>/dev/null; echo stopped "$esc"; exit 0
+  esc=-; {{ read -r esc < "$r"/escaped; }} 2>/dev/null; echo stopped "$esc"; exit 0
 fi
 echo KILL > "$r"/stopped
 kill -KILL -"$pg" 2>/dev/null
