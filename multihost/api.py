@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from multihost.model import Fleet, Job, RunResult
 from multihost.plan import check_run_name
 from multihost.runner import Run
-from multihost.runstate import Event, RunOptions
+from multihost.runstate import Event, RunOptions, default_run_name
 from multihost.sources import FleetSpec, resolve
 from multihost.transport import SSHOptions
 
@@ -52,7 +51,7 @@ async def run_async(
     fleet = make_fleet(hosts, local)
     job = Job(
         command=command,
-        run_name=check_run_name(run_name or time.strftime("%Y%m%d-%H%M%S")),
+        run_name=check_run_name(run_name or default_run_name()),
         env=dict(env or {}),
     )
     ssh = SSHOptions(config=(Path(ssh_config),) if ssh_config else ())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,31 @@ STATE_STYLE = {
     State.RUNNING: "cyan",
 }
 ORDER: tuple[State, ...] = tuple(s for s in State if s is not State.PENDING)
+
+
+# What a host's line may carry to the user's terminal: colour (SGR, ``ESC[...m``) and tabs.
+# Everything else that a terminal acts on — cursor moves, screen clears, titles and other OSC
+# strings, C1 codes, carriage returns, bells — is dropped (the log files keep the raw bytes).
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC ... BEL/ST (titles, hyperlinks)
+    r"|\x1b[P^_X][^\x1b]*(?:\x1b\\)?"  # DCS, PM, APC, SOS strings
+    r"|(\x1b\[[0-9;]*m)"  # SGR: kept (group 1)
+    r"|\x1b\[[0-?]*[ -/]*[@-~]?"  # any other CSI
+    r"|\x1b[ -/]*[0-~]?"  # any other escape
+    r"|[\x00-\x08\x0a-\x1f\x7f\x80-\x9f]"  # other C0 and C1 controls (tab kept)
+)
+
+
+def safe_text(line: str) -> str:
+    """A host's output line with every control sequence but colour (SGR) removed."""
+    return _ESCAPES.sub(lambda m: m.group(1) or "", line)
+
+
+def host_line(line: str, host: Host | None = None) -> Text:
+    """A host's line for the terminal: its colours kept, nothing else a terminal would act
+    on; with ``host``, prefixed ``[s0/w3]``."""
+    text = Text.from_ansi(safe_text(line), end="")
+    return text if host is None else host_prefix(host).append_text(text)
 
 
 def host_prefix(host: Host) -> Text:
@@ -105,19 +131,69 @@ def verdict(result: RunResult) -> Text:
     return text
 
 
-def fleet_table(rows: Sequence[Mapping[str, Any]], flagged: set[str] | None = None) -> Table:
-    """The resolved fleet: one row per host; ``flagged`` columns (values differ) in red."""
-    table = Table()
+CELL_MAX = 40  # a long cell (a command, an error) is cut to this with an ellipsis
+
+
+def fleet_table(
+    rows: Sequence[Mapping[str, Any]], flagged: set[str] | None = None, width: int | None = None
+) -> Table:
+    """One row per host (or run); ``flagged`` columns (values differ) in red.
+
+    With ``width`` (the console's), columns are chosen to fit it — the first and the flagged
+    ones first, then the others in order while they fit — long cells end in an ellipsis, the
+    last column shown takes what is left, and the caption names the columns left out.
+    """
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
-    for i, col in enumerate(columns):
-        mark = " ≠" if flagged and col in flagged else ""
-        table.add_column(col.replace("_", " ") + mark, no_wrap=i < len(columns) - 1,
-                         style="bold red" if mark else None, overflow="fold")  # fmt: skip
-    for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row[c]) for c in columns))
+    cells = [["" if row.get(c) is None else str(row[c]) for c in columns] for row in rows]
+    natural = [
+        min(CELL_MAX, max([len(_header(c, flagged)), *(len(r[i]) for r in cells)]))
+        for i, c in enumerate(columns)
+    ]
+    shown, room = _fit(columns, natural, flagged or set(), width)
+    table = Table()
+    for i in shown:
+        col = columns[i]
+        last = i == shown[-1]
+        table.add_column(
+            _header(col, flagged),
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=room if last else natural[i],
+            min_width=None if last else natural[i],
+            style="bold red" if flagged and col in flagged else None,
+        )
+    for r in cells:
+        table.add_row(*(r[i] for i in shown))
+    hidden = [columns[i] for i in range(len(columns)) if i not in shown]
+    if hidden:
+        table.caption = f"not shown: {', '.join(hidden)} (wider terminal, or --json)"
     return table
+
+
+def _header(col: str, flagged: set[str] | None) -> str:
+    return col.replace("_", " ") + (" ≠" if flagged and col in flagged else "")
+
+
+def _fit(columns: Sequence[str], natural: Sequence[int], flagged: set[str], width: int | None
+         ) -> tuple[list[int], int | None]:  # fmt: skip
+    """Indices of the columns that fit in ``width`` (3 cells of border and padding each), and
+    the room left for the last one shown."""
+    if width is None:
+        return list(range(len(columns))), None
+    order = [0, *(i for i in range(1, len(columns)) if columns[i] in flagged)]
+    order += [i for i in range(1, len(columns)) if i not in order]
+    used = 1
+    shown: list[int] = []
+    for i in order:
+        need = min(natural[i], 12) if i == len(columns) - 1 else natural[i]
+        if not shown or used + need + 3 <= width:
+            shown.append(i)
+            used += natural[i] + 3
+    shown.sort()
+    rest = sum(natural[i] + 3 for i in shown[:-1]) + 1
+    return shown, max(1, min(natural[shown[-1]], width - rest - 3))
 
 
 def _age(seconds: float) -> str:

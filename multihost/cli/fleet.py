@@ -90,10 +90,11 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
     else:
         keys = ["python", *PACKAGES] if args.check else []
         differ = mismatches([{k: str(v) for k, v in r.items()} for r in rows], keys)
-        Console(highlight=False).print(report.fleet_table(rows, flagged=differ))
+        out = Console(highlight=False)
+        out.print(report.fleet_table(rows, flagged=differ, width=out.width))
         if differ:
             err.print(f"multihost: versions differ across hosts: {', '.join(sorted(differ))}",
-                      style="bold red")  # fmt: skip
+                      style="bold red", markup=False)  # fmt: skip
     return code
 
 

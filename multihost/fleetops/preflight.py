@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import socket
 from collections.abc import Mapping, Sequence
 
 from multihost.plan import shell_path
@@ -29,6 +30,27 @@ if port:
     finally:
         s.close()
 """
+
+
+def port_in_use(port: int, host: str = "") -> str | None:
+    """Why this machine cannot bind ``port`` (as the probe above does on a host), or None."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, port))
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        s.close()
+
+
+def free_port() -> int:
+    """A TCP port nothing on this machine listens on right now (for ``--local`` runs)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def check_command(base: str, port: int | None) -> str:
