@@ -407,12 +407,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=V1,V2,...",
-        help="one axis of the grid (repeatable)",
+        help="one axis of the grid (repeatable; default: none)",
     )
     sweep.add_argument(
-        "--grid-file", type=Path, metavar="FILE", help="TOML with a [grid] table (where/cmd/metric)"
+        "--grid-file",
+        type=Path,
+        metavar="FILE",
+        help="TOML with a [grid] table and optional where/cmd/metric (default: none)",
     )
-    sweep.add_argument("--where", help="keep points where this expression holds, e.g. 'a*b == 8'")
+    sweep.add_argument(
+        "--where", help="keep points where this expression holds, e.g. 'a*b == 8' (default: all)"
+    )
     sweep.add_argument("--metric", help="result field to rank by (default tflops_per_device)")
     sweep.add_argument("--minimize", action="store_true", help="smaller metric is better")
     sweep.add_argument(

@@ -164,7 +164,8 @@ class Display:
         elif isinstance(event, Note):
             style = "bold red" if event.level == "error" else "dim"
             console = self.live.console if self.live is not None else self.err
-            console.print(f"multihost: {event.text}", style=style, markup=False, highlight=False)
+            console.print(f"multihost: {event.text}", style=style, markup=False, highlight=False,
+                          soft_wrap=False)  # fmt: skip
 
     def _host_line(self, event: Line) -> None:
         if self.quiet or self.stream == "none":

@@ -1,0 +1,105 @@
+"""The CLI on a real terminal (a pseudo-terminal at 80 columns): host output above a live status
+line, an elapsed time that moves, and no escape sequence from a host reaching the screen."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_CSI = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])")
+
+
+def screen(raw: str, width: int = 80) -> list[str]:
+    """What a terminal shows for ``raw``: the few controls rich's Live uses (CR, LF, erase line,
+    cursor up), colours dropped. Any other escape is kept as text, so a test can see it."""
+    rows: list[str] = [""]
+    row = col = 0
+    i = 0
+    while i < len(raw):
+        m = _CSI.match(raw, i)
+        if m:
+            arg, op = m.groups()
+            if op == "K":
+                rows[row] = rows[row][:col] if arg in ("", "0") else ""
+            elif op == "A":
+                row = max(0, row - int(arg or 1))
+            elif op not in ("m", "h", "l"):
+                rows[row] += m.group(0)
+            i = m.end()
+            continue
+        ch = raw[i]
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            row += 1
+            if row == len(rows):
+                rows.append("")
+        else:
+            line = rows[row].ljust(col)
+            rows[row] = line[:col] + ch + line[col + 1 :]
+            col += 1
+        i += 1
+    return [r.rstrip() for r in rows]
+
+
+def spawn(args: list[str], home: Path, cwd: Path) -> pexpect.spawn:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80", "LINES": "24",
+           "TERM": "xterm-256color", "HOME": str(home)}  # fmt: skip
+    for name in ("NO_COLOR", "FORCE_COLOR", "XDG_CACHE_HOME"):
+        env.pop(name, None)
+    return pexpect.spawn(sys.executable, ["-m", "multihost", *args], env=env, cwd=str(cwd),
+                         dimensions=(24, 80), timeout=40, encoding="utf-8")  # fmt: skip
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "home").mkdir()
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "x.txt").write_text("x\n")
+    return tmp_path
+
+
+def test_host_lines_print_above_a_live_status_line(workdir: Path) -> None:
+    cmd = 'for i in 1 2 3; do echo "line $i of $JAX_PROCESS_ID"; sleep 1.2; done'
+    child = spawn(["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs",
+                   "--run-name", "tty", "--cmd", cmd], workdir / "home", workdir)  # fmt: skip
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    shown = screen(raw)
+    for i in (1, 2, 3):  # each host line alone on its own row, never glued to the status
+        assert f"line {i} of 0" in shown, shown
+    assert not any("line" in r and "running" in r for r in shown), shown
+    assert all(len(r) <= 80 for r in shown)
+    # The status line is redrawn with a moving clock while the host is silent (3.6 s of sleeps).
+    seen = sorted({float(s) for s in re.findall(r"tty\s+(\d+\.\d)s", raw)})
+    assert seen[-1] >= 3.0, seen
+    gaps = [b - a for a, b in itertools.pairwise(seen) if a >= 0.5]
+    assert gaps, seen
+    assert max(gaps) <= 1.0, seen
+
+
+def test_escape_sequences_from_a_host_never_reach_the_terminal(workdir: Path) -> None:
+    cmd = r'printf "\033]0;pwned\007\033[2J\033[31mred\033[0m\033[5;5Hdone\n"'
+    child = spawn(["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs",
+                   "--run-name", "esc", "--cmd", cmd], workdir / "home", workdir)  # fmt: skip
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    assert "pwned" not in raw
+    assert "\x1b[2J" not in raw
+    assert "\x1b[5;5H" not in raw
+    assert "\x1b[31mred" in raw  # colour is kept
+    assert "reddone" in screen(raw)
+    # The log file keeps the raw bytes.
+    log = (workdir / "logs/esc/slice_0000_worker_0000.log").read_bytes()
+    assert b"\x1b]0;pwned\x07\x1b[2J" in log
