@@ -218,7 +218,8 @@ def run_interruptibly(
                 err.print(f"multihost: second {name}: exiting now; jobs may still be running "
                           "on the hosts", style="bold red")  # fmt: skip
                 os._exit(130)
-            err.print(f"multihost: {name}: {what}", style="bold red", markup=False)
+            err.print(f"multihost: {name}: {what}", style="bold red", markup=False,
+                      soft_wrap=True)  # fmt: skip
             if stop is None:
                 task.cancel()
             else:
