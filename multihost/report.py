@@ -56,6 +56,11 @@ def host_line(line: str, host: Host | None = None) -> Text:
     return text if host is None else host_prefix(host).append_text(text)
 
 
+def warning(text: str) -> Text:
+    """``multihost: TEXT`` in yellow; a Text, so brackets in it (``multihost[plot]``) are kept."""
+    return Text(f"multihost: {text}", style="yellow")
+
+
 def host_prefix(host: Host) -> Text:
     """``[s0/w3] `` in the host's own colour."""
     return Text(f"[{host.name}] ", style=COLORS[host.process_id % len(COLORS)])

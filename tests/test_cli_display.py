@@ -92,5 +92,5 @@ def test_stage_size_is_checked_while_listing(tmp_path: Path) -> None:
 
 def test_plot_hint_survives_markup() -> None:
     out = io.StringIO()
-    Console(file=out, width=200).print(f"multihost: no sweep.png: {PLOT_MISSING}", markup=False)
-    assert "multihost[plot]" in out.getvalue()
+    Console(file=out, width=200).print(report.warning(f"no sweep.png: {PLOT_MISSING}"))
+    assert "pip install 'multihost[plot]'" in out.getvalue()

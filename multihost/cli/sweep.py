@@ -108,7 +108,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
     problem = write_chart(sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names,
                           spec.higher_is_better)  # fmt: skip
     if problem:
-        err.print(f"multihost: no sweep.png: {problem}", style="yellow", markup=False)
+        err.print(report.warning(f"no sweep.png: {problem}"))
     top = summary[0] if summary and summary[0]["best"] else None
     if top is not None:
         print(f"best: {top['label']}  {spec.metric}={top['metric']}")
