@@ -140,23 +140,29 @@ CELL_MAX = 40  # a long cell (a command, an error) is cut to this with an ellips
 
 
 def fleet_table(
-    rows: Sequence[Mapping[str, Any]], flagged: set[str] | None = None, width: int | None = None
+    rows: Sequence[Mapping[str, Any]],
+    flagged: set[str] | None = None,
+    width: int | None = None,
+    prefer: Sequence[str] = (),
 ) -> Table:
     """One row per host (or run); ``flagged`` columns (values differ) in red.
 
-    With ``width`` (the console's), columns are chosen to fit it — the first and the flagged
-    ones first, then the others in order while they fit — long cells end in an ellipsis, the
-    last column shown takes what is left, and the caption names the columns left out.
+    With ``width`` (the console's), columns empty in every row are left out and the others
+    chosen to fit — the first, the flagged and the ``prefer``red ones first, then the rest in
+    order while they fit — long cells end in an ellipsis, the last column shown takes what is
+    left, and the caption names the columns left out.
     """
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
+    if width is not None:
+        columns = [c for c in columns if any(row.get(c) not in (None, "") for row in rows)]
     cells = [["" if row.get(c) is None else str(row[c]) for c in columns] for row in rows]
     natural = [
         min(CELL_MAX, max([len(_header(c, flagged)), *(len(r[i]) for r in cells)]))
         for i, c in enumerate(columns)
     ]
-    shown, room = _fit(columns, natural, flagged or set(), width)
+    shown, room = _fit(columns, natural, [*sorted(flagged or ()), *prefer], width)
     table = Table()
     for i in shown:
         col = columns[i]
@@ -181,13 +187,13 @@ def _header(col: str, flagged: set[str] | None) -> str:
     return col.replace("_", " ") + (" ≠" if flagged and col in flagged else "")
 
 
-def _fit(columns: Sequence[str], natural: Sequence[int], flagged: set[str], width: int | None
+def _fit(columns: Sequence[str], natural: Sequence[int], first: Sequence[str], width: int | None
          ) -> tuple[list[int], int | None]:  # fmt: skip
-    """Indices of the columns that fit in ``width`` (3 cells of border and padding each), and
-    the room left for the last one shown."""
-    if width is None:
+    """Indices of the columns that fit in ``width`` (3 cells of border and padding each) — the
+    first column, then ``first`` in its order, then the rest — and the room for the last one."""
+    if width is None or not columns:
         return list(range(len(columns))), None
-    order = [0, *(i for i in range(1, len(columns)) if columns[i] in flagged)]
+    order = [0, *dict.fromkeys(columns.index(c) for c in first if c in columns[1:])]
     order += [i for i in range(1, len(columns)) if i not in order]
     used = 1
     shown: list[int] = []

@@ -91,7 +91,15 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
         keys = ["python", *PACKAGES] if args.check else []
         differ = mismatches([{k: str(v) for k, v in r.items()} for r in rows], keys)
         out = Console(highlight=False)
-        out.print(report.fleet_table(rows, flagged=differ, width=out.width))
+        table_rows = [
+            {"host": h.name, **r, "address": h.target} for h, r in zip(fleet, rows, strict=True)
+        ]
+        for r in table_rows:  # the host name says slice, worker and process
+            for key in ("slice", "worker", "process"):
+                r.pop(key, None)
+        first = ["address", "error", "state", "python", "jax", "jaxlib", "libtpu", "disk_free",
+                 "coordinator_port"]  # fmt: skip
+        out.print(report.fleet_table(table_rows, flagged=differ, width=out.width, prefer=first))
         if differ:
             err.print(f"multihost: versions differ across hosts: {', '.join(sorted(differ))}",
                       style="bold red", markup=False)  # fmt: skip

@@ -120,9 +120,8 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         if args.tail:
             lines = lines[-args.tail :]
         prefix = f"[{host.name}] " if args.all else ""
-        terminal = out.isatty()
-        for line in lines:
-            out.write(prefix + (report.safe_text(line) if terminal else line) + "\n")
+        for line in lines:  # as on a run's terminal: colour kept, no other control sequence
+            out.write(prefix + report.safe_text(line) + "\n")
     return 0
 
 
