@@ -21,6 +21,7 @@ from multihost.cli.wiring import (
     run_options,
     ssh_options,
 )
+from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.fleetops.stale import DEVICE_GLOB_ENV
 from multihost.model import Fleet, Job, State
@@ -38,6 +39,14 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
     options = run_options(args, ssh_options(args))
     if args.dry_run:
         return dry_run(fleet, job, options)
+    if not fleet.local:  # --local checked its port already (coordinator_port)
+        busy = asyncio.run(fleetops.coordinator_port_busy(fleet, options.ssh, job.coordinator_port))
+        if busy:
+            h = fleet.hosts[0]
+            raise UsageError(
+                f"coordinator port {job.coordinator_port} is busy on host 0 ({h.name}, "
+                f"{h.target}): {busy}; pick another with --coordinator-port"
+            )
     raise_nofile_limit()
     options = replace(options, detach=args.detach)
     display = Display(fleet, job.run_name, args.stream, err)
