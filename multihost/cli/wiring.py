@@ -174,7 +174,7 @@ class Display:
             return
         host = event.host if self.stream == "all" else None
         try:
-            if self.out.is_terminal or self.live is not None:
+            if self.out.is_terminal:  # above the live status line when there is one
                 self.out.print(report.host_line(event.text, host))
             else:  # a pipe or file: plain text, colour codes kept, nothing else
                 prefix = f"[{host.name}] " if host else ""
