@@ -103,3 +103,30 @@ def test_escape_sequences_from_a_host_never_reach_the_terminal(workdir: Path) ->
     # The log file keeps the raw bytes.
     log = (workdir / "logs/esc/slice_0000_worker_0000.log").read_bytes()
     assert b"\x1b]0;pwned\x07\x1b[2J" in log
+
+
+def test_stdout_to_a_file_gets_plain_host_lines_while_status_is_live(workdir: Path) -> None:
+    cmd = r'echo "one $JAX_PROCESS_ID"; sleep 1.2; printf "\033[32mtwo\033[0m\033[1K\n"'
+    args = ["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs", "--run-name",
+            "pipe", "--stream", "all", "--cmd", cmd]  # fmt: skip
+    line = " ".join(f"'{a}'" if " " in a or "$" in a else a for a in args)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80", "HOME": str(workdir / "home")}
+    env.pop("XDG_CACHE_HOME", None)
+    shell = pexpect.spawn("/bin/sh", ["-c", f"{sys.executable} -m multihost {line} > out.txt"],
+                          env=env, cwd=str(workdir), dimensions=(24, 80), timeout=40,
+                          encoding="utf-8")  # fmt: skip
+    shell.expect(pexpect.EOF)
+    terminal = shell.before
+    shell.close()
+    assert shell.exitstatus == 0, terminal
+    out = (workdir / "out.txt").read_text()
+    assert sorted(out.splitlines()) == sorted(
+        [
+            "[s0/w0] one 0",
+            "[s0/w1] one 1",
+            "[s0/w0] \x1b[32mtwo\x1b[0m",
+            "[s0/w1] \x1b[32mtwo\x1b[0m",
+        ]
+    )
+    assert "pipe" in terminal  # the status line (and the summary) went to the terminal
+    assert "one 0" not in terminal
