@@ -144,3 +144,10 @@ def test_dry_run_into_a_closed_pipe_is_quiet(work: Path) -> None:
     os.close(write)
     assert proc.returncode == 0
     assert proc.stderr == ""
+
+
+@pytest.mark.parametrize("age", ["-5d", "nan", "xd"])
+def test_clean_refuses_a_bad_age(work: Path, age: str) -> None:
+    res = cli(["clean", f"--older-than={age}", "--log-dir", str(work / "logs")])
+    assert res.returncode == 2
+    assert "not an age" in res.stderr

@@ -167,3 +167,10 @@ def test_local_state_honours_xdg_cache_home(monkeypatch: pytest.MonkeyPatch) -> 
     assert local_fleet(1).hosts[0].remote_dir == "~/.cache/multihost/local/w0"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert local_fleet(1).hosts[0].remote_dir == "~/.cache/multihost/local/w0"
+
+
+def test_inventory_port_range(tmp_path: Path) -> None:
+    inv = tmp_path / "p.toml"
+    inv.write_text('[[slices]]\nhosts = [{ address = "a", port = 70000 }]\n')
+    with pytest.raises(InventoryError, match="port must be 1-65535"):
+        resolve_hosts(str(inv))

@@ -137,6 +137,8 @@ def _host_entry(entry: Any, defaults: Mapping[str, Any], where: str) -> Host:
         )
         if not ok:
             raise InventoryError(f"{where}: {key} has the wrong type ({value!r})")
+        if key == "port" and not 0 < value < 65536:
+            raise InventoryError(f"{where}: port must be 1-65535 ({value!r})")
         if key == "remote_dir" and not value.strip().strip("/"):
             raise InventoryError(f"{where}: remote_dir must name a directory ({value!r})")
     return Host(
