@@ -151,3 +151,9 @@ def test_clean_refuses_a_bad_age(work: Path, age: str) -> None:
     res = cli(["clean", f"--older-than={age}", "--log-dir", str(work / "logs")])
     assert res.returncode == 2
     assert "not an age" in res.stderr
+
+
+def test_logs_follow_takes_no_filters(work: Path) -> None:
+    res = cli(["logs", "any", "--follow", "--tail", "3", "--log-dir", str(work / "logs")])
+    assert res.returncode == 2
+    assert "--follow shows every host's new lines" in res.stderr

@@ -92,6 +92,9 @@ def cmd_ls(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
+    if args.follow and (args.host or args.tail or args.grep):
+        raise UsageError("--follow shows every host's new lines; it takes no --host, --tail "
+                         "or --grep (print those without --follow)")  # fmt: skip
     run_dir, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record)
     pattern = _pattern(args.grep)
