@@ -8,31 +8,47 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from multihost.cli import main
 from tests.clitools import cli
 
 
 @pytest.fixture
-def work(tmp_path: Path) -> Path:
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "home").mkdir()
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "x.txt").write_text("x\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
-def _refused(work: Path, args: list[str], cwd: Path | None = None) -> str:
-    logs = work / "logs"
-    res = cli(args, cwd=cwd or work, timeout=30, HOME=str(work / "home"))
-    assert res.returncode == 2, (res.returncode, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("multihost: error: "), res.stderr
-    assert not logs.exists(), "a refused run must not create its log dir"
-    assert not (work / "home" / ".cache").exists(), "a refused run must start nothing"
-    return lines[0]
+@pytest.fixture
+def refused(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., str]:
+    """``main(args)`` in this process (fast): exit 2, one line, no log dir, nothing started."""
+
+    def check(args: list[str], cwd: Path | None = None) -> str:
+        monkeypatch.chdir(cwd or work)
+        with pytest.raises(SystemExit) as info:
+            main(args)
+        err = capsys.readouterr().err
+        assert info.value.code == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert lines[0].startswith("multihost: error: "), err
+        assert not (work / "logs").exists(), "a refused run must not create its log dir"
+        assert not (work / "home" / ".cache").exists(), "a refused run must start nothing"
+        return lines[0]
+
+    return check
 
 
 def _run(*extra: str, cmd: str = "true") -> list[str]:
@@ -63,54 +79,56 @@ def _run(*extra: str, cmd: str = "true") -> list[str]:
         (["--exclude", "x.txt", "--max-stage-bytes", "nope"], "true", "not a size"),
     ],
 )
-def test_bad_input_is_one_line(work: Path, extra: list[str], cmd: str, says: str) -> None:
-    assert says in _refused(work, _run(*extra, cmd=cmd))
+def test_bad_input_is_one_line(
+    refused: Callable[..., str], work: Path, extra: list[str], cmd: str, says: str
+) -> None:
+    assert says in refused(_run(*extra, cmd=cmd))
 
 
-def test_host_list_with_an_empty_entry(work: Path) -> None:
-    line = _refused(work, ["run", "--hosts", "a,,b", "--log-dir", "logs", "--cmd", "true"])
+def test_host_list_with_an_empty_entry(refused: Callable[..., str], work: Path) -> None:
+    line = refused(["run", "--hosts", "a,,b", "--log-dir", "logs", "--cmd", "true"])
     assert "empty entry" in line
 
 
-def test_duplicate_host_names_both_positions(work: Path) -> None:
-    line = _refused(work, ["run", "--hosts", "h0,h1,h2,h1", "--log-dir", "logs", "--cmd", "true"])
+def test_duplicate_host_names_both_positions(refused: Callable[..., str], work: Path) -> None:
+    line = refused(["run", "--hosts", "h0,h1,h2,h1", "--log-dir", "logs", "--cmd", "true"])
     assert "host h1 appears twice: s0/w1 and s0/w3" in line
 
 
-def test_log_dir_that_is_a_file_or_unwritable(work: Path) -> None:
+def test_log_dir_that_is_a_file_or_unwritable(refused: Callable[..., str], work: Path) -> None:
     (work / "afile").write_text("")
     args = ["run", "--local", "1", "--script-dir", "code", "--cmd", "true", "--log-dir"]
-    assert "not a directory" in _refused(work, [*args, "afile/logs"])
+    assert "not a directory" in refused([*args, "afile/logs"])
     if os.geteuid() != 0:  # root writes anywhere
         ro = work / "ro"
         ro.mkdir(mode=0o500)
-        assert "not writable" in _refused(work, [*args, "ro/logs"])
+        assert "not writable" in refused([*args, "ro/logs"])
 
 
-def test_refuses_to_stage_root_or_home(work: Path) -> None:
-    line = _refused(work, ["run", "--local", "1", "--log-dir", str(work / "logs"), "--cmd", "true"],
+def test_refuses_to_stage_root_or_home(refused: Callable[..., str], work: Path) -> None:
+    line = refused(["run", "--local", "1", "--log-dir", str(work / "logs"), "--cmd", "true"],
                     cwd=Path("/"))  # fmt: skip
     assert "refusing to stage /" in line
-    line = _refused(work, ["run", "--local", "1", "--log-dir", str(work / "logs"), "--cmd", "true"],
+    line = refused(["run", "--local", "1", "--log-dir", str(work / "logs"), "--cmd", "true"],
                     cwd=work / "home")  # fmt: skip
     assert "home directory" in line
 
 
-def test_stage_size_limit_names_the_biggest(work: Path) -> None:
+def test_stage_size_limit_names_the_biggest(refused: Callable[..., str], work: Path) -> None:
     (work / "code" / "big").mkdir()
     (work / "code" / "big" / "blob.bin").write_bytes(b"\0" * 4096)
-    line = _refused(work, _run("--max-stage-bytes", "2K"))
+    line = refused(_run("--max-stage-bytes", "2K"))
     assert "over 2.0 KiB" in line
     assert "big (4.0 KiB)" in line
     assert "--max-stage-bytes" in line
 
 
-def test_busy_coordinator_port_with_local(work: Path) -> None:
+def test_busy_coordinator_port_with_local(refused: Callable[..., str], work: Path) -> None:
     with socket.socket() as s:
         s.bind(("", 0))
         s.listen()
         port = s.getsockname()[1]
-        line = _refused(work, _run("--coordinator-port", str(port)))
+        line = refused(_run("--coordinator-port", str(port)))
     assert f"coordinator port {port} is busy" in line
 
 
@@ -157,3 +175,10 @@ def test_logs_follow_takes_no_filters(work: Path) -> None:
     res = cli(["logs", "any", "--follow", "--tail", "3", "--log-dir", str(work / "logs")])
     assert res.returncode == 2
     assert "--follow shows every host's new lines" in res.stderr
+
+
+def test_a_real_process_prints_one_line_too(work: Path) -> None:
+    res = cli(_run("--coordinator-port", "99999"), cwd=work)
+    assert res.returncode == 2
+    assert res.stderr.startswith("multihost: error: argument --coordinator-port: not a port")
+    assert len(res.stderr.splitlines()) == 1
