@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from multihost.defaults import DEFAULTS
+from multihost.fleetops.preflight import free_port
 from multihost.model import Fleet, Job, RunResult
 from multihost.plan import check_run_name
 from multihost.runner import Run
@@ -53,6 +55,8 @@ async def run_async(
         command=command,
         run_name=check_run_name(run_name or default_run_name()),
         env=dict(env or {}),
+        # Local workers share this machine's ports: a free one, so two local runs never meet.
+        coordinator_port=free_port() if fleet.local else DEFAULTS.coordinator_port,
     )
     ssh = SSHOptions(config=(Path(ssh_config),) if ssh_config else ())
     opts = RunOptions(script_dir=Path(script_dir), ssh=ssh, **options)  # type: ignore[arg-type]
