@@ -148,9 +148,9 @@ def fleet_table(
     """One row per host (or run); ``flagged`` columns (values differ) in red.
 
     With ``width`` (the console's), columns empty in every row are left out and the others
-    chosen to fit — the first, the flagged and the ``prefer``red ones first, then the rest in
-    order while they fit — long cells end in an ellipsis, the last column shown takes what is
-    left, and the caption names the columns left out.
+    chosen to fit — the first, the flagged, then the ``prefer`` ones, then the rest in order
+    while they fit — long cells end in an ellipsis, the last column shown takes what is left,
+    and the caption names the columns left out. Without ``width`` every cell is shown whole.
     """
     columns: list[str] = []
     for row in rows:
@@ -158,8 +158,9 @@ def fleet_table(
     if width is not None:
         columns = [c for c in columns if any(row.get(c) not in (None, "") for row in rows)]
     cells = [["" if row.get(c) is None else str(row[c]) for c in columns] for row in rows]
+    cap = CELL_MAX if width is not None else None
     natural = [
-        min(CELL_MAX, max([len(_header(c, flagged)), *(len(r[i]) for r in cells)]))
+        min(cap or 1 << 30, max([len(_header(c, flagged)), *(len(r[i]) for r in cells)]))
         for i, c in enumerate(columns)
     ]
     shown, room = _fit(columns, natural, [*sorted(flagged or ()), *prefer], width)
@@ -171,8 +172,8 @@ def fleet_table(
             _header(col, flagged),
             no_wrap=True,
             overflow="ellipsis",
-            max_width=room if last else natural[i],
-            min_width=None if last else natural[i],
+            max_width=(room if last else natural[i]) if width is not None else None,
+            min_width=None if last or width is None else natural[i],
             style="bold red" if flagged and col in flagged else None,
         )
     for r in cells:

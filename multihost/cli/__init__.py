@@ -3,120 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
+from multihost.cli.args import (
+    EXAMPLES,
+    Parser,
+    Version,
+    command_text,
+    port,
+    positive,
+    remote_dir,
+    size,
+)
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import MultihostError, UsageError
 from multihost.sources import IP_MODES
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-
-EXAMPLES = """\
-examples:
-  multihost run --local 4 --cmd "python payloads/shardings.py -d 512 -b 128"
-  multihost run --hosts 'h[0-3]' --script-dir . --cmd "python train.py"
-  multihost run --hosts fleet.toml --detach --cmd "python train.py"   # then: attach, logs, kill
-  multihost logs RUN --all --tail 20
-  multihost hosts --prefix myqr --check
-
-'multihost COMMAND --help' shows a command's options.
-"""
-_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)  # --lcoal is a typo, not --local
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        """One line and exit 2, never the usage dump."""
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        """Unknown options are reported as such, before any missing required one."""
-        tokens = list(sys.argv[1:] if args is None else args)
-        for tok in tokens:
-            if tok == "--":
-                break
-            if not tok.startswith("-") or tok == "-" or _NEGATIVE.match(tok):
-                if self._subparsers is not None:
-                    break  # the command's own parser checks the rest
-                continue
-            name = tok.split("=", 1)[0]
-            if name not in self._option_string_actions:
-                close = difflib.get_close_matches(name, list(self._option_string_actions), 1, 0.75)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                self.error(f"unknown option {name}{hint}")
-        return super().parse_known_args(tokens, namespace)
-
-
-class _Version(argparse.Action):
-    """``--version``, read from the installed metadata only when asked."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            print(f"multihost {version('multihost')}")
-        except PackageNotFoundError:
-            print("multihost (not installed)")
-        parser.exit()
-
-
-def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0 or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-        return value
-
-    return parse
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port (1-65535): {text!r}")
-    return int(text)
-
-
-def _size(text: str) -> int:
-    """Bytes, with an optional K/M/G suffix (powers of 1024)."""
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
-    digits = text[:-1] if scale > 1 else text
-    if not digits.isdigit() or int(digits) == 0:
-        raise argparse.ArgumentTypeError(f"not a size in bytes (e.g. 2G): {text!r}")
-    return int(digits) * scale
-
-
-def _command(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the command is empty")
-    return text
-
-
-def _remote_dir(text: str) -> str:
-    """A directory for staged code and runs on each host: never empty or ``/``."""
-    if not text.strip().strip("/") or "\n" in text:
-        raise argparse.ArgumentTypeError(f"must name a directory, e.g. ~/.multihost: {text!r}")
-    return text
 
 
 def _add_fleet_args(p: argparse.ArgumentParser) -> None:
@@ -128,7 +37,7 @@ def _add_fleet_args(p: argparse.ArgumentParser) -> None:
         "10.0.0.[2-9]), a TOML inventory, or a file with one host per line",
     )
     where.add_argument(
-        "--local", type=_positive(int), metavar="N", help="N workers on this machine, no SSH"
+        "--local", type=positive(int), metavar="N", help="N workers on this machine, no SSH"
     )
     where.add_argument("--prefix", help="Cloud TPU node or queued resource name")
     p.add_argument("--project", help="with --prefix: gcloud project (default: gcloud's)")
@@ -152,14 +61,14 @@ def _add_fleet_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--connect-timeout",
-        type=_positive(float),
+        type=positive(float),
         default=D.connect_timeout,
         metavar="S",
         help="seconds per SSH handshake (default %(default)g s)",
     )
     p.add_argument(
         "--connect-limit",
-        type=_positive(int),
+        type=positive(int),
         default=D.connect_limit,
         metavar="N",
         help="handshakes in flight at once (default %(default)s)",
@@ -185,7 +94,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-stage-bytes",
-        type=_size,
+        type=size,
         default=D.max_stage_bytes,
         metavar="BYTES",
         help=f"refuse a code dir bigger than this (K/M/G suffixes; default "
@@ -207,21 +116,21 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--remote-dir",
-        type=_remote_dir,
+        type=remote_dir,
         default=D.remote_dir,
         metavar="DIR",
         help="staging base on each host (default %(default)s)",
     )
     p.add_argument(
         "--grace",
-        type=_positive(float),
+        type=positive(float),
         default=D.grace,
         metavar="S",
         help="seconds between TERM and KILL when stopping (default %(default)g s)",
     )
     p.add_argument(
         "--coordinator-port",
-        type=_port,
+        type=port,
         default=None,
         metavar="PORT",
         help=f"JAX coordinator port on host 0 (default {D.coordinator_port}; "
@@ -229,7 +138,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--megascale-port",
-        type=_port,
+        type=port,
         default=D.megascale_port,
         metavar="PORT",
         help="Megascale port with several slices (default %(default)s)",
@@ -242,18 +151,18 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="multihost",
         description="Run one command on every host of a multi-host accelerator job, all at once.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action=_Version)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action=Version)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     run = sub.add_parser("run", help="stage code and run a command on every host at once")
     _add_fleet_args(run)
     run.add_argument(
-        "--cmd", type=_command, required=True, help="command to run under sh -c on every host"
+        "--cmd", type=command_text, required=True, help="command to run under sh -c on every host"
     )
     _add_run_args(run)
     run.add_argument(
@@ -275,13 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="bound the whole run, in seconds (default: none)",
     )
     run.add_argument(
         "--reconnect-timeout",
-        type=_positive(float),
+        type=positive(float),
         default=D.reconnect_timeout,
         metavar="S",
         help="seconds to retry a lost host (default %(default)g s)",
@@ -301,14 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hosts.add_argument(
         "--remote-dir",
-        type=_remote_dir,
+        type=remote_dir,
         default=D.remote_dir,
         metavar="DIR",
         help="where free disk is measured (default %(default)s)",
     )
     hosts.add_argument(
         "--coordinator-port",
-        type=_port,
+        type=port,
         default=D.coordinator_port,
         metavar="PORT",
         help="port to probe (default %(default)s)",
@@ -347,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     attach.add_argument(
         "--reconnect-timeout",
-        type=_positive(float),
+        type=positive(float),
         default=D.reconnect_timeout,
         metavar="S",
         help="seconds to retry a lost host (default %(default)g s)",
@@ -368,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     logs.add_argument(
         "--tail",
-        type=_positive(int),
+        type=positive(int),
         metavar="N",
         help="only the last N lines of each log (default: all)",
     )
@@ -391,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kill.add_argument(
         "--grace",
-        type=_positive(float),
+        type=positive(float),
         default=D.grace,
         metavar="S",
         help="seconds before KILL (default %(default)g s)",
@@ -400,7 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run a command over a grid of configs and rank them")
     _add_fleet_args(sweep)
     sweep.add_argument(
-        "--cmd", type=_command, help="command template with {name} fields (or cmd in --grid-file)"
+        "--cmd",
+        type=command_text,
+        help="command template with {name} fields (or cmd in --grid-file)",
     )
     sweep.add_argument(
         "--grid",
@@ -422,14 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--minimize", action="store_true", help="smaller metric is better")
     sweep.add_argument(
         "--repeat",
-        type=_positive(int),
+        type=positive(int),
         default=1,
         metavar="N",
         help="runs per point (default %(default)s)",
     )
     sweep.add_argument(
         "--point-timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="seconds per point (default: none)",
     )
