@@ -84,7 +84,7 @@ def test_host_lines_print_above_a_live_status_line(workdir: Path) -> None:
     assert seen[-1] >= 3.0, seen
     gaps = [b - a for a, b in itertools.pairwise(seen) if a >= 0.5]
     assert gaps, seen
-    assert max(gaps) <= 1.0, seen
+    assert max(gaps) <= 1.0 + 0.1, seen  # at least once a second (values are rounded to 0.1)
 
 
 def test_escape_sequences_from_a_host_never_reach_the_terminal(workdir: Path) -> None:

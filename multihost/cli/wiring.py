@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import signal
@@ -215,11 +216,10 @@ def run_interruptibly(
             presses += 1
             name = signal.Signals(signum).name
             if presses > 1:
-                err.print(f"multihost: second {name}: exiting now; jobs may still be running "
-                          "on the hosts", style="bold red")  # fmt: skip
+                _say(err, f"multihost: second {name}: exiting now; jobs may still be running "
+                     "on the hosts")  # fmt: skip
                 os._exit(130)
-            err.print(f"multihost: {name}: {what}", style="bold red", markup=False,
-                      soft_wrap=True)  # fmt: skip
+            _say(err, f"multihost: {name}: {what}")
             if stop is None:
                 task.cancel()
             else:
@@ -238,6 +238,12 @@ def run_interruptibly(
                 loop.remove_signal_handler(sig)
 
     return asyncio.run(main())
+
+
+def _say(err: Console, text: str) -> None:
+    """A signal's message; after SIGHUP the terminal may be gone, which must not stop us."""
+    with contextlib.suppress(OSError):
+        err.print(text, style="bold red", markup=False, soft_wrap=True)
 
 
 def execute_run(
