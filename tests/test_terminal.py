@@ -130,3 +130,26 @@ def test_stdout_to_a_file_gets_plain_host_lines_while_status_is_live(workdir: Pa
     )
     assert "pipe" in terminal  # the status line (and the summary) went to the terminal
     assert "one 0" not in terminal
+
+
+def test_ctrl_c_on_attach_at_a_terminal_detaches(workdir: Path) -> None:
+    cmd = 'while :; do echo "tick $JAX_PROCESS_ID"; sleep 0.2; done'
+    run = ["--script-dir", "code", "--log-dir", "logs", "--run-name", "cc", "--grace", "2"]
+    start = spawn(["run", "--local", "2", *run, "--detach", "--cmd", cmd], workdir / "home",
+                  workdir)  # fmt: skip
+    start.expect(pexpect.EOF)
+    start.close()
+    assert start.exitstatus == 0, start.before
+    child = spawn(["attach", "cc", "--log-dir", "logs"], workdir / "home", workdir)
+    child.expect("tick 0")
+    child.sendintr()  # the terminal's Ctrl-C
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130, child.before
+    assert "multihost kill cc" in child.before.replace("\r\n", " ")
+    status = spawn(["status", "cc", "--log-dir", "logs", "--refresh", "--json"],
+                   workdir / "home", workdir)  # fmt: skip
+    status.expect(pexpect.EOF)
+    assert status.before.count('"running"') == 2, status.before
+    kill = spawn(["kill", "cc", "--log-dir", "logs", "--grace", "2"], workdir / "home", workdir)
+    kill.expect(pexpect.EOF)
