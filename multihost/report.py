@@ -104,12 +104,12 @@ def summary_table(result: RunResult, *, all_hosts: bool = True) -> Table:
             why = f"{why}: {r.last_line}" if why else r.last_line
         table.add_row(
             r.host.name,
-            r.host.target,
+            Text(r.host.target),
             Text(str(r.state), style=STATE_STYLE.get(r.state, "")),
             _outcome(r),
             _duration(r),
             _bytes(r.bytes_sent),
-            why,
+            Text(safe_text(why)),  # a host's own words: never rich markup
         )
     return table
 
@@ -177,7 +177,7 @@ def fleet_table(
             style="bold red" if flagged and col in flagged else None,
         )
     for r in cells:
-        table.add_row(*(r[i] for i in shown))
+        table.add_row(*(Text(safe_text(r[i])) for i in shown))  # values are data, not markup
     hidden = [columns[i] for i in range(len(columns)) if i not in shown]
     if hidden:
         table.caption = f"not shown: {', '.join(hidden)} (wider terminal, or --json)"
@@ -270,11 +270,12 @@ def record_line(done: int, total: int, record: Any, metric: str) -> Text:
 
 def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequence[str]) -> Table:
     """The sweep's points, best first; the best row highlighted."""
-    table = Table(title=f"sweep by {metric} (median over ok repeats)", title_justify="left")
+    title = Text(f"sweep by {metric} (median over ok repeats)")
+    table = Table(title=title, title_justify="left")
     table.add_column("#", justify="right")
     for name in names:
         table.add_column(name, justify="right")
-    table.add_column(metric, justify="right")
+    table.add_column(Text(metric), justify="right")
     table.add_column("ok", justify="right")
     table.add_column("status / reason", overflow="fold")
     for row in summary:
@@ -282,10 +283,10 @@ def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequen
         rank = "" if row.get("rank") is None else str(row["rank"])
         table.add_row(
             rank,
-            *(str(row["values"].get(n, "")) for n in names),
+            *(Text(str(row["values"].get(n, ""))) for n in names),
             _metric(row.get("metric")),
             f"{row['n_ok']}/{row['n']}",
-            str(row["status"]),
+            Text(str(row["status"])),
             style=style,
         )
     return table

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from multihost import report
 from multihost.errors import UsageError
+from multihost.model import Host, HostResult, RunResult, State
 from multihost.stage import list_files
 from multihost.sweep.results import PLOT_MISSING
 
@@ -94,3 +95,12 @@ def test_plot_hint_survives_markup() -> None:
     out = io.StringIO()
     Console(file=out, width=200).print(report.warning(f"no sweep.png: {PLOT_MISSING}"))
     assert "pip install 'multihost[plot]'" in out.getvalue()
+
+
+def test_host_text_in_tables_is_never_markup(tmp_path: Path) -> None:
+    host = Host(address="h0", slice_id=0, worker_id=0, process_id=0)
+    failed = HostResult(host=host, state=State.FAILED, exit_code=1, last_line="[/] oops [red]x")
+    result = RunResult(run_name="r", hosts=(failed,), log_dir=tmp_path)
+    assert "[/] oops [red]x" in "".join(_render(report.summary_table(result), width=200))
+    rows = [{"run": "r", "command": "pip install 'multihost[plot]' [/]"}]
+    assert "'multihost[plot]' [/]" in "".join(_render(report.fleet_table(rows, width=200)))

@@ -98,7 +98,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
     todo = total = len(sweep.todo())
     err.print(
         f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
-        f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim",
+        f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim", markup=False,
     )  # fmt: skip
     run_interruptibly(sweep.execute(), sweep.interrupt, err, "stopping the sweep")
     rows = sweep.store.load()
