@@ -45,7 +45,10 @@ _ESCAPES = re.compile(
 
 
 def safe_text(line: str) -> str:
-    """A host's output line with every control sequence but colour (SGR) removed."""
+    """A host's output line with every control sequence but colour (SGR) removed; of a line
+    redrawn with carriage returns (a progress bar), the last drawing, as a terminal shows it."""
+    if "\r" in line:
+        line = next((part for part in reversed(line.split("\r")) if part), "")
     return _ESCAPES.sub(lambda m: m.group(1) or "", line)
 
 

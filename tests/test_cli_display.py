@@ -65,7 +65,9 @@ def test_state_header_is_never_one_letter_per_line() -> None:
         ("a\x1b]0;title\x07b", "ab"),
         ("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),
         ("\x1b[2J\x1b[H\x1b[?25lok", "ok"),
-        ("bell\x07 back\x08 cr\r nul\x00 c1\x9b2J tab\tend", "bell back cr nul c12J tab\tend"),
+        ("bell\x07 back\x08 nul\x00 c1\x9b2J tab\tend", "bell back nul c12J tab\tend"),
+        (" 10%|#  \r 50%|#####  \r100%|##########\r", "100%|##########"),
+        ("windows line\r", "windows line"),
         ("\x1bcreset\x1b(Bx", "resetx"),
     ],
 )
