@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from multihost.defaults import DEFAULTS
+from multihost.fleetops.preflight import free_port
 from multihost.model import Fleet, Job, RunResult
 from multihost.plan import check_run_name
 from multihost.runner import Run
-from multihost.runstate import Event, RunOptions
+from multihost.runstate import Event, RunOptions, default_run_name
 from multihost.sources import FleetSpec, resolve
 from multihost.transport import SSHOptions
 
@@ -52,8 +53,10 @@ async def run_async(
     fleet = make_fleet(hosts, local)
     job = Job(
         command=command,
-        run_name=check_run_name(run_name or time.strftime("%Y%m%d-%H%M%S")),
+        run_name=check_run_name(run_name or default_run_name()),
         env=dict(env or {}),
+        # Local workers share this machine's ports: a free one, so two local runs never meet.
+        coordinator_port=free_port() if fleet.local else DEFAULTS.coordinator_port,
     )
     ssh = SSHOptions(config=(Path(ssh_config),) if ssh_config else ())
     opts = RunOptions(script_dir=Path(script_dir), ssh=ssh, **options)  # type: ignore[arg-type]

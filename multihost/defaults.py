@@ -21,6 +21,7 @@ class Defaults:
     # Running.
     grace: float = 10.0  # s between TERM and KILL when stopping a job
     reconnect_timeout: float = 300.0  # s a lost host is retried before it is "lost"
+    max_stage_bytes: int = 1 << 30  # the code dir's size limit (--max-stage-bytes)
     stage_timeout: float = 600.0  # s to stage code on one host
     launch_timeout: float = 60.0  # s to start the job on one host
     stale_timeout: float = 60.0  # s to check one host for stale accelerator holders
@@ -33,6 +34,7 @@ class Defaults:
     last_report: float = 10.0  # after stopping, s hosts get to report their exit
     reconnect_first_delay: float = 0.5  # s, doubling up to reconnect_max_delay
     reconnect_max_delay: float = 10.0
+    run_name_max: int = 100  # characters in a run name
     manifest_interval: float = 0.5  # s between run.json rewrites (final states always write)
 
 

@@ -75,7 +75,8 @@ class Host:
     @property
     def target(self) -> str:
         """``[user@]address[:port]`` as a person would type it."""
-        text = f"{self.user}@{self.address}" if self.user else self.address
+        address = f"[{self.address}]" if ":" in self.address else self.address  # IPv6
+        text = f"{self.user}@{address}" if self.user else address
         return f"{text}:{self.port}" if self.port else text
 
 

@@ -23,20 +23,35 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 COMPLETE = ".multihost-complete"
 
 
-def check_run_name(name: str) -> str:
-    """Run names become remote paths: letters, digits, ``._-``, and ``/`` between parts."""
+def check_run_name(name: str, *, nested: bool = False) -> str:
+    """Run names become local and remote paths: letters, digits, ``._-``, not starting with
+    ``.`` or ``-``, at most 100 characters; ``/`` between parts only for the names a sweep
+    builds itself (``nested``)."""
+    from multihost.defaults import DEFAULTS
+
+    limit = DEFAULTS.run_name_max
+    if len(name) > limit:
+        raise UsageError(f"run name too long ({len(name)} characters, at most {limit})")
+    if "/" in name and not nested:
+        raise UsageError(f"bad run name {name!r}: no '/' (use letters, digits, '.', '_', '-')")
     if not _RUN_NAME.match(name) or ".." in name.split("/"):
-        raise UsageError(f"bad run name {name!r}: use letters, digits, '.', '_', '-' (and '/')")
+        raise UsageError(
+            f"bad run name {name!r}: use letters, digits, '.', '_', '-', starting with a "
+            "letter or digit"
+        )
     return name
 
 
 def parse_env(items: list[str]) -> dict[str, str]:
-    """``K=V`` strings → mapping; a missing ``=`` or a bad name is a usage error."""
+    """``K=V`` strings → mapping; a missing ``=``, a name that is not a shell identifier or a
+    value with a NUL or newline is a usage error."""
     env: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not _ENV_NAME.match(name):
-            raise UsageError(f"--env expects NAME=VALUE, got {item!r}")
+            raise UsageError(f"--env expects NAME=VALUE with NAME a shell identifier, got {item!r}")
+        if "\0" in value or "\n" in value or "\r" in value:
+            raise UsageError(f"--env {name}: the value has a NUL or newline character")
         env[name] = value
     return env
 

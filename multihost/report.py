@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,39 @@ STATE_STYLE = {
     State.RUNNING: "cyan",
 }
 ORDER: tuple[State, ...] = tuple(s for s in State if s is not State.PENDING)
+
+
+# What a host's line may carry to the user's terminal: colour (SGR, ``ESC[...m``) and tabs.
+# Everything else that a terminal acts on — cursor moves, screen clears, titles and other OSC
+# strings, C1 codes, carriage returns, bells — is dropped (the log files keep the raw bytes).
+_ESCAPES = re.compile(
+    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC ... BEL/ST (titles, hyperlinks)
+    r"|\x1b[P^_X][^\x1b]*(?:\x1b\\)?"  # DCS, PM, APC, SOS strings
+    r"|(\x1b\[[0-9;]*m)"  # SGR: kept (group 1)
+    r"|\x1b\[[0-?]*[ -/]*[@-~]?"  # any other CSI
+    r"|\x1b[ -/]*[0-~]?"  # any other escape
+    r"|[\x00-\x08\x0a-\x1f\x7f\x80-\x9f]"  # other C0 and C1 controls (tab kept)
+)
+
+
+def safe_text(line: str) -> str:
+    """A host's output line with every control sequence but colour (SGR) removed; of a line
+    redrawn with carriage returns (a progress bar), the last drawing, as a terminal shows it."""
+    if "\r" in line:
+        line = next((part for part in reversed(line.split("\r")) if part), "")
+    return _ESCAPES.sub(lambda m: m.group(1) or "", line)
+
+
+def host_line(line: str, host: Host | None = None) -> Text:
+    """A host's line for the terminal: its colours kept, nothing else a terminal would act
+    on; with ``host``, prefixed ``[s0/w3]``."""
+    text = Text.from_ansi(safe_text(line), end="")
+    return text if host is None else host_prefix(host).append_text(text)
+
+
+def warning(text: str) -> Text:
+    """``multihost: TEXT`` in yellow; a Text, so brackets in it (``multihost[plot]``) are kept."""
+    return Text(f"multihost: {text}", style="yellow")
 
 
 def host_prefix(host: Host) -> Text:
@@ -73,12 +107,12 @@ def summary_table(result: RunResult, *, all_hosts: bool = True) -> Table:
             why = f"{why}: {r.last_line}" if why else r.last_line
         table.add_row(
             r.host.name,
-            r.host.target,
+            Text(r.host.target),
             Text(str(r.state), style=STATE_STYLE.get(r.state, "")),
             _outcome(r),
             _duration(r),
             _bytes(r.bytes_sent),
-            why,
+            Text(safe_text(why)),  # a host's own words: never rich markup
         )
     return table
 
@@ -105,19 +139,76 @@ def verdict(result: RunResult) -> Text:
     return text
 
 
-def fleet_table(rows: Sequence[Mapping[str, Any]], flagged: set[str] | None = None) -> Table:
-    """The resolved fleet: one row per host; ``flagged`` columns (values differ) in red."""
-    table = Table()
+CELL_MAX = 40  # a long cell (a command, an error) is cut to this with an ellipsis
+
+
+def fleet_table(
+    rows: Sequence[Mapping[str, Any]],
+    flagged: set[str] | None = None,
+    width: int | None = None,
+    prefer: Sequence[str] = (),
+) -> Table:
+    """One row per host (or run); ``flagged`` columns (values differ) in red.
+
+    With ``width`` (the console's), columns empty in every row are left out and the others
+    chosen to fit — the first, the flagged, then the ``prefer`` ones, then the rest in order
+    while they fit — long cells end in an ellipsis, the last column shown takes what is left,
+    and the caption names the columns left out. Without ``width`` every cell is shown whole.
+    """
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
-    for i, col in enumerate(columns):
-        mark = " ≠" if flagged and col in flagged else ""
-        table.add_column(col.replace("_", " ") + mark, no_wrap=i < len(columns) - 1,
-                         style="bold red" if mark else None, overflow="fold")  # fmt: skip
-    for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row[c]) for c in columns))
+    if width is not None:
+        columns = [c for c in columns if any(row.get(c) not in (None, "") for row in rows)]
+    cells = [["" if row.get(c) is None else str(row[c]) for c in columns] for row in rows]
+    cap = CELL_MAX if width is not None else None
+    natural = [
+        min(cap or 1 << 30, max([len(_header(c, flagged)), *(len(r[i]) for r in cells)]))
+        for i, c in enumerate(columns)
+    ]
+    shown, room = _fit(columns, natural, [*sorted(flagged or ()), *prefer], width)
+    table = Table()
+    for i in shown:
+        col = columns[i]
+        last = i == shown[-1]
+        table.add_column(
+            _header(col, flagged),
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=(room if last else natural[i]) if width is not None else None,
+            min_width=None if last or width is None else natural[i],
+            style="bold red" if flagged and col in flagged else None,
+        )
+    for r in cells:
+        table.add_row(*(Text(safe_text(r[i])) for i in shown))  # values are data, not markup
+    hidden = [columns[i] for i in range(len(columns)) if i not in shown]
+    if hidden:
+        table.caption = f"not shown: {', '.join(hidden)} (wider terminal, or --json)"
     return table
+
+
+def _header(col: str, flagged: set[str] | None) -> str:
+    return col.replace("_", " ") + (" ≠" if flagged and col in flagged else "")
+
+
+def _fit(columns: Sequence[str], natural: Sequence[int], first: Sequence[str], width: int | None
+         ) -> tuple[list[int], int | None]:  # fmt: skip
+    """Indices of the columns that fit in ``width`` (3 cells of border and padding each) — the
+    first column, then ``first`` in its order, then the rest — and the room for the last one."""
+    if width is None or not columns:
+        return list(range(len(columns))), None
+    order = [0, *dict.fromkeys(columns.index(c) for c in first if c in columns[1:])]
+    order += [i for i in range(1, len(columns)) if i not in order]
+    used = 1
+    shown: list[int] = []
+    for i in order:
+        need = min(natural[i], 12) if i == len(columns) - 1 else natural[i]
+        if not shown or used + need + 3 <= width:
+            shown.append(i)
+            used += natural[i] + 3
+    shown.sort()
+    rest = sum(natural[i] + 3 for i in shown[:-1]) + 1
+    return shown, max(1, min(natural[shown[-1]], width - rest - 3))
 
 
 def _age(seconds: float) -> str:
@@ -186,11 +277,12 @@ def record_line(done: int, total: int, record: Any, metric: str) -> Text:
 
 def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequence[str]) -> Table:
     """The sweep's points, best first; the best row highlighted."""
-    table = Table(title=f"sweep by {metric} (median over ok repeats)", title_justify="left")
+    title = Text(f"sweep by {metric} (median over ok repeats)")
+    table = Table(title=title, title_justify="left")
     table.add_column("#", justify="right")
     for name in names:
         table.add_column(name, justify="right")
-    table.add_column(metric, justify="right")
+    table.add_column(Text(metric), justify="right")
     table.add_column("ok", justify="right")
     table.add_column("status / reason", overflow="fold")
     for row in summary:
@@ -198,10 +290,10 @@ def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequen
         rank = "" if row.get("rank") is None else str(row["rank"])
         table.add_row(
             rank,
-            *(str(row["values"].get(n, "")) for n in names),
+            *(Text(str(row["values"].get(n, ""))) for n in names),
             _metric(row.get("metric")),
             f"{row['n_ok']}/{row['n']}",
-            str(row["status"]),
+            Text(str(row["status"])),
             style=style,
         )
     return table

@@ -149,11 +149,12 @@ def parse_age(text: str) -> float:
     """``7d``, ``12h``, ``30m``, ``90s`` (or plain seconds) → seconds."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     try:
-        if text[-1:] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        age = float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
     except ValueError:
-        raise UsageError(f"not an age: {text!r} (use e.g. 7d, 12h, 30m)") from None
+        age = -1.0
+    if not 0 <= age < float("inf"):
+        raise UsageError(f"not an age: {text!r} (use e.g. 7d, 12h, 30m)")
+    return age
 
 
 async def clean(

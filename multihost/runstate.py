@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal as signals
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +19,13 @@ from multihost.transport import Connection, SSHOptions
 def default_log_dir() -> Path:
     """``$MULTIHOST_LOG_DIR``, else ``~/multihost-logs``."""
     return Path(os.environ.get("MULTIHOST_LOG_DIR") or Path.home() / "multihost-logs")
+
+
+def default_run_name(prefix: str = "") -> str:
+    """``[prefix-]YYYYmmdd-HHMMSS-xxxx``: sorts by start time (to the second) and a random
+    suffix keeps runs started in the same second apart."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}{'-' if prefix else ''}{stamp}-{secrets.token_hex(2)}"
 
 
 @dataclass(frozen=True)

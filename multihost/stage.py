@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import os
+import stat
 import subprocess
 import tarfile
 from dataclasses import dataclass
@@ -32,20 +33,83 @@ class Archive:
         return self.digest[:16]
 
 
-def list_files(root: Path, excludes: tuple[str, ...] = ()) -> list[str]:
-    """Files to ship, relative to ``root``: what git tracks or would track, else everything."""
-    if not root.is_dir():
-        raise UsageError(f"script dir {root} does not exist or is not a directory")
+def list_files(
+    root: Path, excludes: tuple[str, ...] = (), max_bytes: int | None = None
+) -> list[str]:
+    """Files to ship, relative to ``root``: what git tracks or would track, else everything.
+
+    With ``max_bytes``, sizes are added up while listing and a tree bigger than that is
+    refused (naming its biggest paths) before any file is read.
+    """
+    check_stage_root(root)
     names = _git_files(root)
     if names is None:
-        names = [
-            os.path.relpath(os.path.join(d, f), root)
-            for d, dirs, files in os.walk(root)
-            for f in files
-            if not dirs.sort()  # walk in a stable order
-        ]
+        names = _walk(root, excludes)
     patterns = ALWAYS_EXCLUDED + excludes
-    return sorted(n for n in names if not _excluded(n, patterns) and (root / n).is_file())
+    kept: list[str] = []
+    sizes: dict[str, int] = {}
+    total = 0
+    for n in names:
+        if _excluded(n, patterns):
+            continue
+        try:
+            st = (root / n).stat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        kept.append(n)
+        if max_bytes is not None:
+            total += st.st_size
+            top = n.split("/", 1)[0]
+            sizes[top] = sizes.get(top, 0) + st.st_size
+            if total > max_bytes:
+                raise UsageError(_too_big(root, total, max_bytes, sizes))
+    return sorted(kept)
+
+
+def _walk(root: Path, excludes: tuple[str, ...]) -> list[str]:
+    """Every file under ``root`` in a stable order, not descending into excluded directories."""
+    patterns = ALWAYS_EXCLUDED + excludes
+    out = []
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        dirs[:] = sorted(x for x in dirs if not _excluded(_join(rel, x) + "/", patterns))
+        out += [_join(rel, f) for f in sorted(files)]
+    return out
+
+
+def _join(rel: str, name: str) -> str:
+    return name if rel == "." else f"{rel}/{name}"
+
+
+def _too_big(root: Path, total: int, limit: int, sizes: dict[str, int]) -> str:
+    biggest = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    named = ", ".join(f"{name} ({_human(n)})" for name, n in biggest)
+    return (
+        f"script dir {root} is over {_human(limit)} (at least {_human(total)}; biggest: {named}): "
+        "use --exclude PATTERN, a smaller --script-dir, or raise --max-stage-bytes"
+    )
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def check_stage_root(root: Path) -> None:
+    """Refuse to stage what is not a directory, the filesystem root, or the home directory."""
+    if not root.is_dir():
+        raise UsageError(f"script dir {root} does not exist or is not a directory")
+    resolved = root.resolve()
+    if resolved == Path("/") or resolved == Path.home().resolve():
+        where = "/" if resolved == Path("/") else f"your home directory ({resolved})"
+        raise UsageError(
+            f"refusing to stage {where} as the code dir: run from your project or pass "
+            "--script-dir DIR"
+        )
 
 
 def _git_files(root: Path) -> list[str] | None:
@@ -71,16 +135,24 @@ def _git_files(root: Path) -> list[str] | None:
 
 
 def _excluded(name: str, patterns: tuple[str, ...]) -> bool:
+    """gitignore-like: a pattern matches the whole path or any one component; a pattern with a
+    trailing slash (``tests/``) matches a directory and everything under it."""
     parts = name.split("/")
-    return any(
-        fnmatch.fnmatch(name, p) or any(fnmatch.fnmatch(part, p) for part in parts)
-        for p in patterns
-    )
+    for p in patterns:
+        if p.endswith("/"):
+            d, dirs = p.rstrip("/"), parts[:-1]
+            if any(fnmatch.fnmatch(part, d) for part in dirs) or any(
+                fnmatch.fnmatch("/".join(parts[: i + 1]), d) for i in range(len(dirs))
+            ):
+                return True
+        elif fnmatch.fnmatch(name, p) or any(fnmatch.fnmatch(part, p) for part in parts):
+            return True
+    return False
 
 
-def pack(root: Path, excludes: tuple[str, ...] = ()) -> Archive:
+def pack(root: Path, excludes: tuple[str, ...] = (), max_bytes: int | None = None) -> Archive:
     """A reproducible tar.gz: sorted names, fixed owners, no gzip timestamp."""
-    names = list_files(root, excludes)
+    names = list_files(root, excludes, max_bytes)
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in names:

@@ -102,3 +102,75 @@ def test_long_host_list_is_not_a_path() -> None:
     spec = ",".join(f"host-number-{i}.example.internal" for i in range(128))
     assert len(resolve_hosts(spec)) == 128
     assert len(resolve_hosts("x" * 300)) == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "names"),
+    [
+        ("h[0-3]", ["h0", "h1", "h2", "h3"]),
+        ("10.0.0.[2-4]", ["10.0.0.2", "10.0.0.3", "10.0.0.4"]),
+        ("h[01-03,7],x", ["h01", "h02", "h03", "h7", "x"]),
+        ("r[1-2]n[0-1]", ["r1n0", "r1n1", "r2n0", "r2n1"]),
+        ("u@g[8-10]:2200", ["u@g8:2200", "u@g9:2200", "u@g10:2200"]),
+    ],
+)
+def test_host_ranges_expand_in_order(spec: str, names: list[str]) -> None:
+    assert [h.target for h in parse_host_list(spec)] == names
+
+
+@pytest.mark.parametrize("bad", ["h[3-1]", "h[1-]", "h[0,2-1]"])
+def test_bad_ranges(bad: str) -> None:
+    with pytest.raises(InventoryError, match="range"):
+        parse_host_list(bad)
+
+
+def test_ipv6_targets_are_shown_in_brackets() -> None:
+    fleet = parse_host_list("[::1]:22,root@[fe80::1],[::2]")
+    assert [h.target for h in fleet] == ["[::1]:22", "root@[fe80::1]", "[::2]"]
+    assert fleet.hosts[0].address == "::1"
+
+
+@pytest.mark.parametrize("spec", ["a,,b", "a,b,", ",a"])
+def test_empty_entries_are_refused(spec: str) -> None:
+    with pytest.raises(InventoryError, match="empty entry"):
+        parse_host_list(spec)
+
+
+def test_duplicates_are_refused_naming_both_positions(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="host h1 appears twice: s0/w1 and s0/w3"):
+        parse_host_list("h0,h1,h2,h1")
+    with pytest.raises(InventoryError, match=r"u@h\[1\]|u@h1 appears twice"):
+        parse_host_list("u@h1,h[0-2],u@h1")
+    inv = tmp_path / "dup.toml"
+    inv.write_text('[defaults]\nuser = "ml"\n[[slices]]\nhosts = ["a", "b"]\n'
+                   '[[slices]]\nhosts = ["c", "ml@a"]\n')  # fmt: skip
+    with pytest.raises(InventoryError, match="host ml@a appears twice: s0/w0 and s1/w1"):
+        resolve_hosts(str(inv))
+
+
+def test_plain_hosts_file(tmp_path: Path) -> None:
+    f = tmp_path / "hosts"
+    f.write_text("# the fleet\nh0\n\nalice@h1:2200  # gpu box\nn[1-2]\n[::1]:22\n")
+    fleet = resolve_hosts(str(f))
+    assert [h.target for h in fleet] == ["h0", "alice@h1:2200", "n1", "n2", "[::1]:22"]
+    assert [h.process_id for h in fleet] == [0, 1, 2, 3, 4]
+    bad = tmp_path / "bad.toml"
+    bad.write_text("h0\n")
+    with pytest.raises(InventoryError, match="not valid TOML"):
+        resolve_hosts(str(bad))
+
+
+def test_local_state_honours_xdg_cache_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "/srv/cache")
+    assert local_fleet(2).hosts[1].remote_dir == "/srv/cache/multihost/local/w1"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    assert local_fleet(1).hosts[0].remote_dir == "~/.cache/multihost/local/w0"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert local_fleet(1).hosts[0].remote_dir == "~/.cache/multihost/local/w0"
+
+
+def test_inventory_port_range(tmp_path: Path) -> None:
+    inv = tmp_path / "p.toml"
+    inv.write_text('[[slices]]\nhosts = [{ address = "a", port = 70000 }]\n')
+    with pytest.raises(InventoryError, match="port must be 1-65535"):
+        resolve_hosts(str(inv))

@@ -68,15 +68,29 @@ def test_parse_env() -> None:
             parse_env([bad])
 
 
-@pytest.mark.parametrize("name", ["20260101-120000", "sweep/p001", "a.b_c-d"])
+@pytest.mark.parametrize("name", ["20260101-120000", "a.b_c-d", "x" * 100])
 def test_good_run_names(name: str) -> None:
     assert check_run_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "../x", "a/../b", "/abs", "a b", "a;rm", "-x", "a//b"])
+def test_nested_names_only_for_sweeps() -> None:
+    assert check_run_name("sweep/p001", nested=True) == "sweep/p001"
+    with pytest.raises(UsageError, match="no '/'"):
+        check_run_name("a/b")
+
+
+@pytest.mark.parametrize(
+    "name", ["", "../x", "a/../b", "/abs", "a b", "a;rm", "-x", "a//b", ".hidden", "x" * 101]
+)
 def test_bad_run_names(name: str) -> None:
     with pytest.raises(UsageError):
-        check_run_name(name)
+        check_run_name(name, nested=True)
+
+
+@pytest.mark.parametrize("bad", ["A=a\nb", "A=a\0b", "A=a\rb"])
+def test_env_values_without_newlines(bad: str) -> None:
+    with pytest.raises(UsageError, match="NUL or newline"):
+        parse_env([bad])
 
 
 def test_shell_path_quotes_and_keeps_home() -> None:

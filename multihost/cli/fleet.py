@@ -21,6 +21,7 @@ from multihost.cli.wiring import (
     run_options,
     ssh_options,
 )
+from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.fleetops.stale import DEVICE_GLOB_ENV
 from multihost.model import Fleet, Job, State
@@ -38,6 +39,14 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
     options = run_options(args, ssh_options(args))
     if args.dry_run:
         return dry_run(fleet, job, options)
+    if not fleet.local:  # --local checked its port already (coordinator_port)
+        busy = asyncio.run(fleetops.coordinator_port_busy(fleet, options.ssh, job.coordinator_port))
+        if busy:
+            h = fleet.hosts[0]
+            raise UsageError(
+                f"coordinator port {job.coordinator_port} is busy on host 0 ({h.name}, "
+                f"{h.target}): {busy}; pick another with --coordinator-port"
+            )
     raise_nofile_limit()
     options = replace(options, detach=args.detach)
     display = Display(fleet, job.run_name, args.stream, err)
@@ -90,10 +99,19 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
     else:
         keys = ["python", *PACKAGES] if args.check else []
         differ = mismatches([{k: str(v) for k, v in r.items()} for r in rows], keys)
-        Console(highlight=False).print(report.fleet_table(rows, flagged=differ))
+        out = Console(highlight=False)
+        table_rows = [
+            {"host": h.name, **r, "address": h.target} for h, r in zip(fleet, rows, strict=True)
+        ]
+        for r in table_rows:  # the host name says slice, worker and process
+            for key in ("slice", "worker", "process"):
+                r.pop(key, None)
+        first = ["address", "error", "state", "python", "jax", "jaxlib", "libtpu", "disk_free",
+                 "coordinator_port"]  # fmt: skip
+        out.print(report.fleet_table(table_rows, flagged=differ, width=out.width, prefer=first))
         if differ:
             err.print(f"multihost: versions differ across hosts: {', '.join(sorted(differ))}",
-                      style="bold red")  # fmt: skip
+                      style="bold red", markup=False)  # fmt: skip
     return code
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from rich.console import Console
 
 from multihost import report, runs
 from multihost.cli.wiring import (
+    Detached,
     Display,
     execute_run,
     finish,
@@ -25,12 +28,21 @@ from multihost.runner import Attach, Stop
 
 
 def cmd_attach(args: argparse.Namespace, err: Console) -> int:
+    """Follow a run again. A run outlives its runner: Ctrl-C (SIGTERM, SIGHUP) detaches and
+    leaves it running, unless ``--stop-on-interrupt``."""
     _, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record, reconnect_timeout=args.reconnect_timeout)
     raise_nofile_limit()
     fleet = record.fleet
     display = Display(fleet, args.run, args.stream, err)
-    result = execute_run(Attach(record, options, display), display)
+    attach = Attach(record, options, display)
+    if args.stop_on_interrupt:
+        return finish(execute_run(attach, display), err, len(fleet))
+    what = f"detached; the run goes on (stop it with: multihost kill {args.run})"
+    try:
+        result = execute_run(attach, display, what=what, detach=True)
+    except Detached:
+        return 130
     return finish(result, err, len(fleet))
 
 
@@ -60,7 +72,8 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
-        Console(highlight=False).print(report.fleet_table(rows))
+        out = Console(highlight=False)
+        out.print(report.fleet_table(rows, width=out.width))
         if not asked:
             err.print("(from run.json: the run is finished; --refresh asks the hosts)", style="dim")
     return 0
@@ -68,32 +81,67 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
 
 def cmd_ls(args: argparse.Namespace, err: Console) -> int:
     rows = [report.ls_row(name, record) for name, record in runs.all_runs(log_dir_of(args))]
-    if rows:
-        Console(highlight=False).print(report.fleet_table(rows))
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    elif rows:
+        out = Console(highlight=False)
+        out.print(report.fleet_table(rows, width=out.width))
     else:
-        err.print(f"no runs in {log_dir_of(args)}")
+        err.print(f"no runs in {log_dir_of(args)}", markup=False)
     return 0
 
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
+    if args.follow and (args.host or args.tail or args.grep):
+        raise UsageError("--follow shows every host's new lines; it takes no --host, --tail "
+                         "or --grep (print those without --follow)")  # fmt: skip
     run_dir, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record)
+    pattern = _pattern(args.grep)
     if args.follow:
         display = Display(record.fleet, args.run, "all", err)
         follow = Attach(record, replace(options, fail_fast=False), display, observe=True)
-        result = execute_run(follow, display)
+        what = f"stopped following; the run goes on (stop it with: multihost kill {args.run})"
+        result = execute_run(follow, display, what=what)
         return 0 if not result.interrupted else 130
     for o in asyncio.run(runs.sync_logs(run_dir, record, options.ssh)):
         if o.error:
             err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
-    if args.host:
-        hosts = {h.host.name: h.log for h in record.hosts}
-        if args.host not in hosts:
-            raise UsageError(f"no host {args.host} in run {args.run} (hosts: {', '.join(hosts)})")
-        sys.stdout.write((run_dir / hosts[args.host]).read_text(errors="replace"))
+    hosts = {h.host.name: (h.host, run_dir / h.log) for h in record.hosts}
+    if args.all:
+        chosen = list(hosts.values())
     else:
-        print(f"logs of {args.run} up to date in {run_dir}")
+        name = args.host or record.hosts[0].host.name
+        if name not in hosts:
+            raise UsageError(f"no host {name} in run {args.run} (hosts: {', '.join(hosts)})")
+        chosen = [hosts[name]]
+    out = sys.stdout
+    for host, path in chosen:
+        lines = _read_lines(path)
+        if pattern is not None:
+            lines = [line for line in lines if pattern.search(line)]
+        if args.tail:
+            lines = lines[-args.tail :]
+        prefix = f"[{host.name}] " if args.all else ""
+        for line in lines:  # as on a run's terminal: colour kept, no other control sequence
+            out.write(prefix + report.safe_text(line) + "\n")
     return 0
+
+
+def _pattern(text: str | None) -> re.Pattern[str] | None:
+    if text is None:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise UsageError(f"--grep {text!r}: not a regular expression: {exc}") from None
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
 
 
 def cmd_clean(args: argparse.Namespace, err: Console) -> int:

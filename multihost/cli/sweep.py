@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import time
 from pathlib import Path
 
 from rich.console import Console
 
 from multihost import report
 from multihost.cli.wiring import (
+    coordinator_port,
     fleet_from_args,
     raise_nofile_limit,
     run_interruptibly,
@@ -21,6 +21,7 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Job
 from multihost.plan import check_run_name, parse_env
+from multihost.runstate import default_run_name
 from multihost.sweep.grid import (
     Where,
     check_template,
@@ -45,7 +46,7 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
     where = Where.compile(where_text, list(grid)) if where_text else None
     if args.resume and not args.run_name:
         raise UsageError("--resume needs the --run-name of the sweep to resume")
-    name = check_run_name(args.run_name or time.strftime("sweep-%Y%m%d-%H%M%S"))
+    name = check_run_name(args.run_name or default_run_name("sweep"))
     return SweepSpec(
         name=name,
         template=template,
@@ -80,7 +81,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
     args.kill_stale = getattr(args, "kill_stale", False)
     base = Job(
         command="", run_name=spec.name, env=parse_env(args.env), remote_dir=args.remote_dir,
-        coordinator_port=args.coordinator_port, megascale_port=args.megascale_port,
+        coordinator_port=coordinator_port(args), megascale_port=args.megascale_port,
     )  # fmt: skip
     args.timeout, args.reconnect_timeout, args.fail_fast = None, DEFAULTS.reconnect_timeout, True
     options = run_options(args, ssh_options(args))
@@ -97,7 +98,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
     todo = total = len(sweep.todo())
     err.print(
         f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
-        f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim",
+        f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim", markup=False,
     )  # fmt: skip
     run_interruptibly(sweep.execute(), sweep.interrupt, err, "stopping the sweep")
     rows = sweep.store.load()
@@ -107,7 +108,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
     problem = write_chart(sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names,
                           spec.higher_is_better)  # fmt: skip
     if problem:
-        err.print(f"multihost: no sweep.png: {problem}", style="yellow")
+        err.print(report.warning(f"no sweep.png: {problem}"))
     top = summary[0] if summary and summary[0]["best"] else None
     if top is not None:
         print(f"best: {top['label']}  {spec.metric}={top['metric']}")

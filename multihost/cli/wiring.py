@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import signal
@@ -18,14 +19,24 @@ from rich.live import Live
 from rich.text import Text
 
 from multihost import report, runs
+from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
+from multihost.fleetops.preflight import free_port, port_in_use
 from multihost.fleetops.stale import DEVICE_GLOB_ENV
 from multihost.model import Fleet, Job, RunResult, State
 from multihost.plan import check_run_name, parse_env
 from multihost.record import RunRecord
 from multihost.runner import Attach, Run
-from multihost.runstate import Event, HostEvent, Note, RunOptions, default_log_dir
+from multihost.runstate import (
+    Event,
+    HostEvent,
+    Note,
+    RunOptions,
+    default_log_dir,
+    default_run_name,
+)
 from multihost.sources import FleetSpec, resolve, spec_fields
+from multihost.stage import list_files
 from multihost.stream import Line
 from multihost.transport import HostKeyPolicy, SSHOptions
 
@@ -64,24 +75,41 @@ def ssh_options(args: argparse.Namespace) -> SSHOptions:
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
-    name = args.run_name or time.strftime("%Y%m%d-%H%M%S")
     return Job(
         command=args.cmd,
-        run_name=check_run_name(name),
+        run_name=check_run_name(args.run_name or default_run_name()),
         env=parse_env(args.env),
         remote_dir=args.remote_dir,
-        coordinator_port=args.coordinator_port,
+        coordinator_port=coordinator_port(args),
         megascale_port=args.megascale_port,
     )
 
 
+def coordinator_port(args: argparse.Namespace) -> int:
+    """``--coordinator-port``; else with ``--local`` a free port (two local runs at once must
+    not meet at one coordinator), else jax's default. A busy port here is refused up front."""
+    port: int | None = args.coordinator_port
+    if args.local is None:
+        return port or D.coordinator_port
+    if port is None:
+        return free_port()
+    busy = port_in_use(port)
+    if busy:
+        raise UsageError(
+            f"coordinator port {port} is busy on this machine (host 0 of --local): {busy}; "
+            "leave out --coordinator-port for a free one"
+        )
+    return port
+
+
 def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
-    if not args.script_dir.is_dir():
-        raise UsageError(f"script dir {args.script_dir} does not exist or is not a directory")
+    log_dir = (args.log_dir or default_log_dir()).expanduser()
+    check_log_dir(log_dir)
+    list_files(args.script_dir, tuple(args.exclude), args.max_stage_bytes)  # refuse early
     return RunOptions(
         script_dir=args.script_dir,
         excludes=tuple(args.exclude),
-        log_dir=(args.log_dir or default_log_dir()).expanduser(),
+        log_dir=log_dir,
         ssh=ssh,
         connect_limit=args.connect_limit,
         fail_fast=args.fail_fast,
@@ -96,29 +124,67 @@ def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
     )
 
 
+def check_log_dir(log_dir: Path) -> None:
+    """The log dir must be (or become) a writable directory; nothing is created here."""
+    existing = log_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise UsageError(f"log dir {log_dir}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"log dir {log_dir}: {existing} is not writable")
+
+
 class Display:
-    """Turns run events into terminal output: host lines on stdout, status on stderr."""
+    """Turns run events into terminal output: host lines on stdout, notes on stderr, and on a
+    terminal a live status line below the host lines, redrawn at least once a second.
+
+    While the status line is live, everything goes through its console so that host lines
+    print above it instead of into it. Host lines carry colour but no other control sequences.
+    """
 
     def __init__(self, fleet: Fleet, run_name: str, stream: str, err: Console) -> None:
         self.run_name, self.stream, self.err = run_name, stream, err
-        self.out = Console(highlight=False, soft_wrap=True)
+        self.out = Console(highlight=False, soft_wrap=True, stderr=False)
         self.states = {h.process_id: State.PENDING for h in fleet}
         self.started = time.monotonic()
         self.live: Live | None = None
+        self.quiet = False  # stdout went away (a closed pipe): stop writing host lines
+
+    @property
+    def live_console(self) -> Console | None:
+        """Where a live status line can go: stdout when it is the terminal, else stderr."""
+        if not self.err.is_terminal:
+            return None
+        return self.out if self.out.is_terminal else self.err
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Line):
-            if self.stream == "all":
-                self.out.print(report.host_prefix(event.host).append(event.text))
-            elif self.stream == "host0" and event.host.process_id == 0:
-                self.out.print(event.text, markup=False)
+            self._host_line(event)
         elif isinstance(event, HostEvent):
             self.states[event.host.process_id] = event.state
             if self.live is not None:
-                self.live.update(self.status())
+                self.live.refresh()
         elif isinstance(event, Note):
             style = "bold red" if event.level == "error" else "dim"
-            self.err.print(f"multihost: {event.text}", style=style, markup=False, highlight=False)
+            console = self.live.console if self.live is not None else self.err
+            console.print(f"multihost: {event.text}", style=style, markup=False, highlight=False,
+                          soft_wrap=False)  # fmt: skip
+
+    def _host_line(self, event: Line) -> None:
+        if self.quiet or self.stream == "none":
+            return
+        if self.stream == "host0" and event.host.process_id != 0:
+            return
+        host = event.host if self.stream == "all" else None
+        try:
+            if self.out.is_terminal:  # above the live status line when there is one
+                self.out.print(report.host_line(event.text, host))
+            else:  # a pipe or file: plain text, colour codes kept, nothing else
+                prefix = f"[{host.name}] " if host else ""
+                self.out.file.write(f"{prefix}{report.safe_text(event.text)}\n")
+        except BrokenPipeError:
+            self.quiet = True
 
     def status(self) -> Text:
         return report.status_line(self.run_name, self.states, time.monotonic() - self.started)
@@ -132,14 +198,20 @@ def raise_nofile_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
+class Detached(Exception):
+    """The user detached from a run (a signal with nothing to stop): the run goes on."""
+
+
 def run_interruptibly(
-    coro: Coroutine[Any, Any, T], stop: Callable[[], None], err: Console, what: str
+    coro: Coroutine[Any, Any, T], stop: Callable[[], None] | None, err: Console, what: str
 ) -> T:
-    """asyncio.run with Ctrl-C, SIGTERM and SIGHUP asking ``stop`` to stop everything; a second
-    signal exits at once."""
+    """asyncio.run with Ctrl-C, SIGTERM and SIGHUP calling ``stop`` (``what`` says what that
+    does); a second signal exits at once. With ``stop=None`` the first signal detaches: the
+    coroutine is cancelled, nothing on the hosts is touched, and :class:`Detached` is raised."""
 
     async def main() -> T:
         loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(coro)
         presses = 0
 
         def on_signal(signum: int) -> None:
@@ -147,16 +219,23 @@ def run_interruptibly(
             presses += 1
             name = signal.Signals(signum).name
             if presses > 1:
-                err.print(f"multihost: second {name}: exiting now; jobs may still be running "
-                          "on the hosts", style="bold red")  # fmt: skip
+                _say(err, f"multihost: second {name}: exiting now; jobs may still be running "
+                     "on the hosts")  # fmt: skip
                 os._exit(130)
-            err.print(f"multihost: {name}: {what}", style="bold red")
-            stop()
+            _say(err, f"multihost: {name}: {what}")
+            if stop is None:
+                task.cancel()
+            else:
+                stop()
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, on_signal, sig)
         try:
-            return await coro
+            return await task
+        except asyncio.CancelledError:
+            if stop is None and presses:
+                raise Detached from None
+            raise
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
@@ -164,18 +243,36 @@ def run_interruptibly(
     return asyncio.run(main())
 
 
-def execute_run(run: Run | Attach, display: Display) -> RunResult:
-    """Run with the live status line (on a terminal) and signal handling."""
+def _say(err: Console, text: str) -> None:
+    """A signal's message; after SIGHUP the terminal may be gone, which must not stop us."""
+    with contextlib.suppress(OSError):
+        err.print(text, style="bold red", markup=False, soft_wrap=True)
+
+
+def execute_run(
+    run: Run | Attach,
+    display: Display,
+    *,
+    what: str = "stopping every host",
+    detach: bool = False,
+) -> RunResult:
+    """Run with the live status line (on a terminal) and signal handling; with ``detach``, a
+    signal leaves the hosts alone and raises :class:`Detached`."""
 
     async def go() -> RunResult:
-        if display.err.is_terminal:
-            with Live(display.status(), console=display.err, refresh_per_second=4,
-                      redirect_stdout=True, transient=True) as live:  # fmt: skip
+        console = display.live_console
+        if console is not None:
+            with Live(get_renderable=display.status, console=console, refresh_per_second=4,
+                      redirect_stdout=False, redirect_stderr=False,
+                      transient=True) as live:  # fmt: skip
                 display.live = live
-                return await run.execute()
+                try:
+                    return await run.execute()
+                finally:
+                    display.live = None
         return await run.execute()
 
-    return run_interruptibly(go(), run.interrupt, display.err, "stopping every host")
+    return run_interruptibly(go(), None if detach else run.interrupt, display.err, what)
 
 
 def finish(result: RunResult, err: Console, n: int) -> int:

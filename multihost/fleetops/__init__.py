@@ -5,7 +5,7 @@ from __future__ import annotations
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError
 from multihost.fanout import Outcome, on_every_host
-from multihost.fleetops.preflight import check_command, parse_check
+from multihost.fleetops.preflight import check_command, parse_check, port_command
 from multihost.fleetops.stale import StaleReport, parse_stale, stale_command
 from multihost.model import Fleet
 from multihost.transport import Connection, SSHOptions
@@ -22,6 +22,21 @@ async def check(
         return parse_check(res.stdout.decode(errors="replace"))
 
     return await on_every_host(fleet, ssh, one, limit=limit)
+
+
+async def coordinator_port_busy(fleet: Fleet, ssh: SSHOptions, port: int) -> str | None:
+    """Why host 0 cannot bind the coordinator port, or None (also when it cannot be asked:
+    the run then reports that host itself)."""
+
+    async def one(conn: Connection) -> str | None:
+        res = await conn.run(port_command(port))
+        state = parse_check(res.stdout.decode(errors="replace")).get("coordinator_port", "")
+        if not state.startswith("in use"):  # free, or no python3 there to ask
+            return None
+        return state.removeprefix("in use").strip(" ()") or "in use"
+
+    [outcome] = await on_every_host(Fleet(fleet.hosts[:1]), ssh, one)
+    return outcome.value
 
 
 async def stale_on(

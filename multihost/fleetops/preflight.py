@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shlex
+import socket
 from collections.abc import Mapping, Sequence
 
 from multihost.plan import shell_path
 
 PACKAGES = ("jax", "jaxlib", "libtpu", "flax", "optax")
-_PROBE = """\
+_VERSIONS = """\
 import importlib.metadata as m, platform, socket, sys
 print("python=" + platform.python_version())
 for name in sys.argv[2].split(","):
@@ -16,6 +17,9 @@ for name in sys.argv[2].split(","):
         print(name + "=" + m.version(name))
     except Exception:
         print(name + "=-")
+"""
+_PORT = """\
+import socket, sys
 port = int(sys.argv[1])
 if port:
     s = socket.socket()
@@ -29,6 +33,34 @@ if port:
     finally:
         s.close()
 """
+_PROBE = _VERSIONS + _PORT
+
+
+def port_in_use(port: int, host: str = "") -> str | None:
+    """Why this machine cannot bind ``port`` (as the probe above does on a host), or None."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, port))
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        s.close()
+
+
+def free_port() -> int:
+    """A TCP port nothing on this machine listens on right now (for ``--local`` runs)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def port_command(port: int) -> str:
+    """Prints ``coordinator_port=free`` or ``coordinator_port=in use (why)`` (nothing without
+    python3)."""
+    return f"python3 -c {shlex.quote(_PORT)} {int(port)} 2>/dev/null || true"
 
 
 def check_command(base: str, port: int | None) -> str:

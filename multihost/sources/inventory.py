@@ -1,7 +1,10 @@
-"""Hosts from a comma list, a TOML inventory file, or ``--local N``. Pure parsing."""
+"""Hosts from a comma list (with ``h[0-3]`` ranges), a TOML inventory or a plain hosts file,
+or ``--local N``. Pure parsing."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -14,6 +17,7 @@ from multihost.model import Fleet, Host
 _TARGET = re.compile(
     r"^(?:(?P<user>[^@\s:/]+)@)?(?P<host>\[[0-9a-fA-F:.]+\]|[^@\s:/\[\]]+)(?::(?P<port>\d+))?$"
 )
+_RANGE = re.compile(r"\[([0-9][0-9,\s-]*)\]")  # h[01-03,7]; an IPv6 literal has colons
 _HOST_KEYS = {"address", "user", "port", "identity", "internal_address", "remote_dir"}
 
 
@@ -28,12 +32,86 @@ def parse_target(text: str) -> Host:
     return Host(address=m["host"].strip("[]"), user=m["user"], port=port)
 
 
-def parse_host_list(text: str) -> Fleet:
-    """A comma list: one slice, workers in the given order."""
-    items = [t for t in (s.strip() for s in text.split(",")) if t]
-    if not items:
+def split_host_list(text: str) -> list[str]:
+    """Split at commas outside brackets (``h[1,3],g`` is two items); an empty item is an error."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    if all(not t for t in items):
         raise InventoryError("the host list is empty")
-    return Fleet.from_slices([[parse_target(t) for t in items]])
+    if "" in items:
+        raise InventoryError(f"empty entry in the host list {text!r} (two commas in a row?)")
+    return items
+
+
+def expand_ranges(pattern: str) -> list[str]:
+    """``h[0-3]``, ``10.0.0.[2-9]``, ``h[01-03,7]`` → the names in order, zero padding kept
+    (pdsh/ClusterShell NodeSet syntax); several ranges expand as a product."""
+    parts = _RANGE.split(pattern)
+    if len(parts) == 1:
+        return [pattern]
+    choices: list[list[str]] = []
+    for i, part in enumerate(parts):
+        choices.append([part] if i % 2 == 0 else _range_values(part, pattern))
+    return ["".join(p) for p in itertools.product(*choices)]
+
+
+def _range_values(body: str, pattern: str) -> list[str]:
+    values: list[str] = []
+    for item in (x.strip() for x in body.split(",")):
+        lo, sep, hi = item.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise InventoryError(f"bad range [{body}] in {pattern!r} (e.g. h[0-3] or h[01-03,7])")
+        if not sep:
+            values.append(lo)
+            continue
+        if int(hi) < int(lo):
+            raise InventoryError(f"bad range [{body}] in {pattern!r}: {hi} < {lo}")
+        width = len(lo) if lo.startswith("0") else 0
+        values += [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
+    return values
+
+
+def parse_host_list(text: str) -> Fleet:
+    """A comma list (ranges expanded): one slice, workers in the given order."""
+    items = [name for t in split_host_list(text) for name in expand_ranges(t)]
+    return check_unique(Fleet.from_slices([[parse_target(t) for t in items]]))
+
+
+def parse_hosts_file(text: str, source: str) -> Fleet:
+    """A plain hosts file (pssh's ``-h``): one host (or range) per line, ``#`` comments."""
+    items: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        try:
+            items += [name for t in split_host_list(entry) for name in expand_ranges(t)]
+        except InventoryError as exc:
+            raise InventoryError(f"{source}:{n}: {exc}") from None
+    if not items:
+        raise InventoryError(f"{source}: no hosts in the file")
+    hosts = []
+    for t in items:
+        try:
+            hosts.append(parse_target(t))
+        except InventoryError as exc:
+            raise InventoryError(f"{source}: {exc}") from None
+    return check_unique(Fleet.from_slices([hosts]))
+
+
+def check_unique(fleet: Fleet) -> Fleet:
+    """Refuse a host given twice (the same ``[user@]host[:port]``): two workers would share
+    one run directory."""
+    seen: dict[str, str] = {}
+    for h in fleet:
+        if h.target in seen:
+            raise InventoryError(f"host {h.target} appears twice: {seen[h.target]} and {h.name}")
+        seen[h.target] = h.name
+    return fleet
 
 
 def _host_entry(entry: Any, defaults: Mapping[str, Any], where: str) -> Host:
@@ -59,6 +137,8 @@ def _host_entry(entry: Any, defaults: Mapping[str, Any], where: str) -> Host:
         )
         if not ok:
             raise InventoryError(f"{where}: {key} has the wrong type ({value!r})")
+        if key == "port" and not 0 < value < 65536:
+            raise InventoryError(f"{where}: port must be 1-65535 ({value!r})")
         if key == "remote_dir" and not value.strip().strip("/"):
             raise InventoryError(f"{where}: remote_dir must name a directory ({value!r})")
     return Host(
@@ -90,24 +170,39 @@ def parse_inventory(data: Mapping[str, Any], source: str = "inventory") -> Fleet
         parsed.append(
             [_host_entry(h, defaults, f"{source}: slice {s} host {w}") for w, h in enumerate(hosts)]
         )
-    return Fleet.from_slices(parsed)
+    return check_unique(Fleet.from_slices(parsed))
 
 
 def load_inventory(path: Path) -> Fleet:
-    """Read a TOML inventory file."""
+    """Read a TOML inventory file, or a plain hosts file (one host per line) if it is not TOML
+    and its name does not end in ``.toml``."""
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except OSError as exc:
         raise InventoryError(f"cannot read inventory {path}: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InventoryError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InventoryError(f"{path}: not a text file: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        if path.suffix == ".toml":
+            raise InventoryError(f"{path}: not valid TOML: {exc}") from None
+        return parse_hosts_file(text, str(path))
     return parse_inventory(data, str(path))
 
 
-def local_fleet(n: int, base: str = "~/.cache/multihost/local") -> Fleet:
+def local_base() -> str:
+    """Where ``--local`` workers keep their state: ``$XDG_CACHE_HOME/multihost/local``
+    (default ``~/.cache/multihost/local``)."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    return f"{cache}/multihost/local" if os.path.isabs(cache) else "~/.cache/multihost/local"
+
+
+def local_fleet(n: int, base: str | None = None) -> Fleet:
     """N workers on this machine, each with its own directory under ``base``."""
     if n < 1:
         raise InventoryError(f"--local needs at least 1 worker, got {n}")
+    base = base or local_base()
     hosts = [
         Host(
             address=f"local{i}", local=True, internal_address="127.0.0.1", remote_dir=f"{base}/w{i}"
@@ -118,7 +213,7 @@ def local_fleet(n: int, base: str = "~/.cache/multihost/local") -> Fleet:
 
 
 def resolve_hosts(spec: str) -> Fleet:
-    """``--hosts`` value: a TOML file if one exists at that path (or ends in .toml), else a list."""
+    """``--hosts`` value: a file if one exists at that path (or it ends in .toml), else a list."""
     if spec.endswith(".toml"):
         return load_inventory(Path(spec).expanduser())
     if "," not in spec:
