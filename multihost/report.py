@@ -69,8 +69,14 @@ def host_prefix(host: Host) -> Text:
     return Text(f"[{host.name}] ", style=COLORS[host.process_id % len(COLORS)])
 
 
-def status_line(run_name: str, states: Mapping[int, State], elapsed: float) -> Text:
-    """One line: how many hosts are in each state, and how long the run has taken."""
+def status_line(
+    run_name: str,
+    states: Mapping[int, State],
+    elapsed: float,
+    silent: Mapping[Host, float] | None = None,
+) -> Text:
+    """One line: how many hosts are in each state, how long the run has taken, and which
+    running hosts have printed nothing for a while (``silent``: host -> seconds)."""
     counts: dict[State, int] = dict.fromkeys(ORDER, 0)
     for state in states.values():
         counts[state] = counts.get(state, 0) + 1
@@ -81,6 +87,12 @@ def status_line(run_name: str, states: Mapping[int, State], elapsed: float) -> T
         if i < len(parts) - 1:
             text.append(" · ", style="dim")
     text.append(f"  ({len(states)} hosts)", style="dim")
+    if silent:
+        worst = sorted(silent.items(), key=lambda kv: -kv[1])
+        least = min(silent.values())
+        shown = ", ".join(f"{h.name} {_clock(s)}" for h, s in worst[:3])
+        more = f", +{len(worst) - 3}" if len(worst) > 3 else ""
+        text.append(f"  {len(silent)} host(s) silent > {_clock(least)}: {shown}{more}", "yellow")
     return text
 
 
@@ -209,6 +221,14 @@ def _fit(columns: Sequence[str], natural: Sequence[int], first: Sequence[str], w
     shown.sort()
     rest = sum(natural[i] + 3 for i in shown[:-1]) + 1
     return shown, max(1, min(natural[shown[-1]], width - rest - 3))
+
+
+def _clock(seconds: float) -> str:
+    """``4m12s``, ``1h02m``, ``45s``."""
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def _age(seconds: float) -> str:

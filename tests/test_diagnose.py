@@ -173,3 +173,46 @@ def test_collect_script_is_clean_sh() -> None:
     lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=COLLECT, text=True,
                           capture_output=True)  # fmt: skip
     assert lint.returncode == 0, lint.stdout
+
+
+def test_status_line_names_silent_hosts() -> None:
+    from multihost import report
+    from multihost.model import State
+
+    hosts = [_host(w) for w in range(5)]
+    states = {h.process_id: State.RUNNING for h in hosts}
+    silent = {hosts[3]: 252.0, hosts[1]: 61.0, hosts[0]: 3700.0, hosts[4]: 90.0}
+    text = report.status_line("r", states, 400.0, silent).plain
+    assert "4 host(s) silent > 1m01s: s0/w0 1h01m, s0/w3 4m12s, s0/w4 1m30s, +1" in text
+    assert "silent" not in report.status_line("r", states, 400.0, {}).plain
+
+
+def test_sigquit_in_the_live_run_prints_grouped_stacks(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-\\ (SIGQUIT) to a running ``multihost run``: stacks now, and the run goes on."""
+    from tests.clitools import spawn
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(PROGRAM)
+    logs = tmp_path / "logs"
+    proc = spawn(["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
+                  "--run-name", "q", "--grace", "2",
+                  "--cmd", f"{sys.executable} train.py"])  # fmt: skip
+    try:
+        wait_for(lambda: len(list(tmp_path.glob(".cache/multihost/local/w*/runs/q/hook/*.ready")))
+                 == 2, 30, "both hooks")  # fmt: skip
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGQUIT)
+        wait_for(lambda: any((logs / "q" / "stacks").glob("*/*.txt")), 30, "saved stacks")
+        time.sleep(0.5)
+        assert proc.poll() is None  # still running
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "stacks (on request)" in err
+    assert "[s0/w0-1] ×2" in err
+    assert "train.py:6 in step" in err

@@ -135,6 +135,9 @@ def check_log_dir(log_dir: Path) -> None:
         raise UsageError(f"log dir {log_dir}: {existing} is not writable")
 
 
+SILENT_AFTER = 60.0  # s without output before the status line names a running host
+
+
 class Display:
     """Turns run events into terminal output: host lines on stdout, notes on stderr, and on a
     terminal a live status line below the host lines, redrawn at least once a second.
@@ -147,7 +150,9 @@ class Display:
         self.run_name, self.stream, self.err = run_name, stream, err
         self.out = Console(highlight=False, soft_wrap=True, stderr=False)
         self.states = {h.process_id: State.PENDING for h in fleet}
+        self.hosts = {h.process_id: h for h in fleet}
         self.started = time.monotonic()
+        self.heard: dict[int, float] = {}  # process id -> when it last printed (or started)
         self.live: Live | None = None
         self.quiet = False  # stdout went away (a closed pipe): stop writing host lines
 
@@ -160,8 +165,11 @@ class Display:
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Line):
+            self.heard[event.host.process_id] = time.monotonic()
             self._host_line(event)
         elif isinstance(event, HostEvent):
+            if event.state is State.RUNNING and event.host.process_id not in self.heard:
+                self.heard[event.host.process_id] = time.monotonic()
             self.states[event.host.process_id] = event.state
             if self.live is not None:
                 self.live.refresh()
@@ -187,7 +195,12 @@ class Display:
             self.quiet = True
 
     def status(self) -> Text:
-        return report.status_line(self.run_name, self.states, time.monotonic() - self.started)
+        now = time.monotonic()
+        silent = {
+            self.hosts[pid]: now - t for pid, t in self.heard.items()
+            if self.states[pid] is State.RUNNING and now - t >= SILENT_AFTER
+        }  # fmt: skip
+        return report.status_line(self.run_name, self.states, now - self.started, silent)
 
 
 def raise_nofile_limit() -> None:
@@ -203,7 +216,11 @@ class Detached(Exception):
 
 
 def run_interruptibly(
-    coro: Coroutine[Any, Any, T], stop: Callable[[], None] | None, err: Console, what: str
+    coro: Coroutine[Any, Any, T],
+    stop: Callable[[], None] | None,
+    err: Console,
+    what: str,
+    stacks: Callable[[], None] | None = None,
 ) -> T:
     """asyncio.run with Ctrl-C, SIGTERM and SIGHUP calling ``stop`` (``what`` says what that
     does); a second signal exits at once. With ``stop=None`` the first signal detaches: the
@@ -213,6 +230,8 @@ def run_interruptibly(
         loop = asyncio.get_running_loop()
         task = asyncio.ensure_future(coro)
         presses = 0
+        if stacks is not None:  # Ctrl-\ (SIGQUIT): every host's stacks, grouped, now
+            loop.add_signal_handler(signal.SIGQUIT, stacks)
 
         def on_signal(signum: int) -> None:
             nonlocal presses
@@ -237,7 +256,7 @@ def run_interruptibly(
                 raise Detached from None
             raise
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
                 loop.remove_signal_handler(sig)
 
     return asyncio.run(main())
@@ -272,7 +291,9 @@ def execute_run(
                     display.live = None
         return await run.execute()
 
-    return run_interruptibly(go(), None if detach else run.interrupt, display.err, what)
+    return run_interruptibly(
+        go(), None if detach else run.interrupt, display.err, what, run.request_stacks
+    )
 
 
 def finish(result: RunResult, err: Console, n: int) -> int:
