@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,12 @@ def test_dry_run_prints_env_and_commands(tmp_path: Path) -> None:
     assert "# JAX_COORDINATOR_ADDRESS=10.9.9.9:8476" in out
     assert "export K='v w'" in out
     assert "sh -c 'echo \"$K\"'" in out
+
+
+def test_import_and_help_stay_light() -> None:
+    """``import multihost`` and ``multihost --help`` import neither asyncssh nor rich."""
+    for code in ("import multihost", "from multihost.cli import build_parser; build_parser()"):
+        res = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        heavy = [ln for ln in res.stderr.splitlines() if "asyncssh" in ln or "rich" in ln]
+        assert heavy == [], (code, heavy[:3])

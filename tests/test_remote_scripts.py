@@ -14,6 +14,7 @@ import pytest
 from multihost import remote
 from multihost.diagnose.collect import COLLECT
 from multihost.fleetops.preflight import check_command
+from multihost.fleetops.stale import _BODY as stale_body
 from multihost.fleetops.stale import stale_command
 from multihost.model import Job
 from multihost.plan import (
@@ -44,11 +45,22 @@ def test_template_parses_and_passes_shellcheck(name: str) -> None:
     assert lint.returncode == 0, lint.stdout
 
 
+_STALE_BODY = (
+    stale_body.replace("@GLOB@", "'/dev/accel*'").replace("@LOCK@", "/tmp/l")
+    .replace("@KILL@", "1").replace("@TICKS@", "50")
+)  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "command", [check_command("~/x", 8476), stale_command(kill=True), stale_command(kill=False)]
+    "command",
+    [check_command("~/x", 8476), stale_command(kill=True), stale_command(kill=False), _STALE_BODY],
 )
-def test_other_scripts_parse(command: str) -> None:
+def test_preflight_and_stale_scripts_parse_and_pass_shellcheck(command: str) -> None:
+    """These two take their values as quoted assignments at the top of a constant body."""
     subprocess.run(["sh", "-n", "-c", command], check=True)
+    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=command, text=True,
+                          capture_output=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
 
 
 def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:

@@ -33,7 +33,7 @@ set --
 for d in $devglob; do
   if [ -e "$d" ]; then echo "device $d"; set -- "$@" "$d"; fi
 done
-holders= seen= chars=1
+holders='' seen='' chars=1
 for d in "$@"; do [ -c "$d" ] || chars=0; done
 if [ $# -gt 0 ]; then
   for f in /proc/[0-9]*/fd/*; do
@@ -86,6 +86,7 @@ exit 0
 """
 
 _WRAPPER = """\
+# shellcheck disable=SC2016 # the body is code for the shell that runs it, not for this one
 body=@BODY@
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
   exec sudo -n sh -c "$body"
