@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
@@ -13,7 +13,10 @@ from multihost.transport import Connection
 
 
 async def claim(
-    conns: Mapping[int, Connection], paths: Mapping[int, Paths], timeout: float
+    hosts: Sequence[Host],
+    conns: Mapping[int, Connection],
+    paths: Mapping[int, Paths],
+    timeout: float,
 ) -> list[Outcome[None]]:
     """Create the run's directory on every host before any job starts. If the name is taken
     on any host, the others' claims are released and nothing starts anywhere (UsageError)."""
@@ -27,7 +30,6 @@ async def claim(
             err = res.stderr.decode(errors="replace").strip().splitlines()
             raise RemoteError(host, err[-1] if err else f"claim failed (exit {res.exit_status})")
 
-    hosts = [c.host for c in conns.values()]
     outcomes = await map_hosts(one, hosts, timeout=timeout, what="claim")
     if all(o.ok for o in outcomes):
         return outcomes

@@ -246,7 +246,7 @@ class _Watcher(_Supervisor):
     async def _take_stacks(self, slots: list[Slot], why: str) -> StackReport:
         conns = {s.host.process_id: s.conn for s in slots if s.conn is not None}
         dirs = {s.host.process_id: s.paths.run for s in slots if s.paths is not None}
-        dumps = await collect_over(conns, dirs)
+        dumps = await collect_over([s.host for s in slots if s.conn is not None], conns, dirs)
         folder = save(dumps, self.log_dir)
         report = group(d.stacks for d in dumps)
         lines = "\n".join(summary_lines(report))
@@ -414,7 +414,7 @@ class Run(_Watcher):
         conns = {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
         paths = {h.process_id: self._paths(h) for h in self.fleet}
         try:
-            return await claim(conns, paths, self.options.launch_timeout)
+            return await claim(list(self.fleet), conns, paths, self.options.launch_timeout)
         except UsageError:
             for slot in self._slots.values():
                 self._set(slot, State.ERROR, "not started: the run name is taken")

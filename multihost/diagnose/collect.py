@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from multihost.diagnose.stacks import HostStacks, ProcessStack, StackReport, group, parse_dump
@@ -123,15 +123,20 @@ async def collect(
 
 
 async def collect_over(
-    conns: Mapping[int, Connection], run_dirs: Mapping[int, str], *, native: bool = False
+    hosts: Sequence[Host],
+    conns: Mapping[int, Connection],
+    run_dirs: Mapping[int, str],
+    *,
+    native: bool = False,
 ) -> list[Dump]:
-    """Every host's stacks at once over connections already open (a live run's)."""
-    by_pid = {c.host.process_id: c for c in conns.values()}
+    """Every host's stacks at once over connections already open (a live run's), all keyed by
+    the hosts' process ids in this run."""
 
     async def one(host: Host) -> Dump:
-        return await _collect_one(by_pid[host.process_id], run_dirs[host.process_id], native)
+        dump = await _collect_one(conns[host.process_id], run_dirs[host.process_id], native)
+        return Dump(dump.raw, replace(dump.stacks, host=host))
 
-    outcomes = await map_hosts(one, [c.host for c in conns.values()], timeout=60, what="stacks")
+    outcomes = await map_hosts(one, hosts, timeout=60, what="stacks")
     return [_dump(o) for o in outcomes]
 
 
