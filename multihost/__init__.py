@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "CallResult",
     "ConnectError",
     "ConnectTimeout",
     "DiscoveryError",
@@ -19,22 +20,31 @@ __all__ = [
     "HostKeyError",
     "HostLost",
     "HostResult",
+    "HostStatus",
     "InventoryError",
     "Job",
     "MultihostError",
+    "RemoteCallError",
     "RemoteError",
     "RunOptions",
     "RunResult",
     "SSHOptions",
     "State",
     "UsageError",
+    "attach",
+    "call",
+    "kill",
     "make_fleet",
     "run",
     "run_async",
+    "status",
 ]
 
 _WHERE = {
-    **dict.fromkeys(("make_fleet", "run", "run_async"), "multihost.api"),
+    **dict.fromkeys(
+        ("attach", "kill", "make_fleet", "run", "run_async", "status"), "multihost.api"
+    ),
+    **dict.fromkeys(("CallResult", "call"), "multihost.call"),
     **dict.fromkeys(
         (
             "ConnectError",
@@ -45,6 +55,7 @@ _WHERE = {
             "HostLost",
             "InventoryError",
             "MultihostError",
+            "RemoteCallError",
             "RemoteError",
             "UsageError",
         ),
@@ -53,12 +64,14 @@ _WHERE = {
     **dict.fromkeys(
         ("Fleet", "Host", "HostResult", "Job", "RunResult", "State"), "multihost.model"
     ),
+    "HostStatus": "multihost.runs",
     "RunOptions": "multihost.runstate",
     "SSHOptions": "multihost.transport",
 }
 
 if TYPE_CHECKING:
-    from multihost.api import make_fleet, run, run_async
+    from multihost.api import attach, kill, make_fleet, run, run_async, status
+    from multihost.call import CallResult, call
     from multihost.errors import (
         ConnectError,
         ConnectTimeout,
@@ -68,10 +81,12 @@ if TYPE_CHECKING:
         HostLost,
         InventoryError,
         MultihostError,
+        RemoteCallError,
         RemoteError,
         UsageError,
     )
     from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
+    from multihost.runs import HostStatus
     from multihost.runstate import RunOptions
     from multihost.transport import SSHOptions
 

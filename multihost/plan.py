@@ -7,7 +7,9 @@ own ``--cmd`` is passed to ``sh -c`` untouched, as one quoted argument.
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -24,6 +26,12 @@ def check_run_name(name: str) -> str:
     if not _RUN_NAME.match(name) or ".." in name.split("/"):
         raise UsageError(f"bad run name {name!r}: use letters, digits, '.', '_', '-' (and '/')")
     return name
+
+
+def default_run_name() -> str:
+    """``20261123-054213-3fa9``: sorts by start time; the random suffix keeps runs started
+    in the same second (gathered API calls) apart."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 def parse_env(items: list[str]) -> dict[str, str]:
