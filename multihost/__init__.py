@@ -44,7 +44,7 @@ _WHERE = {
     **dict.fromkeys(
         ("attach", "kill", "make_fleet", "run", "run_async", "status"), "multihost.api"
     ),
-    **dict.fromkeys(("CallResult", "call"), "multihost.call"),
+    **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
     **dict.fromkeys(
         (
             "ConnectError",
@@ -71,7 +71,6 @@ _WHERE = {
 
 if TYPE_CHECKING:
     from multihost.api import attach, kill, make_fleet, run, run_async, status
-    from multihost.call import CallResult, call
     from multihost.errors import (
         ConnectError,
         ConnectTimeout,
@@ -86,6 +85,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
+    from multihost.remote_call import CallResult, call
     from multihost.runs import HostStatus
     from multihost.runstate import RunOptions
     from multihost.transport import SSHOptions

@@ -1,0 +1,174 @@
+"""The Python API over real local workers: event loops, names, keywords, output, results, call,
+and runs after the fact. Each test has its own HOME (local workers' state) and log dir."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import multihost
+from multihost.plan import check_run_name, default_run_name
+from multihost.remote_call import RUNNER, SCRIPT
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
+    (tmp_path / "code").mkdir()
+    monkeypatch.chdir(tmp_path / "code")
+    return h
+
+
+def test_default_run_names_sort_by_time_and_differ() -> None:
+    names = {default_run_name() for _ in range(50)}
+    assert len(names) == 50
+    for name in names:
+        assert check_run_name(name) == name
+        stamp, _, suffix = name.rpartition("-")
+        assert len(stamp) == len("20261123-054213")
+        assert len(suffix) == 4
+
+
+def test_run_inside_a_running_loop_and_gathered_runs(home: Path) -> None:
+    """Jupyter's case: ``run`` is called while a loop runs (no 'never awaited' warning: the
+    suite turns warnings into errors); gathered ``run_async`` calls get distinct names."""
+
+    async def main() -> tuple[multihost.RunResult, ...]:
+        inside = multihost.run("echo $JAX_PROCESS_ID", local=2, stream="none")
+        a, b = await asyncio.gather(
+            multihost.run_async("true", local=1, stream="none"),
+            multihost.run_async("true", local=1, stream="none"),
+        )
+        return inside, a, b
+
+    inside, a, b = asyncio.run(main())
+    assert inside.exit_code == 0
+    assert a.ok
+    assert b.ok
+    assert len({inside.run_name, a.run_name, b.run_name}) == 3
+
+
+def test_unknown_keyword_names_it_and_the_accepted_ones(home: Path) -> None:
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'fail_fats'") as info:
+        multihost.run("true", local=1, fail_fats=False)
+    for accepted in ("fail_fast", "prefix", "ssh_config", "env", "script_dir", "timeout", "zone"):
+        assert accepted in str(info.value)
+    with pytest.raises(TypeError, match=r"call\(\) got an unexpected keyword argument 'bogus'"):
+        multihost.call(print, local=1, bogus=1)
+
+
+def test_output_default_prefixes_and_callback(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    multihost.run("echo hi $JAX_PROCESS_ID", local=2)
+    out = capsys.readouterr().out
+    assert "[s0/w0] hi 0" in out
+    assert "[s0/w1] hi 1" in out
+    seen: list[tuple[str, str]] = []
+    multihost.run("echo hi $JAX_PROCESS_ID", local=2, stream="host0",
+                  on_output=lambda host, line: seen.append((host, line)))  # fmt: skip
+    assert seen == [("s0/w0", "hi 0")]
+    assert capsys.readouterr().out == ""
+
+
+def test_result_line_and_reprs(home: Path) -> None:
+    cmd = 'echo "MULTIHOST_RESULT {\\"p\\": 0}"; echo "MULTIHOST_RESULT {\\"last\\": 1}"'
+    r = multihost.run(cmd, local=2, stream="none", run_name="res")
+    assert r.result() == {"last": 1}
+    assert [h.result() for h in r.hosts] == [{"last": 1}, {"last": 1}]
+    assert multihost.run("echo no result", local=1, stream="none").result() is None
+    html = r._repr_html_()
+    assert "<table>" in html
+    assert "s0/w1" in html
+    assert "all 2 hosts succeeded" in html
+    assert "<td" in r.hosts[0]._repr_html_()
+    text = str(r)
+    assert text.splitlines()[0] == "run res"
+    assert "s0/w1  local1   done   0" in text
+    assert repr(r) == "<RunResult res: exit 0; s0/w0 done, s0/w1 done>"
+    failed = multihost.run("exit 3", local=1, stream="none")
+    assert repr(failed.hosts[0]) == "<HostResult s0/w0 failed exited with code 3>"
+    assert "0/1 hosts succeeded" in failed._repr_html_()
+
+
+def _twice_plus_id(x: int) -> int:
+    print("computing on", os.environ["JAX_PROCESS_ID"])
+    return x * 2 + int(os.environ["JAX_PROCESS_ID"])
+
+
+def _raise_on_1() -> str:
+    if os.environ["JAX_PROCESS_ID"] == "1":
+        raise ValueError("boom on host one")
+    return "fine"
+
+
+def test_call_returns_values_in_process_order(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert multihost.call(_twice_plus_id, 10, local=2) == [20, 21]
+    assert "[s0/w1] computing on 1" in capsys.readouterr().out
+    assert multihost.call(lambda **kw: sorted(kw), local=1, kwargs={"b": 1, "a": 2}) == [["a", "b"]]
+
+
+def test_call_raising_on_a_host(home: Path) -> None:
+    with pytest.raises(multihost.RemoteCallError) as info:
+        multihost.call(_raise_on_1, local=2, fail_fast=False, stream="none")
+    err = info.value
+    assert err.host.name == "s0/w1"
+    assert "ValueError: boom on host one" in str(err)
+    assert "remote traceback (s0/w1)" in str(err)
+    assert "in _raise_on_1" in str(err)
+    assert [(o.host.name, o.ok, o.value) for o in err.results] == [
+        ("s0/w0", True, "fine"), ("s0/w1", False, None),
+    ]  # fmt: skip
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="no /usr/bin/python3")
+def test_call_without_cloudpickle_on_the_host_says_so(home: Path) -> None:
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import cloudpickle"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("/usr/bin/python3 has cloudpickle")
+    with pytest.raises(multihost.RemoteCallError, match="cloudpickle is not installed"):
+        multihost.call(int, local=1, python="/usr/bin/python3", stream="none")
+
+
+def test_runner_refuses_another_python_minor(tmp_path: Path) -> None:
+    """The host-side script itself, as a host runs it: a version mismatch is said plainly."""
+    code, run = tmp_path / "code" / "h", tmp_path / "runs" / "r"
+    code.mkdir(parents=True)
+    run.mkdir(parents=True)
+    (code / SCRIPT).write_text(RUNNER)
+    (code / "_multihost_call.pkl").write_bytes(pickle.dumps({"python": (3, 1), "call": b""}))
+    env = {**os.environ, "MULTIHOST_RUN": "r"}
+    res = subprocess.run([sys.executable, SCRIPT], cwd=code, env=env, capture_output=True)
+    assert res.returncode == 3
+    error = pickle.loads((run / "call.out").read_bytes())["error"]
+    assert "Python version mismatch" in error
+    assert "pickled by Python 3.1" in error
+
+
+def test_status_attach_kill(home: Path, tmp_path: Path) -> None:
+    r = multihost.run("sleep 30", local=2, detach=True, run_name="bg", grace=2)
+    assert [s.state for s in multihost.status("bg")] == [multihost.State.RUNNING] * 2
+    killed = multihost.kill("bg", grace=2)
+    assert [h.state for h in killed.hosts] == [multihost.State.KILLED] * 2
+    assert [s.state for s in multihost.status("bg")] == [multihost.State.KILLED] * 2
+    assert r.run_name == "bg"
+    multihost.run("sleep 0.5; echo late $JAX_PROCESS_ID", local=2, detach=True, run_name="att")
+    lines: list[tuple[str, str]] = []
+    done = multihost.attach("att", on_output=lambda h, line: lines.append((h, line)))
+    assert done.ok
+    assert sorted(lines) == [("s0/w0", "late 0"), ("s0/w1", "late 1")]
+    with pytest.raises(multihost.UsageError, match="no run 'nope'"):
+        multihost.status("nope")
+    shutil.rmtree(tmp_path / "logs")
