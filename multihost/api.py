@@ -7,6 +7,7 @@ Every blocking function works both in a plain script and inside a running event 
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Mapping
@@ -143,29 +144,68 @@ def output_events(
     return handle
 
 
-def blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def blocking(
+    make: Callable[[], Coroutine[Any, Any, T]], interrupt: Callable[[], None] | None = None
+) -> T:
     """``asyncio.run(make())``; inside a running event loop (Jupyter), the same on a private
     loop in a worker thread, blocking until it is done. ``make`` is only called where the
-    coroutine is run, so none is ever left un-awaited."""
+    coroutine is run, so none is ever left un-awaited.
+
+    With ``interrupt`` (a supervisor's), Ctrl-C (a kernel interrupt) asks it to stop every
+    host and the call then returns what it returns; a second Ctrl-C leaves at once.
+    """
+    box: dict[str, Any] = {}
+
+    async def main() -> T:
+        loop = box["loop"] = asyncio.get_running_loop()
+        hook = threading.current_thread() is threading.main_thread()
+        if hook and interrupt is not None:
+            loop.add_signal_handler(signal.SIGINT, _once, loop, interrupt)
+        try:
+            return await make()
+        finally:
+            if hook and interrupt is not None:
+                loop.remove_signal_handler(signal.SIGINT)
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(make())
-    box: dict[str, Any] = {}
+        return asyncio.run(main())
+
+    finished = threading.Event()  # not Thread.join: an interrupted join can report the end
 
     def work() -> None:
         try:
-            box["value"] = asyncio.run(make())
+            box["value"] = asyncio.run(main())
         except BaseException as exc:  # handed to the caller's thread below
             box["error"] = exc
+        finally:
+            finished.set()
 
-    thread = threading.Thread(target=work, name="multihost", daemon=True)
-    thread.start()
-    thread.join()
+    threading.Thread(target=work, name="multihost", daemon=True).start()
+    stopping = False
+    while not finished.is_set():
+        try:
+            finished.wait()
+        except KeyboardInterrupt:
+            if stopping or interrupt is None or "loop" not in box:
+                raise
+            stopping = True
+            print("multihost: interrupted: stopping every host (again to leave now)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            box["loop"].call_soon_threadsafe(interrupt)
     if "error" in box:
         raise box["error"]
     value: T = box["value"]
     return value
+
+
+def _once(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None]) -> None:
+    """The first Ctrl-C stops every host; the next one is a KeyboardInterrupt again."""
+    print("multihost: interrupted: stopping every host (again to leave now)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    loop.remove_signal_handler(signal.SIGINT)
+    interrupt()
 
 
 async def run_async(command: str, **options: Any) -> RunResult:
@@ -185,7 +225,8 @@ def run(command: str, **options: Any) -> RunResult:
     ``fail_fast=``, ``log_dir=``, ``detach=``, ...). An unknown keyword is a TypeError.
     """
     plan = plan_run(command, options)  # checked here, so that a bad keyword fails at once
-    return blocking(lambda: Run(plan.fleet, plan.job, plan.options, plan.on_event).execute())
+    runner = Run(plan.fleet, plan.job, plan.options, plan.on_event)
+    return blocking(runner.execute, runner.interrupt)
 
 
 def _record(run_name: str, log_dir: str | Path | None) -> tuple[Path, Path, Any]:
@@ -226,8 +267,8 @@ def attach(
     """Follow an existing run from where its local logs end, to every host's exit."""
     logs, _, record = _record(run_name, log_dir)
     options = options_from_record(record, logs, reconnect_timeout=reconnect_timeout)
-    events = output_events(stream, on_output, None)
-    return blocking(lambda: Attach(record, options, events).execute())
+    runner = Attach(record, options, output_events(stream, on_output, None))
+    return blocking(runner.execute, runner.interrupt)
 
 
 def kill(

@@ -122,11 +122,15 @@ def call(
             "call",
         )  # fmt: skip
 
-        async def go() -> tuple[RunResult, list[CallResult]]:
-            result = await Run(plan.fleet, plan.job, plan.options, plan.on_event).execute()
-            return result, await fetch(result, plan)
+        runner = Run(plan.fleet, plan.job, plan.options, plan.on_event)
 
-        run_result, outcomes = blocking(go)
+        async def go() -> tuple[RunResult, list[CallResult]]:
+            result = await runner.execute()
+            return result, [] if result.interrupted else await fetch(result, plan)
+
+        run_result, outcomes = blocking(go, runner.interrupt)
+    if run_result.interrupted:
+        raise KeyboardInterrupt(f"multihost.call interrupted; run {run_result.run_name} stopped")
     failed = [o for o in outcomes if not o.ok]
     if failed:
         first = _first_failure(run_result, failed)

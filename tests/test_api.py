@@ -7,8 +7,10 @@ import asyncio
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,27 @@ def test_status_attach_kill(home: Path, tmp_path: Path) -> None:
     with pytest.raises(multihost.UsageError, match="no run 'nope'"):
         multihost.status("nope")
     shutil.rmtree(tmp_path / "logs")
+
+
+def _interrupt_soon(delay: float = 1.5) -> None:
+    """Ctrl-C as a kernel interrupt delivers it: SIGINT to this process's main thread."""
+    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+
+def test_ctrl_c_stops_every_host_in_a_script_and_inside_a_loop(home: Path) -> None:
+    _interrupt_soon()
+    plain = multihost.run("sleep 30", local=2, stream="none", grace=2)
+    loop = asyncio.new_event_loop()  # a loop as Jupyter's: no SIGINT handler of its own
+
+    async def inside() -> multihost.RunResult:
+        _interrupt_soon()
+        return multihost.run("sleep 30", local=2, stream="none", grace=2)
+
+    try:
+        in_loop = loop.run_until_complete(inside())
+    finally:
+        loop.close()
+    for r in (plain, in_loop):
+        assert r.interrupted
+        assert r.exit_code == 130
+        assert [h.state for h in r.hosts] == [multihost.State.KILLED] * 2
