@@ -58,6 +58,12 @@ except ImportError:
             "traceback": ""}, 3)
 try:
     fn, args, kwargs = cloudpickle.loads(meta["call"])
+except ImportError as exc:
+    finish({"error": "%s: %s (functions from your own modules are pickled by reference: "
+            "make the module importable on the hosts, or cloudpickle.register_pickle_by_value"
+            "(module) before calling)" % (type(exc).__name__, exc),
+            "traceback": traceback.format_exc()}, 1)
+try:
     value = cloudpickle.dumps(fn(*args, **kwargs))
 except BaseException as exc:
     sys.stdout.flush()
