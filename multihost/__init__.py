@@ -30,6 +30,7 @@ __all__ = [
     "RunResult",
     "SSHOptions",
     "State",
+    "SweepResult",
     "UsageError",
     "attach",
     "call",
@@ -37,6 +38,7 @@ __all__ = [
     "make_fleet",
     "run",
     "run_async",
+    "run_sweep",
     "status",
 ]
 
@@ -45,6 +47,7 @@ _WHERE = {
         ("attach", "kill", "make_fleet", "run", "run_async", "status"), "multihost.api"
     ),
     **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
+    **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.sweep.api"),
     **dict.fromkeys(
         (
             "ConnectError",
@@ -88,6 +91,7 @@ if TYPE_CHECKING:
     from multihost.remote_call import CallResult, call
     from multihost.runs import HostStatus
     from multihost.runstate import RunOptions
+    from multihost.sweep.api import SweepResult, run_sweep
     from multihost.transport import SSHOptions
 
 

@@ -78,9 +78,12 @@ class Plan:
     on_event: Callable[[Event], None]
 
 
-def plan_run(command: str, kwargs: Mapping[str, Any], function: str = "run") -> Plan:
-    """Keyword arguments (checked) → fleet, job, options: the CLI's layering, as values."""
-    check_options(function, kwargs)
+def plan_run(
+    command: str, kwargs: Mapping[str, Any], function: str = "run", extra: tuple[str, ...] = ()
+) -> Plan:
+    """Keyword arguments (checked; ``extra`` are the caller's own) → fleet, job, options: the
+    CLI's layering, as values."""
+    check_options(function, kwargs, extra)
     kw = dict(kwargs)
     hosts = kw.pop("hosts", None)
     spec_kw = {n: kw.pop(n) for n in _FLEET if n in kw and n != "hosts"}

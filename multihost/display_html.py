@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
+from typing import TYPE_CHECKING, Any
 
 from multihost.model import HostResult, RunResult, State
+
+if TYPE_CHECKING:
+    from multihost.sweep.api import SweepResult
 
 COLUMNS = ("host", "address", "state", "exit", "time", "last output / reason")
 _COLOR = {State.DONE: "#1a7f37", State.KILLED: "#9a6700", State.RUNNING: "#0969da"}
@@ -75,3 +79,46 @@ def run_text(result: RunResult) -> str:
     ]
     logs = [f"logs: {result.log_dir}"] if result.log_dir else []
     return "\n".join([f"run {result.run_name}", *lines, verdict(result), *logs])
+
+
+def _metric(value: Any) -> str:
+    return "" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def sweep_rows(result: SweepResult) -> list[tuple[str, ...]]:
+    """Header and one row per point, best first (the CLI's sweep table)."""
+    rows = [("#", *result.grid_names, result.metric, "ok", "status / reason")]
+    for row in result.summary:
+        rank = "" if row.get("rank") is None else str(row["rank"])
+        values = (str(row["values"].get(n, "")) for n in result.grid_names)
+        rows.append((rank, *values, _metric(row.get("metric")), f"{row['n_ok']}/{row['n']}",
+                     str(row["status"])))  # fmt: skip
+    return rows
+
+
+def sweep_html(result: SweepResult) -> str:
+    """The ranked points as a table, the best row in bold."""
+    head, *rows = sweep_rows(result)
+    th = "".join(f"<th style='text-align:left'>{escape(c)}</th>" for c in head)
+    body = []
+    for row, data in zip(rows, result.summary, strict=True):
+        weight = "font-weight:bold;" if data.get("best") else ""
+        tds = "".join(f"<td style='text-align:left;{weight}'>{escape(c)}</td>" for c in row)
+        body.append(f"<tr>{tds}</tr>")
+    return (
+        f"<div class='multihost-sweep'><b>sweep {escape(result.name)}</b> by "
+        f"{escape(result.metric)}<table><thead><tr>{th}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table><small>results: {escape(str(result.dir))}"
+        "</small></div>"
+    )
+
+
+def sweep_text(result: SweepResult) -> str:
+    """The same as aligned plain text."""
+    rows = sweep_rows(result)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = [
+        "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip()
+        for r in rows
+    ]
+    return "\n".join([f"sweep {result.name} by {result.metric}", *lines, f"results: {result.dir}"])

@@ -107,7 +107,7 @@ def call(
     cloudpickle and the same Python minor version (``python=``, default ``python3``; for
     ``local=`` fleets this interpreter). Other keywords: as :func:`multihost.run`.
     """
-    check_options("call", options)
+    check_options("call", options, ("kwargs", "python"))
     if options.get("detach"):
         raise ValueError("call() waits for its values: detach=True is not possible")
     import cloudpickle

@@ -198,3 +198,22 @@ def test_ctrl_c_stops_every_host_in_a_script_and_inside_a_loop(home: Path) -> No
         assert r.interrupted
         assert r.exit_code == 130
         assert [h.state for h in r.hosts] == [multihost.State.KILLED] * 2
+
+
+def test_run_sweep_ranks_points(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = 'echo "MULTIHOST_RESULT {{\\"score\\": $(({a} * {b}))}}"'
+    result = multihost.run_sweep(
+        cmd, {"a": [1, 2, 3], "b": [5]}, where="a != 2", metric="score", local=1, run_name="sw"
+    )
+    assert [(r["values"], r["metric"], r["rank"]) for r in result.summary] == [
+        ({"a": 3, "b": 5}, 15, 1), ({"a": 1, "b": 5}, 5, 2),
+    ]  # fmt: skip
+    assert result.ok
+    assert result.best is not None
+    assert result.best["label"] == "a=3 b=5"
+    assert (result.dir / "results.jsonl").is_file()
+    assert "score=15" in capsys.readouterr().out
+    assert "<table>" in result._repr_html_()
+    assert str(result).splitlines()[1].split()[:4] == ["#", "a", "b", "score"]
+    with pytest.raises(TypeError, match=r"accepts: .*minimize"):
+        multihost.run_sweep(cmd, {"a": [1], "b": [1]}, local=1, minimise=True)

@@ -15,8 +15,8 @@ def test_exported_names() -> None:
         "CallResult", "ConnectError", "ConnectTimeout", "DiscoveryError", "Fleet", "Host",
         "HostError", "HostKeyError", "HostLost", "HostResult", "HostStatus", "InventoryError",
         "Job", "MultihostError", "RemoteCallError", "RemoteError", "RunOptions", "RunResult",
-        "SSHOptions", "State", "UsageError", "attach", "call", "kill", "make_fleet", "run",
-        "run_async", "status",
+        "SSHOptions", "State", "SweepResult", "UsageError", "attach", "call", "kill",
+        "make_fleet", "run", "run_async", "run_sweep", "status",
     ]  # fmt: skip
     for name in multihost.__all__:
         assert getattr(multihost, name) is not None
