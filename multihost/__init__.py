@@ -36,6 +36,7 @@ __all__ = [
     "call",
     "kill",
     "make_fleet",
+    "pull_logs",
     "run",
     "run_async",
     "run_sweep",
@@ -44,7 +45,7 @@ __all__ = [
 
 _WHERE = {
     **dict.fromkeys(
-        ("attach", "kill", "make_fleet", "run", "run_async", "status"), "multihost.api"
+        ("attach", "kill", "make_fleet", "pull_logs", "run", "run_async", "status"), "multihost.api"
     ),
     **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
     **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.sweep.api"),
@@ -73,7 +74,7 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from multihost.api import attach, kill, make_fleet, run, run_async, status
+    from multihost.api import attach, kill, make_fleet, pull_logs, run, run_async, status
     from multihost.errors import (
         ConnectError,
         ConnectTimeout,

@@ -18,7 +18,14 @@ from typing import Any, Literal, TypeVar
 from multihost.model import Fleet, Job, RunResult
 from multihost.plan import check_run_name, default_run_name
 from multihost.runner import Attach, Run, Stop
-from multihost.runs import HostStatus, find_run, host_statuses, mark_states, options_from_record
+from multihost.runs import (
+    HostStatus,
+    find_run,
+    host_statuses,
+    mark_states,
+    options_from_record,
+    sync_logs,
+)
 from multihost.runstate import Event, Note, RunOptions, default_log_dir
 from multihost.sources import FleetSpec, resolve, spec_fields
 from multihost.stream import Line
@@ -286,3 +293,14 @@ def kill(
     options = options_from_record(record, logs, grace=grace, reconnect_timeout=0.0)
     events = output_events("none", None, None)
     return blocking(lambda: Stop(record, options, events, signal=signal).execute())
+
+
+def pull_logs(run_name: str, *, log_dir: str | Path | None = None) -> dict[str, Path]:
+    """Bring each host's local log up to date (what ``multihost logs RUN`` does); returns the
+    local log of every host by name. A host that cannot be reached is said on stderr."""
+    logs, run_dir, record = _record(run_name, log_dir)
+    ssh = options_from_record(record, logs).ssh
+    for o in blocking(lambda: sync_logs(run_dir, record, ssh)):
+        if o.error:
+            print(f"multihost: {o.host.name}: {o.error.message}", file=sys.stderr, flush=True)
+    return {h.host.name: run_dir / h.log for h in record.hosts}

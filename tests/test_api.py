@@ -171,6 +171,9 @@ def test_status_attach_kill(home: Path, tmp_path: Path) -> None:
     done = multihost.attach("att", on_output=lambda h, line: lines.append((h, line)))
     assert done.ok
     assert sorted(lines) == [("s0/w0", "late 0"), ("s0/w1", "late 1")]
+    logs = multihost.pull_logs("att")
+    logs["s0/w1"].write_text("")  # a local log lost: pulled again from the host
+    assert multihost.pull_logs("att")["s0/w1"].read_text() == "late 1\n"
     with pytest.raises(multihost.UsageError, match="no run 'nope'"):
         multihost.status("nope")
     shutil.rmtree(tmp_path / "logs")

@@ -16,7 +16,7 @@ def test_exported_names() -> None:
         "HostError", "HostKeyError", "HostLost", "HostResult", "HostStatus", "InventoryError",
         "Job", "MultihostError", "RemoteCallError", "RemoteError", "RunOptions", "RunResult",
         "SSHOptions", "State", "SweepResult", "UsageError", "attach", "call", "kill",
-        "make_fleet", "run", "run_async", "run_sweep", "status",
+        "make_fleet", "pull_logs", "run", "run_async", "run_sweep", "status",
     ]  # fmt: skip
     for name in multihost.__all__:
         assert getattr(multihost, name) is not None
