@@ -221,7 +221,8 @@ def _once(loop: asyncio.AbstractEventLoop, interrupt: Callable[[], None]) -> Non
 async def run_async(command: str, **options: Any) -> RunResult:
     """Run ``command`` on every host at once; returns every host's result (never raises for
     one). Keywords: see :func:`run`."""
-    plan = plan_run(command, options, "run_async")
+    check_options("run_async", options)
+    plan = await asyncio.to_thread(plan_run, command, options, "run_async")  # may ask gcloud
     return await Run(plan.fleet, plan.job, plan.options, plan.on_event).execute()
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multihost.api import blocking, check_options, plan_run
+from multihost.api import Plan, blocking, check_options, plan_run
 from multihost.errors import RemoteCallError
 from multihost.fanout import on_every_host
 from multihost.model import Host, RunResult
@@ -110,6 +110,11 @@ def call(
     check_options("call", options, ("kwargs", "python"))
     if options.get("detach"):
         raise ValueError("call() waits for its values: detach=True is not possible")
+    if "script_dir" in options:
+        raise ValueError(
+            "call() stages its own code dir (the function travels by value); "
+            "script_dir= is not accepted"
+        )
     import cloudpickle
 
     payload = {"python": sys.version_info[:2], "call": cloudpickle.dumps((fn, args, kwargs or {}))}
@@ -144,7 +149,7 @@ def call(
     return [o.value for o in outcomes]
 
 
-async def fetch(result: RunResult, plan: Any) -> list[CallResult]:
+async def fetch(result: RunResult, plan: Plan) -> list[CallResult]:
     """Each host's ``call.out``, read over the transport; a missing one says why."""
     code_hash = ""  # only the run dir is read: the code hash does not enter its path
     by_pid = {r.host.process_id: r for r in result.hosts}
