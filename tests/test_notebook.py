@@ -59,6 +59,9 @@ def test_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ran, called, raised = nb.cells[1], nb.cells[2], nb.cells[3]
 
     assert not [o for c in nb.cells[:3] for o in c.outputs if o["output_type"] == "error"]
+    everything = "".join(_text(c.outputs) for c in nb.cells)
+    assert "never awaited" not in everything
+    assert "cannot be called from a running event loop" not in everything
     out = _text(ran.outputs)
     assert "[s0/w0] hi 0" in out
     assert "[s0/w1] hi 1" in out
