@@ -13,7 +13,7 @@ import pickle
 import shlex
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +125,15 @@ def call(
         code = Path(tmp)
         (code / SCRIPT).write_text(RUNNER)
         (code / PAYLOAD).write_bytes(pickle.dumps(payload, protocol=4))
-        interpreter = python or (sys.executable if local else "python3")
         plan = plan_run(
-            f"{shlex.quote(interpreter)} {SCRIPT}",
+            "",
             {"run_name": f"call-{default_run_name()}", **options, **fleet_kw,
              "script_dir": code, "timeout": timeout},
             "call",
         )  # fmt: skip
-
+        interpreter = python or (sys.executable if plan.fleet.local else "python3")
+        job = replace(plan.job, command=f"{shlex.quote(interpreter)} {SCRIPT}")
+        plan = replace(plan, job=job)
         runner = Run(plan.fleet, plan.job, plan.options, plan.on_event)
 
         async def go() -> tuple[RunResult, list[CallResult]]:
