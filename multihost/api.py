@@ -114,6 +114,8 @@ def plan_run(
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
     if ssh_config is not None:
+        if not Path(ssh_config).expanduser().is_file():
+            raise ValueError(f"ssh config {ssh_config} does not exist")
         ssh = replace(ssh, config=(Path(ssh_config).expanduser(),))
     on_event = output_events(kw.pop("stream", "all"), kw.pop("on_output", None),
                              kw.pop("on_event", None))  # fmt: skip

@@ -65,6 +65,10 @@ def test_unknown_keyword_names_it_and_the_accepted_ones(home: Path) -> None:
         multihost.run("true", local=1, fail_fats=False)
     for accepted in ("fail_fast", "prefix", "ssh_config", "env", "script_dir", "timeout", "zone"):
         assert accepted in str(info.value)
+    with pytest.raises(ValueError, match="ssh config nope does not exist"):
+        multihost.run("true", hosts="h0", ssh_config="nope")
+    with pytest.raises(ValueError, match="script_dir= is not accepted"):
+        multihost.call(print, local=1, script_dir=".")
     with pytest.raises(TypeError, match=r"call\(\) got an unexpected keyword argument 'bogus'"):
         multihost.call(print, local=1, bogus=1)
 
