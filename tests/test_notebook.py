@@ -6,6 +6,8 @@ where prints from the hosts must reach the cell, and where results render as HTM
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,12 @@ def test_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    # "python3" is this interpreter, whatever kernels the machine has installed
+    spec = tmp_path / "jupyter" / "kernels" / "python3" / "kernel.json"
+    spec.parent.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec.write_text(json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
     nb = nbformat.v4.new_notebook()
     setup = f"CODE = {str(tmp_path / 'code')!r}\n"
     nb.cells = [nbformat.v4.new_code_cell(setup + CELLS[0])]
