@@ -170,7 +170,11 @@ async def fetch(result: RunResult, plan: Plan) -> list[CallResult]:
             continue
         data = pickle.loads(o.value)
         if "value" in data:
-            outcomes.append(CallResult(o.host, value=pickle.loads(data["value"])))
+            try:
+                outcomes.append(CallResult(o.host, value=pickle.loads(data["value"])))
+            except Exception as exc:  # e.g. an object of a module only the host has
+                why = f"its return value cannot be unpickled here: {type(exc).__name__}: {exc}"
+                outcomes.append(CallResult(o.host, error=why))
         else:
             outcomes.append(CallResult(o.host, error=data["error"], traceback=data["traceback"]))
     return outcomes

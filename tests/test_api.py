@@ -224,3 +224,17 @@ def test_run_sweep_ranks_points(home: Path, capsys: pytest.CaptureFixture[str]) 
     assert str(result).splitlines()[1].split()[:4] == ["#", "a", "b", "score"]
     with pytest.raises(TypeError, match=r"accepts: .*minimize"):
         multihost.run_sweep(cmd, {"a": [1], "b": [1]}, local=1, minimise=True)
+
+
+def _host_only_value() -> object:
+    import only_on_the_host  # type: ignore[import-not-found]
+
+    return only_on_the_host.Thing()
+
+
+def test_call_value_that_cannot_come_back_is_said(home: Path, tmp_path: Path) -> None:
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "only_on_the_host.py").write_text("class Thing:\n    pass\n")
+    path = f"{tmp_path / 'mods'}:{Path(__file__).resolve().parent.parent}"
+    with pytest.raises(multihost.RemoteCallError, match="cannot be unpickled here"):
+        multihost.call(_host_only_value, local=1, stream="none", env={"PYTHONPATH": path})
