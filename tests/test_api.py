@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 import multihost
+from multihost.api import plan_run
 from multihost.plan import check_run_name, default_run_name
 from multihost.remote_call import RUNNER, SCRIPT
+from tests.gcloud_fixtures import FAKE_GCLOUD_DIR, FIXTURE_DIR
 
 
 @pytest.fixture
@@ -238,3 +240,24 @@ def test_call_value_that_cannot_come_back_is_said(home: Path, tmp_path: Path) ->
     path = f"{tmp_path / 'mods'}:{Path(__file__).resolve().parent.parent}"
     with pytest.raises(multihost.RemoteCallError, match="cannot be unpickled here"):
         multihost.call(_host_only_value, local=1, stream="none", env={"PYTHONPATH": path})
+
+
+def test_prefix_keywords_reach_discovery_and_cloud_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``prefix=`` (with project/zone/ip/user) resolves through gcloud as the CLI's flags do,
+    with the cloud defaults: trust on first use, the gcloud key, stale-holder warnings."""
+    monkeypatch.setenv("PATH", f"{FAKE_GCLOUD_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_GCLOUD_LOG", str(tmp_path / "gcloud.log"))
+    monkeypatch.setenv("FAKE_GCLOUD_NODES", str(FIXTURE_DIR / "myqr.json"))
+    plan = plan_run("true", {"prefix": "myqr", "project": "p", "zone": "z", "ip": "internal",
+                             "user": "ml", "script_dir": tmp_path})  # fmt: skip
+    assert len(plan.fleet) == 4
+    assert plan.fleet.num_slices == 2
+    assert {h.user for h in plan.fleet} == {"ml"}
+    assert plan.options.ssh.host_keys == "accept-new"
+    assert plan.options.ssh.fallback_identity == "~/.ssh/google_compute_engine"
+    assert plan.options.stale == "warn"
+    call = (tmp_path / "gcloud.log").read_text()
+    assert '"--project", "p"' in call
+    assert '"--zone", "z"' in call
