@@ -261,3 +261,14 @@ def test_prefix_keywords_reach_discovery_and_cloud_defaults(
     call = (tmp_path / "gcloud.log").read_text()
     assert '"--project", "p"' in call
     assert '"--zone", "z"' in call
+
+
+def test_import_is_light_and_results_render_without_rich() -> None:
+    code = (
+        "import sys, multihost; heavy = ('asyncssh', 'rich', 'cloudpickle')\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'import multihost'\n"
+        "from multihost import display_html, model\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'display_html'\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
