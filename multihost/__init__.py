@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "CallResult",
     "ConnectError",
     "ConnectTimeout",
     "DiscoveryError",
@@ -19,22 +20,38 @@ __all__ = [
     "HostKeyError",
     "HostLost",
     "HostResult",
+    "HostStatus",
     "InventoryError",
     "Job",
     "MultihostError",
+    "RemoteCallError",
     "RemoteError",
     "RunOptions",
     "RunResult",
     "SSHOptions",
+    "StackReport",
     "State",
+    "SweepResult",
     "UsageError",
+    "attach",
+    "call",
+    "kill",
     "make_fleet",
+    "pull_logs",
     "run",
     "run_async",
+    "run_sweep",
+    "stacks",
+    "status",
 ]
 
 _WHERE = {
-    **dict.fromkeys(("make_fleet", "run", "run_async"), "multihost.api"),
+    **dict.fromkeys(
+        ("attach", "kill", "make_fleet", "pull_logs", "run", "run_async", "stacks", "status"),
+        "multihost.api",
+    ),
+    **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
+    **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.sweep.api"),
     **dict.fromkeys(
         (
             "ConnectError",
@@ -45,6 +62,7 @@ _WHERE = {
             "HostLost",
             "InventoryError",
             "MultihostError",
+            "RemoteCallError",
             "RemoteError",
             "UsageError",
         ),
@@ -53,12 +71,24 @@ _WHERE = {
     **dict.fromkeys(
         ("Fleet", "Host", "HostResult", "Job", "RunResult", "State"), "multihost.model"
     ),
+    "HostStatus": "multihost.runs",
+    "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.runstate",
     "SSHOptions": "multihost.transport",
 }
 
 if TYPE_CHECKING:
-    from multihost.api import make_fleet, run, run_async
+    from multihost.api import (
+        attach,
+        kill,
+        make_fleet,
+        pull_logs,
+        run,
+        run_async,
+        stacks,
+        status,
+    )
+    from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
         ConnectError,
         ConnectTimeout,
@@ -68,11 +98,15 @@ if TYPE_CHECKING:
         HostLost,
         InventoryError,
         MultihostError,
+        RemoteCallError,
         RemoteError,
         UsageError,
     )
     from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
+    from multihost.remote_call import CallResult, call
+    from multihost.runs import HostStatus
     from multihost.runstate import RunOptions
+    from multihost.sweep.api import SweepResult, run_sweep
     from multihost.transport import SSHOptions
 
 

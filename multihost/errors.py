@@ -9,15 +9,16 @@ MultihostError
       │    ├── HostKeyError    the host key is unknown or does not match
       │    └── ConnectTimeout  (also a TimeoutError)
       ├── RemoteError          a step the runner ran on the host failed
+      ├── RemoteCallError      a function sent by multihost.call raised there (.results)
       └── HostLost             the connection went away and did not come back
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from multihost.model import Host
+    from multihost.model import Host, RunResult
 
 
 class MultihostError(Exception):
@@ -59,6 +60,18 @@ class ConnectTimeout(ConnectError, TimeoutError):
 
 class RemoteError(HostError):
     """A command the runner itself ran on the host failed."""
+
+
+class RemoteCallError(HostError):
+    """A function sent by ``multihost.call`` raised on a host (the first that failed); the
+    message carries its remote traceback, ``.results`` every host's outcome."""
+
+    def __init__(
+        self, host: Host, message: str, results: tuple[Any, ...], run: RunResult | None = None
+    ) -> None:
+        super().__init__(host, message)
+        self.results = results
+        self.run = run
 
 
 class HostLost(HostError):

@@ -7,6 +7,7 @@ import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from multihost.defaults import DEFAULTS
 
@@ -145,10 +146,26 @@ class HostResult:
     ended_at: float | None = None
     bytes_sent: int = 0
     last_line: str = ""
+    log: Path | None = field(default=None, compare=False)  # the local copy of its output
 
     @property
     def ok(self) -> bool:
         return self.state is State.DONE
+
+    def result(self) -> dict[str, Any] | None:
+        """The last ``MULTIHOST_RESULT {json}`` object in this host's local log (reads it)."""
+        from multihost.sweep.results import read_result
+
+        return None if self.log is None else read_result(self.log)
+
+    def __repr__(self) -> str:
+        outcome = f" {self.reason}" if self.reason else ""
+        return f"<HostResult {self.host.name} {self.state}{outcome}>"
+
+    def _repr_html_(self) -> str:
+        from multihost.display_html import host_html
+
+        return host_html(self)
 
     @property
     def duration(self) -> float | None:
@@ -204,3 +221,23 @@ class RunResult:
         if self.interrupted:
             return 130
         return 0 if self.ok else 1
+
+    def result(self) -> dict[str, Any] | None:
+        """Process 0's last ``MULTIHOST_RESULT {json}`` object (read from its local log), or
+        None when it printed none."""
+        first = min(self.hosts, key=lambda r: r.host.process_id, default=None)
+        return None if first is None else first.result()
+
+    def __repr__(self) -> str:
+        hosts = ", ".join(f"{r.host.name} {r.state}" for r in self.hosts)
+        return f"<RunResult {self.run_name}: exit {self.exit_code}; {hosts}>"
+
+    def __str__(self) -> str:
+        from multihost.display_html import run_text
+
+        return run_text(self)
+
+    def _repr_html_(self) -> str:
+        from multihost.display_html import run_html
+
+        return run_html(self)

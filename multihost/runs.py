@@ -16,6 +16,7 @@ from multihost.model import Host, State
 from multihost.plan import Paths, clean_command, status_command
 from multihost.record import (
     MANIFEST,
+    HostRecord,
     RecordError,
     RunRecord,
     read_record,
@@ -83,6 +84,13 @@ class HostStatus:
     log_bytes: int
     last_line: str
     log_mtime: float | None = None  # when the log last grew (host clock)
+    error: str | None = None  # why the host could not be asked (its state is then the record's)
+
+    @classmethod
+    def of_record(cls, h: HostRecord) -> HostStatus:
+        """What run.json last recorded for a host."""
+        return cls(h.host, h.state, h.exit_code, h.started_at, h.ended_at, None, 0,
+                   h.error or h.last_line)  # fmt: skip
 
 
 def parse_status(host: Host, text: str) -> HostStatus:

@@ -106,4 +106,5 @@ class Slot:
             ended_at=self.exit.ended_at if self.exit else None,
             bytes_sent=self.bytes_sent,
             last_line=self.sink.last_line if self.sink else "",
+            log=self.sink.path if self.sink else None,
         )

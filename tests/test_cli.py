@@ -14,10 +14,11 @@ from tests.clitools import cli
 
 def test_exported_names() -> None:
     assert sorted(multihost.__all__) == [
-        "ConnectError", "ConnectTimeout", "DiscoveryError", "Fleet", "Host", "HostError",
-        "HostKeyError", "HostLost", "HostResult", "InventoryError", "Job", "MultihostError",
-        "RemoteError", "RunOptions", "RunResult", "SSHOptions", "State", "UsageError",
-        "make_fleet", "run", "run_async",
+        "CallResult", "ConnectError", "ConnectTimeout", "DiscoveryError", "Fleet", "Host",
+        "HostError", "HostKeyError", "HostLost", "HostResult", "HostStatus", "InventoryError",
+        "Job", "MultihostError", "RemoteCallError", "RemoteError", "RunOptions", "RunResult",
+        "SSHOptions", "StackReport", "State", "SweepResult", "UsageError", "attach", "call",
+        "kill", "make_fleet", "pull_logs", "run", "run_async", "run_sweep", "stacks", "status",
     ]  # fmt: skip
     for name in multihost.__all__:
         assert getattr(multihost, name) is not None

@@ -52,7 +52,7 @@ def test_hook_dumps_every_thread_on_signal(tmp_path: Path) -> None:
     try:
         ready = tmp_path / "hook" / f"{proc.pid}.ready"
         wait_for(ready.exists, 20, "the hook to register")
-        time.sleep(0.3)  # into step()
+        time.sleep(1.0)  # into step()
         proc.send_signal(signal.SIGUSR2)
         dump = tmp_path / "hook" / f"{proc.pid}.txt"
         wait_for(lambda: dump.stat().st_size > 0, 10, "the dump")

@@ -53,7 +53,7 @@ class Where:
         return found
 
 
-@pytest.fixture(params=["local", "ssh"])
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.ssh)])
 def where(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Where:
     """Each fault case once over ``--local`` and once over the first hosts of the sshd fleet."""
     if request.param == "local":

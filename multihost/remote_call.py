@@ -1,0 +1,194 @@
+"""The notebook path: send a Python function by value to every host, run it there, bring back
+what it returned (or raised).
+
+``call`` cloudpickles ``(fn, args, kwargs)`` into a small staged code dir with a runner script,
+runs ``python _multihost_call.py`` on every host through the normal pipeline (same env as
+``run``), and each host writes its outcome to ``call.out`` in its run dir, which is fetched
+afterwards over the same transport (so memory is one return value per host, not the log).
+"""
+
+from __future__ import annotations
+
+import pickle
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from multihost.api import Plan, blocking, check_options, plan_run
+from multihost.errors import RemoteCallError
+from multihost.fanout import on_every_host
+from multihost.model import Host, RunResult
+from multihost.plan import Paths, shell_path
+from multihost.runner import Run
+from multihost.runstate import default_run_name
+from multihost.transport import Connection
+
+SCRIPT = "_multihost_call.py"
+PAYLOAD = "_multihost_call.pkl"
+OUTCOME = "call.out"  # in the host's run dir
+# Runs on each host with the staged dir as its cwd; writes its outcome to ../../runs/$RUN/.
+RUNNER = r'''"""multihost call: load the function, run it, write its outcome to the run dir."""
+import os, pickle, sys, traceback
+
+out = os.path.join(os.getcwd(), "..", "..", "runs", os.environ["MULTIHOST_RUN"], "call.out")
+
+
+def finish(outcome, code):
+    with open(out + ".tmp", "wb") as f:
+        pickle.dump(outcome, f, protocol=4)
+    os.replace(out + ".tmp", out)
+    sys.exit(code)
+
+
+with open("_multihost_call.pkl", "rb") as f:
+    meta = pickle.load(f)
+here = tuple(sys.version_info[:2])
+if here != tuple(meta["python"]):
+    finish({"error": "Python version mismatch: this host runs %s (%s) but the function was "
+            "pickled by Python %d.%d; cloudpickle needs the same minor version (call(..., "
+            "python=) picks the interpreter)" % (".".join(map(str, here)), sys.executable,
+            *meta["python"]), "traceback": ""}, 3)
+try:
+    import cloudpickle
+except ImportError:
+    finish({"error": "cloudpickle is not installed for %s on this host "
+            "(pip install cloudpickle, or multihost[payloads])" % sys.executable,
+            "traceback": ""}, 3)
+try:
+    fn, args, kwargs = cloudpickle.loads(meta["call"])
+except ImportError as exc:
+    finish({"error": "%s: %s (functions from your own modules are pickled by reference: "
+            "make the module importable on the hosts, or cloudpickle.register_pickle_by_value"
+            "(module) before calling)" % (type(exc).__name__, exc),
+            "traceback": traceback.format_exc()}, 1)
+try:
+    value = cloudpickle.dumps(fn(*args, **kwargs))
+except BaseException as exc:
+    sys.stdout.flush()
+    traceback.print_exc()
+    finish({"error": "%s: %s" % (type(exc).__name__, exc), "traceback": traceback.format_exc()}, 1)
+sys.stdout.flush()
+finish({"value": value}, 0)
+'''
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One host's outcome of :func:`call`: its return value, or what it raised and where."""
+
+    host: Host
+    value: Any = None
+    error: str | None = None  # "ValueError: boom", or why no value came back
+    traceback: str = ""  # the remote traceback, as text
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def call(
+    fn: Any,
+    *args: Any,
+    hosts: Any = None,
+    prefix: str | None = None,
+    local: int | None = None,
+    timeout: float | None = None,
+    python: str | None = None,
+    kwargs: dict[str, Any] | None = None,
+    **options: Any,
+) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` on every host (JAX env set, prints streamed with host
+    prefixes) and return each host's value in process order.
+
+    If any host raised, a :class:`RemoteCallError` names the first failing one with its remote
+    traceback; its ``.results`` holds every host's :class:`CallResult`. The hosts need
+    cloudpickle and the same Python minor version (``python=``, default ``python3``; for
+    ``local=`` fleets this interpreter). Other keywords: as :func:`multihost.run`.
+    """
+    check_options("call", options, ("kwargs", "python"))
+    if options.get("detach"):
+        raise ValueError("call() waits for its values: detach=True is not possible")
+    if "script_dir" in options:
+        raise ValueError(
+            "call() stages its own code dir (the function travels by value); "
+            "script_dir= is not accepted"
+        )
+    import cloudpickle
+
+    payload = {"python": sys.version_info[:2], "call": cloudpickle.dumps((fn, args, kwargs or {}))}
+    fleet_kw = {
+        k: v for k, v in (("hosts", hosts), ("prefix", prefix), ("local", local)) if v is not None
+    }
+    with tempfile.TemporaryDirectory(prefix="multihost-call-") as tmp:
+        code = Path(tmp)
+        (code / SCRIPT).write_text(RUNNER)
+        (code / PAYLOAD).write_bytes(pickle.dumps(payload, protocol=4))
+        plan = plan_run(
+            "",
+            {"run_name": f"call-{default_run_name()}", **options, **fleet_kw,
+             "script_dir": code, "timeout": timeout},
+            "call",
+        )  # fmt: skip
+        interpreter = python or (sys.executable if plan.fleet.local else "python3")
+        job = replace(plan.job, command=f"{shlex.quote(interpreter)} {SCRIPT}")
+        plan = replace(plan, job=job)
+        runner = Run(plan.fleet, plan.job, plan.options, plan.on_event)
+
+        async def go() -> tuple[RunResult, list[CallResult]]:
+            result = await runner.execute()
+            return result, [] if result.interrupted else await fetch(result, plan)
+
+        run_result, outcomes = blocking(go, runner.interrupt)
+    if run_result.interrupted:
+        raise KeyboardInterrupt(f"multihost.call interrupted; run {run_result.run_name} stopped")
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        first = _first_failure(run_result, failed)
+        raise RemoteCallError(first.host, _message(first), tuple(outcomes), run_result)
+    return [o.value for o in outcomes]
+
+
+async def fetch(result: RunResult, plan: Plan) -> list[CallResult]:
+    """Each host's ``call.out``, read over the transport; a missing one says why."""
+    code_hash = ""  # only the run dir is read: the code hash does not enter its path
+    by_pid = {r.host.process_id: r for r in result.hosts}
+
+    async def one(conn: Connection) -> bytes:
+        paths = Paths.for_host(conn.host, plan.job, code_hash)
+        res = await conn.run(f"cat {shell_path(paths.run)}/{OUTCOME} 2>/dev/null")
+        return res.stdout if res.exit_status == 0 else b""
+
+    fetched = await on_every_host(plan.fleet, plan.options.ssh, one)
+    outcomes = []
+    for o in fetched:
+        host_result = by_pid[o.host.process_id]
+        if not o.value:
+            why = host_result.reason or (o.error.message if o.error else "")
+            outcomes.append(CallResult(o.host, error=f"no outcome came back: {why or 'none'}"))
+            continue
+        data = pickle.loads(o.value)
+        if "value" in data:
+            try:
+                outcomes.append(CallResult(o.host, value=pickle.loads(data["value"])))
+            except Exception as exc:  # e.g. an object of a module only the host has
+                why = f"its return value cannot be unpickled here: {type(exc).__name__}: {exc}"
+                outcomes.append(CallResult(o.host, error=why))
+        else:
+            outcomes.append(CallResult(o.host, error=data["error"], traceback=data["traceback"]))
+    return outcomes
+
+
+def _first_failure(result: RunResult, failed: list[CallResult]) -> CallResult:
+    """The host that raised (over those stopped because of it); the first to end among them."""
+    raised = [o for o in failed if o.traceback] or failed
+    ended = {r.host.process_id: r.ended_at or float("inf") for r in result.hosts}
+    return min(raised, key=lambda o: (ended[o.host.process_id], o.host.process_id))
+
+
+def _message(o: CallResult) -> str:
+    if not o.traceback:
+        return str(o.error)
+    return f"{o.error}\n\nremote traceback ({o.host.name}):\n{o.traceback.rstrip()}"

@@ -1,0 +1,114 @@
+"""``multihost.run_sweep``: the sweep command from Python, with its ranked summary as a value."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from multihost.api import blocking, plan_run
+from multihost.defaults import DEFAULTS
+from multihost.errors import UsageError
+from multihost.plan import check_run_name
+from multihost.runstate import default_run_name
+from multihost.sweep.grid import Where, _check_axis, check_template, expand
+from multihost.sweep.results import Record, Row, latest, summarize, write_chart
+from multihost.sweep.run import Sweep, SweepSpec
+
+SWEEP_OPTIONS = ("where", "metric", "minimize", "repeat", "point_timeout", "parallel", "resume")
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A sweep's points ranked by the metric's median (best first), and where its files are."""
+
+    name: str
+    dir: Path
+    metric: str
+    grid_names: tuple[str, ...]
+    summary: tuple[Row, ...]  # one row per point: values, metric, n_ok/n, status, rank, command
+    records: tuple[Record, ...]  # this session's runs, one per point and repeat
+    interrupted: bool = False
+    chart_problem: str | None = None  # why there is no sweep.png (None: it was written)
+
+    @property
+    def best(self) -> Row | None:
+        return self.summary[0] if self.summary and self.summary[0]["best"] else None
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and all(r["status"] == "ok" for r in self.summary)
+
+    def __repr__(self) -> str:
+        best = self.best
+        top = f"best {best['label']} {self.metric}={best['metric']}" if best else "no best point"
+        return f"<SweepResult {self.name}: {len(self.summary)} point(s); {top}>"
+
+    def __str__(self) -> str:
+        from multihost.display_html import sweep_text
+
+        return sweep_text(self)
+
+    def _repr_html_(self) -> str:
+        from multihost.display_html import sweep_html
+
+        return sweep_html(self)
+
+
+def run_sweep(
+    template: str,
+    grid: Mapping[str, Iterable[object]],
+    *,
+    where: str | None = None,
+    metric: str = "tflops_per_device",
+    minimize: bool = False,
+    repeat: int = 1,
+    point_timeout: float | None = None,
+    parallel: str = "none",
+    resume: bool = False,
+    on_record: Callable[[Record], None] | None = None,
+    **options: Any,
+) -> SweepResult:
+    """Run ``template`` once per grid point (``{name}`` filled in), rank the points by
+    process 0's ``MULTIHOST_RESULT`` ``metric``; keywords otherwise as :func:`multihost.run`
+    (``run_name=`` names the sweep; ``stream=`` defaults to "none"). Each finished point is
+    printed as one line, or handed to ``on_record``."""
+    axes: dict[str, tuple[str, ...]] = {}
+    for name, values in grid.items():
+        axes[name] = tuple(str(v) for v in values)
+        _check_axis(name, axes[name], f"grid {name!r}")
+    check_template(template, axes)
+    if resume and not options.get("run_name"):
+        raise UsageError("resume=True needs the run_name of the sweep to resume")
+    name = check_run_name(options.pop("run_name", None) or f"sweep-{default_run_name()}")
+    given = {"stream": "none", **options, "run_name": name}
+    plan = plan_run("", given, "run_sweep", (*SWEEP_OPTIONS, "on_record"))
+    spec = SweepSpec(
+        name=name, template=template,
+        points=tuple(expand(axes, Where.compile(where, list(axes)) if where else None)),
+        grid_names=tuple(axes), metric=metric, higher_is_better=not minimize, repeat=repeat,
+        point_timeout=point_timeout, resume=resume, parallel=parallel,
+    )  # fmt: skip
+    run_options = replace(
+        plan.options, timeout=None, fail_fast=True, reconnect_timeout=DEFAULTS.reconnect_timeout
+    )
+
+    def said(record: Record) -> None:
+        values = " ".join(f"{k}={v}" for k, v in record.values.items())
+        value = record.result.get(metric) if record.ok else None
+        shown = f"  {metric}={value}" if value is not None else ""
+        print(f"[{record.point}] {values} r{record.repeat} {record.status}{shown}", flush=True)
+
+    sweep = Sweep(plan.fleet, spec, plan.job, run_options, on_record or said, plan.on_event)
+    records = blocking(sweep.execute, sweep.interrupt)
+    rows = sweep.store.load()
+    sweep.store.write_csv(latest(rows), list(spec.grid_names))
+    summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
+    problem = write_chart(sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names,
+                          spec.higher_is_better)  # fmt: skip
+    return SweepResult(
+        name=name, dir=sweep.dir, metric=metric, grid_names=spec.grid_names,
+        summary=tuple(summary), records=tuple(records), interrupted=sweep.interrupted,
+        chart_problem=problem,
+    )  # fmt: skip

@@ -1,0 +1,88 @@
+"""The notebook path, as a user meets it: a real notebook executed on a real ipykernel.
+
+The kernel runs its own event loop, so this is where ``run`` must not call ``asyncio.run``,
+where prints from the hosts must reach the cell, and where results render as HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytest.importorskip("cloudpickle")
+
+CELLS = [
+    "import os\nimport multihost",
+    'r = multihost.run("echo hi $JAX_PROCESS_ID", local=2, script_dir=CODE)\n'
+    'print("exit", r.exit_code)\nr',
+    'multihost.call(lambda x: x * 2 + int(os.environ["JAX_PROCESS_ID"]), 10, local=2)',
+    "def boom():\n"
+    '    if os.environ["JAX_PROCESS_ID"] == "1":\n'
+    '        raise KeyError("no such shard")\n'
+    "    return 0\n"
+    "multihost.call(boom, local=2, fail_fast=False)",
+]
+
+
+def _text(outputs: list[Any]) -> str:
+    parts = []
+    for o in outputs:
+        if o["output_type"] == "stream":
+            parts.append(o["text"])
+        elif o["output_type"] in ("execute_result", "display_data"):
+            parts.append(o["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+def test_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "code").mkdir()
+    monkeypatch.setenv("HOME", str(home))  # the kernel and its local workers inherit these
+    monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    # "python3" is this interpreter, whatever kernels the machine has installed
+    spec = tmp_path / "jupyter" / "kernels" / "python3" / "kernel.json"
+    spec.parent.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec.write_text(json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    nb = nbformat.v4.new_notebook()
+    setup = f"CODE = {str(tmp_path / 'code')!r}\n"
+    nb.cells = [nbformat.v4.new_code_cell(setup + CELLS[0])]
+    nb.cells += [nbformat.v4.new_code_cell(src) for src in CELLS[1:]]
+    client = nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=60, allow_errors=True,
+        resources={"metadata": {"path": str(tmp_path)}},
+    )  # fmt: skip
+    client.execute()
+    ran, called, raised = nb.cells[1], nb.cells[2], nb.cells[3]
+
+    assert not [o for c in nb.cells[:3] for o in c.outputs if o["output_type"] == "error"]
+    everything = "".join(_text(c.outputs) for c in nb.cells)
+    assert "never awaited" not in everything
+    assert "cannot be called from a running event loop" not in everything
+    out = _text(ran.outputs)
+    assert "[s0/w0] hi 0" in out
+    assert "[s0/w1] hi 1" in out
+    assert "exit 0" in out
+    html = next(o for o in ran.outputs if o["output_type"] == "execute_result")["data"]
+    assert "<table>" in html["text/html"]
+    assert "s0/w1" in html["text/html"]
+
+    assert "[20, 21]" in _text(called.outputs)
+
+    errors = [o for o in raised.outputs if o["output_type"] == "error"]
+    assert len(errors) == 1
+    assert errors[0]["ename"] == "RemoteCallError"
+    assert errors[0]["evalue"].startswith("s0/w1 (local1): KeyError: 'no such shard'")
+    assert "remote traceback (s0/w1)" in errors[0]["evalue"]
+    assert "in boom" in errors[0]["evalue"]
