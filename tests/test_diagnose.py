@@ -216,3 +216,26 @@ def test_sigquit_in_the_live_run_prints_grouped_stacks(tmp_path: Path, monkeypat
     assert "stacks (on request)" in err
     assert "[s0/w0-1] ×2" in err
     assert "train.py:6 in step" in err
+
+
+def test_api_returns_grouped_stacks_as_data(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import multihost
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(PROGRAM)
+    logs = tmp_path / "logs"
+    multihost.run(f"{sys.executable} train.py", local=2, script_dir=code, run_name="api",
+                  log_dir=logs, detach=True, stream="none")  # fmt: skip
+    try:
+        hooks = ".cache/multihost/local/w*/runs/api/hook/*.ready"
+        wait_for(lambda: len(list(tmp_path.glob(hooks))) == 2, 30, "both hooks")
+        time.sleep(1.0)
+        report = multihost.stacks("api", log_dir=logs)
+    finally:
+        multihost.kill("api", log_dir=logs, grace=2)
+    [both] = report.groups
+    assert host_ranges(both.hosts) == "s0/w0-1"
+    assert str(both.frames[0]).endswith("train.py:6 in step")
+    assert report.stragglers == ()
