@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from rich.console import Console
 
+from multihost.cli_job import add_job_parser
 from multihost.errors import MultihostError, UsageError
 from multihost.tpu import IP_MODES
 
@@ -163,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h")
     clean.add_argument("--log-dir", type=Path, default=None)
     clean.add_argument("--dry-run", action="store_true")
+    add_job_parser(sub, _positive)
     return parser
 
 
@@ -171,6 +173,7 @@ COMMANDS: dict[str, str] = {
     "run": "cli_fleet", "hosts": "cli_fleet", "kill-stale": "cli_fleet", "forget": "cli_fleet",
     "attach": "cli_runs", "status": "cli_runs", "ls": "cli_runs", "logs": "cli_runs",
     "kill": "cli_runs", "clean": "cli_runs", "sweep": "cli_sweep",
+    "job": "cli_job",
 }  # fmt: skip
 
 

@@ -20,7 +20,8 @@ def gcloud(cloud: Cloud, *args: str, check: bool = True) -> subprocess.Completed
 
 
 SCRIPT = """#!/bin/sh
-md() { curl -sf -H 'Metadata-Flavor: Google' "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/$1"; }
+md() { curl -sf -H 'Metadata-Flavor: Google' \\
+  "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/$1"; }
 w=$(md attributes/agent-worker-number)
 echo "worker $w home=${HOME:-unset} user=$(id -un)" > /tmp/multihost-cloud-$(id -un)/out
 md attributes/tpu-env >> /tmp/multihost-cloud-$(id -un)/out
@@ -39,7 +40,8 @@ def test_queued_resource_lifecycle(cloud: Cloud, tmp_path) -> None:
     post = next(r for r in cloud.tpu.requests if r.method == "POST")
     assert post.path == f"/v2/projects/p/locations/{ZONE}/queuedResources"
     assert post.query["queuedResourceId"] == ["qr1"]
-    assert post.body is not None and "spot" in post.body
+    assert post.body is not None
+    assert "spot" in post.body
     spec = post.body["tpu"]["nodeSpec"][0]
     assert spec["multisliceParams"]["nodeCount"] == 2
     assert spec["node"]["metadata"]["startup-script"] == SCRIPT
@@ -64,7 +66,8 @@ def test_queued_resource_lifecycle(cloud: Cloud, tmp_path) -> None:
     time.sleep(0.5)
     gone = gcloud(cloud, "compute", "tpus", "queued-resources", "describe", "qr1",
                   "--zone", ZONE, check=False)  # fmt: skip
-    assert gone.returncode != 0 and "NOT_FOUND" in gone.stderr
+    assert gone.returncode != 0
+    assert "NOT_FOUND" in gone.stderr
 
 
 def test_storage_round_trip(cloud: Cloud, tmp_path) -> None:

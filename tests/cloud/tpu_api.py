@@ -188,7 +188,7 @@ class TpuApi:
             return 200, qr.to_json()
         if method == "DELETE":
             if qr.state == "ACTIVE" and query.get("force", ["false"])[0] != "true":
-                return _error(400, "the resource has nodes: delete with force", "FAILED_PRECONDITION")
+                return _error(400, "it has nodes: delete with force", "FAILED_PRECONDITION")
             self._set(qr, "DELETING")
             threading.Thread(target=self._delete, args=(qr,), daemon=True).start()
             return 200, _operation(ops + uuid.uuid4().hex)
@@ -230,9 +230,7 @@ class TpuApi:
                 self._release(qr)
                 return
             self._set(qr, "ACTIVE")
-        threads = [
-            threading.Thread(target=self.launch, args=(w, qr), daemon=True) for w in workers
-        ]
+        threads = [threading.Thread(target=self.launch, args=(w, qr), daemon=True) for w in workers]
         for t in threads:
             t.start()
         for t in threads:
