@@ -187,7 +187,7 @@ class TpuApi:
         if method == "GET":
             return 200, qr.to_json()
         if method == "DELETE":
-            if qr.state == "ACTIVE" and query.get("force", ["false"])[0] != "true":
+            if qr.state == "ACTIVE" and query.get("force", ["false"])[0].lower() != "true":
                 return _error(400, "it has nodes: delete with force", "FAILED_PRECONDITION")
             self._set(qr, "DELETING")
             threading.Thread(target=self._delete, args=(qr,), daemon=True).start()
