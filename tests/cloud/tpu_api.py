@@ -310,7 +310,7 @@ def ssh_launch_command(env: dict[str, str], scratch: str) -> str:
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     d = shlex.quote(scratch)
     return (
-        f"rm -rf {d} && mkdir -p {d}/gcloud && cat > {d}/startup.sh || exit 1; cd / || exit 1; "
+        f"mkdir -p {d}/gcloud && cat > {d}/startup.sh || exit 1; cd / || exit 1; "
         f"env -i PATH=/usr/local/bin:/usr/bin:/bin {assigns} CLOUDSDK_CONFIG={d}/gcloud "
         f"setsid sh {d}/startup.sh </dev/null >{d}/startup.log 2>&1 &"
     )
