@@ -14,6 +14,8 @@ import pytest
 
 from tests import fleet as loopback
 
+pytest_plugins = ["tests.cloud.fixture"]
+
 
 def _unavailable() -> str | None:
     """Why this machine cannot run the fleet, or None."""

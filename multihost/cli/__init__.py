@@ -20,6 +20,7 @@ from multihost.cli.args import (
     remote_dir,
     size,
 )
+from multihost.cli.job_args import add_job_parser
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import MultihostError, UsageError
 from multihost.sources import IP_MODES
@@ -396,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="local logs (default $MULTIHOST_LOG_DIR or ~/multihost-logs)",
     )
     clean.add_argument("--dry-run", action="store_true", help="say what would be removed")
+    add_job_parser(sub, positive)
     return parser
 
 
@@ -404,6 +406,7 @@ COMMANDS: dict[str, str] = {
     "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
     "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
     "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
+    "job": "cli.job",
 }  # fmt: skip
 
 

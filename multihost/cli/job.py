@@ -1,0 +1,194 @@
+"""``multihost job ...``: the queued-resource production path (argument parsing and printing)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from multihost.errors import UsageError
+
+
+class _Display:
+    """Host 0's lines on stdout; per-host state changes and notes on stderr."""
+
+    def __init__(self, err: Console, *, show_hosts: bool = True) -> None:
+        self.err = err
+        self.show_hosts = show_hosts
+
+    def line(self, host: str, text: str) -> None:
+        sys.stdout.write(f"{host} | {text}\n")
+        sys.stdout.flush()
+
+    def note(self, text: str) -> None:
+        self.err.print(f"[bold]multihost:[/] {escape(text)}")
+
+    def hosts(self, record: Any, snap: Any) -> None:
+        if not self.show_hosts:
+            return
+        groups: dict[str, list[str]] = {}
+        for h in snap.hosts:
+            label = h.state if h.exit_code is None else f"{h.state}({h.exit_code})"
+            groups.setdefault(label, []).append(h.name)
+        hosts = "; ".join(f"{k}: {' '.join(v)}" for k, v in groups.items()) or "no worker yet"
+        self.err.print(
+            f"[dim]attempt {record.attempt} {snap.resource_state or 'GONE'} — {escape(hosts)}[/]"
+        )
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_job(args: argparse.Namespace, err: Console) -> int:
+    from multihost.job.cloud import Gcloud
+
+    gcloud = Gcloud.from_env()
+    handlers: dict[str, Callable[[argparse.Namespace, Console, Gcloud], int]] = {
+        "submit": _submit, "watch": _watch, "status": _status, "logs": _logs,
+        "stop": _stop, "ls": _ls,
+    }  # fmt: skip
+    return handlers[args.job_command](args, err, gcloud)
+
+
+def _submit(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
+    from multihost.job.submit import JobRequest, submit
+
+    req = JobRequest(
+        name=args.name, bucket=args.bucket, tpu_type=args.tpu_type,
+        runtime_version=args.runtime_version, command=args.cmd, num_slices=args.num_slices,
+        project=args.project, zone=args.zone, capacity=args.capacity or "on-demand",
+        max_restarts=args.max_restarts, script_dir=args.script_dir,
+        excludes=tuple(args.exclude), env=tuple(args.env), log_interval=args.log_interval,
+        start_timeout=args.start_timeout, coordinator_port=args.coordinator_port,
+        megascale_port=args.megascale_port,
+    )  # fmt: skip
+    display = _Display(err)
+    done = submit(req, gcloud, display.note)
+    display.note(
+        f"queued resource {done.record.resource} requested ({args.num_slices} x "
+        f"{args.tpu_type}); follow with: multihost job watch {args.name}"
+    )
+    return _watch(args, err, gcloud, done.record) if args.watch else 0
+
+
+def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = None) -> int:
+    from multihost.job.record import load_local
+    from multihost.job.watch import Watcher
+
+    record = record or load_local(args.name)
+    display = _Display(err)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    try:
+        outcome = Watcher(record, gcloud, display, keep=args.keep, poll=args.poll).run()
+    except KeyboardInterrupt:
+        display.note(
+            f"stopped watching; job {record.name} keeps running on its queued resource. "
+            f"Follow it again: multihost job watch {record.name} — "
+            f"end it: multihost job stop {record.name}"
+        )
+        return 130
+    style = "green" if outcome.exit_code == 0 else "red"
+    err.print(f"[{style}]job {outcome.record.name} {outcome.record.state.value}:[/] "
+              f"{escape(outcome.message)}")  # fmt: skip
+    return outcome.exit_code
+
+
+def _status(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
+    from multihost.job import ops
+    from multihost.job.record import load_local
+
+    st = ops.status(gcloud, load_local(args.name))
+    r = st.record
+    if args.json:
+        data = {
+            "name": r.name, "state": r.state.value, "attempt": r.attempt,
+            "exit_code": r.exit_code, "message": r.message, "resource": r.resource,
+            "resource_state": st.resource_state, "bucket": r.bucket,
+            "hosts": [{"slice": h.slice_id, "worker": h.worker, "state": h.state,
+                       "exit_code": h.exit_code, "log_bytes": h.log_bytes} for h in st.hosts],
+        }  # fmt: skip
+        print(json.dumps(data, indent=1))
+        return 0
+    out = Console(highlight=False)
+    out.print(f"job {r.name}: {r.state.value}, attempt {r.attempt} of at most "
+              f"{r.max_restarts + 1}; queued resource {r.resource}: "
+              f"{st.resource_state or 'gone'}")  # fmt: skip
+    if r.message:
+        out.print(escape(r.message))
+    table = Table("host", "state", "exit", "log bytes")
+    for h in st.hosts:
+        code = "" if h.exit_code is None else str(h.exit_code)
+        table.add_row(f"s{h.slice_id}/w{h.worker}", h.state, code, str(h.log_bytes))
+    out.print(table)
+    return 0
+
+
+def _parse_host(text: str) -> tuple[int, int]:
+    s, sep, w = text.partition("/")
+    if not sep or not s.isdigit() or not w.isdigit():
+        raise UsageError(f"--host expects SLICE/WORKER, e.g. 0/1: {text!r}")
+    return int(s), int(w)
+
+
+def _logs(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
+    from multihost.job import ops
+    from multihost.job.record import load_local
+    from multihost.job.watch import Watcher
+
+    host = _parse_host(args.host)
+    record = gcloud.load_record(load_local(args.name))
+    attempt = record.attempt if args.attempt is None else args.attempt
+    if args.follow:
+        if args.all or attempt != record.attempt:
+            raise UsageError("--follow follows one host of the current attempt")
+        display = _Display(err, show_hosts=False)
+        watcher = Watcher(record, gcloud, display, keep=True, poll=args.poll, follow=host)
+        try:
+            watcher.run_logs()
+        except KeyboardInterrupt:
+            return 130
+        return 0
+    hosts = [(h.slice_id, h.worker) for h in ops.host_statuses(gcloud, record, attempt)]
+    for key in hosts if args.all else [host]:
+        text = ops.log_text(gcloud, record, attempt, key).decode(errors="replace")
+        for line in text.splitlines():
+            print(f"s{key[0]}/w{key[1]} | {line}" if args.all else line)
+    return 0
+
+
+def _stop(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
+    from multihost.job import ops
+    from multihost.job.record import load_local
+
+    record, deleted = ops.stop(gcloud, load_local(args.name))
+    what = f"queued resource {record.resource} deleted" if deleted else "no queued resource left"
+    err.print(f"job {record.name}: {record.state.value}; {what}")
+    return 0
+
+
+def _ls(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
+    import time
+
+    from multihost.job.record import list_local
+
+    records = list_local()
+    if args.json:
+        print(json.dumps([json.loads(r.to_json()) for r in records], indent=1))
+        return 0
+    table = Table("job", "state", "attempt", "tpu", "bucket", "submitted")
+    for r in records:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
+        table.add_row(r.name, r.state.value, str(r.attempt),
+                      f"{r.num_slices}x {r.tpu_type}", r.bucket, when)  # fmt: skip
+    Console(highlight=False).print(table)
+    return 0

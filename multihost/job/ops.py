@@ -1,0 +1,71 @@
+"""``job status``, ``logs``, ``stop``: read (or end) a job from its record and its objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from multihost.job.cloud import Gcloud
+from multihost.job.record import JobRecord, JobState, parse_host_object
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """One worker of one attempt, from the bucket."""
+
+    slice_id: int
+    worker: int
+    started: bool
+    exit_code: int | None
+    log_bytes: int
+
+    @property
+    def state(self) -> str:
+        if self.exit_code is not None:
+            return "done" if self.exit_code == 0 else "failed"
+        return "running" if self.started else "waiting"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    record: JobRecord
+    resource_state: str | None
+    hosts: tuple[HostStatus, ...]
+
+
+def host_statuses(gcloud: Gcloud, record: JobRecord, attempt: int) -> tuple[HostStatus, ...]:
+    objects = gcloud.objects(record.attempt_prefix(attempt))
+    seen: dict[tuple[int, int], dict[str, int]] = {}
+    for url, size in objects.items():
+        parsed = parse_host_object(url)
+        if parsed:
+            seen.setdefault(parsed[:2], {})[parsed[2]] = size
+    out = []
+    for (s, w), kinds in sorted(seen.items()):
+        code = None
+        if "exit" in kinds:
+            text = gcloud.cat(record.host_url(s, w, "exit", attempt)).decode().strip()
+            code = int(text) if text.lstrip("-").isdigit() else 255
+        out.append(HostStatus(s, w, "started" in kinds, code, kinds.get("log", 0)))
+    return tuple(out)
+
+
+def status(gcloud: Gcloud, record: JobRecord) -> JobStatus:
+    record = gcloud.load_record(record)
+    state = gcloud.describe_state(record)
+    return JobStatus(record, state, host_statuses(gcloud, record, record.attempt))
+
+
+def stop(gcloud: Gcloud, record: JobRecord) -> tuple[JobRecord, bool]:
+    """Delete the current attempt's queued resource and record the job as stopped."""
+    record = gcloud.load_record(record)
+    deleted = gcloud.delete(record)
+    if not record.state.final:
+        record = record.evolve(
+            state=JobState.STOPPED, exit_code=130, message="stopped by multihost job stop"
+        )
+        gcloud.save_record(record)
+    return record, deleted
+
+
+def log_text(gcloud: Gcloud, record: JobRecord, attempt: int, host: tuple[int, int]) -> bytes:
+    return gcloud.cat(record.host_url(host[0], host[1], "log", attempt))

