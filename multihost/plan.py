@@ -102,7 +102,9 @@ def host_env(host: Host, fleet: Fleet, job: Job, internal: Mapping[int, str]) ->
 
 
 def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
-    """``job.sh``: the exact directory, environment and command of this host's run."""
+    """``job.sh``: the exact directory, environment and command of this host's run. It is data
+    the host keeps (and ``--dry-run`` shows), generated with every value ``shlex.quote``d; the
+    scripts that act on hosts are the constant templates in ``multihost.remote``."""
     lines = [
         "# multihost job: this host's exact environment and command",
         f"cd {shell_path(paths.code)} || exit 126",
