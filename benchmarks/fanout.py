@@ -1,23 +1,31 @@
-"""Launch benchmark: multihost vs the MaxText architecture vs sequential, on a loopback fleet.
+"""Launch benchmark: multihost vs parallel-ssh vs the MaxText architecture, on a loopback fleet.
 
 Each trial stages a fresh small script dir and runs a command that writes ``date +%s.%N``
 into the host user's home; the hosts share this machine, so the timestamps are read back
 directly. Methods:
 
 - multihost: ``multihost run --hosts ... --ssh-config ... --script-dir ...`` (a subprocess).
+- parallel-ssh: parallel-ssh 2.16 (the ``bench`` extra) in a subprocess: ``copy_file`` of the
+  tar.gz over SFTP to every host, then one ``run_command`` that untars and runs the command
+  (benchmarks/pssh_launch.py).
 - maxtext: like MaxText's multihost_runner.py: tar.gz once, one ``scp`` per host (all at
   once), then one ``ssh`` per host doing mkdir/untar/command (all at once).
 - sequential: the same scp + ssh, one host after the other.
 
-Usage: ``python benchmarks/fanout.py [--sizes 16,64,128] [--repeat 3]``. Writes its section of
-benchmarks/RESULTS.md. All traffic stays on 127.0.0.0/8.
+Methods are interleaved within each trial (A B C, A B C, …) so that load changes on the shared
+machine hit them alike. Usage: ``python benchmarks/fanout.py [--sizes 16,64,256] [--repeat 3]``
+(``--sizes 512`` on request). Writes its section of benchmarks/RESULTS.md. All traffic stays on
+127.0.0.0/8.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import fcntl
 import functools
+import json
 import os
 import platform
 import resource
@@ -28,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +48,8 @@ from tests import fleet as loopback  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 BEGIN, END = "<!-- fanout:begin -->", "<!-- fanout:end -->"
 TRIAL_TIMEOUT = 300.0
-TARGET_RATIO, TARGET_CPU_MS, TARGET_N = 1 / 3, 15.0, 64
+TARGET_RATIO, TARGET_CPU_MS, TARGET_N = 0.2, 3.0, 256  # issue 14: vs MaxText-arch at 256
+TARGET_SKEW = 1.0  # s, last host start minus first, at 256
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class Trial:
     first_start: float
     last_start: float
     cpu: float
+    sent: int  # bytes of code the runner sent (archive bytes × hosts that got it)
+    load: float  # 1-min load average when the trial ended
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,7 @@ class Row:
         return self.median("cpu") * 1000 / self.n
 
 
-Launcher = Callable[[loopback.Fleet, Path, str, str], None]
+Launcher = Callable[[loopback.Fleet, Path, str, str], int]  # returns the bytes sent
 
 
 # ---------------------------------------------------------------- payload
@@ -139,10 +150,15 @@ def _popen(argv: Sequence[str]) -> subprocess.Popen[bytes]:
 
 
 def multihost_argv() -> list[str]:
-    """How to call the multihost CLI: the console script installed next to this Python (not a
-    version-manager shim found on PATH, which would add its own processes to the CPU column)."""
-    exe = Path(sys.executable).parent / "multihost"
-    return [str(exe)] if exe.is_file() else [sys.executable, "-m", "multihost"]
+    """How to call the multihost CLI of this checkout: this Python, ``-m multihost`` (with
+    ``ROOT`` first on its path, see ``_env``), never a version-manager shim found on PATH."""
+    return [sys.executable, "-m", "multihost"]
+
+
+def _env() -> dict[str, str]:
+    """This checkout's package first on the path, whatever is installed."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
 
 
 @functools.cache
@@ -152,7 +168,9 @@ def long_host_list_broken(fleet: loopback.Fleet) -> bool:
     if len(spec) <= 255:
         return False
     argv = [*multihost_argv(), "run", "--hosts", spec, "--ssh-config", str(fleet.ssh_config)]
-    r = subprocess.run([*argv, "--cmd", "true", "--dry-run"], capture_output=True, text=True)
+    r = subprocess.run(
+        [*argv, "--cmd", "true", "--dry-run"], capture_output=True, text=True, env=_env()
+    )
     return "File name too long" in r.stderr
 
 
@@ -166,7 +184,7 @@ def hosts_arg(fleet: loopback.Fleet, work: Path) -> str:
     return str(inventory)
 
 
-def launch_multihost(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> None:
+def launch_multihost(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> int:
     """One ``multihost run`` on every host."""
     with tempfile.TemporaryDirectory(prefix="fanout-logs-") as logs:
         argv = [
@@ -187,9 +205,13 @@ def launch_multihost(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> No
             "--cmd",
             cmd,
         ]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT)
+        r = subprocess.run(
+            argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT, env=_env()
+        )
         if r.returncode != 0:
             raise RuntimeError(f"multihost rc={r.returncode}: {(r.stdout + r.stderr)[-800:]}")
+        record = json.loads((Path(logs) / f"fanout-{tag}" / "run.json").read_text())
+        return sum(int(h.get("bytes_sent", 0)) for h in record["hosts"])
 
 
 def _tarball(src: Path, tag: str) -> Path:
@@ -211,23 +233,36 @@ def _ssh_argv(fleet: loopback.Fleet, alias: str, tar: Path, tag: str, cmd: str) 
     return ["ssh", "-F", str(fleet.ssh_config), alias, script]
 
 
-def launch_maxtext(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> None:
+def launch_pssh(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> int:
+    """parallel-ssh: SFTP copy of the tar.gz to every host, then one run_command each."""
+    tar = _tarball(src, tag)
+    worker = ROOT / "benchmarks" / "pssh_launch.py"
+    fleet_json = fleet.ssh_config.parent / "fleet.json"  # loopback.private_client wrote it
+    argv = [sys.executable, str(worker), str(fleet_json), str(len(fleet.hosts)), str(tar), tag]
+    _check([_popen([*argv, cmd])], "parallel-ssh")
+    return tar.stat().st_size * len(fleet.hosts)
+
+
+def launch_maxtext(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> int:
     """MaxText's architecture: every scp at once, then every ssh at once."""
     tar = _tarball(src, tag)
     _check([_popen(_scp_argv(fleet, a, tar)) for a in fleet.aliases], "scp")
     _check([_popen(_ssh_argv(fleet, a, tar, tag, cmd)) for a in fleet.aliases], "ssh")
+    return tar.stat().st_size * len(fleet.hosts)
 
 
-def launch_sequential(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> None:
+def launch_sequential(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> int:
     """The same scp + ssh, one host after the other."""
     tar = _tarball(src, tag)
     for a in fleet.aliases:
         _check([_popen(_scp_argv(fleet, a, tar))], f"scp {a}")
         _check([_popen(_ssh_argv(fleet, a, tar, tag, cmd))], f"ssh {a}")
+    return tar.stat().st_size * len(fleet.hosts)
 
 
 METHODS: dict[str, Launcher] = {
     "multihost": launch_multihost,
+    "parallel-ssh": launch_pssh,
     "maxtext": launch_maxtext,
     "sequential": launch_sequential,
 }
@@ -247,30 +282,27 @@ def trial(fleet: loopback.Fleet, launch: Launcher, work: Path) -> Trial:
     tag = secrets.token_hex(6)
     src = make_script_dir(work, tag)
     cpu0, t0, wall0 = _cpu(), time.time(), time.monotonic()
-    launch(fleet, src, tag, remote_command(tag))
+    sent = launch(fleet, src, tag, remote_command(tag))
     wall, cpu = time.monotonic() - wall0, _cpu() - cpu0
     starts = start_times(fleet, tag)
     clean_homes(fleet)
-    return Trial(wall, min(starts) - t0, max(starts) - t0, cpu)
+    return Trial(wall, min(starts) - t0, max(starts) - t0, cpu, sent, os.getloadavg()[0])
 
 
-def measure(fleet: loopback.Fleet, method: str, repeat: int, note: str = "") -> Row:
-    """Run ``repeat`` trials of one method."""
-    with tempfile.TemporaryDirectory(prefix="fanout-") as work:
-        trials = tuple(trial(fleet, METHODS[method], Path(work)) for _ in range(repeat))
-    row = Row(len(fleet.hosts), method, trials, note)
+def _show(method: str, n: int, t: Trial) -> None:
     print(
-        f"  {method:<10} N={row.n:<4} wall {row.median('wall'):7.2f}s  "
-        f"skew {row.skew:6.2f}s  cpu {row.cpu_ms_per_host:6.1f} ms/host",
+        f"  {method:<12} N={n:<4} wall {t.wall:7.2f}s  skew {t.last_start - t.first_start:6.2f}s"
+        f"  cpu {t.cpu * 1000 / n:6.1f} ms/host  sent {t.sent / 1e6:7.2f} MB  load {t.load:.1f}",
         flush=True,
     )
-    return row
 
 
 def multihost_available() -> str | None:
     """None if ``multihost run --help`` works, else why not."""
     try:
-        r = subprocess.run([*multihost_argv(), "run", "--help"], capture_output=True, text=True)
+        r = subprocess.run(
+            [*multihost_argv(), "run", "--help"], capture_output=True, text=True, env=_env()
+        )
     except OSError as e:
         return str(e)
     if r.returncode != 0:
@@ -307,35 +339,54 @@ def table(rows: Sequence[Row], repeat: int) -> str:
     base = {r.n: r.median("wall") for r in rows if r.method == "maxtext"}
     lines = [
         "| N | method | trials | wall (s) | last host started (s) | start skew (s) "
-        "| runner CPU (ms/host) | wall / MaxText-arch |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| runner CPU (ms/host) | bytes sent (MB) | wall / parallel-ssh | wall / MaxText-arch "
+        "| load (1 min) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    pssh = {r.n: r.median("wall") for r in rows if r.method == "parallel-ssh" and r.trials}
     for r in rows:
         if not r.trials:
-            lines.append(f"| {r.n} | {r.method} | 0 | – | – | – | – | {r.note} |")
+            lines.append(f"| {r.n} | {r.method} | 0 | – | – | – | – | – | – | – | {r.note} |")
             continue
         ratio = f"{r.median('wall') / base[r.n]:.2f}" if r.n in base else "–"
+        vs = f"{r.median('wall') / pssh[r.n]:.2f}" if r.n in pssh else "–"
+        load = f"{min(t.load for t in r.trials):.1f}–{max(t.load for t in r.trials):.1f}"
         lines.append(
             f"| {r.n} | {r.method} | {_trials_label(r, repeat)} | {r.median('wall'):.2f} "
-            f"| {r.median('last_start'):.2f} | {r.skew:.3f} | {r.cpu_ms_per_host:.1f} | {ratio} |"
+            f"| {r.median('last_start'):.2f} | {r.skew:.3f} | {r.cpu_ms_per_host:.1f} "
+            f"| {r.median('sent') / 1e6:.2f} | {vs} | {ratio} | {load} |"
         )
     return "\n".join(lines)
 
 
+def _row(rows: Sequence[Row], n: int, method: str) -> Row | None:
+    return next((r for r in rows if r.n == n and r.method == method and r.trials), None)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
 def verdict(rows: Sequence[Row]) -> str:
-    """Against the target: at N=64 wall ≤ 1/3 of MaxText-arch and CPU ≤ 15 ms/host."""
-    mh = next((r for r in rows if r.n == TARGET_N and r.method == "multihost" and r.trials), None)
-    mt = next((r for r in rows if r.n == TARGET_N and r.method == "maxtext" and r.trials), None)
-    if mh is None or mt is None:
-        return f"Target (N={TARGET_N}): not measured."
-    ratio = mh.median("wall") / mt.median("wall")
-    ok_wall, ok_cpu = ratio <= TARGET_RATIO, mh.cpu_ms_per_host <= TARGET_CPU_MS
-    wall = "met" if ok_wall else "MISSED"
-    cpu = "met" if ok_cpu else "MISSED"
-    return (
-        f"Target at N={TARGET_N}: multihost/MaxText-arch wall {ratio:.2f} (≤ 0.33: {wall}); "
-        f"runner CPU {mh.cpu_ms_per_host:.1f} ms/host (≤ {TARGET_CPU_MS:.0f}: {cpu})."
-    )
+    """Against issue 14's targets: wall ≤ parallel-ssh's at every size; at N=256 wall ≤ 0.2×
+    MaxText-arch, runner CPU ≤ 3 ms/host and start skew ≤ 1 s."""
+    out = []
+    for n in sorted({r.n for r in rows}):
+        mh, ps = _row(rows, n, "multihost"), _row(rows, n, "parallel-ssh")
+        if mh and ps:
+            ratio = mh.median("wall") / ps.median("wall")
+            out.append(f"N={n}: multihost/parallel-ssh wall {ratio:.2f} (≤ 1: {_met(ratio <= 1)})")
+    mh, mt = _row(rows, TARGET_N, "multihost"), _row(rows, TARGET_N, "maxtext")
+    if mh is not None:
+        cpu = mh.cpu_ms_per_host
+        out.append(f"N={TARGET_N}: runner CPU {cpu:.1f} ms/host (≤ {TARGET_CPU_MS:g}: "
+                   f"{_met(cpu <= TARGET_CPU_MS)})")  # fmt: skip
+        out.append(f"start skew {mh.skew:.2f} s (≤ {TARGET_SKEW:g}: {_met(mh.skew <= TARGET_SKEW)})")
+    if mh is not None and mt is not None:
+        ratio = mh.median("wall") / mt.median("wall")
+        out.append(f"multihost/MaxText-arch {ratio:.2f} (≤ {TARGET_RATIO}: "
+                   f"{_met(ratio <= TARGET_RATIO)})")  # fmt: skip
+    return ("Targets: " + "; ".join(out) + ".") if out else "Targets: not measured."
 
 
 def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
@@ -355,8 +406,13 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
             "*wall*: launch until every host's command finished and the runner returned; "
             "*last host started*: last timestamp minus local launch time; *start skew*: last "
             "minus first host timestamp; *runner CPU*: user+sys of the benchmark process and its "
-            "children (getrusage) per host — sshd's side is not counted. Medians over the "
-            "trials. MaxText-arch: tar.gz once, all `scp` at once, then all `ssh` "
+            "children (getrusage) per host — sshd's side is not counted; *bytes sent*: code "
+            "archive bytes the runner sent (multihost: its run.json's `bytes_sent`; the others: "
+            "tar.gz size × hosts). Medians over the trials; the methods are interleaved within "
+            "each trial; *load*: the 1-min load average at the end of each trial, min–max. "
+            "parallel-ssh: 2.16 (`ParallelSSHClient`, default pool size 100, libssh2): "
+            "`copy_file` of the tar.gz over SFTP, then one `run_command` (mkdir/untar/cmd). "
+            "MaxText-arch: tar.gz once, all `scp` at once, then all `ssh` "
             "(mkdir/untar/cmd) at once; sequential: the same, host after host.",
             "",
             f"Command: `python benchmarks/fanout.py --sizes {args.sizes} --repeat {args.repeat} "
@@ -386,39 +442,78 @@ def write_section(text: str, path: Path = RESULTS) -> None:
 # ---------------------------------------------------------------- main
 
 
-def run_size(fleet: loopback.Fleet, n: int, args: argparse.Namespace) -> list[Row]:
-    """Every method at fleet size n."""
-    sub = fleet.head(n)
-    rows = []
+def _plan(n: int, sub: loopback.Fleet, args: argparse.Namespace) -> dict[str, tuple[int, str]]:
+    """Per method: how many trials to run at size n, and the row's note (0 trials: why not)."""
+    plan: dict[str, tuple[int, str]] = {}
     for method in args.methods.split(","):
         if method == "multihost" and (why := multihost_available()) is not None:
-            rows.append(Row(n, method, (), f"not measured: multihost CLI not usable ({why})"))
-            continue
-        if method == "multihost" and long_host_list_broken(sub):
+            plan[method] = (0, f"not measured: multihost CLI not usable ({why})")
+        elif method == "multihost" and long_host_list_broken(sub):
             note = "hosts passed as a TOML inventory: a >255-char --hosts list hits ENAMETOOLONG"
-            rows.append(measure(sub, method, args.repeat, note))
-            continue
-        if method == "sequential":
-            if n > args.seq_max:
-                rows.append(Row(n, method, (), f"skipped (N > --seq-max {args.seq_max})"))
-                continue
+            plan[method] = (args.repeat, note)
+        elif method == "parallel-ssh" and (why := pssh_available()) is not None:
+            plan[method] = (0, f"not measured: {why} (pip install -e '.[bench]')")
+        elif method == "sequential" and n > args.seq_max:
+            plan[method] = (0, f"skipped (N > --seq-max {args.seq_max})")
+        elif method == "sequential":
             note = f"{args.seq_repeat} trial(s) only" if args.seq_repeat != args.repeat else ""
-            rows.append(measure(sub, method, args.seq_repeat, note))
-            continue
-        rows.append(measure(sub, method, args.repeat))
-    return rows
+            plan[method] = (args.seq_repeat, note)
+        else:
+            plan[method] = (args.repeat, "")
+    return plan
+
+
+@contextlib.contextmanager
+def held(lock: Path | None) -> Iterator[None]:
+    """``flock`` on ``lock`` (the SSH tests' fleet lock) for one round of trials, if given:
+    others' SSH tests wait while the big fleet is busy, and run between rounds."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def pssh_available() -> str | None:
+    """None if parallel-ssh can be imported, else why not."""
+    r = subprocess.run([sys.executable, "-c", "import pssh.clients"], capture_output=True)
+    return None if r.returncode == 0 else "parallel-ssh is not installed"
+
+
+def run_size(fleet: loopback.Fleet, n: int, args: argparse.Namespace) -> list[Row]:
+    """Every method at fleet size n, interleaved: trial k of each method, then trial k+1."""
+    sub = fleet.head(n)
+    plan = _plan(n, sub, args)
+    trials: dict[str, list[Trial]] = {m: [] for m in plan}
+    with tempfile.TemporaryDirectory(prefix="fanout-") as work:
+        for k in range(max(count for count, _ in plan.values())):
+            with held(args.lock):
+                for method, (count, _) in plan.items():
+                    if k < count:
+                        t = trial(sub, METHODS[method], Path(work))
+                        trials[method].append(t)
+                        _show(method, n, t)
+    return [Row(n, m, tuple(trials[m]), note) for m, (_, note) in plan.items()]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line flags."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="16,64,128", help="comma-separated fleet sizes")
+    p.add_argument("--sizes", default="16,64,256", help="comma-separated fleet sizes (to 512)")
     p.add_argument("--repeat", type=int, default=3, help="trials per method and size")
-    p.add_argument("--methods", default="multihost,maxtext,sequential")
-    p.add_argument("--seq-max", type=int, default=64, help="largest N for the sequential one")
+    p.add_argument("--methods", default="multihost,parallel-ssh,maxtext,sequential")
+    p.add_argument("--seq-max", type=int, default=16, help="largest N for the sequential one")
     p.add_argument("--seq-repeat", type=int, default=1, help="trials for the sequential one")
     p.add_argument("--dir", type=Path, default=loopback.DEFAULT_DIR, help="fleet dir")
     p.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    p.add_argument(
+        "--lock", type=Path, default=None,
+        help="flock this file during each round of trials (e.g. /tmp/multihost-fleet.lock)",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -429,7 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     before = set(loopback.running(args.dir))
     fleet = loopback.up(max(sizes), args.dir)
+    client = Path(tempfile.mkdtemp(prefix="fanout-client-"))
     try:
+        fleet = loopback.private_client(fleet, client)
         clean_homes(fleet)
         rows = [row for n in sizes for row in run_size(fleet, n, args)]
     finally:
@@ -440,6 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for i in ours:
                 loopback.stop_host(i, args.dir)
             loopback.kill_user_processes(ours)
+        shutil.rmtree(client, ignore_errors=True)
     text = section(rows, args)
     print(text)
     if not args.no_write:

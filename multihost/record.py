@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import json
 import os
 import tempfile
@@ -128,7 +129,7 @@ def to_json(record: RunRecord) -> dict[str, Any]:
         "hosts": [
             {
                 **{f.name: getattr(h, f.name) for f in dataclasses.fields(HostRecord)},
-                "host": dataclasses.asdict(h.host),
+                "host": _host_json(h.host),
                 "state": str(h.state),
                 "env": dict(h.env) if h.env is not None else None,
             }
@@ -140,6 +141,17 @@ def to_json(record: RunRecord) -> dict[str, Any]:
         "updated": record.updated,
         "env_names": list(record.env_names),
     }
+
+
+@functools.lru_cache(maxsize=65536)
+def _host_fields(host: Host) -> tuple[tuple[str, Any], ...]:
+    return tuple((f.name, getattr(host, f.name)) for f in dataclasses.fields(Host))
+
+
+def _host_json(host: Host) -> dict[str, Any]:
+    """``dataclasses.asdict(host)`` (its fields are plain values), computed once per host:
+    the record is rewritten while a run goes on, with every host in it."""
+    return dict(_host_fields(host))
 
 
 def _known(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,12 +209,27 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-            f.write("\n")
+            f.write(dumps(data))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def dumps(data: Any) -> str:
+    """JSON text with one top-level key a line and each item of a top-level list on its own
+    line (not ``indent=1`` everywhere: that takes json's pure-Python encoder, and a record
+    with a thousand hosts is rewritten many times a run)."""
+    if not isinstance(data, dict) or not data:
+        return json.dumps(data) + "\n"
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(json.dumps(v) for v in value)
+            parts.append(f" {json.dumps(key)}: [\n  {items}\n ]")
+        else:
+            parts.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def write_record(run_dir: Path, record: RunRecord) -> None:

@@ -1,7 +1,7 @@
 """A real OpenSSH test fleet on loopback: one sshd and one Unix user per host.
 
-Host ``i`` is alias ``h{i}``: sshd on ``127.0.0.{2+i}:2222``, user ``mhw{i}``, its own host
-key, and ``MULTIHOST_TEST_HOST=h{i}`` in every session. Two extra aliases exist for failure
+Host ``i`` is alias ``h{i}``: sshd on ``127.0.0.{2+i}:2222`` (hosts 250 and up on
+``127.0.{1+k//250}.{2+k%250}``, ``k = i - 250``), user ``mhw{i}``, its own host key, and ``MULTIHOST_TEST_HOST=h{i}`` in every session. Two extra aliases exist for failure
 tests: ``dead`` (nothing listens) and ``badkey`` (h0 with a wrong known_hosts entry).
 
 Library: ``up(n)``, ``down()``, ``load()``, ``stop_host(i)``, ``start_host(i)``,
@@ -30,7 +30,8 @@ from pathlib import Path
 DEFAULT_DIR = Path(os.environ.get("MULTIHOST_FLEET_DIR", "/tmp/multihost-fleet"))
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
-MAX_HOSTS = 250
+MAX_HOSTS = 1000
+PER_OCTET = 250  # hosts per /24 of 127.0.0.0/8 (.2 to .251)
 DEAD_ADDRESS = "127.0.0.254"
 START_TIMEOUT = 15.0
 _START_FAILED = re.compile(r"Cannot bind|fatal|Bad configuration|terminating")
@@ -123,8 +124,9 @@ def user(i: int) -> str:
 
 
 def address(i: int) -> str:
-    """Loopback address sshd of host ``i`` listens on."""
-    return f"127.0.0.{2 + i}"
+    """Loopback address sshd of host ``i`` listens on: ``127.0.0.{2+i}`` for the first 250
+    (unchanged for the hosts other tests use), then ``127.0.1.2`` … and so on."""
+    return f"127.0.{i // PER_OCTET}.{2 + i % PER_OCTET}"
 
 
 def home(i: int) -> Path:
@@ -363,17 +365,21 @@ def _ssh_config(d: Path, n: int) -> str:
     blocks = [_client_block(alias(i), address(i), user(i), d / "known_hosts") for i in range(n)]
     blocks.append(_client_block("dead", DEAD_ADDRESS, user(0), d / "known_hosts"))
     blocks.append(_client_block("badkey", address(0), user(0), d / "known_hosts_bad"))
-    blocks.append(f"""\
+    blocks.append(_defaults_block(d / "client_key"))
+    return "\n".join(blocks)
+
+
+def _defaults_block(key: Path) -> str:
+    return f"""\
 Host *
-  IdentityFile {d}/client_key
+  IdentityFile {key}
   IdentitiesOnly yes
   StrictHostKeyChecking yes
   GlobalKnownHostsFile /dev/null
   BatchMode yes
   ConnectTimeout 10
   LogLevel ERROR
-""")
-    return "\n".join(blocks)
+"""
 
 
 def _known_hosts(d: Path, n: int) -> str:
@@ -382,6 +388,24 @@ def _known_hosts(d: Path, n: int) -> str:
         key = (_host_dir(d, i) / "host_key.pub").read_text().split()[:2]
         lines.append(f"[{address(i)}]:{PORT} {' '.join(key)}\n")
     return "".join(lines)
+
+
+def private_client(fleet: Fleet, out: Path) -> Fleet:
+    """``fleet`` with its own ssh config and known_hosts written in ``out``: a benchmark on a
+    big fleet keeps working while other processes rewrite the shared client files."""
+    out.mkdir(parents=True, exist_ok=True)
+    known = out / "known_hosts"
+    lines = []
+    for h in fleet.hosts:
+        key = (_host_dir(fleet.dir, h.index) / "host_key.pub").read_text().split()[:2]
+        lines.append(f"[{h.address}]:{h.port} {' '.join(key)}\n")
+    _write(known, "".join(lines))
+    blocks = [_client_block(h.alias, h.address, h.user, known) for h in fleet.hosts]
+    blocks.append(_defaults_block(fleet.key))
+    _write(out / "ssh_config", "\n".join(blocks))
+    private = Fleet(fleet.dir, out / "ssh_config", known, fleet.key, fleet.hosts)
+    _write(out / "fleet.json", private.to_json() + "\n")
+    return private
 
 
 def _write_client_files(d: Path, n: int) -> None:
@@ -520,7 +544,7 @@ def up(n: int, d: Path = DEFAULT_DIR) -> Fleet:
                 to_start.append(i)
         _start_hosts(d, to_start)
         _write_client_files(d, size)
-    return load(d).head(n)
+    return _describe(d, n)
 
 
 def _ensure_users(n: int) -> None:

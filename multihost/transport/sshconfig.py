@@ -18,15 +18,35 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 _UNSAFE = {"match", "include", "canonicalizehostname"}
 _PROXY_JUMP = re.compile(r"^\s*proxyjump\b", re.IGNORECASE | re.MULTILINE)
 
 
+_WILDCARD = re.compile(r"[*?\[!]")
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A config cut into blocks, indexed so that finding one host's blocks is not a scan of
+    every block (a fleet's config has one ``Host`` block per host)."""
+
+    head: str  # the lines before the first Host block
+    blocks: tuple[tuple[tuple[str, ...], str], ...]  # (patterns, block text), in file order
+    by_name: Mapping[str, tuple[int, ...]]  # literal pattern -> indices of its blocks
+    wild: tuple[int, ...]  # indices of blocks with a wildcard or negated pattern
+
+    def candidates(self, name: str) -> list[int]:
+        """Indices of the blocks that may match ``name``, in file order."""
+        return sorted((*self.by_name.get(name, ()), *self.wild))
+
+
 @functools.lru_cache(maxsize=16)
-def _blocks(path: str, mtime_ns: int) -> tuple[str, tuple[tuple[tuple[str, ...], str], ...]] | None:
-    """(global text, ((patterns, block text), ...)), or None when the file must stay whole."""
+def _blocks(path: str, mtime_ns: int) -> _Parsed | None:
+    """The config's blocks, or None when the file must stay whole."""
     del mtime_ns  # part of the cache key only
     head: list[str] = []
     blocks: list[tuple[tuple[str, ...], list[str]]] = []
@@ -41,7 +61,18 @@ def _blocks(path: str, mtime_ns: int) -> tuple[str, tuple[tuple[tuple[str, ...],
             blocks[-1][1].append(line)
         else:
             head.append(line)
-    return "".join(head), tuple((p, "".join(lines)) for p, lines in blocks)
+    by_name: dict[str, list[int]] = {}
+    wild: list[int] = []
+    for i, (patterns, _) in enumerate(blocks):
+        if any(_WILDCARD.search(p) for p in patterns):
+            wild.append(i)
+        else:
+            for p in dict.fromkeys(patterns):
+                by_name.setdefault(p, []).append(i)
+    return _Parsed(
+        "".join(head), tuple((p, "".join(lines)) for p, lines in blocks),
+        {k: tuple(v) for k, v in by_name.items()}, tuple(wild),
+    )  # fmt: skip
 
 
 def _matches(alias: str, patterns: tuple[str, ...]) -> bool:
@@ -66,8 +97,8 @@ def _filtered(path: str, mtime_ns: int, alias: str) -> str | None:
     parsed = _blocks(path, mtime_ns)
     if parsed is None:
         return None
-    head, blocks = parsed
-    text = head + "".join(text for patterns, text in blocks if _matches(alias, patterns))
+    picked = (parsed.blocks[i] for i in parsed.candidates(alias.lower()))
+    text = parsed.head + "".join(text for patterns, text in picked if _matches(alias, patterns))
     if _PROXY_JUMP.search(text):
         return None  # asyncssh reads the jump hosts' blocks from the same config
     return text
