@@ -205,9 +205,7 @@ def launch_multihost(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> in
             "--cmd",
             cmd,
         ]
-        r = subprocess.run(
-            argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT, env=_env()
-        )
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT, env=_env())
         if r.returncode != 0:
             raise RuntimeError(f"multihost rc={r.returncode}: {(r.stdout + r.stderr)[-800:]}")
         record = json.loads((Path(logs) / f"fanout-{tag}" / "run.json").read_text())
@@ -381,7 +379,8 @@ def verdict(rows: Sequence[Row]) -> str:
         cpu = mh.cpu_ms_per_host
         out.append(f"N={TARGET_N}: runner CPU {cpu:.1f} ms/host (≤ {TARGET_CPU_MS:g}: "
                    f"{_met(cpu <= TARGET_CPU_MS)})")  # fmt: skip
-        out.append(f"start skew {mh.skew:.2f} s (≤ {TARGET_SKEW:g}: {_met(mh.skew <= TARGET_SKEW)})")
+        ok = mh.skew <= TARGET_SKEW
+        out.append(f"start skew {mh.skew:.2f} s (≤ {TARGET_SKEW:g}: {_met(ok)})")
     if mh is not None and mt is not None:
         ratio = mh.median("wall") / mt.median("wall")
         out.append(f"multihost/MaxText-arch {ratio:.2f} (≤ {TARGET_RATIO}: "

@@ -1,7 +1,8 @@
 """A real OpenSSH test fleet on loopback: one sshd and one Unix user per host.
 
 Host ``i`` is alias ``h{i}``: sshd on ``127.0.0.{2+i}:2222`` (hosts 250 and up on
-``127.0.{1+k//250}.{2+k%250}``, ``k = i - 250``), user ``mhw{i}``, its own host key, and ``MULTIHOST_TEST_HOST=h{i}`` in every session. Two extra aliases exist for failure
+``127.0.{1+k//250}.{2+k%250}``, ``k = i - 250``), user ``mhw{i}``, its own host key, and
+``MULTIHOST_TEST_HOST=h{i}`` in every session. Two extra aliases exist for failure
 tests: ``dead`` (nothing listens) and ``badkey`` (h0 with a wrong known_hosts entry).
 
 Library: ``up(n)``, ``down()``, ``load()``, ``stop_host(i)``, ``start_host(i)``,
