@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
@@ -56,6 +57,41 @@ async def launch(conn: Connection, script: str) -> int:
         err = res.stderr.decode(errors="replace").strip().splitlines()
         raise RemoteError(conn.host, f"launch failed: {err[-1] if err else text or 'no output'}")
     return int(text)
+
+
+@dataclass(frozen=True)
+class Started:
+    """A job started by a launch that goes on watching (``launch_script(watch=True)``): the
+    rest of the channel is its log from byte 0, then the watch's ``end`` line on stderr."""
+
+    pgid: int
+    output: AsyncIterator[bytes]
+    stderr: bytearray
+
+
+async def launch_watching(conn: Connection, script: str, feed: Callable[[bytes], None]) -> Started:
+    """Start the job with a launch-and-watch script; log bytes that came with the process
+    group's line go to ``feed``. The caller reads ``output`` to the end (``stream.follow``)."""
+    stderr = bytearray()
+    output = aiter(conn.stream(script, stderr))
+    head = bytearray()
+    async for chunk in output:
+        head += chunk
+        line, newline, rest = bytes(head).partition(b"\n")
+        if newline:
+            text = line.decode(errors="replace").strip()
+            if text.isdigit():
+                if rest:
+                    feed(rest)
+                return Started(int(text), output, stderr)
+            break
+        if len(head) > 4096:
+            break
+    async for _ in output:  # a failed launch: its error comes when the channel ends
+        pass
+    err = stderr.decode(errors="replace").strip().splitlines()
+    text = head.decode(errors="replace").strip()
+    raise RemoteError(conn.host, f"launch failed: {err[-1] if err else text or 'no output'}")
 
 
 async def stop(

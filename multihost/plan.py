@@ -129,15 +129,19 @@ def stage_command(paths: Paths) -> str:
     return script(remote.STAGE, paths={"b": paths.base, "c": paths.code}, done=COMPLETE)
 
 
-def launch_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
+def launch_script(
+    paths: Paths, env: Mapping[str, str], command: str, *, watch: bool = False
+) -> str:
     """Run on the host: writes the run's state files and starts the wrapper detached.
 
-    Prints the process group id once the job has started.
+    Prints the process group id once the job has started; with ``watch``, the same channel
+    then goes on as ``watch_command(paths, 0)``.
     """
+    extra = {"o": 0} if watch else {}
     return script(
-        remote.LAUNCH, paths={"b": paths.base, "r": paths.run},
+        remote.LAUNCH_WATCH if watch else remote.LAUNCH, paths={"b": paths.base, "r": paths.run},
         command=command + "\n", env="".join(f"{k}={v}\n" for k, v in env.items()),
-        job=job_script(paths, env, command), wrapper=remote.WRAPPER, hook=_hook_text(),
+        job=job_script(paths, env, command), wrapper=remote.WRAPPER, hook=_hook_text(), **extra,
     )  # fmt: skip
 
 
@@ -202,12 +206,19 @@ class HostPlan:
 
 
 def plan_hosts(
-    fleet: Fleet, job: Job, code_hash: str, internal: Mapping[int, str] | None = None
+    fleet: Fleet,
+    job: Job,
+    code_hash: str,
+    internal: Mapping[int, str] | None = None,
+    *,
+    watch: bool = False,
 ) -> list[HostPlan]:
-    """Per-host paths, env and launch script for the whole fleet."""
+    """Per-host paths, env and launch script for the whole fleet (``watch``: launch scripts
+    that go on to stream the log, see ``launch_script``)."""
     plans = []
     for host in fleet:
         paths = Paths.for_host(host, job, code_hash)
         env = host_env(host, fleet, job, internal or {})
-        plans.append(HostPlan(host, paths, env, launch_script(paths, env, job.command)))
+        launch = launch_script(paths, env, job.command, watch=watch)
+        plans.append(HostPlan(host, paths, env, launch))
     return plans

@@ -23,7 +23,7 @@ from multihost.diagnose.stacks import StackReport, group, host_ranges, summary_l
 from multihost.errors import HostError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
-from multihost.launch import claim, launch, stop
+from multihost.launch import claim, launch, launch_watching, stop
 from multihost.model import Fleet, Host, Job, RunResult, State
 from multihost.plan import Paths, plan_hosts
 from multihost.record import (
@@ -298,8 +298,9 @@ class _Watcher(_Supervisor):
         follower = Follower(
             slot.host, slot.paths, slot.sink, self.options.ssh, conn=slot.conn,
             reconnect_timeout=self.options.reconnect_timeout, on_state=on_state,
-            give_up=lambda: self._stop_reason() is not None,
+            give_up=lambda: self._stop_reason() is not None, started=slot.started,
         )  # fmt: skip
+        slot.started = None
         try:
             slot.exit = await follower.follow()
         except HostError as exc:
@@ -471,7 +472,8 @@ class Run(_Watcher):
             for pid, s in self._slots.items()
         }
         scripts: dict[int, str] = {}
-        for plan in plan_hosts(self.fleet, self.job, self._code_hash, internal):
+        watch = not self.options.detach  # launch and watch on one channel
+        for plan in plan_hosts(self.fleet, self.job, self._code_hash, internal, watch=watch):
             slot = self._slots[plan.host.process_id]
             slot.paths, slot.env = plan.paths, plan.env
             scripts[plan.host.process_id] = plan.launch
@@ -482,7 +484,13 @@ class Run(_Watcher):
             slot = self._slots[host.process_id]
             assert slot.conn is not None
             self._set(slot, State.STARTING)
-            pgid = await launch(slot.conn, scripts[host.process_id])
+            if watch:
+                assert slot.sink is not None
+                slot.started = await launch_watching(slot.conn, scripts[host.process_id],
+                                                     slot.sink.feed)  # fmt: skip
+                pgid = slot.started.pgid
+            else:
+                pgid = await launch(slot.conn, scripts[host.process_id])
             self._set(slot, State.RUNNING, f"pgid {pgid}")
 
         outcomes = await map_hosts(

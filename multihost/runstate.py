@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS
+from multihost.launch import Started
 from multihost.model import Host, HostResult, State
 from multihost.plan import Paths
 from multihost.stream import Exit, Line, LogSink
@@ -87,6 +88,7 @@ class Slot:
     bytes_sent: int = 0
     error: str | None = None
     exit: Exit | None = None
+    started: Started | None = None  # a launch that goes on watching, until its watcher reads it
 
     def result(self) -> HostResult:
         code = self.exit.code if self.exit and not self.exit.problem else None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, HostLost, RemoteError
+from multihost.launch import Started
 from multihost.model import Host, State
 from multihost.plan import Paths, finish_command, watch_command
 from multihost.transport import Connection, SSHOptions, connect
@@ -177,11 +178,18 @@ def parse_watch_end(stderr: bytes) -> tuple[Exit, int] | None:
     return None if exit_info is None else (exit_info, int(words[5]))
 
 
-async def follow(conn: Connection, paths: Paths, sink: LogSink) -> Exit:
+async def follow(
+    conn: Connection, paths: Paths, sink: LogSink, started: Started | None = None
+) -> Exit:
     """Stream a host's log until its exit file appears; fetch what the stream had not brought
-    yet (if anything) and the exit code."""
-    stderr = bytearray()
-    async for chunk in conn.stream(watch_command(paths, sink.offset), stderr):
+    yet (if anything) and the exit code. ``started``: the launch's own channel, already
+    streaming the log (``launch_watching``), read instead of opening a watch."""
+    if started is None:
+        stderr = bytearray()
+        chunks = conn.stream(watch_command(paths, sink.offset), stderr)
+    else:
+        stderr, chunks = started.stderr, started.output
+    async for chunk in chunks:
         sink.feed(chunk)
     end = parse_watch_end(bytes(stderr))
     if end is not None and sink.offset >= end[1]:
@@ -237,12 +245,14 @@ class Follower:
         reconnect_timeout: float,
         on_state: Callable[[State, str], None],
         give_up: Callable[[], bool] = lambda: False,
+        started: Started | None = None,
     ) -> None:
         self.host, self.paths, self.sink, self.ssh = host, paths, sink, ssh
         self.conn = conn  # replaced after a reconnect; the caller closes the last one
         self._reconnect_timeout = reconnect_timeout
         self._on_state = on_state
         self._give_up = give_up
+        self._started = started  # the launch's channel, for the first follow only
 
     async def follow(self) -> Exit:
         deadline: float | None = None
@@ -261,8 +271,9 @@ class Follower:
                 except TimeoutError:
                     reason = "no connection before the reconnect timeout"
             if self.conn is not None:
+                started, self._started = self._started, None
                 try:
-                    return await follow(self.conn, self.paths, self.sink)
+                    return await follow(self.conn, self.paths, self.sink, started)
                 except HostLost as exc:
                     reason = exc.message
                     with contextlib.suppress(Exception):  # the connection is gone already

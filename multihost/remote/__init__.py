@@ -136,6 +136,11 @@ echo "end $exit $started $ended $stopped $size $escaped" >&2
 exit 0
 """
 
+# Launch, then watch on the same channel (one channel and round trip less per host): the
+# process group's line first, then the log from its first byte and the "end ..." line as WATCH.
+# Vars: LAUNCH's and o.
+LAUNCH_WATCH = LAUNCH + "set +e\n" + WATCH
+
 # Finishing. Vars: r, o. First line: exit code, start, end, stop signal, escaped ("-" when
 # missing); then the log from byte o. "missing" when the run's directory is gone.
 FINISH = f"""\
@@ -244,6 +249,7 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "wrapper": (WRAPPER, ()),
     "launch": (LAUNCH, ("b", "r", "command", "env", "job", "wrapper", "hook")),
     "watch": (WATCH, ("r", "o")),
+    "launch_watch": (LAUNCH_WATCH, ("b", "r", "command", "env", "job", "wrapper", "hook", "o")),
     "finish": (FINISH, ("r", "o")),
     "status": (STATUS, ("r",)),
     "claim": (CLAIM, ("b", "r")),
