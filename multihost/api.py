@@ -158,7 +158,8 @@ def output_events(
             on_event(event)
         if isinstance(event, Line):
             if stream == "all" or (stream == "host0" and event.host.process_id == 0):
-                out(event.host.name, event.text)
+                for text in event.texts:
+                    out(event.host.name, text)
         elif isinstance(event, Note) and event.level != "info":
             print(f"multihost: {event.text}", file=sys.stderr, flush=True)
 

@@ -7,12 +7,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
 from multihost.model import Host, HostResult, RunResult, State
 
 if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+
     from multihost.record import HostRecord, RunRecord
     from multihost.runs import HostStatus
 
@@ -50,6 +54,44 @@ def safe_text(line: str) -> str:
     if "\r" in line:
         line = next((part for part in reversed(line.split("\r")) if part), "")
     return _ESCAPES.sub(lambda m: m.group(1) or "", line)
+
+
+# Any character ``safe_text`` could change (tab aside): most output has none, and a batch of
+# lines without any is passed on as it is.
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_block(texts: Sequence[str], prefix: str = "") -> str:
+    """``prefix + safe_text(t) + newline`` for every line, as one string; the check for
+    control characters runs once over the whole batch (in C), not once per line."""
+    joined = "\n".join(texts)
+    if _UNSAFE.search(joined) is not None:
+        joined = "\n".join(safe_text(t) for t in texts)
+    if prefix:
+        joined = prefix + joined.replace("\n", "\n" + prefix)
+    return joined + "\n"
+
+
+class Raw:
+    """Text that rich writes as it is (no markup, wrapping or re-styling): a batch of host
+    lines already made safe (``safe_block``), printed through a console so that a live status
+    line stays below it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Segment(self.text)
+
+
+def ansi_prefix(host: Host, console: Console) -> str:
+    """``host_prefix`` rendered once to escape codes for ``console`` (then reset)."""
+    from rich.console import COLOR_SYSTEMS
+
+    system = COLOR_SYSTEMS.get(console.color_system or "")
+    return Style.parse(COLORS[host.process_id % len(COLORS)]).render(
+        f"[{host.name}] ", color_system=system
+    )
 
 
 def host_line(line: str, host: Host | None = None) -> Text:

@@ -26,11 +26,12 @@ LAST_LINE = 512  # characters of the last line kept for the summary and run.json
 
 @dataclass(frozen=True)
 class Line:
-    """One line of a host's output."""
+    """Lines of one host's output, in order: what one chunk from the host completed (one
+    event per chunk, not per line, so that a chatty host costs the runner little per line)."""
 
     host: Host
     stream: str
-    text: str
+    texts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class LogSink:
     file keeps every byte; what is passed on as a line event is cut at ``MAX_LINE`` bytes and
     the last line kept for the summary at ``LAST_LINE`` characters, so the runner's memory and
     CPU stay bounded whatever the host prints (one 20 MB line, binary, no trailing newline).
+    The lines a chunk completes go out as one event, decoded in one go when none is long.
     """
 
     def __init__(self, host: Host, path: Path, emit: Callable[[Line], None]) -> None:
@@ -86,32 +88,45 @@ class LogSink:
         self._file.flush()
         self.offset += len(data)
         self.last_output = time.monotonic()
-        *lines, tail = data.split(b"\n")
-        if lines:
-            self._keep(lines[0])
-            self._line(bytes(self._partial), self._cut)
-            self._partial.clear()
-            self._cut = 0
-            for raw in lines[1:]:
-                self._line(raw[:MAX_LINE], max(0, len(raw) - MAX_LINE))
-        self._keep(tail)
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._keep(data)
+            return
+        first = data.find(b"\n")
+        self._keep(data[:first])
+        texts = [self._text(bytes(self._partial), self._cut)]
+        self._partial.clear()
+        self._cut = 0
+        if first < end:
+            body = data[first + 1 : end]
+            if end - first <= MAX_LINE or max(map(len, body.split(b"\n"))) <= MAX_LINE:
+                more = body.decode(errors="replace").split("\n")  # no line to cut: at once
+                texts += [t.rstrip("\r") for t in more] if b"\r" in body else more
+            else:
+                texts += [self._text(raw[:MAX_LINE], len(raw) - MAX_LINE)
+                          for raw in body.split(b"\n")]  # fmt: skip
+        self._keep(data[end + 1 :])
+        self._publish(texts)
 
     def _keep(self, piece: bytes) -> None:
         room = max(0, MAX_LINE - len(self._partial))
         self._partial += piece[:room]
         self._cut += max(0, len(piece) - room)
 
-    def _line(self, raw: bytes, cut: int) -> None:
+    @staticmethod
+    def _text(raw: bytes, cut: int) -> str:
         text = raw.decode(errors="replace").rstrip("\r")
-        if cut:
-            text += f" … [{cut} more bytes in the log]"
-        if text.strip():
-            self.last_line = clip(text)
-        self._emit(Line(self.host, "output", text))
+        return f"{text} … [{cut} more bytes in the log]" if cut > 0 else text
+
+    def _publish(self, texts: list[str]) -> None:
+        last = next((t for t in reversed(texts) if t.strip()), None)
+        if last is not None:
+            self.last_line = clip(last)
+        self._emit(Line(self.host, "output", tuple(texts)))
 
     def close(self) -> None:
         if self._partial or self._cut:
-            self._line(bytes(self._partial), self._cut)
+            self._publish([self._text(bytes(self._partial), self._cut)])
             self._partial.clear()
             self._cut = 0
         self._file.close()

@@ -23,7 +23,7 @@ from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port, port_in_use
 from multihost.fleetops.stale import DEVICE_GLOB_ENV
-from multihost.model import Fleet, Job, RunResult, State
+from multihost.model import Fleet, Host, Job, RunResult, State
 from multihost.plan import check_run_name, parse_env
 from multihost.record import RunRecord
 from multihost.runner import Attach, Run
@@ -155,6 +155,7 @@ class Display:
         self.heard: dict[int, float] = {}  # process id -> when it last printed (or started)
         self.live: Live | None = None
         self.quiet = False  # stdout went away (a closed pipe): stop writing host lines
+        self._prefixes: dict[int, str] = {}  # process id -> its rendered prefix (a terminal)
 
     @property
     def live_console(self) -> Console | None:
@@ -187,12 +188,22 @@ class Display:
         host = event.host if self.stream == "all" else None
         try:
             if self.out.is_terminal:  # above the live status line when there is one
-                self.out.print(report.host_line(event.text, host))
+                block = report.safe_block(event.texts, self._prefix(host))
+                if "\x1b" in block:  # a host's colour never reaches the status line
+                    block = block[:-1] + "\x1b[0m\n"
+                self.out.print(report.Raw(block), end="")
             else:  # a pipe or file: plain text, colour codes kept, nothing else
                 prefix = f"[{host.name}] " if host else ""
-                self.out.file.write(f"{prefix}{report.safe_text(event.text)}\n")
+                self.out.file.write(report.safe_block(event.texts, prefix))
         except BrokenPipeError:
             self.quiet = True
+
+    def _prefix(self, host: Host | None) -> str:
+        if host is None:
+            return ""
+        if host.process_id not in self._prefixes:
+            self._prefixes[host.process_id] = report.ansi_prefix(host, self.out)
+        return self._prefixes[host.process_id]
 
     def status(self) -> Text:
         now = time.monotonic()
