@@ -16,8 +16,9 @@ import pytest
 from tests.clitools import REPO
 
 LINES = 60_000  # per numbered host
-# Host 0 floods until host 3 has ticked 8 times, 0.25 s apart; hosts 1 and 2 print numbered lines, with a few long lines (beyond the event
-# bound, MAX_LINE), carriage returns and bytes that are not UTF-8 mixed in; host 3 ticks.
+# Host 0 floods until host 3 has ticked 8 times, 0.25 s apart; hosts 1 and 2 print numbered
+# lines, with a few long lines (beyond the event bound, MAX_LINE), carriage returns and bytes
+# that are not UTF-8 mixed in.
 CMD = r"""
 case $JAX_PROCESS_ID in
 0) k=0; until [ -e "$HOME/ticked" ]; do seq 1 5000 | sed "s/^/flood $k /"; k=$((k + 1)); done ;;
