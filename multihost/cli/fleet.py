@@ -20,6 +20,7 @@ from multihost.cli.wiring import (
     raise_nofile_limit,
     run_options,
     ssh_options,
+    with_payload,
 )
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
@@ -35,6 +36,7 @@ from multihost.transport import forget
 
 def cmd_run(args: argparse.Namespace, err: Console) -> int:
     fleet = fleet_from_args(args, err)
+    args = with_payload(args)
     job = job_from_args(args)
     options = run_options(args, ssh_options(args))
     if args.dry_run:

@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import os
 import resource
+import shlex
 import signal
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
@@ -19,6 +21,7 @@ from rich.live import Live
 from rich.text import Text
 
 from multihost import report, runs
+from multihost.bundled import payload_command, payloads_dir
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port, port_in_use
@@ -72,6 +75,26 @@ def ssh_options(args: argparse.Namespace) -> SSHOptions:
         connect_timeout=args.connect_timeout,
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
+
+
+def with_payload(args: argparse.Namespace) -> argparse.Namespace:
+    """``run --payload NAME [-- ARGS]``: the installed payloads are the code to stage and
+    ``PYTHON NAME.py ARGS`` the command (PYTHON: --python, else this one with --local, else
+    python3)."""
+    if args.payload is None:
+        if args.args:
+            raise UsageError(f"unexpected arguments {shlex.join(args.args)}: only --payload "
+                             "takes arguments after --")  # fmt: skip
+        return args
+    configured = args.config.values.get("script-dir", (None,))[0] if args.config else None
+    if args.script_dir not in (Path("."), configured):
+        raise UsageError("--payload stages the payloads that ship with multihost: leave out "
+                         "--script-dir, or run your own code with --cmd")  # fmt: skip
+    python = args.python or (sys.executable if args.local is not None else "python3")
+    return argparse.Namespace(**{
+        **vars(args), "script_dir": payloads_dir(),
+        "cmd": payload_command(args.payload, args.args, python),
+    })  # fmt: skip
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
