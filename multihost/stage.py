@@ -136,16 +136,17 @@ def _git_files(root: Path) -> list[str] | None:
 
 def _excluded(name: str, patterns: tuple[str, ...]) -> bool:
     """gitignore-like: a pattern matches the whole path or any one component; a pattern with a
-    trailing slash (``tests/``) matches a directory and everything under it."""
+    trailing slash (``tests/``) matches a directory and everything under it; a leading slash
+    (``/tests/``) anchors it at the code dir's top."""
     parts = name.split("/")
     for p in patterns:
-        if p.endswith("/"):
-            d, dirs = p.rstrip("/"), parts[:-1]
-            if any(fnmatch.fnmatch(part, d) for part in dirs) or any(
-                fnmatch.fnmatch("/".join(parts[: i + 1]), d) for i in range(len(dirs))
-            ):
-                return True
-        elif fnmatch.fnmatch(name, p) or any(fnmatch.fnmatch(part, p) for part in parts):
+        anchored, is_dir = p.startswith("/"), p.endswith("/")
+        pattern = p.strip("/")
+        dirs = parts[:-1] if is_dir else parts
+        prefixes = ("/".join(parts[: i + 1]) for i in range(len(dirs)))
+        if any(fnmatch.fnmatch(prefix, pattern) for prefix in prefixes):
+            return True
+        if not anchored and any(fnmatch.fnmatch(part, pattern) for part in dirs):
             return True
     return False
 

@@ -57,16 +57,6 @@ def test_no_watcher_outside_a_run(hook_dir: Path) -> None:
     assert _python(SHOW, hook_dir)[1] == "False"
 
 
-@pytest.mark.jax
-def test_registered_first_when_jax_loads_its_clusters(hook_dir: Path) -> None:
-    code = (
-        "from jax._src import clusters; c = clusters.ClusterEnv._cluster_types[0]; "
-        "print(c.__name__, c.is_env_present(), c.get_process_id(), c.get_process_count(), "
-        "c.get_coordinator_address(None, '9'))"
-    )
-    assert _python(code, hook_dir, **RUN_ENV)[-1] == "MultihostCluster True 0 2 127.0.0.1:9"
-
-
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
