@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port
 from multihost.model import Fleet, Job, RunResult
-from multihost.plan import check_run_name
+from multihost.plan import check_run_name, parse_env
 from multihost.runner import Attach, Run, Stop
 from multihost.runs import (
     HostStatus,
@@ -45,7 +45,8 @@ GOOGLE_KEY = "~/.ssh/google_compute_engine"  # as the CLI: the gcloud key for --
 _FLEET = spec_fields()  # hosts, local, prefix, project, zone, ip, user
 _JOB = ("remote_dir", "coordinator_port", "megascale_port")
 _OPTIONS = tuple(f.name for f in fields(RunOptions))
-_OWN = ("env", "run_name", "ssh_config", "on_event", "on_output", "stream")
+_SSH = ("host_keys", "connect_timeout")  # SSHOptions fields a keyword may set
+_OWN = ("env", "run_name", "ssh_config", "on_event", "on_output", "stream", "profile", *_SSH)
 ACCEPTED: tuple[str, ...] = tuple(sorted({*_FLEET, *_JOB, *_OPTIONS, *_OWN}))
 
 
@@ -98,6 +99,9 @@ def plan_run(
     CLI's layering, as values."""
     check_options(function, kwargs, extra)
     kw = dict(kwargs)
+    profile = kw.pop("profile", None)
+    if profile is not None:
+        kw = with_profile(profile, kw)
     hosts = kw.pop("hosts", None)
     spec_kw = {n: kw.pop(n) for n in _FLEET if n in kw and n != "hosts"}
     if isinstance(hosts, Fleet):
@@ -122,6 +126,7 @@ def plan_run(
         host_keys="accept-new" if cloud else "strict",
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
+    ssh = replace(ssh, **{n: kw.pop(n) for n in _SSH if n in kw and kw[n] is not None})
     if ssh_config is not None:
         if not Path(ssh_config).expanduser().is_file():
             raise ValueError(f"ssh config {ssh_config} does not exist")
@@ -137,6 +142,36 @@ def plan_run(
     if not options.script_dir.is_dir():
         raise ValueError(f"script_dir {options.script_dir} is not a directory")
     return Plan(fleet, job, options, on_event)
+
+
+def with_profile(profile: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` over the config files' values (their top tables, then ``profile``'s), as the
+    CLI layers them: keywords win, ``env`` is merged, a given fleet replaces the configured one.
+    The files are found from ``script_dir`` (default: the current directory)."""
+    from multihost.cli import build_parser, subparser
+    from multihost.cli.config import SOURCES, Resolved
+    from multihost.config import load
+
+    start = Path(given.get("script_dir") or ".").expanduser()
+    resolved = Resolved.of(load(start, profile), subparser(build_parser(), "config"))
+    configured: dict[str, Any] = {}
+    for key, (value, _) in resolved.values.items():
+        if key == "exclude":
+            configured["excludes"] = tuple(value)
+        elif key == "env":
+            configured["env"] = {**parse_env(value), **dict(given.get("env") or {})}
+        elif key == "kill-stale":
+            if value:
+                configured["stale"] = "kill"
+        elif key not in ("python", "max-stage-bytes"):  # the CLI's own (--payload, a refusal)
+            configured[key.replace("-", "_")] = value
+    if any(given.get(k) is not None for k in SOURCES):
+        for key in SOURCES:
+            configured.pop(key, None)
+    merged = {**configured, **given}
+    if "env" in configured:
+        merged["env"] = configured["env"]  # the given env already merged over it
+    return merged
 
 
 def print_line(host: str, line: str) -> None:
@@ -244,7 +279,8 @@ def run(command: str, **options: Any) -> RunResult:
     ``prefix=`` (with ``project=``, ``zone=``, ``ip=``); ``user=``, ``ssh_config=``. The job:
     ``env=``, ``run_name=``, ``script_dir=``. Output: ``stream=`` ("all", "host0", "none")
     and ``on_output=(host_name, line)``. Any :class:`RunOptions` field (``timeout=``,
-    ``fail_fast=``, ``log_dir=``, ``detach=``, ...). An unknown keyword is a TypeError.
+    ``fail_fast=``, ``log_dir=``, ``detach=``, ...). ``profile=`` layers the config files
+    under the keywords (see :func:`with_profile`). An unknown keyword is a TypeError.
     """
     plan = plan_run(command, options)  # checked here, so that a bad keyword fails at once
     runner = Run(plan.fleet, plan.job, plan.options, plan.on_event)

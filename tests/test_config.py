@@ -184,3 +184,20 @@ def test_a_bad_file_is_one_line_and_exit_2(home: Path) -> None:
 def test_an_unknown_profile_names_the_known_ones() -> None:
     with pytest.raises(ConfigError, match=r"no profile 'nope' .*profiles: lab, pod\)"):
         parse(_run("--profile", "nope"))
+
+
+def test_the_api_takes_a_profile_too(home: Path) -> None:
+    """``multihost.run(..., profile=)`` plans from the same layers; keywords win."""
+    from multihost.api import plan_run
+
+    plan = plan_run("true", {"profile": "pod", "local": 1, "env": {"MINE": "1"}, "grace": 9})
+    assert plan.fleet.local  # the given fleet replaces the profile's prefix
+    assert plan.options.grace == 9  # a keyword over the profile's 4
+    assert plan.options.script_dir == home / "project" / "src"
+    assert plan.options.excludes == ("data/",)
+    assert plan.options.ssh.connect_timeout == 7.0
+    assert plan.options.stale == "off"
+    assert plan.job.remote_dir == "~/project"
+    assert plan.job.env == {"XLA_FLAGS": "--xla_dump_to=/tmp/d", "MINE": "1"}
+    with pytest.raises(ConfigError, match="no profile 'nope'"):
+        plan_run("true", {"profile": "nope", "local": 1})
