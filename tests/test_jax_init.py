@@ -74,7 +74,7 @@ def test_bare_initialize_local(tmp_path: Path) -> None:
          "--run-name", "bare", "--env", "JAX_PLATFORMS=cpu", "--env", "SLURM_JOB_ID=7",
          "--env", "SLURM_NTASKS=5", "--timeout", "120",
          "--cmd", f"{sys.executable} -c \"{BARE}\""],
-        timeout=150,
+        timeout=150, HOME=str(tmp_path / "home"),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     logs = host_logs(tmp_path / "logs", "bare")
