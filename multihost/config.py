@@ -68,38 +68,41 @@ def user_config_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "multihost" / "config.toml"
 
 
-def project_pyproject(start: Path) -> Path | None:
-    """The nearest ``pyproject.toml`` at or above ``start`` that has a ``[tool.multihost]``."""
+def project_table(start: Path) -> tuple[Path, object] | None:
+    """The nearest ``pyproject.toml`` at or above ``start`` that has a ``[tool.multihost]``,
+    and that table."""
     folder = start.expanduser().resolve()
     for candidate in (folder, *folder.parents):
         path = candidate / "pyproject.toml"
-        if path.is_file() and PROJECT_TABLE in _read(path, lazy=True):
-            return path
+        if path.is_file() and (found := _read(path, project=True)):
+            return path, found[PROJECT_TABLE]
     return None
 
 
-def _read(path: Path, *, lazy: bool = False) -> dict[str, Any]:
-    """The file's tables; with ``lazy`` (looking for a project) only ``tool.multihost``,
-    flattened to one key, and a broken pyproject that is not ours is skipped."""
+def _read(path: Path, *, project: bool = False) -> dict[str, Any]:
+    """The file's tables. For a ``project`` (a pyproject.toml) only ``tool.multihost``, under
+    that one key; one that never says "multihost" is not parsed, and one that is broken but
+    has no such table is not ours to complain about."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        if project:
+            return {}
+        raise ConfigError(f"{path}: cannot be read: {exc}") from None
+    if project and "multihost" not in text:
+        return {}
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        if lazy and "[tool.multihost" not in _text(path):
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        if project and "[tool.multihost" not in text:
             return {}
         raise ConfigError(f"{path}: not a valid TOML file: {exc}") from None
-    if lazy:
+    if project:
         tool = data.get("tool", {})
         return {PROJECT_TABLE: tool["multihost"]} if "multihost" in tool else {}
     return data
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def _split(path: Path, table: str, data: object) -> tuple[Layer, dict[str, Any]]:
@@ -124,9 +127,9 @@ def load(start: Path, profile: str | None = None, env: Mapping[str, str] | None 
     user = user_config_path(env)
     if user.is_file():
         found.append(_split(user, "", _read(user)))
-    project = project_pyproject(start)
+    project = project_table(start)
     if project is not None:
-        found.append(_split(project, PROJECT_TABLE, _read(project, lazy=True)[PROJECT_TABLE]))
+        found.append(_split(project[0], PROJECT_TABLE, project[1]))
     tops = [layer for layer, _ in found]
     profiles = [
         Layer(layer.path, f"{layer.table + '.' if layer.table else ''}profiles.{name}", body, name)
