@@ -87,6 +87,7 @@ def test_values_are_typed_and_paths_are_relative_to_their_file(home: Path) -> No
     lab = parse(_run("--profile", "lab"))
     assert lab.hosts == str(home / "xdg" / "multihost" / "lab.txt")
     assert lab.fail_fast is False
+    assert parse(_run("--profile", "lab", "--fail-fast")).fail_fast is True  # a flag turns it back
     flags_add = parse(_run("--local", "1", "--exclude", "*.bin"))
     assert flags_add.exclude == ["data/", "*.bin"]
 

@@ -152,12 +152,12 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kill-stale",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="stop accelerator device holders before launching (default: warn with --prefix)",
     )
     p.add_argument(
         "--record-env",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="keep --env values in run.json (default: their names only; they may be secrets)",
     )
     _add_hang_args(p)
@@ -180,10 +180,11 @@ def _add_run_only_args(p: argparse.ArgumentParser) -> None:
         help="host output on the terminal (default %(default)s)",
     )
     p.add_argument(
-        "--no-fail-fast",
-        dest="fail_fast",
-        action="store_false",
-        help="keep the other hosts running when one fails (default: stop them)",
+        "--fail-fast",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="stop the other hosts when one fails (default: yes; --no-fail-fast keeps them "
+        "running)",
     )
     p.add_argument(
         "--timeout",

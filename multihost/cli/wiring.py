@@ -141,7 +141,7 @@ def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
         reconnect_timeout=args.reconnect_timeout,
         stale="kill" if args.kill_stale else ("warn" if fleet_spec(args).cloud else "off"),
         device_glob=os.environ.get(DEVICE_GLOB_ENV),
-        record_env=getattr(args, "record_env", False),
+        record_env=bool(getattr(args, "record_env", False)),
         hang_timeout=args.hang_timeout,
         on_hang=args.on_hang,
     )
