@@ -69,6 +69,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return Built(wheel, sdist, res.stdout + res.stderr)
 
 
+@pytest.mark.slow  # one build for the module: ~15-30 s
 def test_the_wheel_has_the_package_payloads_license_and_types(built: Built) -> None:
     names = built.wheel_names()
     package = {n for n in _source_files() if n.startswith("multihost/") and n.endswith(".py")}
@@ -83,6 +84,7 @@ def test_the_wheel_has_the_package_payloads_license_and_types(built: Built) -> N
     assert "Deprecat" not in built.log  # e.g. setuptools' warning for a license table
 
 
+@pytest.mark.slow  # one build for the module: ~15-30 s
 def test_the_sdist_can_run_its_tests(built: Built) -> None:
     names = built.sdist_names()
     needed = [n for n in _source_files() if n.startswith(("tests/", "payloads/", "benchmarks/"))]
@@ -92,6 +94,7 @@ def test_the_sdist_can_run_its_tests(built: Built) -> None:
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
+@pytest.mark.slow  # one build for the module: ~15-30 s
 def test_the_installed_payload_is_staged(built: Built, tmp_path: Path) -> None:
     """``run --payload shardings`` from the installed wheel, run from an unrelated directory:
     the wheel's payloads are the code, ``PYTHON shardings.py ARGS`` the command."""
