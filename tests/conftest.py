@@ -17,6 +17,14 @@ from tests import fleet as loopback
 pytest_plugins = ["tests.cloud.fixture"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The developer's own ~/.config/multihost/config.toml must not change what the CLI tests
+    see: every test (and every CLI it starts) reads an empty user config dir unless it sets one."""
+    import tempfile
+
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="multihost-test-xdg-")
+
+
 def _unavailable() -> str | None:
     """Why this machine cannot run the fleet, or None."""
     if not os.access(loopback.SSHD, os.X_OK):
