@@ -14,7 +14,7 @@ import multihost
 from multihost.errors import UsageError
 from multihost.plan import COMPLETE, Paths, stage_command
 from multihost.remote import script
-from multihost.remote.staging import FETCH, SEED, SEED_STOP, TEMPLATES, python_source
+from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
 from multihost.stage import pack
 from multihost.stagevia import StageVia, parse
 from tests.clitools import cli
@@ -49,16 +49,6 @@ def test_cli_bad_value_is_one_line_exit_2(value: str, tmp_path: Path) -> None:
     assert res.stderr.count("\n") == 1
     assert "--stage-via" in res.stderr
     assert not list(tmp_path.iterdir())  # nothing started
-
-
-@pytest.mark.parametrize("name", sorted(TEMPLATES))
-def test_templates_parse_and_pass_shellcheck(name: str) -> None:
-    template, variables = TEMPLATES[name]
-    text = "".join(f"{v}=x\n" for v in variables) + template
-    subprocess.run(["sh", "-n", "-c", text], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
-                          capture_output=True)  # fmt: skip
-    assert lint.returncode == 0, lint.stdout
 
 
 @pytest.fixture
