@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -60,39 +62,50 @@ def code(tmp_path: Path) -> Path:
     return d
 
 
-def _sh(command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+Sh = Callable[[str, bytes], "subprocess.CompletedProcess[bytes]"]
+
+
+def local_sh(command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """``sh -c command`` here (a host reached over SSH runs the same text)."""
     return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, timeout=60)
 
 
-def _serving(base: Path, data: bytes, fetches: int = 1) -> tuple[str, str, str]:
-    """A seed's server started by the real SEED template: (url, pid, dir)."""
-    paths = Paths(str(base), str(base / "code" / "seed"), str(base / "runs" / "r"))
+def serving(
+    sh: Sh, base: str, data: bytes, fetches: int = 1, addr: str = "127.0.0.1"
+) -> tuple[str, str, str]:
+    """A seed's server started by the real SEED template: (url, pid, its dir)."""
+    paths = Paths(base, f"{base}/code/seed-{time.time_ns()}", f"{base}/runs/r")
     command = script(
         SEED, paths={"b": paths.base, "c": paths.code}, done=COMPLETE, stage=stage_command(paths),
-        serve=python_source("seed_serve"), addr="127.0.0.1", lifetime="30", fetches=fetches,
-        stale=5,
+        serve=python_source("seed_serve"), addr=addr, lifetime="30", fetches=fetches, stale=5,
     )  # fmt: skip
-    done = _sh(command, TOKEN.encode() + b"\n" + data)
+    done = sh(command, TOKEN.encode() + b"\n" + data)
     assert done.returncode == 0, done.stderr
     first, said = done.stdout.decode().splitlines()
     assert first == "absent"
     word, port, pid, folder = said.split(" ", 3)
     assert word == "serving", said
-    return f"http://127.0.0.1:{port}/x.tar.gz", pid, folder
+    return f"http://{addr}:{port}/x.tar.gz", pid, folder
 
 
-def _fetch(
-    base: Path, url: str, digest: str, token: str = TOKEN
+def fetch(
+    sh: Sh, code: str, url: str, digest: str, token: str = TOKEN
 ) -> subprocess.CompletedProcess[bytes]:
-    paths = Paths(str(base), str(base / "code" / "h"), str(base / "runs" / "r"))
+    """The real FETCH template, into the code dir ``code`` (its parent's parent is the base)."""
+    base = code.rsplit("/", 2)[0]
+    paths = Paths(base, code, f"{base}/runs/r")
     command = script(
         FETCH, paths={"b": paths.base, "c": paths.code}, done=COMPLETE, stage=stage_command(paths),
         how="peer", url=url, digest=digest, fetch=python_source("seed_fetch"), timeout=5,
     )  # fmt: skip
-    return _sh(command, token.encode() + b"\n")
+    return sh(command, token.encode() + b"\n")
 
 
-def _alive(pid: str) -> bool:
+def stop(sh: Sh, pid: str, folder: str) -> bytes:
+    return sh(script(SEED_STOP, p=pid, s=folder), b"").stdout
+
+
+def alive(pid: str) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
     except OSError:
@@ -103,45 +116,42 @@ def test_seed_serves_token_holders_and_a_wrong_sha256_is_refused(
     code: Path, tmp_path: Path
 ) -> None:
     archive = pack(code)
-    url, pid, folder = _serving(tmp_path / "seed", archive.data, fetches=2)
-    assert (tmp_path / "seed" / "code" / "seed" / "blob").read_bytes() == (
-        code / "blob"
-    ).read_bytes()
+    url, pid, folder = serving(local_sh, str(tmp_path / "seed"), archive.data, fetches=2)
+    seed_code = next((tmp_path / "seed" / "code").glob("seed-*"))
+    assert (seed_code / "blob").read_bytes() == (code / "blob").read_bytes()
     assert not (Path(folder) / "token").exists()  # read by the server, then gone
     assert TOKEN not in Path(f"/proc/{pid}/cmdline").read_text()
 
-    wrong = _fetch(tmp_path / "h1", url, archive.digest, token="guess")
+    wrong = fetch(local_sh, f"{tmp_path}/h1/code/x", url, archive.digest, token="guess")
     assert wrong.returncode != 0
     assert b"403" in wrong.stderr
 
     # the bytes served are not the archive the runner packed: refused, never unpacked
     (Path(folder) / "archive").write_bytes(archive.data[:-10] + b"corrupted!")
-    bad = _fetch(tmp_path / "h2", url, archive.digest)
+    bad = fetch(local_sh, f"{tmp_path}/h2/code/x", url, archive.digest)
     assert bad.returncode == 3, bad.stderr
     assert b"sha256 mismatch" in bad.stderr
-    assert not (tmp_path / "h2" / "code" / "h").exists()
-    assert not list((tmp_path / "h2" / "code").iterdir())  # no partial download left
+    assert not list((tmp_path / "h2" / "code").iterdir())  # nothing unpacked, nothing left
 
     # the right bytes: fetched, checked, unpacked; the second complete transfer ends the server
     (Path(folder) / "archive").write_bytes(archive.data)
-    good = _fetch(tmp_path / "h3", url, archive.digest)
+    good = fetch(local_sh, f"{tmp_path}/h3/code/x", url, archive.digest)
     assert good.returncode == 0, good.stderr
     assert good.stdout == b"fetched\n"
-    assert (tmp_path / "h3" / "code" / "h" / "pkg" / "m.py").read_text() == "X = 1\n"
-    assert _fetch(tmp_path / "h3", url, archive.digest).stdout == b"present\n"
-    stop = _sh(script(SEED_STOP, p=pid, s=folder))
-    assert stop.stdout in (b"gone\n", b"stopped\n")
-    assert not _alive(pid)
+    assert (tmp_path / "h3" / "code" / "x" / "pkg" / "m.py").read_text() == "X = 1\n"
+    assert fetch(local_sh, f"{tmp_path}/h3/code/x", url, archive.digest).stdout == b"present\n"
+    assert stop(local_sh, pid, folder) in (b"gone\n", b"stopped\n")
+    assert not alive(pid)
     assert not Path(folder).exists()
 
 
 def test_seed_stop_ends_a_server_still_waiting(code: Path, tmp_path: Path) -> None:
-    url, pid, folder = _serving(tmp_path / "seed", pack(code).data, fetches=5)
-    assert _alive(pid)
-    assert _sh(script(SEED_STOP, p=pid, s=folder)).stdout == b"stopped\n"
-    assert not _alive(pid)
+    url, pid, folder = serving(local_sh, str(tmp_path / "seed"), pack(code).data, fetches=5)
+    assert alive(pid)
+    assert stop(local_sh, pid, folder) == b"stopped\n"
+    assert not alive(pid)
     assert not Path(folder).exists()
-    refused = _fetch(tmp_path / "h", url, "0" * 64)
+    refused = fetch(local_sh, f"{tmp_path}/h/code/x", url, "0" * 64)
     assert b"refused" in refused.stderr.lower()
 
 

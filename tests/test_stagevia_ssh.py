@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes, wait_for
 from tests.cloud.fixture import gcloud_env
 from tests.cloud.gcs import FakeGcs
+from tests.test_stagevia import Sh, fetch, serving, stop
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 BUCKET = "mh-stage"
@@ -154,3 +156,32 @@ def test_gs_uploads_once_and_hosts_pull(
     finally:
         for h in ssh_fleet.hosts[:2]:
             shutil.rmtree(h.home / ".multihost-g2", ignore_errors=True)
+
+
+def _ssh(fleet: loopback.Fleet, alias: str) -> Sh:
+    def run(command: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+        argv = ["ssh", "-F", str(fleet.ssh_config), alias, command]
+        return subprocess.run(argv, input=stdin, capture_output=True, timeout=60)
+
+    return run
+
+
+def test_corrupted_archive_is_refused_across_hosts(ssh_fleet: loopback.Fleet, code: Path) -> None:
+    """h6 serves on its address, h7 fetches over loopback: bytes that are not the archive
+    the runner packed are refused and nothing is unpacked; the server is gone afterwards."""
+    archive = pack(code)
+    seed, host = ssh_fleet.hosts[6], ssh_fleet.hosts[7]
+    url, pid, folder = serving(_ssh(ssh_fleet, seed.alias), "~/.multihost", archive.data,
+                               fetches=1, addr=seed.address)  # fmt: skip
+    try:
+        (Path(folder) / "archive").write_bytes(archive.data[:-10] + b"corrupted!")
+        code_dir = f"~/.multihost/code/{archive.short}"
+        bad = fetch(_ssh(ssh_fleet, host.alias), code_dir, url, archive.digest)
+        assert bad.returncode == 3, bad.stderr
+        assert b"sha256 mismatch" in bad.stderr
+        assert not (host.home / ".multihost" / "code" / archive.short).exists()
+        assert not list((host.home / ".multihost" / "code").glob(".incoming.*"))
+    finally:
+        assert stop(_ssh(ssh_fleet, seed.alias), pid, folder) in (b"gone\n", b"stopped\n")
+    wait_for(lambda: not ssh_fleet.user_processes(6), 10, "the seed's server to be gone")
+    assert not Path(folder).exists()
