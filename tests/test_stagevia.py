@@ -171,3 +171,19 @@ def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
     logs = [h.log.read_text() for h in res.hosts if h.log]
     assert len(set(logs)) == 1
     assert hashlib.sha256((code / "blob").read_bytes()).hexdigest() in logs[0]
+
+
+def test_local_pipeline_bucket_unusable_falls_back(
+    code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner cannot reach the bucket (its gcloud fails): every host gets the code
+    directly, and the result says why."""
+    monkeypatch.setenv("MULTIHOST_GCLOUD", "false")
+    res = multihost.run("cat pkg/m.py", local=2, script_dir=code, log_dir=tmp_path / "logs",
+                        stage_via="gs://no-such-bucket", stream="none")  # fmt: skip
+    assert res.ok, res
+    assert res.staging is not None
+    assert res.staging.via == "gs://no-such-bucket"
+    assert res.staging.uploads == 2
+    assert len(res.staging.fallbacks) == 2
+    assert "no upload to gs://no-such-bucket" in res.staging.fallbacks[0]
