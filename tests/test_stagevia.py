@@ -19,7 +19,7 @@ from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
 from multihost.stage import pack
 from multihost.stagevia import StageVia, parse
-from tests.clitools import cli
+from tests.clitools import cli, wait_for
 
 TOKEN = "s3cret-token"
 
@@ -141,7 +141,7 @@ def test_seed_serves_token_holders_and_a_wrong_sha256_is_refused(
     assert (tmp_path / "h3" / "code" / "x" / "pkg" / "m.py").read_text() == "X = 1\n"
     assert fetch(local_sh, f"{tmp_path}/h3/code/x", url, archive.digest).stdout == b"present\n"
     assert stop(local_sh, pid, folder) in (b"gone\n", b"stopped\n")
-    assert not alive(pid)
+    wait_for(lambda: not alive(pid), 5, "the server to end")
     assert not Path(folder).exists()
 
 
@@ -149,7 +149,7 @@ def test_seed_stop_ends_a_server_still_waiting(code: Path, tmp_path: Path) -> No
     url, pid, folder = serving(local_sh, str(tmp_path / "seed"), pack(code).data, fetches=5)
     assert alive(pid)
     assert stop(local_sh, pid, folder) == b"stopped\n"
-    assert not alive(pid)
+    wait_for(lambda: not alive(pid), 5, "the server to end")
     assert not Path(folder).exists()
     refused = fetch(local_sh, f"{tmp_path}/h/code/x", url, "0" * 64)
     assert b"refused" in refused.stderr.lower()

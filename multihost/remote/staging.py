@@ -59,8 +59,9 @@ echo stopped
 
 # A host fetching the archive. Vars: b, c, done, stage, how ("peer": from a seed with
 # seed_fetch.py, the token on stdin; "gs": gcloud storage cp), url, digest (sha256), fetch
-# (seed_fetch.py), timeout (s). Says "present" if the code is there; else fetches, refuses an
-# archive whose sha256 is not the digest (exit 3, nothing unpacked), unpacks, says "fetched".
+# (seed_fetch.py, which also checks the hash), timeout (s). Says "present" if the code is
+# there; else fetches, refuses an archive whose sha256 is not the digest (exit 3, nothing
+# unpacked), unpacks, says "fetched".
 FETCH = """\
 set -e
 test -e "$c/$done" && { echo present; exit 0; }
@@ -69,18 +70,14 @@ test -d "$b"/code || { mkdir -p "$b"/code; chmod 700 "$b"; }
 t=$(mktemp -d "$b"/code/.incoming.XXXXXX)
 trap 'rm -rf "$t"' EXIT
 case $how in
-  peer) python3 -c "$fetch" "$url" "$t"/archive "$timeout" ;;
+  peer) python3 -c "$fetch" "$url" "$t"/archive "$digest" "$timeout" ;;
   gs)
     gcloud storage cp "$url" "$t"/archive < /dev/null > "$t"/log 2>&1 || {
       tail -n 2 "$t"/log >&2; exit 1
-    } ;;
+    }
+    python3 -c "$fetch" - "$t"/archive "$digest" 0 ;;
   *) echo "unknown source $how" >&2; exit 2 ;;
 esac
-got=$(sha256sum "$t"/archive | cut -d' ' -f1)
-if [ "$got" != "$digest" ]; then
-  echo "sha256 mismatch ($got, expected $digest): refused, not unpacked" >&2
-  exit 3
-fi
 sh -c "$stage" < "$t"/archive > /dev/null
 echo fetched
 """
