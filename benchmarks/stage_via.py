@@ -123,6 +123,18 @@ def table(rows: dict[str, list[Trial]], n: int, mb: int) -> str:
     return "\n".join(lines)
 
 
+def verdict(rows: dict[str, list[Trial]]) -> str:
+    """The issue's goal: bytes out ≤ 1.5× the archive, and wall no worse than direct."""
+    peer, direct = rows["peer"], rows["direct"]
+    ratio = statistics.median(t.sent for t in peer) / peer[0].archive
+    wall = statistics.median(t.wall for t in peer) / statistics.median(t.wall for t in direct)
+    return (
+        f"Goal (#14): bytes out ≤ 1.5× the archive — peer {ratio:.2f}×: "
+        f"{'met' if ratio <= 1.5 else 'NOT met'}; wall no worse than direct — peer "
+        f"{wall:.2f}× direct's: {'met' if wall <= 1.0 else 'NOT met'}."
+    )
+
+
 def record(text: str) -> None:
     old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
     if BEGIN in old and END in old:
@@ -167,6 +179,8 @@ def main() -> int:
         "machine's 2 cores, so every host's unpack competes with the runner.",
         "",
         table(rows, args.n, args.mb),
+        "",
+        verdict(rows),
     ])  # fmt: skip
     print(text)
     if not args.no_record:
