@@ -199,6 +199,7 @@ class _Supervisor:
                 first_failure=self._first_failure,
                 interrupted=self._interrupted,
                 timed_out=self._timed_out,
+                staging=self._staging,
             ),
         )
 

@@ -4,6 +4,7 @@ server, a host's fetch, a corrupted archive), and the whole pipeline over ``--lo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import time
@@ -15,6 +16,7 @@ import pytest
 import multihost
 from multihost.errors import UsageError
 from multihost.plan import COMPLETE, Paths, stage_command
+from multihost.record import read_record
 from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
 from multihost.stage import pack
@@ -168,6 +170,9 @@ def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
     assert res.staging.runner_bytes == len(archive.data) + 3 * 44  # and a token line each
     assert (res.staging.uploads, res.staging.fetched, res.staging.fallbacks) == (1, 2, ())
     assert [h.bytes_sent for h in res.hosts] == [len(archive.data), 0, 0]
+    record = json.loads((tmp_path / "logs" / res.run_name / "run.json").read_text())
+    assert record["staging"]["runner_bytes"] == res.staging.runner_bytes  # kept in run.json
+    assert read_record(tmp_path / "logs" / res.run_name).staging == res.staging
     logs = [h.log.read_text() for h in res.hosts if h.log]
     assert len(set(logs)) == 1
     assert hashlib.sha256((code / "blob").read_bytes()).hexdigest() in logs[0]
