@@ -138,6 +138,10 @@ def plan_run(
             kw[name] = Path(kw[name]).expanduser()
     if "excludes" in kw:
         kw["excludes"] = tuple(kw["excludes"])
+    if "stage_via" in kw:  # "direct", "peer" or "gs://BUCKET[/PREFIX]" (multihost.stagevia)
+        from multihost.stagevia import parse
+
+        kw["stage_via"] = str(parse(str(kw["stage_via"])))
     options = RunOptions(ssh=ssh, **{"stale": "warn" if cloud else "off", **kw})
     if not options.script_dir.is_dir():
         raise ValueError(f"script_dir {options.script_dir} is not a directory")
@@ -277,7 +281,8 @@ def run(command: str, **options: Any) -> RunResult:
 
     The fleet: ``hosts=`` (``"h0,h1"``, an inventory path or a Fleet), ``local=N`` or
     ``prefix=`` (with ``project=``, ``zone=``, ``ip=``); ``user=``, ``ssh_config=``. The job:
-    ``env=``, ``run_name=``, ``script_dir=``. Output: ``stream=`` ("all", "host0", "none")
+    ``env=``, ``run_name=``, ``script_dir=``, ``stage_via=`` ("direct", "peer",
+    "gs://BUCKET"). Output: ``stream=`` ("all", "host0", "none")
     and ``on_output=(host_name, line)``. Any :class:`RunOptions` field (``timeout=``,
     ``fail_fast=``, ``log_dir=``, ``detach=``, ...). ``profile=`` layers the config files
     under the keywords (see :func:`with_profile`). An unknown keyword is a TypeError.

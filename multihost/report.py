@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from multihost.model import Host, HostResult, RunResult, State
+from multihost.model import Host, HostResult, RunResult, Staging, State
 
 if TYPE_CHECKING:
     from multihost.record import HostRecord, RunRecord
@@ -133,6 +133,28 @@ def _bytes(n: int) -> str:
     if n < 1024:
         return f"{n} B"
     return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
+
+
+def staging_line(staging: Staging) -> Text:
+    """What staging cost the runner's link: bytes sent, uploads, fetches and fallbacks."""
+    ratio = staging.runner_bytes / staging.archive_bytes if staging.archive_bytes else 0.0
+    text = Text(
+        f"code via {staging.via}: the runner sent {_bytes(staging.runner_bytes)} "
+        f"({ratio:.1f}× the {_bytes(staging.archive_bytes)} archive, "
+        f"{staging.uploads} upload(s))",
+        style="dim",
+    )
+    if staging.fetched:
+        text.append(f"; {staging.fetched} host(s) fetched it", style="dim")
+    if staging.present:
+        text.append(f"; {staging.present} had it", style="dim")
+    if staging.fallbacks:
+        text.append(
+            f"; {len(staging.fallbacks)} fell back to direct upload "
+            f"(first: {safe_text(staging.fallbacks[0])})",
+            style="yellow",
+        )
+    return text
 
 
 def verdict(result: RunResult) -> Text:

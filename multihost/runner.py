@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
+from multihost import stagevia
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
 from multihost.diagnose.stacks import StackReport, group, host_ranges, summary_lines
@@ -24,7 +25,7 @@ from multihost.errors import HostError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
 from multihost.launch import claim, launch, stop
-from multihost.model import Fleet, Host, Job, RunResult, State
+from multihost.model import Fleet, Host, Job, RunResult, Staging, State
 from multihost.plan import Paths, plan_hosts
 from multihost.record import (
     MANIFEST,
@@ -41,6 +42,7 @@ from multihost.stream import Follower, LogSink, classify
 from multihost.transport import Connection, connect
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class _Supervisor:
@@ -75,6 +77,7 @@ class _Supervisor:
         self._env_names: tuple[str, ...] = ()  # --env names already kept out of the record
         self._stacks_wanted = asyncio.Event()
         self._hung: str | None = None
+        self._staging: Staging | None = None
 
     def interrupt(self) -> None:
         """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130."""
@@ -157,6 +160,7 @@ class _Supervisor:
             first_failure=self._first_failure,
             interrupted=self._interrupted,
             timed_out=self._timed_out,
+            staging=self._staging,
         )
 
     def _write_record(self, force: bool = False) -> None:
@@ -195,6 +199,7 @@ class _Supervisor:
                 first_failure=self._first_failure,
                 interrupted=self._interrupted,
                 timed_out=self._timed_out,
+                staging=self._staging,
             ),
         )
 
@@ -385,7 +390,7 @@ class Run(_Watcher):
             opts.ssh.connect_timeout + DEFAULTS.connect_slack, "connect",
         )  # fmt: skip
         if all(o.ok for o in outcomes) and self._staged is None:
-            outcomes = await self._phase(self._stage_one, None, opts.stage_timeout, "staging")
+            outcomes = await self._stage_all()
         if all(o.ok for o in outcomes) and opts.stale != "off" and not self.fleet.local:
             outcomes = await self._phase(
                 self._stale_one, None, DEFAULTS.stale_timeout, "stale check"
@@ -428,9 +433,45 @@ class Run(_Watcher):
         self, fn: Callable[[Host], Awaitable[T]], limit: int | None, timeout: float, what: str
     ) -> list[Outcome[T]]:
         """A fan-out phase that Ctrl-C can cut short."""
-        work = asyncio.ensure_future(
-            map_hosts(fn, list(self.fleet), limit=limit, timeout=timeout, what=what)
+        return await self._unless_interrupted(
+            map_hosts(fn, list(self.fleet), limit=limit, timeout=timeout, what=what),
+            [Outcome(h) for h in self.fleet],
         )
+
+    async def _stage_all(self) -> list[Outcome[None]]:
+        """The code on every host: from the runner to each, or ``--stage-via`` a seed per
+        slice or a bucket (multihost.stagevia); counts what leaves the runner."""
+        assert self._archive is not None
+        via = stagevia.parse(self.options.stage_via)
+        conns = {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
+        before = sum(c.bytes_out for c in conns.values())
+        if via.kind == "direct":
+            outcomes = await self._phase(
+                self._stage_one, None, self.options.stage_timeout, "staging"
+            )
+            staged = [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
+                      for s in self._slots.values()]  # fmt: skip
+            uploaded = 0
+        else:
+            for slot in self._slots.values():
+                self._set(slot, State.STAGING)
+            paths = {h.process_id: Paths.for_host(h, self.job, self._code_hash) for h in self.fleet}
+            results, uploaded = await self._unless_interrupted(
+                stagevia.stage_fleet(via, list(self.fleet), conns, self._archive, paths,
+                                     timeout=self.options.stage_timeout, note=self._note),
+                ([Outcome[stagevia.Staged](h) for h in self.fleet], 0),
+            )  # fmt: skip
+            staged = [o.value for o in results if o.value is not None]
+            for o in results:
+                self._slots[o.host.process_id].bytes_sent = o.value.sent if o.value else 0
+            outcomes = [Outcome[None](o.host, error=o.error) for o in results]
+        sent = sum(c.bytes_out for c in conns.values()) - before + uploaded
+        self._staging = stagevia.summarize(via, self._archive, staged, sent, int(uploaded > 0))
+        return outcomes
+
+    async def _unless_interrupted(self, coro: Awaitable[U], cut: U) -> U:
+        """``coro``'s result, or ``cut`` when Ctrl-C comes first."""
+        work = asyncio.ensure_future(coro)
         waiter = asyncio.ensure_future(self._wake.wait())
         await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
@@ -438,7 +479,7 @@ class Run(_Watcher):
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await work
-            return [Outcome(h) for h in self.fleet]
+            return cut
         return work.result()
 
     async def _connect_one(self, host: Host) -> None:

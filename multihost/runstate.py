@@ -41,6 +41,7 @@ class RunOptions:
     grace: float = DEFAULTS.grace
     timeout: float | None = None
     stage_timeout: float = DEFAULTS.stage_timeout
+    stage_via: str = DEFAULTS.stage_via  # see multihost.stagevia
     launch_timeout: float = DEFAULTS.launch_timeout
     reconnect_timeout: float = DEFAULTS.reconnect_timeout
     detach: bool = False

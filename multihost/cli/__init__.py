@@ -20,6 +20,7 @@ from multihost.cli.args import (
     positive,
     remote_dir,
     size,
+    stage_via,
 )
 from multihost.cli.job_args import add_job_parser
 from multihost.defaults import DEFAULTS as D
@@ -198,6 +199,15 @@ def _add_run_only_args(p: argparse.ArgumentParser) -> None:
         default=D.reconnect_timeout,
         metavar="S",
         help="seconds to retry a lost host (default %(default)g s)",
+    )
+    p.add_argument(
+        "--stage-via",
+        type=stage_via,
+        default=D.stage_via,
+        metavar="HOW",
+        help="how the code reaches the hosts: direct (from here to each), peer (once per "
+        "slice to a seed host, the others fetch it from there) or gs://BUCKET[/PREFIX] "
+        "(uploaded once, the hosts pull it); default %(default)s",
     )
     p.add_argument(
         "--python",

@@ -139,6 +139,7 @@ def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
         grace=args.grace,
         timeout=args.timeout,
         reconnect_timeout=args.reconnect_timeout,
+        stage_via=getattr(args, "stage_via", D.stage_via),
         stale="kill" if args.kill_stale else ("warn" if fleet_spec(args).cloud else "off"),
         device_glob=os.environ.get(DEVICE_GLOB_ENV),
         record_env=bool(getattr(args, "record_env", False)),
@@ -322,6 +323,8 @@ def execute_run(
 def finish(result: RunResult, err: Console, n: int) -> int:
     """The summary table, the verdict, where the logs are; returns the exit code."""
     err.print(report.summary_table(result, all_hosts=n <= 32 or not result.ok))
+    if result.staging is not None:
+        err.print(report.staging_line(result.staging))
     err.print(report.verdict(result))
     err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)
     return result.exit_code

@@ -47,6 +47,7 @@ class Connection(Protocol):
 
     host: Host
     peer_address: str
+    bytes_out: int  # what this connection has written to remote stdin (uploads), in bytes
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed: ...
 

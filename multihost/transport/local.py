@@ -18,8 +18,10 @@ class LocalConnection:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.peer_address = host.internal_address or "127.0.0.1"
+        self.bytes_out = 0
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed:
+        self.bytes_out += len(stdin or b"")
         proc = await _spawn(command, stdin=stdin is not None)
         try:
             out, err = await proc.communicate(stdin)
@@ -48,6 +50,7 @@ class LocalConnection:
         try:
             first = await proc.stdout.readline()
             sent = first.strip() == want
+            self.bytes_out += len(data) if sent else 0
             out, err = await proc.communicate(data if sent else b"")  # then closes stdin
         finally:
             _kill_group(proc)

@@ -26,8 +26,10 @@ class SSHConnection:
         self._conn = conn
         peer = conn.get_extra_info("peername")  # ('', 0) through a ProxyJump tunnel
         self.peer_address: str = (peer[0] if peer else "") or reached or host.address
+        self.bytes_out = 0
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed:
+        self.bytes_out += len(stdin or b"")
         try:
             res = await self._conn.run(command, input=stdin, encoding=None, check=False)
         except (asyncssh.Error, OSError) as exc:
@@ -58,6 +60,7 @@ class SSHConnection:
             first = await proc.stdout.readline()
             sent = first.strip() == want
             if sent:
+                self.bytes_out += len(data)
                 proc.stdin.write(data)
             proc.stdin.write_eof()
             res = await proc.wait(check=False)
