@@ -35,7 +35,7 @@ from multihost.record import (
     watch_lock,
     write_record,
 )
-from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
+from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot, Transfer
 from multihost.stage import Archive, pack, stage
 from multihost.stream import Follower, LogSink, classify
 from multihost.transport import Connection, connect
@@ -454,7 +454,15 @@ class Run(_Watcher):
         assert self._archive is not None
         self._set(slot, State.STAGING)
         paths = Paths.for_host(host, self.job, self._archive.short)
-        slot.bytes_sent = await stage(slot.conn, self._archive, paths)
+        size = len(self._archive.data)
+
+        def progress(done: int) -> None:
+            self._emit(Transfer(host, "stage", done, size))
+
+        try:
+            slot.bytes_sent = await stage(slot.conn, self._archive, paths, progress)
+        finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over
+            self._emit(Transfer(host, "stage", slot.bytes_sent, slot.bytes_sent, finished=True))
 
     async def _stale_one(self, host: Host) -> None:
         slot = self._slots[host.process_id]

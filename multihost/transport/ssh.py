@@ -5,16 +5,16 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
 
-from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost
+from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost, RemoteError
 from multihost.model import Host
 from multihost.transport import sshconfig
-from multihost.transport.base import Completed, SSHOptions
+from multihost.transport.base import CHUNK, Completed, Progress, SSHOptions
 
 
 class SSHConnection:
@@ -26,6 +26,7 @@ class SSHConnection:
         self._conn = conn
         peer = conn.get_extra_info("peername")  # ('', 0) through a ProxyJump tunnel
         self.peer_address: str = (peer[0] if peer else "") or reached or host.address
+        self._sftp: asyncssh.SFTPClient | None = None  # opened on the first fetch
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed:
         try:
@@ -52,13 +53,19 @@ class SSHConnection:
         finally:
             proc.close()
 
-    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
+    async def offer(
+        self, command: str, want: bytes, data: bytes, progress: Progress | None = None
+    ) -> tuple[Completed, bool]:
         try:
             proc = await self._conn.create_process(command, encoding=None)
             first = await proc.stdout.readline()
             sent = first.strip() == want
             if sent:
-                proc.stdin.write(data)
+                for start in range(0, len(data), CHUNK):
+                    proc.stdin.write(data[start : start + CHUNK])
+                    await proc.stdin.drain()
+                    if progress is not None:
+                        progress(min(start + CHUNK, len(data)))
             proc.stdin.write_eof()
             res = await proc.wait(check=False)
         except (asyncssh.Error, OSError) as exc:
@@ -66,7 +73,24 @@ class SSHConnection:
         out = first + _as_bytes(res.stdout)
         return Completed(res.exit_status, out, _as_bytes(res.stderr)), sent
 
+    async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
+        size = 0
+        try:
+            if self._sftp is None:
+                self._sftp = await self._conn.start_sftp_client()
+            async with self._sftp.open(path, "rb", encoding=None) as f:
+                while chunk := await f.read(CHUNK):
+                    write(_as_bytes(chunk))
+                    size += len(chunk)
+        except asyncssh.SFTPError as exc:  # the file, not the connection
+            raise RemoteError(self.host, f"{path}: {exc.reason.lower()}") from None
+        except (asyncssh.Error, OSError) as exc:
+            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+        return size
+
     async def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.exit()
         self._conn.close()
         await self._conn.wait_closed()
 
