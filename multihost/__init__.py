@@ -24,6 +24,7 @@ __all__ = [
     "InventoryError",
     "Job",
     "MultihostError",
+    "PullResult",
     "RemoteCallError",
     "RemoteError",
     "RunOptions",
@@ -37,6 +38,7 @@ __all__ = [
     "call",
     "kill",
     "make_fleet",
+    "pull",
     "pull_logs",
     "run",
     "run_async",
@@ -47,7 +49,17 @@ __all__ = [
 
 _WHERE = {
     **dict.fromkeys(
-        ("attach", "kill", "make_fleet", "pull_logs", "run", "run_async", "stacks", "status"),
+        (
+            "attach",
+            "kill",
+            "make_fleet",
+            "pull",
+            "pull_logs",
+            "run",
+            "run_async",
+            "stacks",
+            "status",
+        ),
         "multihost.api",
     ),
     **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
@@ -72,6 +84,7 @@ _WHERE = {
         ("Fleet", "Host", "HostResult", "Job", "RunResult", "State"), "multihost.model"
     ),
     "HostStatus": "multihost.runs",
+    "PullResult": "multihost.pull",
     "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.runstate",
     "SSHOptions": "multihost.transport",
@@ -82,6 +95,7 @@ if TYPE_CHECKING:
         attach,
         kill,
         make_fleet,
+        pull,
         pull_logs,
         run,
         run_async,
@@ -103,6 +117,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
+    from multihost.pull import PullResult
     from multihost.remote_call import CallResult, call
     from multihost.runs import HostStatus
     from multihost.runstate import RunOptions
