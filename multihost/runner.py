@@ -19,10 +19,11 @@ from typing import TypeVar
 
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
-from multihost.diagnose.stacks import StackReport, group, host_ranges, summary_lines
+from multihost.diagnose.stacks import StackReport, group, summary_lines
 from multihost.errors import HostError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
+from multihost.gather import host_ranges
 from multihost.launch import claim, launch, stop
 from multihost.model import Fleet, Host, Job, RunResult, State
 from multihost.plan import Paths, plan_hosts
