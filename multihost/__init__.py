@@ -84,7 +84,7 @@ _WHERE = {
         ("Fleet", "Host", "HostResult", "Job", "RunResult", "State"), "multihost.model"
     ),
     "HostStatus": "multihost.runs",
-    "PullResult": "multihost.pull",
+    "PullResult": "multihost.copyback",
     "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.runstate",
     "SSHOptions": "multihost.transport",
@@ -102,6 +102,7 @@ if TYPE_CHECKING:
         stacks,
         status,
     )
+    from multihost.copyback import PullResult
     from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
         ConnectError,
@@ -117,7 +118,6 @@ if TYPE_CHECKING:
         UsageError,
     )
     from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
-    from multihost.pull import PullResult
     from multihost.remote_call import CallResult, call
     from multihost.runs import HostStatus
     from multihost.runstate import RunOptions

@@ -36,8 +36,8 @@ from multihost.stream import Line
 from multihost.transport import SSHOptions
 
 if TYPE_CHECKING:
+    from multihost.copyback import PullResult
     from multihost.diagnose.stacks import StackReport
-    from multihost.pull import PullResult
 
 T = TypeVar("T")
 Stream = Literal["all", "host0", "none"]
@@ -331,7 +331,7 @@ def pull(
     """Copy files, directories or globs back from every host of a run (``multihost pull``)
     into ``to`` (default ``./multihost-pull/RUN``), one folder per host; returns each host's
     result (files, bytes, and every problem: no match, unreadable, unreachable)."""
-    from multihost.pull import default_dest, pull_run
+    from multihost.copyback import default_dest, pull_run
 
     logs, _, record = _record(run_name, log_dir)
     ssh = options_from_record(record, logs).ssh

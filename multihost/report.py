@@ -14,7 +14,7 @@ from rich.text import Text
 from multihost.model import Host, HostResult, RunResult, State
 
 if TYPE_CHECKING:
-    from multihost.pull import PullResult
+    from multihost.copyback import PullResult
     from multihost.record import HostRecord, RunRecord
     from multihost.runs import HostStatus
 

@@ -14,7 +14,7 @@ from rich.live import Live
 from multihost import report, runs
 from multihost.cli.progress import TransferView
 from multihost.cli.wiring import log_dir_of, record_options
-from multihost.pull import PullResult, check_patterns, default_dest, pull_run
+from multihost.copyback import PullResult, check_patterns, default_dest, pull_run
 from multihost.record import RunRecord
 from multihost.runstate import Event, Transfer
 from multihost.transport import SSHOptions
