@@ -182,7 +182,6 @@ async def pull_host(
     problems = list(listing.problems)
     todo: list[tuple[RemoteFile, str]] = []
     skipped = 0
-    dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     base = dest.parent
     for file in listing.files:
         name = file.local_name
