@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shlex
@@ -60,13 +61,16 @@ class SSHConnection:
             proc = await self._conn.create_process(command, encoding=None)
             first = await proc.stdout.readline()
             sent = first.strip() == want
-            if sent:
-                for start in range(0, len(data), CHUNK):
-                    proc.stdin.write(data[start : start + CHUNK])
-                    await proc.stdin.drain()
-                    if progress is not None:
-                        progress(min(start + CHUNK, len(data)))
-            proc.stdin.write_eof()
+            # The host may stop reading early (tar: disk full): its exit status and stderr say
+            # why, below, rather than a broken pipe here.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                if sent:
+                    for start in range(0, len(data), CHUNK):
+                        proc.stdin.write(data[start : start + CHUNK])
+                        await proc.stdin.drain()
+                        if progress is not None:
+                            progress(min(start + CHUNK, len(data)))
+                proc.stdin.write_eof()
             res = await proc.wait(check=False)
         except (asyncssh.Error, OSError) as exc:
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
