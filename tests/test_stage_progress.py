@@ -1,5 +1,5 @@
-"""Staging a large code dir shows bytes, bytes/s and hosts done on a terminal (a pseudo-
-terminal here), and nothing of the kind when output is not a terminal."""
+"""Staging a large code dir (and pulling files back) shows bytes, bytes/s and hosts done on a
+terminal (a pseudo-terminal here), and nothing of the kind when output is not a terminal."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_staging_progress_on_a_terminal(workdir: Path) -> None:
+def test_staging_and_pull_progress_on_a_terminal(workdir: Path) -> None:
     args = ["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs", "--run-name",
             "big", "--cmd", "echo ran"]  # fmt: skip
     child = spawn(args, workdir / "home", workdir)
@@ -36,6 +36,20 @@ def test_staging_progress_on_a_terminal(workdir: Path) -> None:
     shown = screen(raw)
     assert "ran" in shown
     assert not any("staging code" in row for row in shown), shown  # gone once staged
+
+    # Pulling the big file back: the same kind of bar while copying, then the summary.
+    child = spawn(["pull", "big", "--log-dir", "logs", "blob.bin"], workdir / "home", workdir)
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    assert "pulling" in raw
+    assert "hosts" in raw
+    shown = screen(raw)
+    assert not any("pulling" in row for row in shown), shown
+    assert "pulled 2 file(s), 8.0 MiB from 2 of 2 host(s) into multihost-pull/big" in shown
+    got = workdir / "multihost-pull" / "big" / "slice_0000_worker_0001" / "blob.bin"
+    assert got.read_bytes() == (workdir / "code" / "blob.bin").read_bytes()
 
 
 def test_no_progress_when_not_a_terminal(workdir: Path) -> None:
