@@ -19,7 +19,7 @@ from pathlib import Path
 
 from multihost import remote
 from multihost.defaults import DEFAULTS
-from multihost.errors import HostError, RemoteError, UsageError
+from multihost.errors import HostError, HostLost, RemoteError, UsageError
 from multihost.fanout import map_hosts
 from multihost.model import Host
 from multihost.record import RunRecord
@@ -215,8 +215,11 @@ async def pull_host(
                 path = listing.remote_path(file)
                 copied += await _fetch_one(conn, fd, leaf, path, file.mtime, moved)
                 files += 1
-            except RemoteError as exc:
+            except RemoteError as exc:  # this file only
                 problems.append(exc.message)
+            except HostLost as exc:  # the rest cannot come; what came is counted
+                problems.append(exc.message)
+                break
             except OSError as exc:
                 problems.append(f"{file.path}: cannot write {name}: {exc.strerror or exc}")
             done = before + file.size  # whatever happened, this file is behind us
