@@ -314,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument(
         "--gather",
         action="store_true",
-        help="every host's log, identical output shown once with its hosts (like clush -b)",
+        help="every host's log, identical output shown once with its hosts (like clush -b; "
+        f"the last {D.gather_lines} lines of each unless --tail)",
     )
     logs.add_argument("--json", action="store_true", help="with --gather: the groups as JSON")
     pull = run_command("pull", "copy files or globs back from every host of a run")
