@@ -72,10 +72,15 @@ class LocalConnection:
             raise RemoteError(self.host, f"{path}: {exc.strerror or exc}") from None
         size = 0
         with f:
-            while chunk := await asyncio.to_thread(f.read, CHUNK):
-                write(chunk)
+            while True:
+                try:
+                    chunk = await asyncio.to_thread(f.read, CHUNK)
+                except OSError as exc:
+                    raise RemoteError(self.host, f"{path}: {exc.strerror or exc}") from None
+                if not chunk:
+                    return size
+                write(chunk)  # a local error here is the caller's
                 size += len(chunk)
-        return size
 
     async def close(self) -> None:
         return None

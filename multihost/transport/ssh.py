@@ -6,7 +6,7 @@ import contextlib
 import functools
 import os
 import shlex
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,18 +79,31 @@ class SSHConnection:
 
     async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
         size = 0
-        try:
+        with self._reading(path):
             if self._sftp is None:
                 self._sftp = await self._conn.start_sftp_client()
-            async with self._sftp.open(path, "rb", encoding=None) as f:
-                while chunk := await f.read(CHUNK):
-                    write(_as_bytes(chunk))
-                    size += len(chunk)
-        except asyncssh.SFTPError as exc:  # the file, not the connection
+            f = await self._sftp.open(path, "rb", encoding=None)
+        try:
+            while True:
+                with self._reading(path):
+                    chunk = _as_bytes(await f.read(CHUNK))
+                if not chunk:
+                    return size
+                write(chunk)  # a local error here is the caller's, never "connection lost"
+                size += len(chunk)
+        finally:
+            with contextlib.suppress(asyncssh.Error, OSError):
+                await f.close()
+
+    @contextlib.contextmanager
+    def _reading(self, path: str) -> Iterator[None]:
+        """SFTP errors as this host's: the file's own (RemoteError) or the connection's."""
+        try:
+            yield
+        except asyncssh.SFTPError as exc:
             raise RemoteError(self.host, f"{path}: {exc.reason.lower()}") from None
         except (asyncssh.Error, OSError) as exc:
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
-        return size
 
     async def close(self) -> None:
         if self._sftp is not None:
