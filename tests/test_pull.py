@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import multihost
-from multihost.copyback import RemoteFile, parse_listing
+from multihost.copyback import RemoteFile, list_command, parse_listing
 from tests.clitools import REPO, cli
 
 N = 3
@@ -62,6 +63,23 @@ def test_listing_is_parsed_and_names_that_leave_the_folder_are_refused() -> None
     assert RemoteFile("out/./p.txt", 1, 0).local_name == "out/p.txt"
     for bad in ("../x", "a/../../x", ".", "/"):
         assert RemoteFile(bad, 1, 0).local_name is None, bad
+
+
+def test_listing_script_with_awkward_names(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    (work / "d").mkdir(parents=True)
+    names = ("-delete", "a b.txt", "new\nline", "d/x.json")
+    for name in names:
+        (work / name).write_text("x")
+    (work / "d" / "link").symlink_to("/etc/hostname")  # below a directory: not followed
+    command = list_command(str(work), ["-delete", "a b.txt", "new*", "d", "nope*"])
+    res = subprocess.run(["sh", "-c", command], capture_output=True, timeout=30)
+    listing = parse_listing(res.stdout, res.stderr)
+    assert listing.work_dir == str(work)
+    assert sorted(f.path for f in listing.files) == ["./-delete", "a b.txt", "d/x.json",
+                                                     "new\nline"]  # fmt: skip
+    assert listing.problems == ("no match for 'nope*'",)
+    assert all((work / name).exists() for name in names)
 
 
 def test_pull_globs_and_dirs_names_the_host_without_a_match_and_skips_on_rerun(
@@ -121,6 +139,7 @@ def test_cli_pull_and_run_pull(home: Path, tmp_path: Path) -> None:
     res = cli(["run", *args, "--no-fail-fast", "--cmd", WRITE + "; exit 3", "--pull", "out/p.txt",
                "--pull", "*.json"], cwd=tmp_path, **_env(home))  # fmt: skip
     assert res.returncode == 1, res.stderr  # the run failed; files still came back
+    assert "\x1b" not in res.stdout + res.stderr  # not a terminal: no progress bar
     got = tmp_path / "multihost-pull" / "cp"
     assert (got / "slice_0000_worker_0000" / "out" / "p.txt").read_text() == "p 0\n"
     assert (got / "slice_0000_worker_0001" / "out" / "p.txt").read_text() == "p 1\n"

@@ -246,6 +246,7 @@ for p in $pats; do
   for f in $p; do
     [ -e "$f" ] || continue
     found=yes
+    case $f in -*) f=./$f ;; esac  # never an option or expression to find
     find -H "$f" -type f \\( -readable -printf 'F %s %T@ %p\\0' -o -printf 'D %p\\0' \\)
   done
   set -f
