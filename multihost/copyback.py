@@ -10,6 +10,7 @@ directories), and appears under its name only once complete.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import posixpath
@@ -169,11 +170,66 @@ async def _fetch_one(conn: Connection, fd: int, name: str, path: str, mtime: flo
     return size
 
 
+@dataclass
+class _Tally:
+    """One host's copying in progress (mutable bookkeeping, frozen into a PullResult)."""
+
+    host: Host
+    total: int  # bytes still expected in all (less what turned out to be there already)
+    emit: Callable[[Event], None]
+    done: int = 0
+    files: int = 0
+    skipped: int = 0
+    copied: int = 0
+    lost: str | None = None  # the connection went: no more files from this host
+
+    def moved(self, n: int) -> None:
+        self.done += n
+        self.emit(Transfer(self.host, "pull", self.done, self.total))
+
+
+async def _copy(conn: Connection, dest: Path, listing: Listing, file: RemoteFile, name: str,
+                tally: _Tally) -> str | None:  # fmt: skip
+    """Copy one listed file below ``dest`` unless it is there already; the problem, if any."""
+    folder, _, leaf = name.rpartition("/")
+    try:
+        fd = _open_dirs(dest.parent, [dest.name, *filter(None, folder.split("/"))])
+    except OSError as exc:
+        tally.total -= file.size
+        return f"{file.path}: cannot write {name}: {exc.strerror or exc}"
+    got = 0
+
+    def moved(n: int) -> None:
+        nonlocal got
+        got += n
+        tally.moved(n)
+
+    try:
+        if _same(fd, leaf, file):
+            tally.skipped += 1
+            return None
+        tally.copied += await _fetch_one(conn, fd, leaf, listing.remote_path(file), file.mtime,
+                                         moved)  # fmt: skip
+        tally.files += 1
+        return None
+    except RemoteError as exc:  # this file only
+        return exc.message
+    except HostLost as exc:  # the rest cannot come either; said once
+        tally.lost = tally.lost or exc.message
+        return None
+    except OSError as exc:
+        return f"{file.path}: cannot write {name}: {exc.strerror or exc}"
+    finally:
+        tally.total += got - file.size  # of this file, only what really came counts
+        os.close(fd)
+
+
 async def pull_host(
     conn: Connection, work_dir: str, patterns: Sequence[str], dest: Path,
     emit: Callable[[Event], None],
 ) -> PullResult:  # fmt: skip
-    """List ``patterns`` on one host and copy what is new into ``dest`` (its own folder)."""
+    """List ``patterns`` on one host and copy what is new into ``dest`` (its own folder), a
+    few files at a time (``DEFAULTS.pull_files``) over the host's one connection."""
     host = conn.host
     res = await conn.run(list_command(work_dir, patterns))
     if res.exit_status != 0:
@@ -181,52 +237,31 @@ async def pull_host(
     listing = parse_listing(res.stdout, res.stderr)
     problems = list(listing.problems)
     todo: list[tuple[RemoteFile, str]] = []
-    skipped = 0
-    base = dest.parent
     for file in listing.files:
         name = file.local_name
         if name is None:
             problems.append(f"{file.path}: refused, its name leaves {dest} ('..')")
-            continue
-        todo.append((file, name))
-    total = sum(f.size for f, _ in todo)
-    done = copied = files = 0
-    emit(Transfer(host, "pull", 0, total))
+        else:
+            todo.append((file, name))
+    tally = _Tally(host, sum(f.size for f, _ in todo), emit)
+    emit(Transfer(host, "pull", 0, tally.total))
+    queue = iter(todo)  # shared by the workers: each file is taken once
 
-    def moved(n: int) -> None:
-        nonlocal done
-        done += n
-        emit(Transfer(host, "pull", done, total))
+    async def worker() -> None:
+        for file, name in queue:
+            if tally.lost is not None:
+                return
+            problem = await _copy(conn, dest, listing, file, name, tally)
+            if problem is not None:
+                problems.append(problem)
 
-    for file, name in todo:
-        folder, _, leaf = name.rpartition("/")
-        try:
-            fd = _open_dirs(base, [dest.name, *filter(None, folder.split("/"))])
-        except OSError as exc:
-            problems.append(f"{file.path}: cannot write {name}: {exc.strerror or exc}")
-            continue
-        try:
-            if _same(fd, leaf, file):
-                skipped += 1
-                total -= file.size
-                continue
-            before = done
-            try:
-                path = listing.remote_path(file)
-                copied += await _fetch_one(conn, fd, leaf, path, file.mtime, moved)
-                files += 1
-            except RemoteError as exc:  # this file only
-                problems.append(exc.message)
-            except HostLost as exc:  # the rest cannot come; what came is counted
-                problems.append(exc.message)
-                break
-            except OSError as exc:
-                problems.append(f"{file.path}: cannot write {name}: {exc.strerror or exc}")
-            done = before + file.size  # whatever happened, this file is behind us
-        finally:
-            os.close(fd)
-    emit(Transfer(host, "pull", done, max(total, done), finished=True))
-    return PullResult(host, dest, files, skipped, copied, tuple(problems))
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(min(DEFAULTS.pull_files, len(todo))):
+            tg.create_task(worker())
+    if tally.lost is not None:
+        problems.append(tally.lost)
+    emit(Transfer(host, "pull", tally.done, max(tally.total, tally.done), finished=True))
+    return PullResult(host, dest, tally.files, tally.skipped, tally.copied, tuple(problems))
 
 
 def default_dest(run_name: str) -> Path:
