@@ -10,11 +10,12 @@ import asyncio
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port
 from multihost.model import Fleet, Job, RunResult
@@ -35,6 +36,7 @@ from multihost.stream import Line
 from multihost.transport import SSHOptions
 
 if TYPE_CHECKING:
+    from multihost.copyback import PullResult
     from multihost.diagnose.stacks import StackReport
 
 T = TypeVar("T")
@@ -357,6 +359,28 @@ def pull_logs(run_name: str, *, log_dir: str | Path | None = None) -> dict[str, 
         if o.error:
             print(f"multihost: {o.host.name}: {o.error.message}", file=sys.stderr, flush=True)
     return {h.host.name: run_dir / h.log for h in record.hosts}
+
+
+def pull(
+    run_name: str,
+    paths: str | Sequence[str],
+    *,
+    to: str | Path | None = None,
+    log_dir: str | Path | None = None,
+    limit: int | None = None,
+) -> list[PullResult]:
+    """Copy files, directories or globs back from every host of a run (``multihost pull``)
+    into ``to`` (default ``./multihost-pull/RUN``), one folder per host; returns each host's
+    result (files, bytes, and every problem: no match, unreadable, unreachable)."""
+    from multihost.copyback import default_dest, pull_run
+
+    logs, _, record = _record(run_name, log_dir)
+    ssh = options_from_record(record, logs).ssh
+    patterns = [paths] if isinstance(paths, str) else list(paths)
+    dest = Path(to).expanduser() if to is not None else default_dest(run_name)
+    return blocking(
+        lambda: pull_run(record, patterns, dest, ssh, limit=limit or DEFAULTS.pull_limit)
+    )
 
 
 def stacks(

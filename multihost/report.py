@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -13,6 +14,7 @@ from rich.text import Text
 from multihost.model import Host, HostResult, RunResult, Staging, State
 
 if TYPE_CHECKING:
+    from multihost.copyback import PullResult
     from multihost.record import HostRecord, RunRecord
     from multihost.runs import HostStatus
 
@@ -339,3 +341,25 @@ def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequen
             style=style,
         )
     return table
+
+
+def pull_lines(results: Sequence[PullResult], dest: Path, *, all_hosts: bool = True) -> list[str]:
+    """What ``multihost pull`` says: a line per host (only the failed ones unless
+    ``all_hosts``), each problem named, then the totals. Plain text: hosts' words included."""
+    lines = []
+    for r in results:
+        if not all_hosts and r.ok:
+            continue
+        got = f"{r.files} file(s), {_bytes(r.bytes)}" + (f", {r.skipped} already there"
+                                                          if r.skipped else "")  # fmt: skip
+        lines.append(f"{r.host.name}  {got}" if r.ok else f"{r.host.name}  FAILED ({got})")
+        lines += [f"  {safe_text(problem)}" for problem in r.errors]
+    failed = sum(1 for r in results if not r.ok)
+    files, skipped = sum(r.files for r in results), sum(r.skipped for r in results)
+    lines.append(
+        f"pulled {files} file(s), {_bytes(sum(r.bytes for r in results))}"
+        + (f" ({skipped} already there)" if skipped else "")
+        + f" from {len(results) - failed} of {len(results)} host(s) into {dest}"
+        + (f"; {failed} host(s) failed" if failed else "")
+    )
+    return lines

@@ -20,10 +20,11 @@ from typing import TypeVar
 from multihost import stagevia
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
-from multihost.diagnose.stacks import StackReport, group, host_ranges, summary_lines
+from multihost.diagnose.stacks import StackReport, group, summary_lines
 from multihost.errors import HostError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
+from multihost.gather import host_ranges
 from multihost.launch import claim, launch, stop
 from multihost.model import Fleet, Host, Job, RunResult, Staging, State
 from multihost.plan import Paths, plan_hosts
@@ -36,7 +37,7 @@ from multihost.record import (
     watch_lock,
     write_record,
 )
-from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
+from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot, Transfer
 from multihost.stage import Archive, pack, stage
 from multihost.stream import Follower, LogSink, classify
 from multihost.transport import Connection, connect
@@ -495,7 +496,15 @@ class Run(_Watcher):
         assert self._archive is not None
         self._set(slot, State.STAGING)
         paths = Paths.for_host(host, self.job, self._archive.short)
-        slot.bytes_sent = await stage(slot.conn, self._archive, paths)
+        size = len(self._archive.data)
+
+        def progress(done: int) -> None:
+            self._emit(Transfer(host, "stage", done, size))
+
+        try:
+            slot.bytes_sent = await stage(slot.conn, self._archive, paths, progress)
+        finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over
+            self._emit(Transfer(host, "stage", slot.bytes_sent, slot.bytes_sent, finished=True))
 
     async def _stale_one(self, host: Host) -> None:
         slot = self._slots[host.process_id]

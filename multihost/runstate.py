@@ -69,7 +69,20 @@ class Note:
     level: str = "info"
 
 
-Event = HostEvent | Line | Note
+@dataclass(frozen=True)
+class Transfer:
+    """Bytes moving between this machine and a host (staging code, pulling files): ``done`` of
+    ``total`` so far; ``finished`` once that host's transfer is over (``total`` 0: it needed
+    nothing)."""
+
+    host: Host
+    what: str  # "stage" or "pull"
+    done: int
+    total: int
+    finished: bool = False
+
+
+Event = HostEvent | Line | Note | Transfer
 
 
 _SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signals.Signals)

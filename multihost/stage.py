@@ -15,7 +15,7 @@ from pathlib import Path
 
 from multihost.errors import RemoteError, UsageError
 from multihost.plan import Paths, stage_command
-from multihost.transport import Connection
+from multihost.transport import Connection, Progress
 
 ALWAYS_EXCLUDED = (".git", "__pycache__", "*.pyc")
 
@@ -170,10 +170,13 @@ def pack(root: Path, excludes: tuple[str, ...] = (), max_bytes: int | None = Non
     return Archive(data, hashlib.sha256(data).hexdigest(), len(names))
 
 
-async def stage(conn: Connection, archive: Archive, paths: Paths) -> int:
-    """Make sure the host has this archive unpacked; returns the bytes sent (0 if it had it)."""
+async def stage(
+    conn: Connection, archive: Archive, paths: Paths, progress: Progress | None = None
+) -> int:
+    """Make sure the host has this archive unpacked; returns the bytes sent (0 if it had it).
+    ``progress`` is told the bytes sent so far, chunk by chunk."""
     # One channel: the host answers first, and the archive follows only if it is absent.
-    done, sent = await conn.offer(stage_command(paths), b"absent", archive.data)
+    done, sent = await conn.offer(stage_command(paths), b"absent", archive.data, progress)
     if done.exit_status != 0:
         raise RemoteError(conn.host, f"staging failed: {_cause(done.stderr)}")
     return len(archive.data) if sent else 0

@@ -257,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(config)
     _add_run_only_args(config)
     config.add_argument("--json", action="store_true", help="JSON instead of TOML-like lines")
+    run.add_argument("--pull", action="append", default=[], metavar="REMOTE_PATH",
+                     help="after the run, whatever its outcome, copy this path or glob back "
+                     "from every host (repeatable; see multihost pull; default: none)")  # fmt: skip
+    run.add_argument("--pull-to", type=Path, metavar="DIR",
+                     help="where --pull copies to (default ./multihost-pull/RUN)")  # fmt: skip
 
     hosts = sub.add_parser("hosts", help="print the resolved fleet (and --check each host)")
     _add_fleet_args(hosts)
@@ -347,6 +352,26 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="follow every host's log; Ctrl-C stops following, not the run",
     )
+    logs.add_argument(
+        "--gather",
+        action="store_true",
+        help="every host's log, identical output shown once with its hosts (like clush -b; "
+        f"the last {D.gather_lines} lines of each unless --tail)",
+    )
+    logs.add_argument("--json", action="store_true", help="with --gather: the groups as JSON")
+    pull = run_command("pull", "copy files or globs back from every host of a run")
+    pull.add_argument("paths", nargs="+", metavar="REMOTE_PATH",
+                      help="file, directory or glob on each host; relative to the run's work "
+                      "dir (where its command ran)")  # fmt: skip
+    pull.add_argument(
+        "--to",
+        type=Path,
+        metavar="DIR",
+        help="into DIR/slice_SSSS_worker_WWWW/ (default ./multihost-pull/RUN)",
+    )
+    pull.add_argument("--limit", type=positive(int), default=D.pull_limit, metavar="N",
+                      help="hosts copying at once (default %(default)s)")  # fmt: skip
+    pull.add_argument("--json", action="store_true", help="per-host results as JSON")
     stack = run_command("stack", "every host's Python stacks right now, grouped")
     stack.add_argument("--all", action="store_true", help="every thread, not only the main one")
     stack.add_argument("--native", action="store_true",
@@ -447,7 +472,7 @@ COMMANDS: dict[str, str] = {
     "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
     "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
     "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
-    "job": "cli.job", "config": "cli.config",
+    "job": "cli.job", "config": "cli.config", "pull": "cli.pull",
 }  # fmt: skip
 
 

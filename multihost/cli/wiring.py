@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.text import Text
 
 from multihost import report, runs
 from multihost.bundled import payload_command, payloads_dir
+from multihost.cli.progress import TransferView
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port, port_in_use
@@ -35,6 +35,7 @@ from multihost.runstate import (
     HostEvent,
     Note,
     RunOptions,
+    Transfer,
     default_log_dir,
     default_run_name,
 )
@@ -179,6 +180,8 @@ class Display:
         self.heard: dict[int, float] = {}  # process id -> when it last printed (or started)
         self.live: Live | None = None
         self.quiet = False  # stdout went away (a closed pipe): stop writing host lines
+        self.staging = TransferView("staging code", len(fleet))  # drawn only while live
+        self._drawn = 0.0  # when a transfer last asked for a redraw
 
     @property
     def live_console(self) -> Console | None:
@@ -196,6 +199,12 @@ class Display:
                 self.heard[event.host.process_id] = time.monotonic()
             self.states[event.host.process_id] = event.state
             if self.live is not None:
+                self.live.refresh()
+        elif isinstance(event, Transfer):
+            self.staging.update(event)
+            now = time.monotonic()
+            if self.live is not None and (now - self._drawn >= 0.1 or event.finished):
+                self._drawn = now
                 self.live.refresh()
         elif isinstance(event, Note):
             style = "bold red" if event.level == "error" else "dim"
@@ -218,13 +227,17 @@ class Display:
         except BrokenPipeError:
             self.quiet = True
 
-    def status(self) -> Text:
+    def status(self) -> RenderableType:
+        """The live status line; while code is being staged, the staging progress above it."""
         now = time.monotonic()
         silent = {
             self.hosts[pid]: now - t for pid, t in self.heard.items()
             if self.states[pid] is State.RUNNING and now - t >= SILENT_AFTER
         }  # fmt: skip
-        return report.status_line(self.run_name, self.states, now - self.started, silent)
+        line = report.status_line(self.run_name, self.states, now - self.started, silent)
+        if self.staging.started and State.STAGING in self.states.values():
+            return Group(self.staging.renderable(), line)
+        return line
 
 
 def raise_nofile_limit() -> None:
