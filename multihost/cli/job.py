@@ -84,12 +84,14 @@ def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = No
     from multihost.job.record import load_local
     from multihost.job.watch import Watcher
 
+    fresh = record is not None
     record = record or load_local(args.name)
     display = _Display(err)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     try:
-        outcome = Watcher(record, gcloud, display, keep=args.keep, poll=args.poll).run()
+        watcher = Watcher(record, gcloud, display, keep=args.keep, poll=args.poll)
+        outcome = watcher.run(fresh=fresh)
     except KeyboardInterrupt:
         display.note(
             f"stopped watching; job {record.name} keeps running on its queued resource. "

@@ -109,6 +109,10 @@ class Gcloud:
     def cat(self, url: str, start: int = 0) -> bytes:
         return self.run(cat_argv(url, start)).stdout
 
+    def cat_many(self, urls: list[str]) -> bytes:
+        """The objects' bytes, concatenated in the order given."""
+        return self.run(["storage", "cat", *urls]).stdout
+
     def put_bytes(self, data: bytes, url: str) -> None:
         with tempfile.NamedTemporaryFile(prefix="multihost-", suffix=".tmp") as f:
             f.write(data)

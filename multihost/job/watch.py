@@ -7,6 +7,7 @@ failed, the resource was preempted, or the workers never reported.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 from collections.abc import Callable
@@ -110,9 +111,13 @@ class Watcher:
     _active_since: float | None = None
     _last_hosts: tuple[HostView, ...] = ()
     _last_state: str | None = "?"
+    _state: str | None = "?"
+    _described: float = 0.0
 
-    def run(self) -> Outcome:
-        self.record = self.gcloud.load_record(self.record)
+    def run(self, *, fresh: bool = False) -> Outcome:
+        """Follow the job to its end; ``fresh``: the record was just written by this process."""
+        if not fresh:
+            self.record = self.gcloud.load_record(self.record)
         if self.record.state.final:
             return self._outcome_of(self.record)
         self._workers = self.record.expected_workers
@@ -155,10 +160,17 @@ class Watcher:
     # ------------------------------------------------------------ one poll
 
     def _snapshot(self, pool: ThreadPoolExecutor) -> Snapshot:
-        state_f = pool.submit(self.gcloud.describe_state, self.record)
-        objects_f = pool.submit(self.gcloud.objects, self.record.attempt_prefix())
-        state, objects = state_f.result(), objects_f.result()
+        # The resource's state is asked every few polls only once every worker runs: each
+        # gcloud call costs about a second of CPU, and a preemption shows in the bucket too.
+        now = self.clock()
+        describe = self._active_since is None or now - self._described >= 3 * self.poll
+        state_f = pool.submit(self.gcloud.describe_state, self.record) if describe else None
+        objects = self.gcloud.objects(self.record.attempt_prefix())
+        if state_f is not None:
+            self._state, self._described = state_f.result(), now
+        state = self._state
         logs: dict[HostKey, int] = {}
+        new_exits: dict[HostKey, str] = {}
         for url, size in objects.items():
             parsed = parse_host_object(url)
             if parsed is None:
@@ -171,8 +183,11 @@ class Watcher:
                 if self._workers is None:
                     self._workers = int(self.gcloud.cat(url).split()[0])
             elif kind == "exit" and (s, w) not in self._exits:
-                text = self.gcloud.cat(url).decode().strip()
-                self._exits[s, w] = int(text) if text.lstrip("-").isdigit() else 255
+                new_exits[s, w] = url
+        if new_exits:  # one call for all of them: each exit object is one line
+            texts = self.gcloud.cat_many(list(new_exits.values())).decode().split()
+            for key, text in zip(new_exits, texts, strict=False):
+                self._exits[key] = int(text) if text.lstrip("-").isdigit() else 255
         if state == "ACTIVE" and self._active_since is None:
             self._active_since = self.clock()
         keys = set(logs) | self._started | set(self._exits)
@@ -212,6 +227,9 @@ class Watcher:
     def _act(self, verdict: Verdict, host: HostView | None, snap: Snapshot) -> Outcome | None:
         r = self.record
         if verdict is Verdict.SUCCEEDED:
+            if self.follow is not None:  # the exit may have landed before the final log
+                with contextlib.suppress(CloudError):
+                    self._stream(self._offset + 1, final=True)
             if not self.keep:
                 self.gcloud.delete(r)
             kept = " (queued resource kept)" if self.keep else ", queued resource deleted"
@@ -267,6 +285,7 @@ class Watcher:
         self._exits, self._started = {}, set()
         self._offset, self._partial, self._active_since = 0, b"", None
         self._last_hosts, self._last_state = (), "?"
+        self._state, self._described = "?", 0.0
 
     def _tail(self, host: HostView, n: int = 10) -> list[str]:
         try:
