@@ -57,9 +57,10 @@ base=${MULTIHOST_WORK_DIR:-/var/tmp/multihost-$(id -u)}
 dir=$base/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
 code=$base/code/$code_hash
 remote=$bucket/multihost/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
+rm -rf "$dir"  # a job of the same name that ran here before left its files
 mkdir -p "$dir" "$base/code" || exit 1
 log=$dir/log
-: >> "$log"
+: > "$log"
 
 note() {
   echo "[multihost] $*" >> "$log"

@@ -103,7 +103,10 @@ def cloud_plane(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
 
 @pytest.fixture
 def cloud(cloud_plane: Cloud) -> Iterator[Cloud]:
-    """The stand-in control plane, with no queued resource and no process left on the hosts."""
+    """The stand-in control plane, clean: no queued resource, no process left on the hosts, an
+    empty bucket and no job record mirrored locally."""
     cloud_plane.tpu.reset()
+    cloud_plane.gcs.clear(BUCKET)
+    shutil.rmtree(Path(cloud_plane.env["MULTIHOST_LOG_DIR"]) / "jobs", ignore_errors=True)
     yield cloud_plane
     cloud_plane.tpu.reset()
