@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -75,18 +79,46 @@ def test_real_gcloud_parses_the_create_line(tmp_path) -> None:  # type: ignore[n
     script = tmp_path / "s.sh"
     script.write_text(startup_script(REC))
     (tmp_path / "cfg").mkdir()
-    env = {
-        "PATH": os.environ["PATH"], "CLOUDSDK_CONFIG": str(tmp_path / "cfg"),
-        "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true", "CLOUDSDK_CORE_PROJECT": "p",
-        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": "http://127.0.0.1:9/",
-    }  # fmt: skip
-    proc = subprocess.run(
-        ["gcloud", *cloud.create_argv(REC, str(script))],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+    with _refusing_api() as endpoint:  # answers at once: no connection retries
+        env = {
+            "PATH": os.environ["PATH"], "CLOUDSDK_CONFIG": str(tmp_path / "cfg"),
+            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true", "CLOUDSDK_CORE_PROJECT": "p",
+            "CLOUDSDK_CORE_DISABLE_PROMPTS": "1", "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": endpoint,
+        }  # fmt: skip
+        proc = subprocess.run(
+            ["gcloud", *cloud.create_argv(REC, str(script))],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
     assert proc.returncode != 2, proc.stderr
     assert "unrecognized arguments" not in proc.stderr
+    assert "refused by the test" in proc.stderr  # it got as far as sending the request
+
+
+@contextlib.contextmanager
+def _refusing_api() -> Iterator[str]:
+    """An HTTP endpoint that answers every request 403 with a JSON error."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            body = b'{"error": {"code": 403, "message": "refused by the test"}}'
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _refuse
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_startup_script_is_clean_sh(tmp_path) -> None:  # type: ignore[no-untyped-def]
