@@ -97,7 +97,7 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
     post = next(r for r in cloud.tpu.requests if r.method == "POST")
     assert post.query["queuedResourceId"] == ["envjob-a0"]
     assert "spot" in (post.body or {})
-    assert "envjob-a0" not in cloud.tpu.resources  # deleted on success
+    assert "envjob-a0" not in cloud.tpu.resources, cloud.requests()  # deleted on success
     logs = {
         (s, w): parse_env(cloud.read(f"multihost/jobs/envjob/attempt-0/slice-{s}-worker-{w}.log"))
         for s in (0, 1) for w in (0, 1)

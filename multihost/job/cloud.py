@@ -132,7 +132,7 @@ class Gcloud:
         proc = self.run(describe_argv(record), check=False)
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace")
-            if "NOT_FOUND" in err or "not found" in err.lower():
+            if "NOT_FOUND" in err:  # the API's status, as gcloud prints it
                 return None
             raise CloudError(f"gcloud failed (exit {proc.returncode}): {one_line(err)}")
         state: str = json.loads(proc.stdout).get("state", {}).get("state", "UNKNOWN")
@@ -150,7 +150,7 @@ class Gcloud:
         if proc.returncode == 0:
             return True
         err = proc.stderr.decode(errors="replace")
-        if "NOT_FOUND" in err or "not found" in err.lower():
+        if "NOT_FOUND" in err:  # the API's status, as gcloud prints it
             return False
         raise CloudError(f"gcloud failed (exit {proc.returncode}): {one_line(err)}")
 
