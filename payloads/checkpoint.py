@@ -1,6 +1,6 @@
 """Save and restore a sharded training state, each process its own shards, atomically.
 
-Layout: ``DIR/step-00000012/process-1.npz`` holds every distinct shard process 1 can address
+Layout: ``DIR/step-00000012.process-1.npz`` holds every distinct shard process 1 can address
 (raw bytes, with a JSON manifest of leaf path, global index, dtype and shape). A file appears
 under its final name only once it is complete (written to a temporary name, fsynced, renamed),
 so a preemption in the middle of a save leaves the previous checkpoint as the latest. Each
@@ -11,7 +11,6 @@ needs the same process count and mesh as the save (the same job, a later attempt
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 KEEP = 2
-_STEP = re.compile(r"^step-([0-9]{8})$")
+_FILE = re.compile(r"^step-([0-9]{8})\.process-([0-9]+)\.npz$")
 Index = tuple[tuple[int, int], ...]
 
 
@@ -30,15 +29,16 @@ def _index(index: tuple[slice, ...], shape: tuple[int, ...]) -> Index:
 
 
 def _file(directory: Path, step: int, process: int) -> Path:
-    return directory / f"step-{step:08d}" / f"process-{process}.npz"
+    # One flat directory: processes running as different users need no shared subdirectory.
+    return directory / f"step-{step:08d}.process-{process}.npz"
 
 
 def steps_here(directory: Path, process: int) -> list[int]:
     """Steps this process has a complete file for, oldest first."""
     if not directory.is_dir():
         return []
-    found = [int(m[1]) for p in directory.iterdir() if (m := _STEP.match(p.name))]
-    return sorted(s for s in found if _file(directory, s, process).is_file())
+    names = (_FILE.match(p.name) for p in directory.iterdir())
+    return sorted(int(m[1]) for m in names if m and int(m[2]) == process)
 
 
 def save(directory: Path, step: int, state: Any) -> Path:
@@ -64,7 +64,7 @@ def save(directory: Path, step: int, state: Any) -> Path:
                              "dtype": str(data.dtype), "shape": list(data.shape)})  # fmt: skip
     meta = {"step": step, "processes": jax.process_count(), "shards": manifest}
     final = _file(directory, step, process)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
         np.savez(f, manifest=np.array(json.dumps(meta)), **arrays)
@@ -73,8 +73,6 @@ def save(directory: Path, step: int, state: Any) -> Path:
     os.replace(tmp, final)
     for old in steps_here(directory, process)[:-KEEP]:
         _file(directory, old, process).unlink()
-        with contextlib.suppress(OSError):  # other processes' files may still be there
-            _file(directory, old, process).parent.rmdir()
     return final
 
 

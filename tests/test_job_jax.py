@@ -83,7 +83,8 @@ def shared_dir() -> Iterator[Path]:
 
 def _checkpoints(path: Path) -> list[str]:
     """Steps both processes have saved."""
-    return sorted(p.name for p in path.glob("step-*") if len(list(p.glob("process-*.npz"))) == 2)
+    steps = [p.name.split(".")[0] for p in path.glob("step-*.process-*.npz")]
+    return sorted(s for s in set(steps) if steps.count(s) == 2)
 
 
 def test_preempted_training_resumes_from_its_checkpoint(

@@ -276,7 +276,7 @@ import train
 flags, ckpt = sys.argv[1:], Path(sys.argv[sys.argv.index("--checkpoint-dir") + 1])
 train.main(flags)
 print("SAVED", " ".join(sorted(p.name for p in ckpt.iterdir())), flush=True)
-(ckpt / "step-00000006" / "process-0.npz").unlink()
+(ckpt / "step-00000006.process-0.npz").unlink()
 train.main(flags)
 """
 
@@ -291,7 +291,7 @@ def test_train_resumes_from_its_newest_complete_checkpoint(tmp_path) -> None:  #
         cwd=ROOT, env=base_env(2), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "SAVED step-00000004 step-00000006" in proc.stdout  # the last two kept
+    assert "SAVED step-00000004.process-0.npz step-00000006.process-0.npz" in proc.stdout
     assert "checkpoint: none in" in proc.stdout
     assert "checkpoint: resuming at step 4 from" in proc.stdout
     full, resumed = parse_result_lines(proc.stdout)
