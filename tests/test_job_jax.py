@@ -30,7 +30,8 @@ from tests.test_job_cloud import (
 )
 
 pytestmark = [pytest.mark.jax, pytest.mark.slow]
-SHARDINGS = "payloads/shardings.py -if 4 -d 256 -b 16 -n 2 --tries 2"
+PAYLOADS = REPO / "payloads"  # the code dir the jobs stage (small: fetched quickly)
+SHARDINGS = "shardings.py -if 4 -d 256 -b 16 -n 2 --tries 2"
 
 
 def _port() -> int:
@@ -49,18 +50,18 @@ def test_shardings_job_matches_run(
     cloud: Cloud, remote_jax: dict[str, str], tmp_path: Path
 ) -> None:
     done = multihost(cloud, *submit_args(
-        "jaxjob", REPO, f"{remote_jax['PYTHON']} {SHARDINGS}",
+        "jaxjob", PAYLOADS, f"{remote_jax['PYTHON']} {SHARDINGS}",
         "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}",
         "--coordinator-port", str(_port()), "--watch"), timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert record(cloud, "jaxjob")["code_hash"] == pack(REPO).digest  # the hash `run` stages
+    assert record(cloud, "jaxjob")["code_hash"] == pack(PAYLOADS).digest  # the hash `run` stages
     job = [_result(cloud.read(f"multihost/jobs/jaxjob/attempt-0/slice-0-worker-{w}.log"))
            for w in (0, 1)]  # fmt: skip
     assert sorted(r["process_index"] for r in job) == [0, 1]  # type: ignore[type-var]
     assert job[0]["num_devices"] == 4
     local = cli(
-        ["run", "--local", "2", "--script-dir", str(REPO), "--log-dir", str(tmp_path),
+        ["run", "--local", "2", "--script-dir", str(PAYLOADS), "--log-dir", str(tmp_path),
          "--run-name", "loc", "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
          "--coordinator-port", str(_port()), "--timeout", "240",
          "--cmd", f"{sys.executable} {SHARDINGS}"],
@@ -94,14 +95,14 @@ def test_preempted_training_resumes_from_its_checkpoint(
     second watch sees the preemption in the middle of training, creates attempt 1
     (MULTIHOST_ATTEMPT=1), which resumes at the last checkpoint and finishes; attempt 0's logs
     are kept; the job ends exit 0 with its resource deleted."""
-    train = (f"{remote_jax['PYTHON']} payloads/train.py --model mlp --d_model 32 --d_ff 64 "
+    train = (f"{remote_jax['PYTHON']} train.py --model mlp --d_model 32 --d_ff 64 "
              f"--num_layers 1 --dtype f32 --steps 24 --warmup 0 -if 2 "
              f"--checkpoint-dir {shared_dir} --checkpoint-every 2")  # fmt: skip
     # attempt 0 is slowed down, so that the preemption comes in the middle of it
     slow = "--step_sleep $((MULTIHOST_ATTEMPT == 0))"
     cmd = f'echo "attempt=$MULTIHOST_ATTEMPT"; exec {train} {slow}'
     first = watch_proc(cloud, *submit_args(
-        "tr", REPO, cmd, "--env", "JAX_NUM_CPU_DEVICES=1", "--env", "JAX_PLATFORMS=cpu",
+        "tr", PAYLOADS, cmd, "--env", "JAX_NUM_CPU_DEVICES=1", "--env", "JAX_PLATFORMS=cpu",
         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(_port()),
         "--max-restarts", "1", "--watch"))  # fmt: skip
     second = None

@@ -172,9 +172,11 @@ def _logs(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
         except KeyboardInterrupt:
             return 130
         return 0
-    hosts = [(h.slice_id, h.worker) for h in ops.host_statuses(gcloud, record, attempt)]
+    hosts = [host]
+    if args.all:
+        hosts = [(h.slice_id, h.worker) for h in ops.host_statuses(gcloud, record, attempt)]
     jsonl = _JsonLines(err, attempt)
-    for key in hosts if args.all else [host]:
+    for key in hosts:
         text = ops.log_text(gcloud, record, attempt, key).decode(errors="replace")
         name = f"s{key[0]}/w{key[1]}"
         for line in text.splitlines():
