@@ -2,9 +2,10 @@
 
 The stand-in of tests/cloud/ (the real gcloud CLI, fake GCS, the TPU API stand-in, startup
 scripts on the loopback SSH fleet). Each trial submits a v4-16 job (2 workers) with ``--watch``,
-takes the last worker's ``.started`` time minus the record's ``created_at`` (submit → all
-running), preempts the queued resource and takes attempt 1's last ``.started`` time minus the
-preemption (preemption → attempt 1 running); the watcher then sees attempt 1 finish.
+takes the last worker's ``.started`` time minus the moment the submit command was started
+(submit → all running), preempts the queued resource and takes attempt 1's last ``.started``
+time minus the preemption (preemption → attempt 1 running); the watcher then sees attempt 1
+finish. ``.started`` holds whole seconds (``date +%s`` on the worker): ±1 s per figure.
 
 Usage: ``python benchmarks/job_times.py [--repeat 5] [--polls 2,5]`` (root: the fleet). Hold
 the fleet lock. Writes its section of benchmarks/RESULTS.md.
@@ -97,7 +98,8 @@ def write(
         f"Machine: 2 cores, {version}, Python {sys.version.split()[0]}, "
         f"{datetime.date.today()}. Every cloud call is the real gcloud CLI (about 1–2 s of CPU "
         'each) against fake GCS and the TPU API stand-in; the "TPU VMs" are loopback SSH '
-        "hosts on the same 2 cores, so load from other work inflates every figure.",
+        "hosts on the same 2 cores, so load from other work inflates every figure. "
+        "`.started` holds whole seconds: ±1 s per figure.",
         "",
         f"Command: `python benchmarks/job_times.py --repeat {args.repeat} --polls {args.polls}`",
         "",
