@@ -180,7 +180,7 @@ class _Work:
         gcloud = Gcloud.from_env()
 
         def upload_once() -> int:
-            if gcloud.exists(target):
+            if target in gcloud.existing(target):
                 return 0
             gcloud.put_bytes(self.archive.data, target)
             return len(self.archive.data)

@@ -515,7 +515,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         args = parse(list(sys.argv[1:] if argv is None else argv))
         from rich.console import Console  # not needed for --help or a usage error
 
-        code = command(args.command)(args, Console(stderr=True, highlight=False))
+        err = Console(stderr=True, highlight=False)
+        err.soft_wrap = not err.is_terminal  # a log file or a pipe gets whole lines
+        code = command(args.command)(args, err)
     except UsageError as exc:
         print(f"multihost: error: {exc}", file=sys.stderr)
         code = 2
