@@ -24,6 +24,7 @@ __all__ = [
     "InventoryError",
     "Job",
     "MultihostError",
+    "PullResult",
     "RemoteCallError",
     "RemoteError",
     "RunOptions",
@@ -37,6 +38,7 @@ __all__ = [
     "call",
     "kill",
     "make_fleet",
+    "pull",
     "pull_logs",
     "run",
     "run_async",
@@ -47,7 +49,17 @@ __all__ = [
 
 _WHERE = {
     **dict.fromkeys(
-        ("attach", "kill", "make_fleet", "pull_logs", "run", "run_async", "stacks", "status"),
+        (
+            "attach",
+            "kill",
+            "make_fleet",
+            "pull",
+            "pull_logs",
+            "run",
+            "run_async",
+            "stacks",
+            "status",
+        ),
         "multihost.api",
     ),
     **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
@@ -72,6 +84,7 @@ _WHERE = {
         ("Fleet", "Host", "HostResult", "Job", "RunResult", "State"), "multihost.model"
     ),
     "HostStatus": "multihost.runs",
+    "PullResult": "multihost.copyback",
     "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.runstate",
     "SSHOptions": "multihost.transport",
@@ -82,12 +95,14 @@ if TYPE_CHECKING:
         attach,
         kill,
         make_fleet,
+        pull,
         pull_logs,
         run,
         run_async,
         stacks,
         status,
     )
+    from multihost.copyback import PullResult
     from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
         ConnectError,

@@ -10,15 +10,16 @@ import asyncio
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port
 from multihost.model import Fleet, Job, RunResult
-from multihost.plan import check_run_name
+from multihost.plan import check_run_name, parse_env
 from multihost.runner import Attach, Run, Stop
 from multihost.runs import (
     HostStatus,
@@ -35,6 +36,7 @@ from multihost.stream import Line
 from multihost.transport import SSHOptions
 
 if TYPE_CHECKING:
+    from multihost.copyback import PullResult
     from multihost.diagnose.stacks import StackReport
 
 T = TypeVar("T")
@@ -45,7 +47,8 @@ GOOGLE_KEY = "~/.ssh/google_compute_engine"  # as the CLI: the gcloud key for --
 _FLEET = spec_fields()  # hosts, local, prefix, project, zone, ip, user
 _JOB = ("remote_dir", "coordinator_port", "megascale_port")
 _OPTIONS = tuple(f.name for f in fields(RunOptions))
-_OWN = ("env", "run_name", "ssh_config", "on_event", "on_output", "stream")
+_SSH = ("host_keys", "connect_timeout")  # SSHOptions fields a keyword may set
+_OWN = ("env", "run_name", "ssh_config", "on_event", "on_output", "stream", "profile", *_SSH)
 ACCEPTED: tuple[str, ...] = tuple(sorted({*_FLEET, *_JOB, *_OPTIONS, *_OWN}))
 
 
@@ -98,6 +101,9 @@ def plan_run(
     CLI's layering, as values."""
     check_options(function, kwargs, extra)
     kw = dict(kwargs)
+    profile = kw.pop("profile", None)
+    if profile is not None:
+        kw = with_profile(profile, kw)
     hosts = kw.pop("hosts", None)
     spec_kw = {n: kw.pop(n) for n in _FLEET if n in kw and n != "hosts"}
     if isinstance(hosts, Fleet):
@@ -122,6 +128,7 @@ def plan_run(
         host_keys="accept-new" if cloud else "strict",
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
+    ssh = replace(ssh, **{n: kw.pop(n) for n in _SSH if n in kw and kw[n] is not None})
     if ssh_config is not None:
         if not Path(ssh_config).expanduser().is_file():
             raise ValueError(f"ssh config {ssh_config} does not exist")
@@ -133,10 +140,44 @@ def plan_run(
             kw[name] = Path(kw[name]).expanduser()
     if "excludes" in kw:
         kw["excludes"] = tuple(kw["excludes"])
+    if "stage_via" in kw:  # "direct", "peer" or "gs://BUCKET[/PREFIX]" (multihost.stagevia)
+        from multihost.stagevia import parse
+
+        kw["stage_via"] = str(parse(str(kw["stage_via"])))
     options = RunOptions(ssh=ssh, **{"stale": "warn" if cloud else "off", **kw})
     if not options.script_dir.is_dir():
         raise ValueError(f"script_dir {options.script_dir} is not a directory")
     return Plan(fleet, job, options, on_event)
+
+
+def with_profile(profile: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` over the config files' values (their top tables, then ``profile``'s), as the
+    CLI layers them: keywords win, ``env`` is merged, a given fleet replaces the configured one.
+    The files are found from ``script_dir`` (default: the current directory)."""
+    from multihost.cli import build_parser, subparser
+    from multihost.cli.config import SOURCES, Resolved
+    from multihost.config import load
+
+    start = Path(given.get("script_dir") or ".").expanduser()
+    resolved = Resolved.of(load(start, profile), subparser(build_parser(), "config"))
+    configured: dict[str, Any] = {}
+    for key, (value, _) in resolved.values.items():
+        if key == "exclude":
+            configured["excludes"] = tuple(value)
+        elif key == "env":
+            configured["env"] = {**parse_env(value), **dict(given.get("env") or {})}
+        elif key == "kill-stale":
+            if value:
+                configured["stale"] = "kill"
+        elif key not in ("python", "max-stage-bytes"):  # the CLI's own (--payload, a refusal)
+            configured[key.replace("-", "_")] = value
+    if any(given.get(k) is not None for k in SOURCES):
+        for key in SOURCES:
+            configured.pop(key, None)
+    merged = {**configured, **given}
+    if "env" in configured:
+        merged["env"] = configured["env"]  # the given env already merged over it
+    return merged
 
 
 def print_line(host: str, line: str) -> None:
@@ -243,9 +284,11 @@ def run(command: str, **options: Any) -> RunResult:
 
     The fleet: ``hosts=`` (``"h0,h1"``, an inventory path or a Fleet), ``local=N`` or
     ``prefix=`` (with ``project=``, ``zone=``, ``ip=``); ``user=``, ``ssh_config=``. The job:
-    ``env=``, ``run_name=``, ``script_dir=``. Output: ``stream=`` ("all", "host0", "none")
+    ``env=``, ``run_name=``, ``script_dir=``, ``stage_via=`` ("direct", "peer",
+    "gs://BUCKET"). Output: ``stream=`` ("all", "host0", "none")
     and ``on_output=(host_name, line)``. Any :class:`RunOptions` field (``timeout=``,
-    ``fail_fast=``, ``log_dir=``, ``detach=``, ...). An unknown keyword is a TypeError.
+    ``fail_fast=``, ``log_dir=``, ``detach=``, ...). ``profile=`` layers the config files
+    under the keywords (see :func:`with_profile`). An unknown keyword is a TypeError.
     """
     plan = plan_run(command, options)  # checked here, so that a bad keyword fails at once
     runner = Run(plan.fleet, plan.job, plan.options, plan.on_event)
@@ -317,6 +360,28 @@ def pull_logs(run_name: str, *, log_dir: str | Path | None = None) -> dict[str, 
         if o.error:
             print(f"multihost: {o.host.name}: {o.error.message}", file=sys.stderr, flush=True)
     return {h.host.name: run_dir / h.log for h in record.hosts}
+
+
+def pull(
+    run_name: str,
+    paths: str | Sequence[str],
+    *,
+    to: str | Path | None = None,
+    log_dir: str | Path | None = None,
+    limit: int | None = None,
+) -> list[PullResult]:
+    """Copy files, directories or globs back from every host of a run (``multihost pull``)
+    into ``to`` (default ``./multihost-pull/RUN``), one folder per host; returns each host's
+    result (files, bytes, and every problem: no match, unreadable, unreachable)."""
+    from multihost.copyback import default_dest, pull_run
+
+    logs, _, record = _record(run_name, log_dir)
+    ssh = options_from_record(record, logs).ssh
+    patterns = [paths] if isinstance(paths, str) else list(paths)
+    dest = Path(to).expanduser() if to is not None else default_dest(run_name)
+    return blocking(
+        lambda: pull_run(record, patterns, dest, ssh, limit=limit or DEFAULTS.pull_limit)
+    )
 
 
 def stacks(

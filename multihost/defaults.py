@@ -23,9 +23,13 @@ class Defaults:
     reconnect_timeout: float = 300.0  # s a lost host is retried before it is "lost"
     max_stage_bytes: int = 1 << 30  # the code dir's size limit (--max-stage-bytes)
     stage_timeout: float = 600.0  # s to stage code on one host
+    stage_via: str = "direct"  # direct, peer (a seed per slice) or gs://BUCKET (--stage-via)
     launch_timeout: float = 60.0  # s to start the job on one host
     stale_timeout: float = 60.0  # s to check one host for stale accelerator holders
     stale_grace: float = 5.0  # s between TERM and KILL for a stale accelerator holder
+    gather_lines: int = 2000  # last lines of each host's log that logs --gather compares
+    pull_limit: int = 16  # hosts copying files back at once (multihost pull --limit)
+    pull_files: int = 8  # files in flight at once on one host's connection
     # The supervisor's own bounds (not flags).
     connect_slack: float = 10.0  # beyond connect_timeout, for a whole connect step
     command_timeout: float = 120.0  # one command on every host (status, check, kill-stale)

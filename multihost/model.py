@@ -197,6 +197,19 @@ def signal_name(number: int) -> str:
 
 
 @dataclass(frozen=True)
+class Staging:
+    """How the code reached the hosts (``--stage-via``) and what it cost the runner's link."""
+
+    via: str  # "direct", "peer" or the gs:// URL
+    archive_bytes: int
+    runner_bytes: int  # what left the runner: stdin through the transport, plus a bucket upload
+    uploads: int  # whole-archive uploads by the runner: to hosts (seeds, fallbacks) or a bucket
+    fetched: int = 0  # hosts that got it from a seed or the bucket
+    present: int = 0  # hosts that had it already
+    fallbacks: tuple[str, ...] = ()  # "host: why its fetch failed" (then sent directly)
+
+
+@dataclass(frozen=True)
 class RunResult:
     """Every host's result plus what the run as a whole saw."""
 
@@ -206,6 +219,7 @@ class RunResult:
     first_failure: str | None = None
     interrupted: bool = False
     timed_out: bool = False
+    staging: Staging | None = None  # None when this run staged nothing (a sweep's later runs)
 
     @property
     def failed(self) -> tuple[HostResult, ...]:

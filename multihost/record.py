@@ -22,7 +22,7 @@ from typing import Any
 
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
-from multihost.model import Fleet, Host, HostResult, Job, State
+from multihost.model import Fleet, Host, HostResult, Job, Staging, State
 
 MANIFEST = "run.json"
 SCHEMA = 2  # 1: the untyped record of multihost 0.1 (read as well)
@@ -92,6 +92,7 @@ class RunRecord:
     timed_out: bool = False
     updated: float = 0.0
     env_names: tuple[str, ...] = ()  # --env names whose values were not recorded
+    staging: Staging | None = None  # how the code got there (--stage-via) and what it cost
     schema: int = SCHEMA
 
     @property
@@ -140,6 +141,7 @@ def to_json(record: RunRecord) -> dict[str, Any]:
         "timed_out": record.timed_out,
         "updated": record.updated,
         "env_names": list(record.env_names),
+        "staging": dataclasses.asdict(record.staging) if record.staging else None,
     }
 
 
@@ -198,9 +200,17 @@ def from_json(data: Mapping[str, Any]) -> RunRecord:
             timed_out=bool(data.get("timed_out")),
             updated=float(data.get("updated") or 0.0),
             env_names=tuple(data.get("env_names") or ()),
+            staging=_staging(data.get("staging")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"malformed run record ({type(exc).__name__}: {exc})") from None
+
+
+def _staging(data: Mapping[str, Any] | None) -> Staging | None:
+    if not data:
+        return None
+    known = _known(Staging, data)
+    return Staging(**{**known, "fallbacks": tuple(known.get("fallbacks", ()))})
 
 
 # -- files -----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.segment import Segment
@@ -12,11 +13,12 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from multihost.model import Host, HostResult, RunResult, State
+from multihost.model import Host, HostResult, RunResult, Staging, State
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
 
+    from multihost.copyback import PullResult
     from multihost.record import HostRecord, RunRecord
     from multihost.runs import HostStatus
 
@@ -175,6 +177,28 @@ def _bytes(n: int) -> str:
     if n < 1024:
         return f"{n} B"
     return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
+
+
+def staging_line(staging: Staging) -> Text:
+    """What staging cost the runner's link: bytes sent, uploads, fetches and fallbacks."""
+    ratio = staging.runner_bytes / staging.archive_bytes if staging.archive_bytes else 0.0
+    text = Text(
+        f"code via {staging.via}: the runner sent {_bytes(staging.runner_bytes)} "
+        f"({ratio:.1f}× the {_bytes(staging.archive_bytes)} archive, "
+        f"{staging.uploads} upload(s))",
+        style="dim",
+    )
+    if staging.fetched:
+        text.append(f"; {staging.fetched} host(s) fetched it", style="dim")
+    if staging.present:
+        text.append(f"; {staging.present} had it", style="dim")
+    if staging.fallbacks:
+        text.append(
+            f"; {len(staging.fallbacks)} fell back to direct upload "
+            f"(first: {safe_text(staging.fallbacks[0])})",
+            style="yellow",
+        )
+    return text
 
 
 def verdict(result: RunResult) -> Text:
@@ -359,3 +383,25 @@ def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequen
             style=style,
         )
     return table
+
+
+def pull_lines(results: Sequence[PullResult], dest: Path, *, all_hosts: bool = True) -> list[str]:
+    """What ``multihost pull`` says: a line per host (only the failed ones unless
+    ``all_hosts``), each problem named, then the totals. Plain text: hosts' words included."""
+    lines = []
+    for r in results:
+        if not all_hosts and r.ok:
+            continue
+        got = f"{r.files} file(s), {_bytes(r.bytes)}" + (f", {r.skipped} already there"
+                                                          if r.skipped else "")  # fmt: skip
+        lines.append(f"{r.host.name}  {got}" if r.ok else f"{r.host.name}  FAILED ({got})")
+        lines += [f"  {safe_text(problem)}" for problem in r.errors]
+    failed = sum(1 for r in results if not r.ok)
+    files, skipped = sum(r.files for r in results), sum(r.skipped for r in results)
+    lines.append(
+        f"pulled {files} file(s), {_bytes(sum(r.bytes for r in results))}"
+        + (f" ({skipped} already there)" if skipped else "")
+        + f" from {len(results) - failed} of {len(results)} host(s) into {dest}"
+        + (f"; {failed} host(s) failed" if failed else "")
+    )
+    return lines

@@ -17,14 +17,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
+from multihost import stagevia
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
-from multihost.diagnose.stacks import StackReport, group, host_ranges, summary_lines
+from multihost.diagnose.stacks import StackReport, group, summary_lines
 from multihost.errors import HostError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
+from multihost.gather import host_ranges
 from multihost.launch import claim, launch, launch_watching, stop
-from multihost.model import Fleet, Host, Job, RunResult, State
+from multihost.model import Fleet, Host, Job, RunResult, Staging, State
 from multihost.plan import Paths, plan_hosts
 from multihost.record import (
     MANIFEST,
@@ -35,12 +37,13 @@ from multihost.record import (
     watch_lock,
     write_record,
 )
-from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
+from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot, Transfer
 from multihost.stage import Archive, pack, stage
 from multihost.stream import Follower, LogSink, classify
 from multihost.transport import Connection, connect
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class _Supervisor:
@@ -75,6 +78,7 @@ class _Supervisor:
         self._env_names: tuple[str, ...] = ()  # --env names already kept out of the record
         self._stacks_wanted = asyncio.Event()
         self._hung: str | None = None
+        self._staging: Staging | None = None
 
     def interrupt(self) -> None:
         """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130."""
@@ -157,6 +161,7 @@ class _Supervisor:
             first_failure=self._first_failure,
             interrupted=self._interrupted,
             timed_out=self._timed_out,
+            staging=self._staging,
         )
 
     def _write_record(self, force: bool = False) -> None:
@@ -195,6 +200,7 @@ class _Supervisor:
                 first_failure=self._first_failure,
                 interrupted=self._interrupted,
                 timed_out=self._timed_out,
+                staging=self._staging,
             ),
         )
 
@@ -386,7 +392,7 @@ class Run(_Watcher):
             opts.ssh.connect_timeout + DEFAULTS.connect_slack, "connect",
         )  # fmt: skip
         if all(o.ok for o in outcomes) and self._staged is None:
-            outcomes = await self._phase(self._stage_one, None, opts.stage_timeout, "staging")
+            outcomes = await self._stage_all()
         if all(o.ok for o in outcomes) and opts.stale != "off" and not self.fleet.local:
             outcomes = await self._phase(
                 self._stale_one, None, DEFAULTS.stale_timeout, "stale check"
@@ -429,9 +435,45 @@ class Run(_Watcher):
         self, fn: Callable[[Host], Awaitable[T]], limit: int | None, timeout: float, what: str
     ) -> list[Outcome[T]]:
         """A fan-out phase that Ctrl-C can cut short."""
-        work = asyncio.ensure_future(
-            map_hosts(fn, list(self.fleet), limit=limit, timeout=timeout, what=what)
+        return await self._unless_interrupted(
+            map_hosts(fn, list(self.fleet), limit=limit, timeout=timeout, what=what),
+            [Outcome(h) for h in self.fleet],
         )
+
+    async def _stage_all(self) -> list[Outcome[None]]:
+        """The code on every host: from the runner to each, or ``--stage-via`` a seed per
+        slice or a bucket (multihost.stagevia); counts what leaves the runner."""
+        assert self._archive is not None
+        via = stagevia.parse(self.options.stage_via)
+        conns = {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
+        before = sum(c.bytes_out for c in conns.values())
+        if via.kind == "direct":
+            outcomes = await self._phase(
+                self._stage_one, None, self.options.stage_timeout, "staging"
+            )
+            staged = [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
+                      for s in self._slots.values()]  # fmt: skip
+            uploaded = 0
+        else:
+            for slot in self._slots.values():
+                self._set(slot, State.STAGING)
+            paths = {h.process_id: Paths.for_host(h, self.job, self._code_hash) for h in self.fleet}
+            results, uploaded = await self._unless_interrupted(
+                stagevia.stage_fleet(via, list(self.fleet), conns, self._archive, paths,
+                                     timeout=self.options.stage_timeout, note=self._note),
+                ([Outcome[stagevia.Staged](h) for h in self.fleet], 0),
+            )  # fmt: skip
+            staged = [o.value for o in results if o.value is not None]
+            for o in results:
+                self._slots[o.host.process_id].bytes_sent = o.value.sent if o.value else 0
+            outcomes = [Outcome[None](o.host, error=o.error) for o in results]
+        sent = sum(c.bytes_out for c in conns.values()) - before + uploaded
+        self._staging = stagevia.summarize(via, self._archive, staged, sent, int(uploaded > 0))
+        return outcomes
+
+    async def _unless_interrupted(self, coro: Awaitable[U], cut: U) -> U:
+        """``coro``'s result, or ``cut`` when Ctrl-C comes first."""
+        work = asyncio.ensure_future(coro)
         waiter = asyncio.ensure_future(self._wake.wait())
         await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
@@ -439,7 +481,7 @@ class Run(_Watcher):
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await work
-            return [Outcome(h) for h in self.fleet]
+            return cut
         return work.result()
 
     async def _connect_one(self, host: Host) -> None:
@@ -455,7 +497,15 @@ class Run(_Watcher):
         assert self._archive is not None
         self._set(slot, State.STAGING)
         paths = Paths.for_host(host, self.job, self._archive.short)
-        slot.bytes_sent = await stage(slot.conn, self._archive, paths)
+        size = len(self._archive.data)
+
+        def progress(done: int) -> None:
+            self._emit(Transfer(host, "stage", done, size))
+
+        try:
+            slot.bytes_sent = await stage(slot.conn, self._archive, paths, progress)
+        finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over
+            self._emit(Transfer(host, "stage", slot.bytes_sent, slot.bytes_sent, finished=True))
 
     async def _stale_one(self, host: Host) -> None:
         slot = self._slots[host.process_id]

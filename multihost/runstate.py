@@ -42,6 +42,7 @@ class RunOptions:
     grace: float = DEFAULTS.grace
     timeout: float | None = None
     stage_timeout: float = DEFAULTS.stage_timeout
+    stage_via: str = DEFAULTS.stage_via  # see multihost.stagevia
     launch_timeout: float = DEFAULTS.launch_timeout
     reconnect_timeout: float = DEFAULTS.reconnect_timeout
     detach: bool = False
@@ -69,7 +70,20 @@ class Note:
     level: str = "info"
 
 
-Event = HostEvent | Line | Note
+@dataclass(frozen=True)
+class Transfer:
+    """Bytes moving between this machine and a host (staging code, pulling files): ``done`` of
+    ``total`` so far; ``finished`` once that host's transfer is over (``total`` 0: it needed
+    nothing)."""
+
+    host: Host
+    what: str  # "stage" or "pull"
+    done: int
+    total: int
+    finished: bool = False
+
+
+Event = HostEvent | Line | Note | Transfer
 
 
 _SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signals.Signals)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from multihost.errors import RemoteError, UsageError
 from multihost.plan import Paths, stage_command
-from multihost.transport import Connection
+from multihost.transport import Connection, Progress
 
 ALWAYS_EXCLUDED = (".git", "__pycache__", "*.pyc")
 
@@ -136,16 +136,17 @@ def _git_files(root: Path) -> list[str] | None:
 
 def _excluded(name: str, patterns: tuple[str, ...]) -> bool:
     """gitignore-like: a pattern matches the whole path or any one component; a pattern with a
-    trailing slash (``tests/``) matches a directory and everything under it."""
+    trailing slash (``tests/``) matches a directory and everything under it; a leading slash
+    (``/tests/``) anchors it at the code dir's top."""
     parts = name.split("/")
     for p in patterns:
-        if p.endswith("/"):
-            d, dirs = p.rstrip("/"), parts[:-1]
-            if any(fnmatch.fnmatch(part, d) for part in dirs) or any(
-                fnmatch.fnmatch("/".join(parts[: i + 1]), d) for i in range(len(dirs))
-            ):
-                return True
-        elif fnmatch.fnmatch(name, p) or any(fnmatch.fnmatch(part, p) for part in parts):
+        anchored, is_dir = p.startswith("/"), p.endswith("/")
+        pattern = p.strip("/")
+        dirs = parts[:-1] if is_dir else parts
+        prefixes = ("/".join(parts[: i + 1]) for i in range(len(dirs)))
+        if any(fnmatch.fnmatch(prefix, pattern) for prefix in prefixes):
+            return True
+        if not anchored and any(fnmatch.fnmatch(part, pattern) for part in dirs):
             return True
     return False
 
@@ -169,10 +170,13 @@ def pack(root: Path, excludes: tuple[str, ...] = (), max_bytes: int | None = Non
     return Archive(data, hashlib.sha256(data).hexdigest(), len(names))
 
 
-async def stage(conn: Connection, archive: Archive, paths: Paths) -> int:
-    """Make sure the host has this archive unpacked; returns the bytes sent (0 if it had it)."""
+async def stage(
+    conn: Connection, archive: Archive, paths: Paths, progress: Progress | None = None
+) -> int:
+    """Make sure the host has this archive unpacked; returns the bytes sent (0 if it had it).
+    ``progress`` is told the bytes sent so far, chunk by chunk."""
     # One channel: the host answers first, and the archive follows only if it is absent.
-    done, sent = await conn.offer(stage_command(paths), b"absent", archive.data)
+    done, sent = await conn.offer(stage_command(paths), b"absent", archive.data, progress)
     if done.exit_status != 0:
         raise RemoteError(conn.host, f"staging failed: {_cause(done.stderr)}")
     return len(archive.data) if sent else 0

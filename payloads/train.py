@@ -13,8 +13,10 @@ import argparse
 import itertools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import checkpoint
 import meshing
 import numpy as np
 import verify
@@ -40,6 +42,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=("bf16", "f32"), default="bf16", help="compute dtype")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--checkpoint-dir",
+        "--checkpoint_dir",
+        dest="checkpoint_dir",
+        default=None,
+        help="save the training state here and, when a checkpoint is there, resume from its "
+        "latest step (each process writes its own shards; see checkpoint.py)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        "--checkpoint_every",
+        dest="checkpoint_every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="save every N steps (default 0: only after the last step)",
+    )
+    p.add_argument(
+        "--step_sleep",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="sleep S seconds after each step (makes a tiny run last, e.g. to preempt it)",
+    )
+    p.add_argument(
         "--verify",
         action="store_true",
         help="check one SGD step against the model unsharded in float64 on the host, then exit",
@@ -62,6 +88,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--warmup must be in [0, --steps={args.steps})")
     if args.d_model % args.num_heads:
         p.error(f"--d_model {args.d_model} is not divisible by --num_heads {args.num_heads}")
+    if args.checkpoint_every < 0 or args.step_sleep < 0:
+        p.error("--checkpoint-every and --step_sleep must be >= 0")
+    if args.checkpoint_every and not args.checkpoint_dir:
+        p.error("--checkpoint-every needs --checkpoint-dir")
+    if args.checkpoint_dir and args.verify:
+        p.error("--verify does not train: no --checkpoint-dir")
     if args.optimizer is None:
         args.optimizer = "sgd" if args.verify else "adamw"
     if args.verify and args.optimizer != "sgd":
@@ -406,8 +438,21 @@ def run_verify(args: argparse.Namespace, mesh: Any) -> tuple[verify.Verdict, flo
     return verify.compare(got, ref, tol, rule), lr
 
 
-def train(args: argparse.Namespace, mesh: Any) -> tuple[list[float], list[float], Any]:
-    """Run the steps; (losses, step seconds, final state)."""
+def resume(args: argparse.Namespace, state: Any) -> tuple[int, Any]:
+    """(first step to run, state): from the newest checkpoint every process has, if any."""
+    if not args.checkpoint_dir:
+        return 0, state
+    directory = Path(args.checkpoint_dir)
+    found = checkpoint.agreed_step(directory)
+    if found is None:
+        print(f"checkpoint: none in {directory}, starting at step 0", flush=True)
+        return 0, state
+    print(f"checkpoint: resuming at step {found} from {directory}", flush=True)
+    return found, checkpoint.restore(directory, found, state)
+
+
+def train(args: argparse.Namespace, mesh: Any) -> tuple[list[float], list[float], Any, int]:
+    """Run the steps; (losses, step seconds, final state, the step it started from)."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -415,9 +460,10 @@ def train(args: argparse.Namespace, mesh: Any) -> tuple[list[float], list[float]
     rows = args.per_device_batch * jax.device_count()
     batch_sharding = NamedSharding(mesh, P(BATCH_AXES))
     graphdef, state, shardings = create_state(args, mesh)
+    first, state = resume(args, state)
     step = make_train_step(graphdef, shardings, batch_sharding, args.model)
     losses, times = [], []
-    for i in range(args.steps):
+    for i in range(first, args.steps):
         x_np, y_np = make_batch(args, i, rows)
         x, y = to_global(batch_sharding, x_np), to_global(batch_sharding, y_np)
         start = time.perf_counter()
@@ -426,7 +472,14 @@ def train(args: argparse.Namespace, mesh: Any) -> tuple[list[float], list[float]
         times.append(time.perf_counter() - start)
         losses.append(loss)
         print(f"step {i}: loss {loss:.6f}, time {times[-1]:.4f} s", flush=True)
-    return losses, times, state
+        done = i + 1
+        every = args.checkpoint_every
+        if args.checkpoint_dir and (done == args.steps or (every and done % every == 0)):
+            path = checkpoint.save(Path(args.checkpoint_dir), done, state)
+            print(f"checkpoint: step {done} saved ({path.parent})", flush=True)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+    return losses, times, state, first
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -458,15 +511,21 @@ def main(argv: list[str] | None = None) -> None:
             meshing.fail("verify failed", code=1)
         return
     with jax.set_mesh(mesh):
-        losses, times, state = train(args, mesh)
+        losses, times, state, first = train(args, mesh)
         finger = verify.fingerprint(state[0])
-    stats = meshing.timing_stats(times[args.warmup :])
+    if not times:  # resumed from the checkpoint of the last step: nothing left to run
+        fields = meshing.result_fields("train", mesh, None)
+        fields.update(model=args.model, losses=[], first_step=first, fingerprint=finger)
+        meshing.print_result(fields)
+        return
+    warmup = min(args.warmup, len(times) - 1)  # a resumed run may have few steps left
+    stats = meshing.timing_stats(times[warmup:])
     mean = stats["mean_s"]
     tflop = step_flop(args, n_dev) / n_dev / 1e12
     tflop_full = step_flop(args, n_dev, causal=False) / n_dev / 1e12
     print(f"time is {mean} seconds, TFLOP is {tflop}, TFLOP/s is {tflop / mean}")
     print(
-        f"  (time: mean of {len(times) - args.warmup} steps after {args.warmup} warm-up, median "
+        f"  (time: mean of {len(times) - warmup} steps after {warmup} warm-up, median "
         f"{stats['median_s']:.6g} s, min {stats['min_s']:.6g} s, max {stats['max_s']:.6g} s; "
         f"TFLOP as MaxText counts it, causal attention at half; full-mask hardware count "
         f"{tflop_full:.6g} TFLOP, {tflop_full / mean:.6g} TFLOP/s)",
@@ -489,6 +548,7 @@ def main(argv: list[str] | None = None) -> None:
         tflops_per_device=tflop / mean,
         tflop_per_device_full_mask=tflop_full,
         tflops_per_device_full_mask=tflop_full / mean,
+        first_step=first,
         fingerprint=finger,
         checksum=finger,  # old name of the fingerprint, kept for existing readers
     )

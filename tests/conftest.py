@@ -17,6 +17,14 @@ from tests import fleet as loopback
 pytest_plugins = ["tests.cloud.fixture"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The developer's own ~/.config/multihost/config.toml must not change what the CLI tests
+    see: every test (and every CLI it starts) reads an empty user config dir unless it sets one."""
+    import tempfile
+
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="multihost-test-xdg-")
+
+
 def _unavailable() -> str | None:
     """Why this machine cannot run the fleet, or None."""
     if not os.access(loopback.SSHD, os.X_OK):
@@ -50,27 +58,40 @@ def fresh_runs(ssh_fleet: loopback.Fleet) -> None:
     ssh_fleet.kill_user_processes()
 
 
-REMOTE_SITE = Path("/opt/multihost-test-site")
-REMOTE_PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum", "scipy")
+REMOTE_SITES = {
+    Path("/opt/multihost-test-site"): ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum",
+                                       "scipy"),
+    # payloads/train.py's (flax NNX + optax, and what they import), kept apart so a checkout
+    # that does not know them leaves them be
+    Path("/opt/multihost-test-site-flax"): ("flax", "optax", "msgpack", "PyYAML", "absl-py",
+                                            "rich", "markdown-it-py", "mdurl", "Pygments",
+                                            "treescope", "typing_extensions", "etils"),
+}  # fmt: skip
+
+
+def _remote_site(site: Path, packages: tuple[str, ...]) -> None:
+    pins = [f"{name}=={metadata.version(name)}" for name in packages]
+    stamp = site / ".multihost-pins"
+    if not stamp.is_file() or stamp.read_text() != "\n".join(pins):
+        shutil.rmtree(site, ignore_errors=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+             str(site), *pins],
+            check=True, capture_output=True, timeout=900,
+        )  # fmt: skip
+        stamp.write_text("\n".join(pins))
+    for path in (site, *site.rglob("*")):
+        path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
 
 
 @pytest.fixture(scope="session")
 def remote_jax(ssh_fleet: loopback.Fleet) -> dict[str, str]:
     """Env that lets the fleet's users run JAX payloads: the system python3 plus a world-readable
-    copy of this interpreter's JAX packages (this Python may live under a private /root)."""
-    pins = [f"{name}=={metadata.version(name)}" for name in REMOTE_PACKAGES]
-    stamp = REMOTE_SITE / ".multihost-pins"
-    if not stamp.is_file() or stamp.read_text() != "\n".join(pins):
-        shutil.rmtree(REMOTE_SITE, ignore_errors=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-             str(REMOTE_SITE), *pins],
-            check=True, capture_output=True, timeout=900,
-        )  # fmt: skip
-        stamp.write_text("\n".join(pins))
-    for path in (REMOTE_SITE, *REMOTE_SITE.rglob("*")):
-        path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
-    return {"PYTHONPATH": str(REMOTE_SITE), "PYTHON": "/usr/bin/python3"}
+    copy of this interpreter's JAX (and flax) packages (this Python may live under a private
+    /root)."""
+    for site, packages in REMOTE_SITES.items():
+        _remote_site(site, packages)
+    return {"PYTHONPATH": ":".join(map(str, REMOTE_SITES)), "PYTHON": "/usr/bin/python3"}
 
 
 def _tier(item: pytest.Item) -> int:

@@ -16,9 +16,10 @@ def test_exported_names() -> None:
     assert sorted(multihost.__all__) == [
         "CallResult", "ConnectError", "ConnectTimeout", "DiscoveryError", "Fleet", "Host",
         "HostError", "HostKeyError", "HostLost", "HostResult", "HostStatus", "InventoryError",
-        "Job", "MultihostError", "RemoteCallError", "RemoteError", "RunOptions", "RunResult",
-        "SSHOptions", "StackReport", "State", "SweepResult", "UsageError", "attach", "call",
-        "kill", "make_fleet", "pull_logs", "run", "run_async", "run_sweep", "stacks", "status",
+        "Job", "MultihostError", "PullResult", "RemoteCallError", "RemoteError", "RunOptions",
+        "RunResult", "SSHOptions", "StackReport", "State", "SweepResult", "UsageError", "attach",
+        "call", "kill", "make_fleet", "pull", "pull_logs", "run", "run_async", "run_sweep",
+        "stacks", "status",
     ]  # fmt: skip
     for name in multihost.__all__:
         assert getattr(multihost, name) is not None

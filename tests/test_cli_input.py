@@ -144,7 +144,7 @@ def test_help_shows_defaults_version_and_examples() -> None:
         options = re.split(r"\n  (?=-)", text.split("options:", 1)[1])[1:]
         for option in options:
             name = option.split()[0]
-            if name in ("-h,", "--hosts", "--local", "--prefix", "--cmd"):
+            if name in ("-h,", "--hosts", "--local", "--prefix", "--cmd", "--payload"):
                 continue  # required: no default
             takes_value = option.split()[1][:1].isupper() or option.split()[1].startswith("{")
             if takes_value:

@@ -17,10 +17,10 @@ from multihost.diagnose.stacks import (
     ProcessStack,
     ThreadStack,
     group,
-    host_ranges,
     normalize,
     parse_dump,
 )
+from multihost.gather import host_ranges
 from multihost.model import Host
 from tests.clitools import wait_for
 

@@ -10,12 +10,20 @@ import sys
 import pytest
 
 try:
-    from tests.test_payloads import LAYOUTS, ROOT, base_env, run_ok, run_payload
+    from tests.test_payloads import (
+        LAYOUTS,
+        ROOT,
+        base_env,
+        parse_result_lines,
+        run_ok,
+        run_payload,
+    )
 except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
     from test_payloads import (  # type: ignore[no-redef]
         LAYOUTS,
         ROOT,
         base_env,
+        parse_result_lines,
         run_ok,
         run_payload,
     )
@@ -256,3 +264,45 @@ def test_train_memory_guard() -> None:
     assert proc.returncode != 0
     assert "estimated memory per process (8 CPU devices" in proc.stderr
     assert "a smaller model or batch" in proc.stderr
+
+
+# Train 6 steps saving every 2, lose the last save (as if preempted while writing it), train
+# again: one interpreter, so JAX is imported once.
+RESUME = """
+import sys
+from pathlib import Path
+sys.path.insert(0, "payloads")
+import train
+flags, ckpt = sys.argv[1:], Path(sys.argv[sys.argv.index("--checkpoint-dir") + 1])
+train.main(flags)
+print("SAVED", " ".join(sorted(p.name for p in ckpt.iterdir())), flush=True)
+(ckpt / "step-00000006.process-0.npz").unlink()
+train.main(flags)
+"""
+
+
+@pytest.mark.jax
+def test_train_resumes_from_its_newest_complete_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    flags = ["--model", "mlp", "--d_model", "32", "--d_ff", "64", "--num_layers", "1",
+             "--dtype", "f32", "--steps", "6", "--warmup", "0", "-if", "2",
+             "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "2"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", RESUME, *flags],
+        cwd=ROOT, env=base_env(2), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SAVED step-00000004.process-0.npz step-00000006.process-0.npz" in proc.stdout
+    assert "checkpoint: none in" in proc.stdout
+    assert "checkpoint: resuming at step 4 from" in proc.stdout
+    full, resumed = parse_result_lines(proc.stdout)
+    assert (full["first_step"], resumed["first_step"]) == (0, 4)
+    assert resumed["losses"] == full["losses"][4:]
+    assert resumed["fingerprint"] == full["fingerprint"]  # bit for bit where it would have been
+
+
+def test_checkpoint_flags_checked() -> None:
+    with pytest.raises(SystemExit):
+        _args("--checkpoint-every", "2")
+    with pytest.raises(SystemExit):
+        _args("--checkpoint-dir", "d", "--checkpoint-every", "-1")
+    assert _args("--checkpoint_dir", "d").checkpoint_every == 0

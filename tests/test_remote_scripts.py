@@ -29,10 +29,11 @@ from multihost.plan import (
     status_command,
     watch_command,
 )
+from multihost.remote import staging
 from multihost.stream import parse_exit, parse_watch_end
 from tests.clitools import wait_for
 
-ALL = {**remote.TEMPLATES, "collect": (COLLECT, ())}
+ALL = {**remote.TEMPLATES, **staging.TEMPLATES, "collect": (COLLECT, ())}
 
 
 @pytest.mark.parametrize("name", sorted(ALL))

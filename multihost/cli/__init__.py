@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from multihost.bundled import PAYLOADS
 from multihost.cli.args import (
     EXAMPLES,
     Parser,
@@ -19,6 +20,7 @@ from multihost.cli.args import (
     positive,
     remote_dir,
     size,
+    stage_via,
 )
 from multihost.cli.job_args import add_job_parser
 from multihost.defaults import DEFAULTS as D
@@ -29,8 +31,13 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def _add_fleet_args(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group(required=True)
+def _add_fleet_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="defaults from this profile of the config files (see multihost config; default: none)",
+    )
+    where = p.add_mutually_exclusive_group(required=required)
     where.add_argument(
         "--hosts",
         metavar="LIST|FILE",
@@ -146,12 +153,12 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kill-stale",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="stop accelerator device holders before launching (default: warn with --prefix)",
     )
     p.add_argument(
         "--record-env",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="keep --env values in run.json (default: their names only; they may be secrets)",
     )
     _add_hang_args(p)
@@ -165,6 +172,50 @@ def _add_hang_args(p: argparse.ArgumentParser) -> None:
                    help="after a hang: stop, or only report (default %(default)s)")  # fmt: skip
 
 
+def _add_run_only_args(p: argparse.ArgumentParser) -> None:
+    """What ``run`` has beyond ``sweep`` (and ``config`` shows)."""
+    p.add_argument(
+        "--stream",
+        choices=("host0", "all", "none"),
+        default="host0",
+        help="host output on the terminal (default %(default)s)",
+    )
+    p.add_argument(
+        "--fail-fast",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="stop the other hosts when one fails (default: yes; --no-fail-fast keeps them "
+        "running)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive(float),
+        metavar="S",
+        help="bound the whole run, in seconds (default: none)",
+    )
+    p.add_argument(
+        "--reconnect-timeout",
+        type=positive(float),
+        default=D.reconnect_timeout,
+        metavar="S",
+        help="seconds to retry a lost host (default %(default)g s)",
+    )
+    p.add_argument(
+        "--stage-via",
+        type=stage_via,
+        default=D.stage_via,
+        metavar="HOW",
+        help="how the code reaches the hosts: direct (from here to each), peer (once per "
+        "slice to a seed host, the others fetch it from there) or gs://BUCKET[/PREFIX] "
+        "(uploaded once, the hosts pull it); default %(default)s",
+    )
+    p.add_argument(
+        "--python",
+        metavar="EXE",
+        help="interpreter for --payload (default: python3; with --local this Python)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="multihost",
@@ -176,8 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     run = sub.add_parser("run", help="stage code and run a command on every host at once")
     _add_fleet_args(run)
-    run.add_argument(
-        "--cmd", type=command_text, required=True, help="command to run under sh -c on every host"
+    what = run.add_mutually_exclusive_group(required=True)
+    what.add_argument("--cmd", type=command_text, help="command to run under sh -c on every host")
+    what.add_argument(
+        "--payload",
+        choices=PAYLOADS,
+        help="run a payload that ships with multihost: stages it (not --script-dir) and runs "
+        "'PYTHON NAME.py ARGS', the ARGS after --",
     )
     _add_run_args(run)
     run.add_argument(
@@ -185,37 +241,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="default: a timestamp and a random suffix, e.g. 20250101-120000-3f9a",
     )
-    run.add_argument(
-        "--stream",
-        choices=("host0", "all", "none"),
-        default="host0",
-        help="host output on the terminal (default %(default)s)",
-    )
-    run.add_argument(
-        "--no-fail-fast",
-        dest="fail_fast",
-        action="store_false",
-        help="keep the other hosts running when one fails (default: stop them)",
-    )
-    run.add_argument(
-        "--timeout",
-        type=positive(float),
-        metavar="S",
-        help="bound the whole run, in seconds (default: none)",
-    )
-    run.add_argument(
-        "--reconnect-timeout",
-        type=positive(float),
-        default=D.reconnect_timeout,
-        metavar="S",
-        help="seconds to retry a lost host (default %(default)g s)",
-    )
+    _add_run_only_args(run)
     run.add_argument("--dry-run", action="store_true", help="print each host's command and env")
     run.add_argument(
         "--detach",
         action="store_true",
         help="exit once every host has started; follow later with attach",
     )
+    run.add_argument("args", nargs="*", metavar="ARG", help="after --: the --payload's arguments")
+
+    config = sub.add_parser(
+        "config", help="the defaults in effect: config files, a --profile, flags; and where from"
+    )
+    _add_fleet_args(config, required=False)
+    _add_run_args(config)
+    _add_run_only_args(config)
+    config.add_argument("--json", action="store_true", help="JSON instead of TOML-like lines")
+    run.add_argument("--pull", action="append", default=[], metavar="REMOTE_PATH",
+                     help="after the run, whatever its outcome, copy this path or glob back "
+                     "from every host (repeatable; see multihost pull; default: none)")  # fmt: skip
+    run.add_argument("--pull-to", type=Path, metavar="DIR",
+                     help="where --pull copies to (default ./multihost-pull/RUN)")  # fmt: skip
 
     hosts = sub.add_parser("hosts", help="print the resolved fleet (and --check each host)")
     _add_fleet_args(hosts)
@@ -306,6 +352,26 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="follow every host's log; Ctrl-C stops following, not the run",
     )
+    logs.add_argument(
+        "--gather",
+        action="store_true",
+        help="every host's log, identical output shown once with its hosts (like clush -b; "
+        f"the last {D.gather_lines} lines of each unless --tail)",
+    )
+    logs.add_argument("--json", action="store_true", help="with --gather: the groups as JSON")
+    pull = run_command("pull", "copy files or globs back from every host of a run")
+    pull.add_argument("paths", nargs="+", metavar="REMOTE_PATH",
+                      help="file, directory or glob on each host; relative to the run's work "
+                      "dir (where its command ran)")  # fmt: skip
+    pull.add_argument(
+        "--to",
+        type=Path,
+        metavar="DIR",
+        help="into DIR/slice_SSSS_worker_WWWW/ (default ./multihost-pull/RUN)",
+    )
+    pull.add_argument("--limit", type=positive(int), default=D.pull_limit, metavar="N",
+                      help="hosts copying at once (default %(default)s)")  # fmt: skip
+    pull.add_argument("--json", action="store_true", help="per-host results as JSON")
     stack = run_command("stack", "every host's Python stacks right now, grouped")
     stack.add_argument("--all", action="store_true", help="every thread, not only the main one")
     stack.add_argument("--native", action="store_true",
@@ -406,7 +472,7 @@ COMMANDS: dict[str, str] = {
     "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
     "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
     "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
-    "job": "cli.job",
+    "job": "cli.job", "config": "cli.config", "pull": "cli.pull",
 }  # fmt: skip
 
 
@@ -419,12 +485,39 @@ def command(name: str) -> Callable[[argparse.Namespace, Console], int]:
     return fn
 
 
+def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of ``multihost NAME``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise KeyError(name)
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line, with the config files' values as the defaults (``args.config``)."""
+    from multihost.cli import config as cfg
+
+    parser = build_parser()
+    found = cfg.read_config(argv)
+    resolved = None if found is None else cfg.Resolved.of(found, subparser(parser, "config"))
+    if resolved is not None:
+        cfg.apply(resolved, [subparser(parser, name) for name in cfg.CONFIGURED])
+    args = parser.parse_args(argv)
+    if resolved is not None:
+        cfg.fill_source(args, resolved)
+    args.config = resolved
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
-        args = build_parser().parse_args(argv)
+        args = parse(list(sys.argv[1:] if argv is None else argv))
         from rich.console import Console  # not needed for --help or a usage error
 
-        code = command(args.command)(args, Console(stderr=True, highlight=False))
+        err = Console(stderr=True, highlight=False)
+        err.soft_wrap = not err.is_terminal  # a log file or a pipe gets whole lines
+        code = command(args.command)(args, err)
     except UsageError as exc:
         print(f"multihost: error: {exc}", file=sys.stderr)
         code = 2

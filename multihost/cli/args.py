@@ -109,3 +109,10 @@ def remote_dir(text: str) -> str:
     if not text.strip().strip("/") or "\n" in text:
         raise argparse.ArgumentTypeError(f"must name a directory, e.g. ~/.multihost: {text!r}")
     return text
+
+
+def stage_via(text: str) -> str:
+    """``--stage-via``: direct, peer or gs://BUCKET[/PREFIX], normalised (a bad one: exit 2)."""
+    from multihost.stagevia import parse
+
+    return str(parse(text))

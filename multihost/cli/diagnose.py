@@ -13,8 +13,8 @@ from multihost import runs
 from multihost.cli.wiring import log_dir_of, record_options
 from multihost.diagnose.collect import take
 from multihost.diagnose.render import stack_report
-from multihost.diagnose.stacks import host_ranges
 from multihost.errors import UsageError
+from multihost.gather import host_ranges
 
 
 def cmd_stack(args: argparse.Namespace, err: Console) -> int:

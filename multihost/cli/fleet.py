@@ -10,7 +10,8 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from multihost import fleetops, report
+from multihost import fleetops, report, runs
+from multihost.cli.pull import pull_and_report
 from multihost.cli.wiring import (
     Display,
     execute_run,
@@ -20,7 +21,10 @@ from multihost.cli.wiring import (
     raise_nofile_limit,
     run_options,
     ssh_options,
+    with_payload,
 )
+from multihost.copyback import check_patterns, default_dest
+from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.fleetops.stale import DEVICE_GLOB_ENV
@@ -35,10 +39,15 @@ from multihost.transport import forget
 
 def cmd_run(args: argparse.Namespace, err: Console) -> int:
     fleet = fleet_from_args(args, err)
+    args = with_payload(args)
     job = job_from_args(args)
     options = run_options(args, ssh_options(args))
     if args.dry_run:
         return dry_run(fleet, job, options)
+    if args.pull and args.detach:
+        raise UsageError("--pull copies files back after the run ends; with --detach it does "
+                         "not end here (use multihost pull RUN PATH later)")  # fmt: skip
+    patterns = check_patterns(args.pull) if args.pull else ()
     if not fleet.local:  # --local checked its port already (coordinator_port)
         busy = asyncio.run(fleetops.coordinator_port_busy(fleet, options.ssh, job.coordinator_port))
         if busy:
@@ -59,7 +68,13 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
             return 0
         err.print(report.summary_table(result, all_hosts=False))
         return 1
-    return finish(result, err, len(fleet))
+    code = finish(result, err, len(fleet))
+    if patterns:
+        _, record = runs.find_run(options.log_dir, job.run_name)
+        dest = args.pull_to if args.pull_to is not None else default_dest(job.run_name)
+        pulled = pull_and_report(record, patterns, dest, options.ssh, D.pull_limit, err)
+        code = code or pulled
+    return code
 
 
 def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:

@@ -44,6 +44,18 @@ class _Display:
         )
 
 
+class _JsonLines(_Display):
+    """``logs --json``: one JSON object per log line on stdout."""
+
+    def __init__(self, err: Console, attempt: int) -> None:
+        super().__init__(err, show_hosts=False)
+        self.attempt = attempt
+
+    def line(self, host: str, text: str) -> None:
+        sys.stdout.write(json.dumps({"host": host, "attempt": self.attempt, "line": text}) + "\n")
+        sys.stdout.flush()
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -84,12 +96,14 @@ def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = No
     from multihost.job.record import load_local
     from multihost.job.watch import Watcher
 
+    fresh = record is not None
     record = record or load_local(args.name)
     display = _Display(err)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     try:
-        outcome = Watcher(record, gcloud, display, keep=args.keep, poll=args.poll).run()
+        watcher = Watcher(record, gcloud, display, keep=args.keep, poll=args.poll)
+        outcome = watcher.run(fresh=fresh)
     except KeyboardInterrupt:
         display.note(
             f"stopped watching; job {record.name} keeps running on its queued resource. "
@@ -151,18 +165,25 @@ def _logs(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
     if args.follow:
         if args.all or attempt != record.attempt:
             raise UsageError("--follow follows one host of the current attempt")
-        display = _Display(err, show_hosts=False)
+        display = _JsonLines(err, attempt) if args.json else _Display(err, show_hosts=False)
         watcher = Watcher(record, gcloud, display, keep=True, poll=args.poll, follow=host)
         try:
             watcher.run_logs()
         except KeyboardInterrupt:
             return 130
         return 0
-    hosts = [(h.slice_id, h.worker) for h in ops.host_statuses(gcloud, record, attempt)]
-    for key in hosts if args.all else [host]:
+    hosts = [host]
+    if args.all:
+        hosts = [(h.slice_id, h.worker) for h in ops.host_statuses(gcloud, record, attempt)]
+    jsonl = _JsonLines(err, attempt)
+    for key in hosts:
         text = ops.log_text(gcloud, record, attempt, key).decode(errors="replace")
+        name = f"s{key[0]}/w{key[1]}"
         for line in text.splitlines():
-            print(f"s{key[0]}/w{key[1]} | {line}" if args.all else line)
+            if args.json:
+                jsonl.line(name, line)
+            else:
+                print(f"{name} | {line}" if args.all else line)
     return 0
 
 

@@ -55,7 +55,8 @@ def add_job_parser(sub: Any, positive: Positive) -> None:
     which = logs.add_mutually_exclusive_group()
     which.add_argument("--host", default="0/0", metavar="SLICE/WORKER")
     which.add_argument("--all", action="store_true")
-    logs.add_argument("--follow", action="store_true")
+    logs.add_argument("--follow", action="store_true", help="print lines as they arrive")
+    logs.add_argument("--json", action="store_true", help="one JSON object per line")
     logs.add_argument("--poll", type=positive(float), default=5.0, metavar="S")
 
     stop = jsub.add_parser("stop", help="delete the queued resource; record the job stopped")

@@ -22,9 +22,12 @@ from multihost.cli.wiring import (
     raise_nofile_limit,
     record_options,
 )
+from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
-from multihost.model import State
+from multihost.gather import gather, host_ranges, read_tail, render
+from multihost.model import Host, State
 from multihost.runner import Attach, Stop
+from multihost.stream import MAX_LINE
 
 
 def cmd_attach(args: argparse.Namespace, err: Console) -> int:
@@ -92,9 +95,13 @@ def cmd_ls(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
-    if args.follow and (args.host or args.tail or args.grep):
-        raise UsageError("--follow shows every host's new lines; it takes no --host, --tail "
-                         "or --grep (print those without --follow)")  # fmt: skip
+    if args.follow and (args.host or args.tail or args.grep or args.gather):
+        raise UsageError("--follow shows every host's new lines; it takes no --host, --tail, "
+                         "--grep or --gather (print those without --follow)")  # fmt: skip
+    if args.gather and (args.host or args.all):
+        raise UsageError("--gather compares every host's log: it takes no --host or --all")
+    if args.json and not args.gather:
+        raise UsageError("--json goes with --gather")
     run_dir, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record)
     pattern = _pattern(args.grep)
@@ -108,6 +115,8 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         if o.error:
             err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
     hosts = {h.host.name: (h.host, run_dir / h.log) for h in record.hosts}
+    if args.gather:
+        return _gather(list(hosts.values()), args.tail or D.gather_lines, pattern, args.json, err)
     if args.all:
         chosen = list(hosts.values())
     else:
@@ -125,6 +134,35 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         prefix = f"[{host.name}] " if args.all else ""
         for line in lines:  # as on a run's terminal: colour kept, no other control sequence
             out.write(prefix + report.safe_text(line) + "\n")
+    return 0
+
+
+def _gather(
+    chosen: list[tuple[Host, Path]], limit: int, pattern: re.Pattern[str] | None, as_json: bool,
+    err: Console,
+) -> int:  # fmt: skip
+    """Every host's log (its last ``limit`` lines), identical output shown once with its
+    hosts, differences per host group; says on stderr which hosts had more lines."""
+    keep = None if pattern is None else (lambda line: pattern.search(line) is not None)
+    outputs = [read_tail(host, path, limit, MAX_LINE, keep) for host, path in chosen]
+    segments = gather(outputs)
+    cut = [o for o in outputs if o.truncated]
+    if as_json:
+        print(json.dumps({
+            "lines_per_host": limit,
+            "truncated": {o.host.name: o.total for o in cut},
+            "groups": [{"hosts": host_ranges(s.hosts), "count": len(s.hosts),
+                        "host_names": [h.name for h in s.hosts], "depth": s.depth,
+                        "lines": list(s.lines)} for s in segments],
+        }, indent=1))  # fmt: skip
+        return 0
+    if cut:
+        most = max(o.total for o in cut)
+        err.print(f"multihost: the last {limit} lines of each log (--tail N for more); "
+                  f"{host_ranges([o.host for o in cut])} had more (up to {most})",
+                  style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+    for line in render(segments):
+        sys.stdout.write(report.safe_text(line) + "\n")
     return 0
 
 

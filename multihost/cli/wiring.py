@@ -7,18 +7,21 @@ import asyncio
 import contextlib
 import os
 import resource
+import shlex
 import signal
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.text import Text
 
 from multihost import report, runs
+from multihost.bundled import payload_command, payloads_dir
+from multihost.cli.progress import TransferView
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port, port_in_use
@@ -32,6 +35,7 @@ from multihost.runstate import (
     HostEvent,
     Note,
     RunOptions,
+    Transfer,
     default_log_dir,
     default_run_name,
 )
@@ -72,6 +76,26 @@ def ssh_options(args: argparse.Namespace) -> SSHOptions:
         connect_timeout=args.connect_timeout,
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
+
+
+def with_payload(args: argparse.Namespace) -> argparse.Namespace:
+    """``run --payload NAME [-- ARGS]``: the installed payloads are the code to stage and
+    ``PYTHON NAME.py ARGS`` the command (PYTHON: --python, else this one with --local, else
+    python3)."""
+    if args.payload is None:
+        if args.args:
+            raise UsageError(f"unexpected arguments {shlex.join(args.args)}: only --payload "
+                             "takes arguments after --")  # fmt: skip
+        return args
+    configured = args.config.values.get("script-dir", (None,))[0] if args.config else None
+    if args.script_dir not in (Path("."), configured):
+        raise UsageError("--payload stages the payloads that ship with multihost: leave out "
+                         "--script-dir, or run your own code with --cmd")  # fmt: skip
+    python = args.python or (sys.executable if args.local is not None else "python3")
+    return argparse.Namespace(**{
+        **vars(args), "script_dir": payloads_dir(),
+        "cmd": payload_command(args.payload, args.args, python),
+    })  # fmt: skip
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
@@ -116,9 +140,10 @@ def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
         grace=args.grace,
         timeout=args.timeout,
         reconnect_timeout=args.reconnect_timeout,
+        stage_via=getattr(args, "stage_via", D.stage_via),
         stale="kill" if args.kill_stale else ("warn" if fleet_spec(args).cloud else "off"),
         device_glob=os.environ.get(DEVICE_GLOB_ENV),
-        record_env=getattr(args, "record_env", False),
+        record_env=bool(getattr(args, "record_env", False)),
         hang_timeout=args.hang_timeout,
         on_hang=args.on_hang,
     )
@@ -156,6 +181,8 @@ class Display:
         self.live: Live | None = None
         self.quiet = False  # stdout went away (a closed pipe): stop writing host lines
         self._prefixes: dict[int, str] = {}  # process id -> its rendered prefix (a terminal)
+        self.staging = TransferView("staging code", len(fleet))  # drawn only while live
+        self._drawn = 0.0  # when a transfer last asked for a redraw
 
     @property
     def live_console(self) -> Console | None:
@@ -173,6 +200,12 @@ class Display:
                 self.heard[event.host.process_id] = time.monotonic()
             self.states[event.host.process_id] = event.state
             if self.live is not None:
+                self.live.refresh()
+        elif isinstance(event, Transfer):
+            self.staging.update(event)
+            now = time.monotonic()
+            if self.live is not None and (now - self._drawn >= 0.1 or event.finished):
+                self._drawn = now
                 self.live.refresh()
         elif isinstance(event, Note):
             style = "bold red" if event.level == "error" else "dim"
@@ -205,13 +238,17 @@ class Display:
             self._prefixes[host.process_id] = report.ansi_prefix(host, self.out)
         return self._prefixes[host.process_id]
 
-    def status(self) -> Text:
+    def status(self) -> RenderableType:
+        """The live status line; while code is being staged, the staging progress above it."""
         now = time.monotonic()
         silent = {
             self.hosts[pid]: now - t for pid, t in self.heard.items()
             if self.states[pid] is State.RUNNING and now - t >= SILENT_AFTER
         }  # fmt: skip
-        return report.status_line(self.run_name, self.states, now - self.started, silent)
+        line = report.status_line(self.run_name, self.states, now - self.started, silent)
+        if self.staging.started and State.STAGING in self.states.values():
+            return Group(self.staging.renderable(), line)
+        return line
 
 
 def raise_nofile_limit() -> None:
@@ -310,6 +347,8 @@ def execute_run(
 def finish(result: RunResult, err: Console, n: int) -> int:
     """The summary table, the verdict, where the logs are; returns the exit code."""
     err.print(report.summary_table(result, all_hosts=n <= 32 or not result.ok))
+    if result.staging is not None:
+        err.print(report.staging_line(result.staging))
     err.print(report.verdict(result))
     err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)
     return result.exit_code

@@ -1,14 +1,29 @@
-"""multihost's stack hook, staged as ``sitecustomize.py`` on the job's PYTHONPATH.
+"""multihost's hook, staged as ``sitecustomize.py`` on the job's PYTHONPATH.
 
-Every Python process the job starts registers ``faulthandler`` on SIGUSR2: the signal makes it
-append every thread's stack to ``$MULTIHOST_STACK_DIR/<pid>.txt``, from C, even while the
-process is blocked in a collective. No ptrace, no root, no change to the user's program; a
-``<pid>.ready`` file says which processes listen (``multihost stack`` signals only those). A
-sitecustomize of the user's own further along ``sys.path`` still runs.
+Stacks: every Python process the job starts registers ``faulthandler`` on SIGUSR2: the signal
+makes it append every thread's stack to ``$MULTIHOST_STACK_DIR/<pid>.txt``, from C, even while
+the process is blocked in a collective. No ptrace, no root, no change to the user's program; a
+``<pid>.ready`` file says which processes listen (``multihost stack`` signals only those).
+
+JAX: a bare ``jax.distributed.initialize()`` finds the run, as it finds a Slurm or Open MPI
+job: when (and only when) the program imports ``jax._src.clusters``, a ``MultihostCluster``
+is registered there, first in line, answering from the ``JAX_*`` variables multihost set. A
+program that never imports jax pays one string comparison per import and nothing else.
+
+A sitecustomize of the user's own further along ``sys.path`` still runs.
 """
 
 import os
 import sys
+
+TYPE_CHECKING = False  # typing itself costs an import: mypy reads this name as True
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
+CLUSTERS = "jax._src.clusters"  # where jax keeps its ClusterEnv registry
+NEEDED = ("MULTIHOST_RUN", "JAX_COORDINATOR_ADDRESS", "JAX_PROCESS_ID", "JAX_PROCESS_COUNT")
 
 
 def _install() -> None:
@@ -29,6 +44,80 @@ def _install() -> None:
         return
 
 
+class ClustersWatcher:
+    """A meta path finder that waits for jax's cluster registry to be imported, lets the real
+    finder load it, then adds ``MultihostCluster``; it removes itself on first sight."""
+
+    def find_spec(
+        self, name: str, path: "Sequence[str] | None", target: "ModuleType | None" = None
+    ) -> "ModuleSpec | None":
+        if name != CLUSTERS:
+            return None
+        try:
+            sys.meta_path.remove(self)
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+            loader = getattr(spec, "loader", None)
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            load = loader.exec_module
+
+            def exec_module(module: "ModuleType") -> None:
+                load(module)
+                try:
+                    register(module)
+                except Exception:  # jax changed its registry: initialize() says what is missing
+                    return
+
+            loader.exec_module = exec_module
+            return spec
+        except Exception:
+            return None
+
+
+def register(clusters: "ModuleType") -> type:
+    """Define ``MultihostCluster`` on ``clusters.ClusterEnv`` (subclassing registers it) and
+    move it to the front: the run multihost started is the cluster this process is in, even on
+    a TPU VM or inside a Slurm allocation."""
+    base = clusters.ClusterEnv
+
+    class MultihostCluster(base):  # type: ignore[misc, valid-type]
+        name = "multihost"
+
+        @classmethod
+        def is_env_present(cls) -> bool:
+            return all(os.environ.get(k) for k in NEEDED)
+
+        @classmethod
+        def get_coordinator_address(
+            cls, timeout_secs: object = None, override_coordinator_port: object = None
+        ) -> str:
+            address = os.environ["JAX_COORDINATOR_ADDRESS"]
+            if override_coordinator_port:
+                return f"{address.rsplit(':', 1)[0]}:{override_coordinator_port}"
+            return address
+
+        @classmethod
+        def get_process_count(cls) -> int:
+            return int(os.environ["JAX_PROCESS_COUNT"])
+
+        @classmethod
+        def get_process_id(cls) -> int:
+            return int(os.environ["JAX_PROCESS_ID"])
+
+    known = base._cluster_types
+    if MultihostCluster in known:
+        known.remove(MultihostCluster)
+        known.insert(0, MultihostCluster)
+    return MultihostCluster
+
+
+def _watch_for_jax() -> None:
+    if all(os.environ.get(k) for k in NEEDED) and CLUSTERS not in sys.modules:
+        sys.meta_path.insert(0, ClustersWatcher())
+
+
 def _chain_user_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
@@ -46,4 +135,5 @@ def _chain_user_sitecustomize() -> None:
 
 if __name__ == "sitecustomize":  # only as the staged hook, never when imported by multihost
     _install()
+    _watch_for_jax()
     _chain_user_sitecustomize()

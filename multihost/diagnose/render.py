@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from multihost.diagnose.stacks import StackReport, host_ranges
+from multihost.diagnose.stacks import StackReport
+from multihost.gather import host_ranges
 
 
 def stack_report(report: StackReport, *, title: str = "", max_frames: int = 40) -> Group:

@@ -8,9 +8,10 @@ the odd ones out first — like ClusterShell's MsgTree gathers identical output.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from multihost.gather import host_ranges
 from multihost.model import Host
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
@@ -170,23 +171,3 @@ def summary_lines(report: StackReport, max_frames: int = 8) -> list[str]:
             lines.append(f"  … {len(g.frames) - max_frames} more frames")
     lines += [f"{e.host.name}: {e.error}" for e in report.errors]
     return lines
-
-
-def host_ranges(hosts: Sequence[Host]) -> str:
-    """``s0/w0-2,s1/w0-3``: hosts written compactly, slice by slice, in order."""
-    by_slice: dict[int, list[int]] = {}
-    for h in sorted(hosts, key=lambda h: (h.slice_id, h.worker_id)):
-        by_slice.setdefault(h.slice_id, []).append(h.worker_id)
-    parts: list[str] = []
-    for slice_id, workers in by_slice.items():
-        runs: list[str] = []
-        start = prev = workers[0]
-        for w in [*workers[1:], None]:
-            if w is not None and w == prev + 1:
-                prev = w
-                continue
-            runs.append(str(start) if start == prev else f"{start}-{prev}")
-            if w is not None:
-                start = prev = w
-        parts.extend(f"s{slice_id}/w{r}" for r in runs)
-    return ",".join(parts)

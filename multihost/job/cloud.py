@@ -54,7 +54,12 @@ def delete_argv(record: JobRecord, attempt: int | None = None) -> list[str]:
 
 
 def list_objects_argv(prefix: str) -> list[str]:
-    return ["storage", "objects", "list", f"{prefix}/*", "--format=json(name,size)"]
+    return list_urls_argv([f"{prefix}/*"])
+
+
+def list_urls_argv(urls: list[str]) -> list[str]:
+    """One listing for several URLs or wildcards; those that match nothing are left out."""
+    return ["storage", "objects", "list", *urls, "--format=json(name,size)"]
 
 
 def cat_argv(url: str, start: int = 0) -> list[str]:
@@ -98,16 +103,23 @@ class Gcloud:
 
     def objects(self, prefix: str) -> dict[str, int]:
         """Object URL → size for everything directly under ``prefix``."""
-        out = self.run(list_objects_argv(prefix)).stdout
-        bucket = prefix.split("/", 3)[:3]
-        root = "/".join(bucket)
-        return {f"{root}/{o['name']}": int(o.get("size", 0)) for o in json.loads(out or b"[]")}
+        return self._listed(prefix, list_objects_argv(prefix))
 
-    def exists(self, url: str) -> bool:
-        return url in self.objects(url.rsplit("/", 1)[0])
+    def existing(self, *urls: str) -> set[str]:
+        """Which of these objects (all in one bucket) exist: one gcloud call."""
+        return set(self._listed(urls[0], list_urls_argv(list(urls))))
+
+    def _listed(self, url: str, argv: list[str]) -> dict[str, int]:
+        out = self.run(argv).stdout
+        root = "/".join(url.split("/", 3)[:3])  # gs://BUCKET
+        return {f"{root}/{o['name']}": int(o.get("size", 0)) for o in json.loads(out or b"[]")}
 
     def cat(self, url: str, start: int = 0) -> bytes:
         return self.run(cat_argv(url, start)).stdout
+
+    def cat_many(self, urls: list[str]) -> bytes:
+        """The objects' bytes, concatenated in the order given."""
+        return self.run(["storage", "cat", *urls]).stdout
 
     def put_bytes(self, data: bytes, url: str) -> None:
         with tempfile.NamedTemporaryFile(prefix="multihost-", suffix=".tmp") as f:
@@ -120,7 +132,7 @@ class Gcloud:
         proc = self.run(describe_argv(record), check=False)
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace")
-            if "NOT_FOUND" in err or "not found" in err.lower():
+            if "NOT_FOUND" in err:  # the API's status, as gcloud prints it
                 return None
             raise CloudError(f"gcloud failed (exit {proc.returncode}): {one_line(err)}")
         state: str = json.loads(proc.stdout).get("state", {}).get("state", "UNKNOWN")
@@ -138,7 +150,7 @@ class Gcloud:
         if proc.returncode == 0:
             return True
         err = proc.stderr.decode(errors="replace")
-        if "NOT_FOUND" in err or "not found" in err.lower():
+        if "NOT_FOUND" in err:  # the API's status, as gcloud prints it
             return False
         raise CloudError(f"gcloud failed (exit {proc.returncode}): {one_line(err)}")
 

@@ -39,14 +39,15 @@ def host_statuses(gcloud: Gcloud, record: JobRecord, attempt: int) -> tuple[Host
         parsed = parse_host_object(url)
         if parsed:
             seen.setdefault(parsed[:2], {})[parsed[2]] = size
-    out = []
-    for (s, w), kinds in sorted(seen.items()):
-        code = None
-        if "exit" in kinds:
-            text = gcloud.cat(record.host_url(s, w, "exit", attempt)).decode().strip()
-            code = int(text) if text.lstrip("-").isdigit() else 255
-        out.append(HostStatus(s, w, "started" in kinds, code, kinds.get("log", 0)))
-    return tuple(out)
+    exited = [key for key, kinds in sorted(seen.items()) if "exit" in kinds]
+    urls = [record.host_url(s, w, "exit", attempt) for s, w in exited]
+    texts = gcloud.cat_many(urls).decode().split() if urls else []  # one line per exit object
+    pairs = zip(exited, texts, strict=False)  # an exit object caught empty has no line yet
+    codes = {k: int(t) if t.lstrip("-").isdigit() else 255 for k, t in pairs}
+    return tuple(
+        HostStatus(s, w, "started" in kinds, codes.get((s, w)), kinds.get("log", 0))
+        for (s, w), kinds in sorted(seen.items())
+    )
 
 
 def status(gcloud: Gcloud, record: JobRecord) -> JobStatus:

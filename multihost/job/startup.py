@@ -57,9 +57,10 @@ base=${MULTIHOST_WORK_DIR:-/var/tmp/multihost-$(id -u)}
 dir=$base/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
 code=$base/code/$code_hash
 remote=$bucket/multihost/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
+rm -rf "$dir"  # a job of the same name that ran here before left its files
 mkdir -p "$dir" "$base/code" || exit 1
 log=$dir/log
-: >> "$log"
+: > "$log"
 
 note() {
   echo "[multihost] $*" >> "$log"
@@ -69,10 +70,14 @@ put() {
   gcloud storage cp "$1" "$2" >> "$dir/gcloud.log" 2>&1
 }
 
+# The final log and the exit code go up in one gcloud call (each call costs ~1 s of CPU).
 report_exit() {
-  put "$log" "$remote.log"
-  echo "$1" > "$dir/exit"
-  put "$dir/exit" "$remote.exit"
+  out=$dir/out
+  rm -rf "$out" && mkdir -p "$out" || exit "$1"
+  cp "$log" "$out/slice-$slice-worker-$worker.log"
+  echo "$1" > "$out/slice-$slice-worker-$worker.exit"
+  gcloud storage cp "$out/slice-$slice-worker-$worker.log" \
+    "$out/slice-$slice-worker-$worker.exit" "${remote%/*}/" >> "$dir/gcloud.log" 2>&1
   exit "$1"
 }
 

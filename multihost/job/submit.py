@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,16 +106,21 @@ def submit(
         start_timeout=req.start_timeout, coordinator_port=req.coordinator_port,
         megascale_port=req.megascale_port, created_at=time.time(),
     )  # fmt: skip
-    if gcloud.exists(record.record_url):
-        raise UsageError(f"job {req.name!r} already exists in {req.bucket}: pick another name")
     url = code_url(req.bucket, archive.digest)
-    uploaded = not gcloud.exists(url)
-    if uploaded:
-        note(f"uploading code {archive.short} ({archive.files} files, {len(archive.data)} B)")
-        gcloud.put_bytes(archive.data, url)
-    else:
-        note(f"code {archive.short} is already in {req.bucket}: nothing to upload")
+    there = gcloud.existing(record.record_url, url)
+    if record.record_url in there:
+        raise UsageError(f"job {req.name!r} already exists in {req.bucket}: pick another name")
+    uploaded = url not in there
     record = record.evolve(attempt_times=(time.time(),))
-    gcloud.save_record(record)
+    # The code and the record go up side by side (each gcloud call costs about a second);
+    # the queued resource is asked for only once both are there.
+    with ThreadPoolExecutor(2) as pool:
+        saved = pool.submit(gcloud.save_record, record)
+        if uploaded:
+            note(f"uploading code {archive.short} ({archive.files} files, {len(archive.data)} B)")
+            gcloud.put_bytes(archive.data, url)
+        else:
+            note(f"code {archive.short} is already in {req.bucket}: nothing to upload")
+        saved.result()
     gcloud.create(record, startup_script(record))
     return Submitted(record, uploaded, len(archive.data))

@@ -7,18 +7,21 @@ failed, the resource was preempted, or the workers never reported.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from multihost.job.cloud import GONE_STATES, CloudError, Gcloud
 from multihost.job.record import JobRecord, JobState, parse_host_object
 from multihost.job.submit import startup_script
 
 HostKey = tuple[int, int]  # (slice, worker)
+A = TypeVar("A")
+B = TypeVar("B")
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,13 @@ class Watcher:
     _active_since: float | None = None
     _last_hosts: tuple[HostView, ...] = ()
     _last_state: str | None = "?"
+    _state: str | None = "?"
+    _described: float = 0.0
 
-    def run(self) -> Outcome:
-        self.record = self.gcloud.load_record(self.record)
+    def run(self, *, fresh: bool = False) -> Outcome:
+        """Follow the job to its end; ``fresh``: the record was just written by this process."""
+        if not fresh:
+            self.record = self.gcloud.load_record(self.record)
         if self.record.state.final:
             return self._outcome_of(self.record)
         self._workers = self.record.expected_workers
@@ -155,10 +162,17 @@ class Watcher:
     # ------------------------------------------------------------ one poll
 
     def _snapshot(self, pool: ThreadPoolExecutor) -> Snapshot:
-        state_f = pool.submit(self.gcloud.describe_state, self.record)
-        objects_f = pool.submit(self.gcloud.objects, self.record.attempt_prefix())
-        state, objects = state_f.result(), objects_f.result()
+        # Once the resource is ACTIVE its state is asked every other poll only: each gcloud
+        # call costs about a second of CPU, and only a preemption changes it then.
+        now = self.clock()
+        describe = self._active_since is None or now - self._described >= 2 * self.poll
+        state_f = pool.submit(self.gcloud.describe_state, self.record) if describe else None
+        objects = self.gcloud.objects(self.record.attempt_prefix())
+        if state_f is not None:
+            self._state, self._described = state_f.result(), now
+        state = self._state
         logs: dict[HostKey, int] = {}
+        new_exits: dict[HostKey, str] = {}
         for url, size in objects.items():
             parsed = parse_host_object(url)
             if parsed is None:
@@ -171,8 +185,11 @@ class Watcher:
                 if self._workers is None:
                     self._workers = int(self.gcloud.cat(url).split()[0])
             elif kind == "exit" and (s, w) not in self._exits:
-                text = self.gcloud.cat(url).decode().strip()
-                self._exits[s, w] = int(text) if text.lstrip("-").isdigit() else 255
+                new_exits[s, w] = url
+        if new_exits:  # one call for all of them: each exit object is one line
+            texts = self.gcloud.cat_many(list(new_exits.values())).decode().split()
+            for key, text in zip(new_exits, texts, strict=False):
+                self._exits[key] = int(text) if text.lstrip("-").isdigit() else 255
         if state == "ACTIVE" and self._active_since is None:
             self._active_since = self.clock()
         keys = set(logs) | self._started | set(self._exits)
@@ -212,13 +229,17 @@ class Watcher:
     def _act(self, verdict: Verdict, host: HostView | None, snap: Snapshot) -> Outcome | None:
         r = self.record
         if verdict is Verdict.SUCCEEDED:
-            if not self.keep:
-                self.gcloud.delete(r)
+            if self.follow is not None:  # the exit may have landed before the final log
+                with contextlib.suppress(CloudError):
+                    self._stream(self._offset + 1, final=True)
             kept = " (queued resource kept)" if self.keep else ", queued resource deleted"
-            return self._finish(JobState.SUCCEEDED, 0, f"every worker exited 0{kept}")
+            message = f"every worker exited 0{kept}"
+            if self.keep:
+                return self._finish(JobState.SUCCEEDED, 0, message)
+            return _both(lambda: self.gcloud.delete(r),
+                         lambda: self._finish(JobState.SUCCEEDED, 0, message))[1]  # fmt: skip
         if verdict is Verdict.FAILED and host is not None:
-            self.gcloud.delete(r)
-            tail = self._tail(host)
+            tail = _both(lambda: self.gcloud.delete(r), lambda: self._tail(host))[1]
             code = host.exit_code if host.exit_code and 0 < host.exit_code < 256 else 1
             why = "could not fetch the code" if host.exit_code == 125 else "exited"
             message = (
@@ -238,13 +259,13 @@ class Watcher:
                 "script failed?); queued resource deleted"
             )
             return self._finish(JobState.FAILED, 1, message)
-        # preempted
-        fresh = self.gcloud.load_record(r)
+        # Preempted. Deleting the preempted resource is right whoever else watches the job;
+        # the record (the truth) says whether another watcher has moved the job on already.
+        _, fresh = _both(lambda: self.gcloud.delete(r), lambda: self.gcloud.load_record(r))
         if fresh.attempt != r.attempt or fresh.state.final:
             self.display.note("another watcher moved the job on; following it")
             self._adopt(fresh)
             return self._outcome_of(fresh) if fresh.state.final else None
-        self.gcloud.delete(r)
         if r.attempt >= r.max_restarts:
             message = (
                 f"queued resource {r.resource} was preempted ({snap.resource_state or 'gone'}) "
@@ -252,8 +273,8 @@ class Watcher:
             )
             return self._finish(JobState.FAILED, 1, message)
         nxt = r.evolve(attempt=r.attempt + 1, attempt_times=(*r.attempt_times, time.time()))
-        self.gcloud.save_record(nxt)
-        self.gcloud.create(nxt, startup_script(nxt))
+        _both(lambda: self.gcloud.save_record(nxt),
+              lambda: self.gcloud.create(nxt, startup_script(nxt)))  # fmt: skip
         self.display.note(
             f"preempted ({snap.resource_state or 'resource gone'}) in attempt {r.attempt}: its "
             f"logs are kept under {r.attempt_prefix()}/; attempt {nxt.attempt} created as "
@@ -267,6 +288,7 @@ class Watcher:
         self._exits, self._started = {}, set()
         self._offset, self._partial, self._active_since = 0, b"", None
         self._last_hosts, self._last_state = (), "?"
+        self._state, self._described = "?", 0.0
 
     def _tail(self, host: HostView, n: int = 10) -> list[str]:
         try:
@@ -285,3 +307,11 @@ class Watcher:
     def _outcome_of(record: JobRecord) -> Outcome:
         code = record.exit_code if record.exit_code is not None else 1
         return Outcome(record, code, record.message or record.state.value)
+
+
+def _both(first: Callable[[], A], second: Callable[[], B]) -> tuple[A, B]:
+    """Two gcloud calls side by side (each costs about a second); an error of either raises."""
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(first)
+        mine = second()
+        return other.result(), mine

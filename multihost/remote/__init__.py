@@ -225,6 +225,41 @@ done
 exit 0
 """
 
+# Listing what to pull. Vars: w (the run's work dir), pats (patterns, one a line). Expands each
+# pattern on the host (a relative one in $w, a leading ~/ in $HOME) and prints NUL-terminated
+# records: "P dir" first (the work dir, absolute), "F size mtime path" for a readable regular
+# file (directories are walked, symbolic links below them not followed), "D path" for one it
+# cannot read, "M pattern" when nothing matches, "W pattern" for a relative pattern when the
+# work dir is gone. Needs GNU find (-readable, -printf).
+PULL_LIST = """\
+wd=yes
+if cd "$w" 2>/dev/null; then printf 'P %s\\0' "$PWD"; else wd=no; fi
+set -f
+IFS='
+'
+for p in $pats; do
+  case $p in
+    \\~) p=$HOME ;;
+    \\~/*) p=$HOME/${p#\\~/} ;;
+  esac
+  case $p in
+    /*) ;;
+    *) [ "$wd" = yes ] || { printf 'W %s\\0' "$p"; continue; } ;;
+  esac
+  found=no
+  set +f
+  for f in $p; do
+    [ -e "$f" ] || continue
+    found=yes
+    case $f in -*) f=./$f ;; esac  # never an option or expression to find
+    find -H "$f" -type f \\( -readable -printf 'F %s %T@ %p\\0' -o -printf 'D %p\\0' \\)
+  done
+  set -f
+  [ "$found" = yes ] || printf 'M %s\\0' "$p"
+done
+exit 0
+"""
+
 
 def remote_path(path: str) -> str:
     """A remote path as a quoted shell word, a leading ``~/`` left to the host's $HOME."""
@@ -256,4 +291,5 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "release": (RELEASE, ("r",)),
     "kill": (KILL, ("r", "sig", "ticks")),
     "clean": (CLEAN, ("r", "b", "age", "incoming")),
+    "pull_list": (PULL_LIST, ("w", "pats")),
 }

@@ -10,6 +10,7 @@ from multihost.transport.base import (
     Completed,
     Connection,
     HostKeyPolicy,
+    Progress,
     SSHOptions,
     default_state_dir,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "Connection",
     "HostKeyPolicy",
     "LocalConnection",
+    "Progress",
     "SSHOptions",
     "connect",
     "default_state_dir",

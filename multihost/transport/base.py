@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -12,6 +12,8 @@ from multihost.defaults import DEFAULTS
 from multihost.model import Host
 
 HostKeyPolicy = Literal["strict", "accept-new"]
+Progress = Callable[[int], None]  # told the bytes moved so far
+CHUNK = 1 << 20  # bytes written (or read) at a time when moving files, between progress reports
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Connection(Protocol):
 
     host: Host
     peer_address: str
+    bytes_out: int  # what this connection has written to remote stdin (uploads), in bytes
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed: ...
 
@@ -54,8 +57,16 @@ class Connection(Protocol):
         """Yields ``command``'s stdout as it comes; then appends its stderr to ``stderr``."""
         ...
 
-    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
-        """Run ``command``; send ``data`` on stdin only if its first output line is ``want``."""
+    async def offer(
+        self, command: str, want: bytes, data: bytes, progress: Progress | None = None
+    ) -> tuple[Completed, bool]:
+        """Run ``command``; send ``data`` on stdin only if its first output line is ``want``
+        (in chunks of ``CHUNK`` bytes, calling ``progress`` with the bytes sent so far)."""
+        ...
+
+    async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
+        """Copy the host's regular file ``path`` (absolute) to ``write``, chunk by chunk;
+        returns its size. A file that cannot be read raises RemoteError naming it."""
         ...
 
     async def close(self) -> None: ...

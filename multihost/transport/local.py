@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
+from multihost.errors import RemoteError
 from multihost.model import Host
-from multihost.transport.base import Completed
+from multihost.transport.base import CHUNK, Completed, Progress
 
 
 class LocalConnection:
@@ -18,8 +19,10 @@ class LocalConnection:
     def __init__(self, host: Host) -> None:
         self.host = host
         self.peer_address = host.internal_address or "127.0.0.1"
+        self.bytes_out = 0
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed:
+        self.bytes_out += len(stdin or b"")
         proc = await _spawn(command, stdin=stdin is not None)
         try:
             out, err = await proc.communicate(stdin)
@@ -42,16 +45,45 @@ class LocalConnection:
             _kill_group(proc)
             await proc.wait()
 
-    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
+    async def offer(
+        self, command: str, want: bytes, data: bytes, progress: Progress | None = None
+    ) -> tuple[Completed, bool]:
         proc = await _spawn(command, stdin=True)
         assert proc.stdout is not None
+        assert proc.stdin is not None
         try:
             first = await proc.stdout.readline()
             sent = first.strip() == want
-            out, err = await proc.communicate(data if sent else b"")  # then closes stdin
+            if sent:
+                self.bytes_out += len(data)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it said why
+                    for start in range(0, len(data), CHUNK):
+                        proc.stdin.write(data[start : start + CHUNK])
+                        await proc.stdin.drain()
+                        if progress is not None:
+                            progress(min(start + CHUNK, len(data)))
+            proc.stdin.close()
+            out, err = await proc.communicate()
         finally:
             _kill_group(proc)
         return Completed(proc.returncode, first + out, err), sent
+
+    async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
+        try:
+            f = await asyncio.to_thread(open, path, "rb")
+        except OSError as exc:
+            raise RemoteError(self.host, f"{path}: {exc.strerror or exc}") from None
+        size = 0
+        with f:
+            while True:
+                try:
+                    chunk = await asyncio.to_thread(f.read, CHUNK)
+                except OSError as exc:
+                    raise RemoteError(self.host, f"{path}: {exc.strerror or exc}") from None
+                if not chunk:
+                    return size
+                write(chunk)  # a local error here is the caller's
+                size += len(chunk)
 
     async def close(self) -> None:
         return None

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shlex
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
 
-from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost
+from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost, RemoteError
 from multihost.model import Host
 from multihost.transport import sshconfig
-from multihost.transport.base import Completed, SSHOptions
+from multihost.transport.base import CHUNK, Completed, Progress, SSHOptions
 
 
 class SSHConnection:
@@ -26,8 +27,11 @@ class SSHConnection:
         self._conn = conn
         peer = conn.get_extra_info("peername")  # ('', 0) through a ProxyJump tunnel
         self.peer_address: str = (peer[0] if peer else "") or reached or host.address
+        self.bytes_out = 0
+        self._sftp: asyncssh.SFTPClient | None = None  # opened on the first fetch
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed:
+        self.bytes_out += len(stdin or b"")
         try:
             res = await self._conn.run(command, input=stdin, encoding=None, check=False)
         except (asyncssh.Error, OSError) as exc:
@@ -52,21 +56,61 @@ class SSHConnection:
         finally:
             proc.close()
 
-    async def offer(self, command: str, want: bytes, data: bytes) -> tuple[Completed, bool]:
+    async def offer(
+        self, command: str, want: bytes, data: bytes, progress: Progress | None = None
+    ) -> tuple[Completed, bool]:
         try:
             proc = await self._conn.create_process(command, encoding=None)
             first = await proc.stdout.readline()
             sent = first.strip() == want
-            if sent:
-                proc.stdin.write(data)
-            proc.stdin.write_eof()
+            # The host may stop reading early (tar: disk full): its exit status and stderr say
+            # why, below, rather than a broken pipe here.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                if sent:
+                    self.bytes_out += len(data)
+                    for start in range(0, len(data), CHUNK):
+                        proc.stdin.write(data[start : start + CHUNK])
+                        await proc.stdin.drain()
+                        if progress is not None:
+                            progress(min(start + CHUNK, len(data)))
+                proc.stdin.write_eof()
             res = await proc.wait(check=False)
         except (asyncssh.Error, OSError) as exc:
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
         out = first + _as_bytes(res.stdout)
         return Completed(res.exit_status, out, _as_bytes(res.stderr)), sent
 
+    async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
+        size = 0
+        with self._reading(path):
+            if self._sftp is None:
+                self._sftp = await self._conn.start_sftp_client()
+            f = await self._sftp.open(path, "rb", encoding=None)
+        try:
+            while True:
+                with self._reading(path):
+                    chunk = _as_bytes(await f.read(CHUNK))
+                if not chunk:
+                    return size
+                write(chunk)  # a local error here is the caller's, never "connection lost"
+                size += len(chunk)
+        finally:
+            with contextlib.suppress(asyncssh.Error, OSError):
+                await f.close()
+
+    @contextlib.contextmanager
+    def _reading(self, path: str) -> Iterator[None]:
+        """SFTP errors as this host's: the file's own (RemoteError) or the connection's."""
+        try:
+            yield
+        except asyncssh.SFTPError as exc:
+            raise RemoteError(self.host, f"{path}: {exc.reason.lower()}") from None
+        except (asyncssh.Error, OSError) as exc:
+            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+
     async def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.exit()
         self._conn.close()
         await self._conn.wait_closed()
 

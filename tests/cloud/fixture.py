@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -80,6 +81,14 @@ def _launcher(fleet: loopback.Fleet, gcs: FakeGcs, tpu: list[TpuApi], dead: str)
 @pytest.fixture(scope="session")
 def cloud_plane(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
     """Started once per session; every test gets it clean through ``cloud``."""
+    with standin(ssh_fleet) as cloud:
+        yield cloud
+
+
+@contextlib.contextmanager
+def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
+    """Fake GCS with the test bucket, the TPU API stand-in, and the env that points gcloud at
+    them (for the fixture and for benchmarks/job_times.py)."""
     tmp = Path(tempfile.mkdtemp(prefix="multihost-cloud-"))
     gcs = FakeGcs(tmp / "gcs")
     gcs.start()
@@ -95,15 +104,20 @@ def cloud_plane(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
     (tmp / "gcloud").mkdir()
     env = dict(os.environ) | gcloud_env(str(tmp / "gcloud"), tpu.endpoint, gcs.endpoint)
     env["MULTIHOST_LOG_DIR"] = str(tmp / "logs")
-    yield Cloud(gcs, tpu, ssh_fleet, env)
-    tpu.stop()
-    gcs.stop()
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        yield Cloud(gcs, tpu, ssh_fleet, env)
+    finally:
+        tpu.stop()
+        gcs.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture
 def cloud(cloud_plane: Cloud) -> Iterator[Cloud]:
-    """The stand-in control plane, with no queued resource and no process left on the hosts."""
+    """The stand-in control plane, clean: no queued resource, no process left on the hosts, an
+    empty bucket and no job record mirrored locally."""
     cloud_plane.tpu.reset()
+    cloud_plane.gcs.clear(BUCKET)
+    shutil.rmtree(Path(cloud_plane.env["MULTIHOST_LOG_DIR"]) / "jobs", ignore_errors=True)
     yield cloud_plane
     cloud_plane.tpu.reset()

@@ -78,6 +78,15 @@ class FakeGcs:
         data: bytes = urllib.request.urlopen(url, timeout=10).read()
         return data
 
+    def clear(self, bucket: str) -> None:
+        """Delete every object of the bucket (between tests)."""
+        for name in self.objects(bucket):
+            quoted = urllib.request.quote(name, safe="")
+            req = urllib.request.Request(
+                f"{self.url}/storage/v1/b/{bucket}/o/{quoted}", method="DELETE"
+            )
+            urllib.request.urlopen(req, timeout=10).read()
+
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.kill()

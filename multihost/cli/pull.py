@@ -1,0 +1,64 @@
+"""``multihost pull``: files back from every host of a run (also ``run --pull``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from multihost import report, runs
+from multihost.cli.progress import TransferView
+from multihost.cli.wiring import log_dir_of, record_options
+from multihost.copyback import PullResult, check_patterns, default_dest, pull_run
+from multihost.record import RunRecord
+from multihost.runstate import Event, Transfer
+from multihost.transport import SSHOptions
+
+
+def cmd_pull(args: argparse.Namespace, err: Console) -> int:
+    patterns = check_patterns(args.paths)
+    _, record = runs.find_run(log_dir_of(args), args.run)
+    options = record_options(args, record)
+    dest = args.to if args.to is not None else default_dest(args.run)
+    return pull_and_report(record, patterns, dest, options.ssh, args.limit, err, json_out=args.json)
+
+
+def pull_and_report(
+    record: RunRecord, patterns: Sequence[str], dest: Path, ssh: SSHOptions, limit: int,
+    err: Console, *, json_out: bool = False,
+) -> int:  # fmt: skip
+    """Pull with progress on a terminal (not with ``json_out``), then say what arrived;
+    returns 1 if any host failed."""
+    view = TransferView("pulling", len(record.fleet), per_host=True)
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, Transfer):
+            view.update(event)
+
+    async def go() -> list[PullResult]:
+        return await pull_run(record, patterns, dest, ssh, limit=limit, on_event=on_event)
+
+    if err.is_terminal and not json_out:
+        with Live(get_renderable=view.renderable, console=err, refresh_per_second=4,
+                  transient=True, redirect_stdout=False, redirect_stderr=False):  # fmt: skip
+            results = asyncio.run(go())
+    else:
+        results = asyncio.run(go())
+    if json_out:
+        print(json.dumps([_row(r) for r in results], indent=1))
+    else:
+        for line in report.pull_lines(results, dest, all_hosts=len(results) <= 32):
+            print(line)
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _row(r: PullResult) -> dict[str, object]:
+    return {
+        "host": r.host.name, "dir": str(r.local_dir), "files": r.files, "skipped": r.skipped,
+        "bytes": r.bytes, "errors": list(r.errors), "ok": r.ok,
+    }  # fmt: skip

@@ -1,0 +1,122 @@
+"""Output from many hosts gathered by content: what is identical is kept once, with its hosts.
+
+Like ClusterShell's MsgTree (``clush -b``): the hosts' outputs form a tree keyed by lines.
+Hosts whose whole output is identical are one group; where outputs differ, the lines they share
+from the start are one segment, then each way they go on is its own segment with its (smaller)
+set of hosts, and so on. Host sets print compactly (``s0/w0-3,s1/w0-3``). No I/O here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from multihost.model import Host
+
+
+def host_ranges(hosts: Sequence[Host]) -> str:
+    """``s0/w0-2,s1/w0-3``: hosts written compactly, slice by slice, in order."""
+    by_slice: dict[int, list[int]] = {}
+    for h in sorted(hosts, key=lambda h: (h.slice_id, h.worker_id)):
+        by_slice.setdefault(h.slice_id, []).append(h.worker_id)
+    parts: list[str] = []
+    for slice_id, workers in by_slice.items():
+        runs: list[str] = []
+        start = prev = workers[0]
+        for w in [*workers[1:], None]:
+            if w is not None and w == prev + 1:
+                prev = w
+                continue
+            runs.append(str(start) if start == prev else f"{start}-{prev}")
+            if w is not None:
+                start = prev = w
+        parts.extend(f"s{slice_id}/w{r}" for r in runs)
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class Output:
+    """The last lines of one host's output, and how many it had in all."""
+
+    host: Host
+    lines: tuple[str, ...]
+    total: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.lines)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Lines that every host in ``hosts`` printed at this point; ``depth`` 0 is the start,
+    a segment at depth d+1 goes on from the one at depth d above it."""
+
+    hosts: tuple[Host, ...]
+    lines: tuple[str, ...]
+    depth: int
+
+    @property
+    def label(self) -> str:
+        return f"[{host_ranges(self.hosts)}] ×{len(self.hosts)}"
+
+
+def read_tail(
+    host: Host, path: Path, limit: int, max_line: int, keep: Callable[[str], bool] | None = None
+) -> Output:
+    """The last ``limit`` lines of a host's log that ``keep`` accepts (each cut at
+    ``max_line`` characters) and how many there were; memory stays bounded by ``limit`` lines
+    whatever the file's size."""
+    kept: deque[str] = deque(maxlen=limit)
+    total = 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return Output(host, (), 0)
+    with open(fd, encoding="utf-8", errors="replace", newline="\n") as f:
+        for raw in f:
+            line = raw.rstrip("\n")[:max_line]
+            if keep is None or keep(line):
+                total += 1
+                kept.append(line)
+    return Output(host, tuple(kept), total)
+
+
+def gather(outputs: Sequence[Output]) -> list[Segment]:
+    """The outputs as segments, depth first: shared lines once, then each branch."""
+    segments: list[Segment] = []
+    # (hosts' outputs that agree up to ``start``, start, depth); children are pushed in
+    # reverse so that they come out in host order.
+    stack: list[tuple[list[Output], int, int]] = [(list(outputs), 0, 0)]
+    while stack:
+        group, start, depth = stack.pop()
+        if not group:
+            continue
+        first = group[0].lines
+        end = start
+        while all(len(o.lines) > end and o.lines[end] == first[end] for o in group):
+            end += 1
+        if end > start:  # lines they all share (a branch always starts with one)
+            segments.append(Segment(tuple(o.host for o in group), first[start:end], depth))
+            depth += 1
+        elif silent := tuple(o.host for o in group if not o.lines):  # at the start only
+            segments.append(Segment(silent, (), depth))
+        branches: dict[str, list[Output]] = {}
+        for o in group:
+            if len(o.lines) > end:
+                branches.setdefault(o.lines[end], []).append(o)
+        stack.extend((b, end, depth) for b in reversed(branches.values()))
+    return segments
+
+
+def render(segments: Sequence[Segment]) -> list[str]:
+    """Plain lines: each segment's host set as a header, its lines indented below it."""
+    out: list[str] = []
+    for seg in segments:
+        pad = "  " * seg.depth
+        out.append(pad + seg.label + ("" if seg.lines else "  (no output)"))
+        out.extend(pad + "  " + line for line in seg.lines)
+    return out

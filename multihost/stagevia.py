@@ -1,0 +1,267 @@
+"""``--stage-via``: the code leaves the runner once, through one seed per slice or a bucket.
+
+- ``direct`` (the default): the runner sends the archive to every host (``stage.stage``).
+- ``peer``: per slice, the runner sends the archive to one seed (the slice's first host). The
+  seed unpacks it and serves it, for a bounded time, on its internal address (the one the
+  JAX coordinator uses) to holders of a random token; the slice's other hosts fetch it there.
+  One seed per slice, not ⌈√N⌉: slices are where the fast internal network is, and the
+  runner's link carries the archive once per slice. When the seed had the code already, its
+  slice is staged directly (what a host already has costs nothing).
+- ``gs://BUCKET[/PREFIX]``: the runner uploads the archive once to
+  ``…/multihost/code/<sha256>.tar.gz`` (the layout of ``multihost job``; skipped when that
+  object is there), and every host pulls it with ``gcloud storage cp``.
+
+Every fetching host checks the archive's sha256 against the content hash before unpacking; a
+host whose fetch fails for any reason (no server, refused, a wrong hash, no bucket access) gets
+the archive from the runner instead, and the run's :class:`~multihost.model.Staging` says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from multihost.errors import HostError, RemoteError, UsageError
+from multihost.fanout import Outcome, map_hosts
+from multihost.model import Host, Staging
+from multihost.plan import COMPLETE, Paths, stage_command
+from multihost.remote import script
+from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
+from multihost.stage import Archive, _cause, stage
+from multihost.transport import Connection
+
+_PREFIX = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+FETCH_TIMEOUT = 30.0  # s a fetching host waits on a silent seed before it falls back
+Note = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class StageVia:
+    """How the code reaches the hosts: ``direct``, ``peer``, or a bucket ``url``."""
+
+    kind: Literal["direct", "peer", "gs"]
+    url: str = ""  # gs://BUCKET[/PREFIX], for "gs"
+
+    def __str__(self) -> str:
+        return self.url or self.kind
+
+
+def parse(text: str) -> StageVia:
+    """``direct``, ``peer`` or ``gs://BUCKET[/PREFIX]``; anything else is a usage error."""
+    if text in ("direct", "peer"):
+        return StageVia(text)  # type: ignore[arg-type]
+    if text.startswith("gs://"):
+        from multihost.job.record import check_bucket
+
+        bucket, _, prefix = text.removeprefix("gs://").rstrip("/").partition("/")
+        if not bucket:
+            raise UsageError(f"bad --stage-via {text!r}: expected gs://BUCKET[/PREFIX]")
+        check_bucket(f"gs://{bucket}")
+        if prefix and (not _PREFIX.match(prefix) or ".." in prefix.split("/")):
+            raise UsageError(f"bad --stage-via {text!r}: the path after the bucket has odd names")
+        return StageVia("gs", f"gs://{bucket}" + (f"/{prefix}" if prefix else ""))
+    raise UsageError(f"bad --stage-via {text!r}: expected direct, peer or gs://BUCKET[/PREFIX]")
+
+
+@dataclass(frozen=True)
+class Staged:
+    """How one host got the code, and the archive bytes the runner sent it."""
+
+    how: Literal["sent", "fetched", "present", "fallback"]
+    sent: int = 0
+    why: str = ""  # fallback: why its fetch failed
+
+
+def summarize(
+    via: StageVia, archive: Archive, staged: Sequence[Staged], runner_bytes: int, uploads: int = 0
+) -> Staging:
+    """The run's staging summary; ``uploads``: archive uploads outside the hosts (a bucket)."""
+    return Staging(
+        via=str(via),
+        archive_bytes=len(archive.data),
+        runner_bytes=runner_bytes,
+        uploads=uploads + sum(1 for s in staged if s.sent),
+        fetched=sum(1 for s in staged if s.how == "fetched"),
+        present=sum(1 for s in staged if s.how == "present"),
+        fallbacks=tuple(s.why for s in staged if s.how == "fallback"),
+    )
+
+
+async def stage_fleet(
+    via: StageVia,
+    hosts: Sequence[Host],
+    conns: Mapping[int, Connection],
+    archive: Archive,
+    paths: Mapping[int, Paths],
+    *,
+    timeout: float,
+    note: Note,
+) -> tuple[list[Outcome[Staged]], int]:
+    """Stage ``archive`` on every host via a seed per slice or a bucket; per host (in order)
+    how it went, and the bytes uploaded outside the transport (to a bucket)."""
+    work = _Work(conns, archive, paths, timeout)
+    if via.kind == "gs":
+        outcomes, uploaded = await work.via_bucket(via.url, hosts, note)
+    else:
+        slices: dict[int, list[Host]] = {}
+        for h in hosts:
+            slices.setdefault(h.slice_id, []).append(h)
+        found: dict[int, Outcome[Staged]] = {}
+        async with asyncio.TaskGroup() as tg:
+            for members in slices.values():
+                tg.create_task(work.via_seed(members, found, note))
+        outcomes, uploaded = [found[h.process_id] for h in hosts], 0
+    fell = [o.value.why for o in outcomes if o.value is not None and o.value.how == "fallback"]
+    if fell:
+        note(f"{len(fell)} host(s) got the code from the runner after a failed fetch; first: "
+             f"{fell[0]}", "warning")  # fmt: skip
+    return outcomes, uploaded
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a slice's hosts fetch from: a seed's server, or (``why``) nowhere."""
+
+    url: str = ""
+    token: str = ""
+    why: str = ""
+    how: str = "peer"
+
+
+@dataclass(frozen=True)
+class _Work:
+    conns: Mapping[int, Connection]
+    archive: Archive
+    paths: Mapping[int, Paths]
+    timeout: float
+
+    async def via_seed(
+        self, members: list[Host], found: dict[int, Outcome[Staged]], note: Note
+    ) -> None:
+        seed, rest = members[0], members[1:]
+        if not rest:
+            found[seed.process_id] = (await self._direct([seed]))[0]
+            return
+        token = secrets.token_urlsafe(32)
+        served = await map_hosts(
+            lambda h: self._seed(h, token, len(rest)), [seed], timeout=self.timeout, what="staging"
+        )
+        outcome = served[0]
+        server: tuple[str, str] | None = None
+        if outcome.error is not None:
+            found[seed.process_id] = Outcome(seed, error=outcome.error)
+            source = _Source(why=f"seed {seed.name} failed: {outcome.error.message}")
+        else:
+            assert outcome.value is not None
+            staged, source, server = outcome.value
+            found[seed.process_id] = Outcome(seed, staged)
+        try:
+            if outcome.value is not None and outcome.value[0].how == "present":
+                results = await self._direct(rest)  # nothing to serve: what is there stays
+            else:
+                results = await self._fetch_all(rest, source)
+            for o in results:
+                found[o.host.process_id] = o
+        finally:
+            if server is not None:
+                await self._stop_seed(seed, *server, note)
+
+    async def via_bucket(
+        self, url: str, hosts: Sequence[Host], note: Note
+    ) -> tuple[list[Outcome[Staged]], int]:
+        from multihost.job.cloud import CloudError, Gcloud
+        from multihost.job.record import code_url
+
+        target = code_url(url, self.archive.digest)
+        gcloud = Gcloud.from_env()
+
+        def upload_once() -> int:
+            if target in gcloud.existing(target):
+                return 0
+            gcloud.put_bytes(self.archive.data, target)
+            return len(self.archive.data)
+
+        try:
+            uploaded = await asyncio.to_thread(upload_once)
+        except CloudError as exc:
+            note(f"--stage-via {url}: {exc}", "warning")
+            source = _Source(why=f"no upload to {url}")
+            return await self._fetch_all(list(hosts), source), 0
+        if not uploaded:
+            note(f"code {self.archive.short} is already in {url}: nothing to upload", "info")
+        return await self._fetch_all(list(hosts), _Source(url=target, how="gs")), uploaded
+
+    async def _seed(
+        self, host: Host, token: str, fetches: int
+    ) -> tuple[Staged, _Source, tuple[str, str] | None]:
+        conn, paths = self.conns[host.process_id], self.paths[host.process_id]
+        addr = host.internal_address or conn.peer_address
+        lifetime = self.timeout + FETCH_TIMEOUT
+        command = script(
+            SEED, paths={"b": paths.base, "c": paths.code}, done=COMPLETE,
+            stage=stage_command(paths), serve=python_source("seed_serve"), addr=addr,
+            lifetime=f"{lifetime:g}", fetches=fetches, stale=int(lifetime // 60) + 2,
+        )  # fmt: skip
+        data = token.encode() + b"\n" + self.archive.data
+        done, sent = await conn.offer(command, b"absent", data)
+        if done.exit_status != 0:
+            raise RemoteError(host, f"staging failed: {_cause(done.stderr)}")
+        if not sent:
+            return Staged("present"), _Source(), None
+        said = done.stdout.decode(errors="replace").splitlines()[-1:] or [""]
+        word, _, rest = said[0].partition(" ")
+        staged = Staged("sent", len(self.archive.data))
+        if word != "serving":
+            return staged, _Source(why=f"seed {host.name} could not serve ({rest})"), None
+        port, pid, folder = rest.split(" ", 2)
+        host_part = f"[{addr}]" if ":" in addr else addr
+        url = f"http://{host_part}:{port}/{self.archive.digest}.tar.gz"
+        return staged, _Source(url=url, token=token), (pid, folder)
+
+    async def _stop_seed(self, seed: Host, pid: str, folder: str, note: Note) -> None:
+        conn = self.conns[seed.process_id]
+        try:
+            async with asyncio.timeout(self.timeout):
+                await conn.run(script(SEED_STOP, p=pid, s=folder))
+        except (TimeoutError, HostError) as exc:
+            note(f"{seed.name}: the seed's server was not stopped ({exc}); it ends by itself",
+                 "warning")  # fmt: skip
+
+    async def _fetch_all(self, hosts: list[Host], source: _Source) -> list[Outcome[Staged]]:
+        if source.why:
+            return await self._direct(hosts, source.why)
+        return await map_hosts(
+            lambda h: self._fetch(h, source), hosts, timeout=self.timeout, what="staging"
+        )
+
+    async def _fetch(self, host: Host, source: _Source) -> Staged:
+        conn, paths = self.conns[host.process_id], self.paths[host.process_id]
+        command = script(
+            FETCH, paths={"b": paths.base, "c": paths.code}, done=COMPLETE,
+            stage=stage_command(paths), how=source.how, url=source.url,
+            digest=self.archive.digest, fetch=python_source("seed_fetch"),
+            timeout=f"{FETCH_TIMEOUT:g}",
+        )  # fmt: skip
+        stdin = (source.token + "\n").encode() if source.how == "peer" else None
+        done = await conn.run(command, stdin=stdin)
+        said = done.stdout.decode(errors="replace").strip()
+        if done.exit_status == 0 and said in ("present", "fetched"):
+            return Staged("present" if said == "present" else "fetched")
+        where = "the seed" if source.how == "peer" else source.url
+        why = f"fetch from {where} failed: {_cause(done.stderr)}"
+        sent = await stage(conn, self.archive, paths)
+        return Staged("fallback", sent, f"{host.name}: {why}")
+
+    async def _direct(self, hosts: list[Host], why: str = "") -> list[Outcome[Staged]]:
+        async def one(host: Host) -> Staged:
+            pid = host.process_id
+            sent = await stage(self.conns[pid], self.archive, self.paths[pid])
+            if why and sent:
+                return Staged("fallback", sent, f"{host.name}: {why}")
+            return Staged("sent" if sent else "present", sent)
+
+        return await map_hosts(one, hosts, timeout=self.timeout, what="staging")

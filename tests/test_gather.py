@@ -1,0 +1,103 @@
+"""Gathering output across hosts (``logs --gather``): identical output once with its hosts,
+shared lines once and each difference per host group; bounded by the last N lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import multihost
+from multihost.gather import Output, Segment, gather, host_ranges, read_tail, render
+from multihost.model import Host
+from tests.clitools import REPO, cli
+
+
+def _host(s: int, w: int) -> Host:
+    return Host(address=f"h{s}-{w}", slice_id=s, worker_id=w, process_id=s * 4 + w)
+
+
+HOSTS = [_host(s, w) for s in range(2) for w in range(4)]
+
+
+def _out(host: Host, *lines: str) -> Output:
+    return Output(host, lines, len(lines))
+
+
+def test_identical_outputs_are_one_group() -> None:
+    segments = gather([_out(h, "start", "done") for h in HOSTS])
+    assert segments == [Segment(tuple(HOSTS), ("start", "done"), 0)]
+    assert render(segments) == ["[s0/w0-3,s1/w0-3] ×8", "  start", "  done"]
+
+
+def test_shared_lines_once_then_each_branch_per_host_group() -> None:
+    outputs = [_out(h, "start", "init", f"rank {h.process_id % 2}", "end") for h in HOSTS]
+    outputs[5] = _out(HOSTS[5])  # no output at all
+    outputs[6] = _out(HOSTS[6], "start", "init")  # stopped early
+    segments = gather(outputs)
+    assert [(host_ranges(s.hosts), s.lines, s.depth) for s in segments] == [
+        ("s1/w1", (), 0),
+        ("s0/w0-3,s1/w0,s1/w2-3", ("start", "init"), 0),
+        ("s0/w0,s0/w2,s1/w0", ("rank 0", "end"), 1),
+        ("s0/w1,s0/w3,s1/w3", ("rank 1", "end"), 1),
+    ]
+    shown = render(segments)
+    assert shown[0] == "[s1/w1] ×1  (no output)"
+    assert shown[3:6] == ["  init", "  [s0/w0,s0/w2,s1/w0] ×3", "    rank 0"]
+
+
+def test_every_output_different() -> None:
+    segments = gather([_out(h, f"only {h.name}") for h in HOSTS[:3]])
+    assert [(s.hosts, s.lines, s.depth) for s in segments] == [
+        ((h,), (f"only {h.name}",), 0) for h in HOSTS[:3]
+    ]
+
+
+def test_read_tail_keeps_the_last_lines_and_counts_them(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_text("".join(f"line {i}\n" for i in range(10_000)) + "x" * 100 + "\n")
+    out = read_tail(HOSTS[0], log, 3, 40)
+    assert out.lines == ("line 9998", "line 9999", "x" * 40)
+    assert out.total == 10_001
+    assert out.truncated
+    odd = read_tail(HOSTS[0], log, 5, 40, lambda line: line.endswith("7"))
+    assert odd.lines[-1] == "line 9997"
+    assert odd.total == 1000
+    assert read_tail(HOSTS[0], tmp_path / "missing", 3, 40) == Output(HOSTS[0], (), 0)
+
+
+def test_cli_logs_gather(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "x.txt").write_text("x\n")
+    cmd = 'echo start; echo "rank $((JAX_PROCESS_ID % 2))"; echo end'
+    result = multihost.run(cmd, local=4, script_dir=code, log_dir=tmp_path / "logs",
+                           run_name="g", stream="none")  # fmt: skip
+    assert result.ok
+    env = {"HOME": str(home), "PYTHONPATH": str(REPO)}
+    res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather"], **env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "[s0/w0-3] ×4", "  start",
+        "  [s0/w0,s0/w2] ×2", "    rank 0", "    end",
+        "  [s0/w1,s0/w3] ×2", "    rank 1", "    end",
+    ]  # fmt: skip
+    res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--json",
+               "--tail", "1"], **env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["truncated"] == {f"s0/w{i}": 3 for i in range(4)}
+    assert data["groups"] == [{"hosts": "s0/w0-3", "count": 4, "depth": 0, "lines": ["end"],
+                               "host_names": [f"s0/w{i}" for i in range(4)]}]  # fmt: skip
+    res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--tail", "1"],
+              **env)  # fmt: skip
+    assert "had more" in res.stderr
+    res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--host", "s0/w1"],
+              **env)  # fmt: skip
+    assert res.returncode == 2
+    assert "--gather" in res.stderr

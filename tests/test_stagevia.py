@@ -1,0 +1,194 @@
+"""``--stage-via``: its values, its templates run for real with plain sh and python3 (a seed's
+server, a host's fetch, a corrupted archive), and the whole pipeline over ``--local``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import multihost
+from multihost.errors import UsageError
+from multihost.plan import COMPLETE, Paths, stage_command
+from multihost.record import read_record
+from multihost.remote import script
+from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
+from multihost.stage import pack
+from multihost.stagevia import StageVia, parse
+from tests.clitools import cli, wait_for
+
+TOKEN = "s3cret-token"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("direct", StageVia("direct")),
+        ("peer", StageVia("peer")),
+        ("gs://my-bucket", StageVia("gs", "gs://my-bucket")),
+        ("gs://my-bucket/team/x/", StageVia("gs", "gs://my-bucket/team/x")),
+    ],
+)
+def test_parse(text: str, want: StageVia) -> None:
+    assert parse(text) == want
+
+
+@pytest.mark.parametrize("text", ["ftp://x", "gs://", "gs:///x", "gs://B", "gs://b/../x", "Peer"])
+def test_parse_refuses(text: str) -> None:
+    with pytest.raises(UsageError, match="bad"):
+        parse(text)
+
+
+@pytest.mark.parametrize("value", ["ftp://x", "gs://"])
+def test_cli_bad_value_is_one_line_exit_2(value: str, tmp_path: Path) -> None:
+    res = cli(["run", "--local", "2", "--log-dir", str(tmp_path), "--stage-via", value,
+               "--cmd", "true"])  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1
+    assert "--stage-via" in res.stderr
+    assert not list(tmp_path.iterdir())  # nothing started
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    d = tmp_path / "code"
+    (d / "pkg").mkdir(parents=True)
+    (d / "pkg" / "m.py").write_text("X = 1\n")
+    (d / "blob").write_bytes(os.urandom(50_000))
+    return d
+
+
+Sh = Callable[[str, bytes], "subprocess.CompletedProcess[bytes]"]
+
+
+def local_sh(command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """``sh -c command`` here (a host reached over SSH runs the same text)."""
+    return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, timeout=60)
+
+
+def serving(
+    sh: Sh, base: str, data: bytes, fetches: int = 1, addr: str = "127.0.0.1"
+) -> tuple[str, str, str]:
+    """A seed's server started by the real SEED template: (url, pid, its dir)."""
+    paths = Paths(base, f"{base}/code/seed-{time.time_ns()}", f"{base}/runs/r")
+    command = script(
+        SEED, paths={"b": paths.base, "c": paths.code}, done=COMPLETE, stage=stage_command(paths),
+        serve=python_source("seed_serve"), addr=addr, lifetime="30", fetches=fetches, stale=5,
+    )  # fmt: skip
+    done = sh(command, TOKEN.encode() + b"\n" + data)
+    assert done.returncode == 0, done.stderr
+    first, said = done.stdout.decode().splitlines()
+    assert first == "absent"
+    word, port, pid, folder = said.split(" ", 3)
+    assert word == "serving", said
+    return f"http://{addr}:{port}/x.tar.gz", pid, folder
+
+
+def fetch(
+    sh: Sh, code: str, url: str, digest: str, token: str = TOKEN
+) -> subprocess.CompletedProcess[bytes]:
+    """The real FETCH template, into the code dir ``code`` (its parent's parent is the base)."""
+    base = code.rsplit("/", 2)[0]
+    paths = Paths(base, code, f"{base}/runs/r")
+    command = script(
+        FETCH, paths={"b": paths.base, "c": paths.code}, done=COMPLETE, stage=stage_command(paths),
+        how="peer", url=url, digest=digest, fetch=python_source("seed_fetch"), timeout=5,
+    )  # fmt: skip
+    return sh(command, token.encode() + b"\n")
+
+
+def stop(sh: Sh, pid: str, folder: str) -> bytes:
+    return sh(script(SEED_STOP, p=pid, s=folder), b"").stdout
+
+
+def alive(pid: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_seed_serves_token_holders_and_a_wrong_sha256_is_refused(
+    code: Path, tmp_path: Path
+) -> None:
+    archive = pack(code)
+    url, pid, folder = serving(local_sh, str(tmp_path / "seed"), archive.data, fetches=2)
+    seed_code = next((tmp_path / "seed" / "code").glob("seed-*"))
+    assert (seed_code / "blob").read_bytes() == (code / "blob").read_bytes()
+    assert not (Path(folder) / "token").exists()  # read by the server, then gone
+    assert TOKEN not in Path(f"/proc/{pid}/cmdline").read_text()
+
+    wrong = fetch(local_sh, f"{tmp_path}/h1/code/x", url, archive.digest, token="guess")
+    assert wrong.returncode != 0
+    assert b"403" in wrong.stderr
+
+    # the bytes served are not the archive the runner packed: refused, never unpacked
+    (Path(folder) / "archive").write_bytes(archive.data[:-10] + b"corrupted!")
+    bad = fetch(local_sh, f"{tmp_path}/h2/code/x", url, archive.digest)
+    assert bad.returncode == 3, bad.stderr
+    assert b"sha256 mismatch" in bad.stderr
+    assert not list((tmp_path / "h2" / "code").iterdir())  # nothing unpacked, nothing left
+
+    # the right bytes: fetched, checked, unpacked; the second complete transfer ends the server
+    (Path(folder) / "archive").write_bytes(archive.data)
+    good = fetch(local_sh, f"{tmp_path}/h3/code/x", url, archive.digest)
+    assert good.returncode == 0, good.stderr
+    assert good.stdout == b"fetched\n"
+    assert (tmp_path / "h3" / "code" / "x" / "pkg" / "m.py").read_text() == "X = 1\n"
+    assert fetch(local_sh, f"{tmp_path}/h3/code/x", url, archive.digest).stdout == b"present\n"
+    assert stop(local_sh, pid, folder) in (b"gone\n", b"stopped\n")
+    wait_for(lambda: not alive(pid), 5, "the server to end")
+    assert not Path(folder).exists()
+
+
+def test_seed_stop_ends_a_server_still_waiting(code: Path, tmp_path: Path) -> None:
+    url, pid, folder = serving(local_sh, str(tmp_path / "seed"), pack(code).data, fetches=5)
+    assert alive(pid)
+    assert stop(local_sh, pid, folder) == b"stopped\n"
+    wait_for(lambda: not alive(pid), 5, "the server to end")
+    assert not Path(folder).exists()
+    refused = fetch(local_sh, f"{tmp_path}/h/code/x", url, "0" * 64)
+    assert b"refused" in refused.stderr.lower()
+
+
+def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
+    """Three local workers: the runner sends the archive (and the token line) once."""
+    res = multihost.run(
+        "find . -type f ! -name .multihost-complete | sort | xargs sha256sum",
+        local=3, script_dir=code, log_dir=tmp_path / "logs", stage_via="peer", stream="none",
+    )  # fmt: skip
+    assert res.ok, res
+    archive = pack(code)
+    assert res.staging is not None
+    assert res.staging.via == "peer"
+    assert res.staging.runner_bytes == len(archive.data) + 3 * 44  # and a token line each
+    assert (res.staging.uploads, res.staging.fetched, res.staging.fallbacks) == (1, 2, ())
+    assert [h.bytes_sent for h in res.hosts] == [len(archive.data), 0, 0]
+    record = json.loads((tmp_path / "logs" / res.run_name / "run.json").read_text())
+    assert record["staging"]["runner_bytes"] == res.staging.runner_bytes  # kept in run.json
+    assert read_record(tmp_path / "logs" / res.run_name).staging == res.staging
+    logs = [h.log.read_text() for h in res.hosts if h.log]
+    assert len(set(logs)) == 1
+    assert hashlib.sha256((code / "blob").read_bytes()).hexdigest() in logs[0]
+
+
+def test_local_pipeline_bucket_unusable_falls_back(
+    code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner cannot reach the bucket (its gcloud fails): every host gets the code
+    directly, and the result says why."""
+    monkeypatch.setenv("MULTIHOST_GCLOUD", "false")
+    res = multihost.run("cat pkg/m.py", local=2, script_dir=code, log_dir=tmp_path / "logs",
+                        stage_via="gs://no-such-bucket", stream="none")  # fmt: skip
+    assert res.ok, res
+    assert res.staging is not None
+    assert res.staging.via == "gs://no-such-bucket"
+    assert res.staging.uploads == 2
+    assert len(res.staging.fallbacks) == 2
+    assert "no upload to gs://no-such-bucket" in res.staging.fallbacks[0]
