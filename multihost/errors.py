@@ -9,6 +9,7 @@ MultihostError
       │    ├── HostKeyError    the host key is unknown or does not match
       │    └── ConnectTimeout  (also a TimeoutError)
       ├── RemoteError          a step the runner ran on the host failed
+      │    └── RunNameTaken    the run's directory already exists there
       ├── RemoteCallError      a function sent by multihost.call raised there (.results)
       └── HostLost             the connection went away and did not come back
 """
@@ -60,6 +61,10 @@ class ConnectTimeout(ConnectError, TimeoutError):
 
 class RemoteError(HostError):
     """A command the runner itself ran on the host failed."""
+
+
+class RunNameTaken(RemoteError):
+    """Claiming the run's directory failed: it exists on the host (or is a symbolic link)."""
 
 
 class RemoteCallError(HostError):

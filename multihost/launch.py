@@ -34,18 +34,33 @@ async def claim(
     outcomes = await map_hosts(one, hosts, timeout=timeout, what="claim")
     if all(o.ok for o in outcomes):
         return outcomes
+    await release([o.host for o in outcomes if o.ok], conns, paths, timeout)
+    if taken:
+        raise name_taken(taken)
+    return outcomes
 
-    async def release(host: Host) -> None:
+
+async def release(
+    hosts: Sequence[Host],
+    conns: Mapping[int, Connection],
+    paths: Mapping[int, Paths],
+    timeout: float,
+) -> None:
+    """Undo the claims on ``hosts`` (another host refused, or could not be prepared)."""
+
+    async def one(host: Host) -> None:
         await conns[host.process_id].run(release_command(paths[host.process_id]))
 
-    await map_hosts(release, [o.host for o in outcomes if o.ok], timeout=timeout, what="release")
-    if taken:
-        names = ", ".join(h.name for h in sorted(taken, key=lambda h: h.process_id))
-        raise UsageError(
-            f"the run name already exists on {names}: nothing was started on any host; "
-            "use a new --run-name"
-        )
-    return outcomes
+    await map_hosts(one, hosts, timeout=timeout, what="release")
+
+
+def name_taken(taken: Sequence[Host]) -> UsageError:
+    """The error for a run name that exists on ``taken``: nothing starts anywhere."""
+    names = ", ".join(h.name for h in sorted(taken, key=lambda h: h.process_id))
+    return UsageError(
+        f"the run name already exists on {names}: nothing was started on any host; "
+        "use a new --run-name"
+    )
 
 
 async def launch(conn: Connection, script: str) -> int:

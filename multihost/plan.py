@@ -123,9 +123,13 @@ def _hook_text() -> str:
     return (Path(__file__).parent / "diagnose" / "hook.py").read_text()
 
 
-def stage_command(paths: Paths) -> str:
+def stage_command(paths: Paths, *, claim: bool = False) -> str:
     """Says ``present`` if this code hash is unpacked already; else says ``absent`` and unpacks
-    the archive then sent on stdin into the content-addressed directory, atomically."""
+    the archive then sent on stdin into the content-addressed directory, atomically. With
+    ``claim``, first claims the run's directory as ``claim_command`` does (exit 3: taken)."""
+    if claim:
+        where = {"b": paths.base, "r": paths.run, "c": paths.code}
+        return script(remote.CLAIM_STAGE, paths=where, done=COMPLETE)
     return script(remote.STAGE, paths={"b": paths.base, "c": paths.code}, done=COMPLETE)
 
 

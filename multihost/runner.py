@@ -21,11 +21,11 @@ from multihost import stagevia
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
 from multihost.diagnose.stacks import StackReport, group, summary_lines
-from multihost.errors import HostError, UsageError
+from multihost.errors import ConnectError, HostError, RemoteError, RunNameTaken, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import stale_on
 from multihost.gather import host_ranges
-from multihost.launch import claim, launch, launch_watching, stop
+from multihost.launch import claim, launch, launch_watching, name_taken, release, stop
 from multihost.model import Fleet, Host, Job, RunResult, Staging, State
 from multihost.plan import Paths, plan_hosts
 from multihost.record import (
@@ -387,18 +387,23 @@ class Run(_Watcher):
     async def _prepare(self) -> bool:
         """Connect to and stage code on every host; launch nothing unless all succeed."""
         opts = self.options
-        outcomes = await self._phase(
-            self._connect_one, opts.connect_limit,
-            opts.ssh.connect_timeout + DEFAULTS.connect_slack, "connect",
-        )  # fmt: skip
-        if all(o.ok for o in outcomes) and self._staged is None:
-            outcomes = await self._stage_all()
-        if all(o.ok for o in outcomes) and opts.stale != "off" and not self.fleet.local:
+        stale = opts.stale != "off" and not self.fleet.local
+        direct = stagevia.parse(opts.stage_via).kind == "direct"
+        if self._staged is None and direct and not stale:
+            outcomes = await self._pipelined()
+        else:
             outcomes = await self._phase(
-                self._stale_one, None, DEFAULTS.stale_timeout, "stale check"
-            )
-        if all(o.ok for o in outcomes) and not self._interrupted:
-            outcomes = await self._claim_all()
+                self._connect_one, opts.connect_limit,
+                opts.ssh.connect_timeout + DEFAULTS.connect_slack, "connect",
+            )  # fmt: skip
+            if all(o.ok for o in outcomes) and self._staged is None:
+                outcomes = await self._stage_all()
+            if all(o.ok for o in outcomes) and stale:
+                outcomes = await self._phase(
+                    self._stale_one, None, DEFAULTS.stale_timeout, "stale check"
+                )
+            if all(o.ok for o in outcomes) and not self._interrupted:
+                outcomes = await self._claim_all()
         failed = [o for o in outcomes if not o.ok]
         for o in failed:
             self._fail(o.host, State.ERROR, o.error.message if o.error else "failed")
@@ -416,6 +421,51 @@ class Run(_Watcher):
             return False
         return True
 
+    async def _pipelined(self) -> list[Outcome[None]]:
+        """Each host on its own as soon as it can: connect (at most ``connect_limit``
+        handshakes at a time), then claim the run's directory and stage the code on one
+        channel. Any failure releases every claim made, so nothing starts anywhere."""
+        opts = self.options
+        gate = asyncio.Semaphore(opts.connect_limit)
+        connect_timeout = opts.ssh.connect_timeout + DEFAULTS.connect_slack
+
+        async def one(host: Host) -> None:
+            try:
+                async with gate, asyncio.timeout(connect_timeout):
+                    await self._connect_one(host)
+            except TimeoutError:
+                raise RemoteError(host, f"connect timed out after {connect_timeout:g} s") from None
+            try:
+                async with asyncio.timeout(opts.stage_timeout):
+                    await self._stage_one(host, claim=True)
+            except TimeoutError:
+                why = f"staging timed out after {opts.stage_timeout:g} s"
+                raise RemoteError(host, why) from None
+
+        outcomes = await self._phase(one, None, None, "prepare")
+        staged = [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
+                  for s in self._slots.values()]  # fmt: skip
+        sent = sum(s.conn.bytes_out for s in self._slots.values() if s.conn is not None)
+        assert self._archive is not None
+        self._staging = stagevia.summarize(
+            stagevia.parse(opts.stage_via), self._archive, staged, sent, 0
+        )
+        if all(o.ok for o in outcomes) and not self._interrupted:
+            return outcomes
+        taken = [o.host for o in outcomes if isinstance(o.error, RunNameTaken)]
+        unclaimed = (RunNameTaken, ConnectError)
+        claimed = [o.host for o in outcomes if not isinstance(o.error, unclaimed)]
+        conns = {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
+        paths = {h.process_id: self._paths(h) for h in self.fleet}
+        await release([h for h in claimed if h.process_id in conns], conns, paths,
+                      opts.launch_timeout)  # fmt: skip
+        if taken:
+            for slot in self._slots.values():
+                self._set(slot, State.ERROR, "not started: the run name is taken")
+            self._write_record(force=True)
+            raise name_taken(taken)
+        return outcomes
+
     async def _claim_all(self) -> list[Outcome[None]]:
         """The run's directory on every host before any job starts (see launch.claim)."""
         conns = {pid: s.conn for pid, s in self._slots.items() if s.conn is not None}
@@ -432,7 +482,11 @@ class Run(_Watcher):
         return Paths.for_host(host, self.job, self._code_hash)
 
     async def _phase(
-        self, fn: Callable[[Host], Awaitable[T]], limit: int | None, timeout: float, what: str
+        self,
+        fn: Callable[[Host], Awaitable[T]],
+        limit: int | None,
+        timeout: float | None,
+        what: str,
     ) -> list[Outcome[T]]:
         """A fan-out phase that Ctrl-C can cut short."""
         return await self._unless_interrupted(
@@ -491,7 +545,7 @@ class Run(_Watcher):
         self._set(slot, State.CONNECTING)
         slot.conn = await connect(host, self.options.ssh)
 
-    async def _stage_one(self, host: Host) -> None:
+    async def _stage_one(self, host: Host, *, claim: bool = False) -> None:
         slot = self._slots[host.process_id]
         assert slot.conn is not None
         assert self._archive is not None
@@ -503,7 +557,7 @@ class Run(_Watcher):
             self._emit(Transfer(host, "stage", done, size))
 
         try:
-            slot.bytes_sent = await stage(slot.conn, self._archive, paths, progress)
+            slot.bytes_sent = await stage(slot.conn, self._archive, paths, progress, claim=claim)
         finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over
             self._emit(Transfer(host, "stage", slot.bytes_sent, slot.bytes_sent, finished=True))
 

@@ -13,7 +13,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.errors import RemoteError, UsageError
+from multihost.errors import RemoteError, RunNameTaken, UsageError
 from multihost.plan import Paths, stage_command
 from multihost.transport import Connection, Progress
 
@@ -170,13 +170,25 @@ def pack(root: Path, excludes: tuple[str, ...] = (), max_bytes: int | None = Non
     return Archive(data, hashlib.sha256(data).hexdigest(), len(names))
 
 
+TAKEN = 3  # the claim's exit status when the run's directory exists (remote.CLAIM)
+
+
 async def stage(
-    conn: Connection, archive: Archive, paths: Paths, progress: Progress | None = None
+    conn: Connection,
+    archive: Archive,
+    paths: Paths,
+    progress: Progress | None = None,
+    *,
+    claim: bool = False,
 ) -> int:
     """Make sure the host has this archive unpacked; returns the bytes sent (0 if it had it).
-    ``progress`` is told the bytes sent so far, chunk by chunk."""
+    ``progress`` is told the bytes sent so far, chunk by chunk. With ``claim``, the run's
+    directory is claimed first on the same channel (RunNameTaken if it exists)."""
     # One channel: the host answers first, and the archive follows only if it is absent.
-    done, sent = await conn.offer(stage_command(paths), b"absent", archive.data, progress)
+    command = stage_command(paths, claim=claim)
+    done, sent = await conn.offer(command, b"absent", archive.data, progress)
+    if claim and done.exit_status == TAKEN:
+        raise RunNameTaken(conn.host, _cause(done.stderr))
     if done.exit_status != 0:
         raise RemoteError(conn.host, f"staging failed: {_cause(done.stderr)}")
     return len(archive.data) if sent else 0
