@@ -39,14 +39,18 @@ marked() {
   done
 }
 stop_run() {
-  out=0
+  out=0 found=
   for e in $(marked "$1" | tr ' ' :); do
+    found=1
     kill -TERM "${e%%:*}" 2>/dev/null || continue
     [ "${e#*:}" = "$2" ] || out=$((out+1))
   done
-  i=0
-  while [ $i -lt 20 ] && [ -n "$(marked "$1")" ]; do sleep 0.1; i=$((i+1)); done
-  for e in $(marked "$1" | tr ' ' :); do kill -KILL "${e%%:*}" 2>/dev/null; done
+  # nothing found: no second and third scan of /proc (the common end of a job)
+  if [ -n "$found" ]; then
+    i=0
+    while [ $i -lt 20 ] && [ -n "$(marked "$1")" ]; do sleep 0.1; i=$((i+1)); done
+    for e in $(marked "$1" | tr ' ' :); do kill -KILL "${e%%:*}" 2>/dev/null; done
+  fi
   echo $out
 }
 """

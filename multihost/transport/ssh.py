@@ -174,6 +174,58 @@ _CIPHERS = (
 
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
+# Config keywords that connect_ssh applies itself, or that an option it always passes
+# overrides (timeouts, keepalives, host-key checking): a host whose config says nothing else
+# is reached without asyncssh parsing the config and loading its key once per connection.
+_APPLIED = frozenset({
+    "host", "hostname", "port", "user", "identityfile", "identitiesonly",
+    "userknownhostsfile", "globalknownhostsfile", "stricthostkeychecking", "batchmode",
+    "connecttimeout", "loglevel", "serveraliveinterval", "serveralivecountmax",
+})  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def _keypairs(path: str, mtime_ns: int) -> tuple[asyncssh.SSHKeyPair, ...] | None:
+    """A private key (and its ``-cert.pub``) read once per run; None if it needs a passphrase
+    or cannot be read (asyncssh then reads the config itself, and says why)."""
+    del mtime_ns  # part of the cache key only
+    try:
+        return tuple(asyncssh.load_keypairs([path]))
+    except (OSError, ValueError, asyncssh.KeyImportError):
+        return None
+
+
+def _direct(options: SSHOptions, host: Host, identity: str | None) -> dict[str, object] | None:
+    """``asyncssh.connect`` arguments that stand for the whole config of ``host`` (with
+    ``config=[]``), or None when asyncssh must read the config itself."""
+    found = sshconfig.entries(options.config, host.address)
+    if found is None or any(k not in _APPLIED for k, _ in found):
+        return None
+    first: dict[str, str] = {}
+    for keyword, value in found:
+        first.setdefault(keyword, value)
+    if sum(k == "identityfile" for k, _ in found) > 1 or any(
+        "%" in first.get(k, "") for k in ("hostname", "user", "port")
+    ):
+        return None
+    if os.environ.get("SSH_AUTH_SOCK") and first.get("identitiesonly", "").lower() != "yes":
+        return None  # agent keys come first in OpenSSH's order: leave that to asyncssh
+    path = identity or (sshconfig.expand_path(first["identityfile"])
+                        if "identityfile" in first else None)  # fmt: skip
+    if not path or not first.get("port", "22").isdigit():
+        return None
+    try:
+        keys = _keypairs(path, os.stat(path).st_mtime_ns)
+    except OSError:
+        return None
+    if keys is None:
+        return None
+    out: dict[str, object] = {"config": [], "client_keys": list(keys)}
+    out["port"] = host.port or int(first.get("port", "22"))
+    if user := host.user or first.get("user"):
+        out["username"] = user
+    return out
+
 
 @dataclass(frozen=True)
 class _HostConfig:
@@ -263,8 +315,14 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     if not cfg.ciphers_configured:
         kwargs["encryption_algs"] = list(_CIPHERS)
     fallback = os.path.expanduser(options.fallback_identity or "")
+    identity = str(Path(host.identity).expanduser()) if host.identity else None
     if fallback and os.path.isfile(fallback) and not (host.identity or cfg.identity_configured):
         kwargs["client_keys"] = [fallback]
+        identity = fallback
+    target = host.address
+    if (direct := _direct(options, host, identity)) is not None:
+        kwargs.update(direct)
+        target = cfg.hostname
     default_file = os.path.expanduser(_DEFAULT_KNOWN_HOSTS)
     files = cfg.known_hosts
     tofu: _TrustOnFirstUse | None = None
@@ -283,7 +341,7 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     # Never None: to asyncssh that would mean "check nothing" (``UserKnownHostsFile none``).
     kwargs["known_hosts"] = _trusted(files)
     try:
-        conn = await asyncssh.connect(host.address, **kwargs)
+        conn = await asyncssh.connect(target, **kwargs)
     except asyncssh.HostKeyNotVerifiable as exc:
         if tofu is not None and tofu.changed_in is not None:
             raise HostKeyError(

@@ -134,19 +134,38 @@ def config_for(paths: tuple[Path, ...], alias: str) -> list[str]:
     return out
 
 
-def settings(paths: tuple[Path, ...], alias: str) -> dict[str, str] | None:
-    """The value each keyword gets for ``alias`` (the first one found, as OpenSSH reads it),
-    keywords lower-cased; None when the configs cannot be read this simply."""
-    found: dict[str, str] = {}
+def entries(paths: tuple[Path, ...], alias: str) -> list[tuple[str, str]] | None:
+    """Every ``keyword value`` line that can apply to ``alias``, in order, keywords
+    lower-cased; None when the configs cannot be read this simply."""
+    found: list[tuple[str, str]] = []
     for path in _paths(paths):
         text = filtered_text(path, alias)
         if text is None:
             return None
-        for line in text.splitlines():
-            words = line.strip().replace("=", " ", 1).split(maxsplit=1)
-            if len(words) == 2 and not words[0].startswith("#"):
-                found.setdefault(words[0].lower(), words[1].strip())
+        found += _entries(text)
     return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _entries(text: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for line in text.splitlines():
+        words = line.strip().replace("=", " ", 1).split(maxsplit=1)
+        if len(words) == 2 and not words[0].startswith("#"):
+            out.append((words[0].lower(), words[1].strip()))
+    return tuple(out)
+
+
+def settings(paths: tuple[Path, ...], alias: str) -> dict[str, str] | None:
+    """The value each keyword gets for ``alias`` (the first one found, as OpenSSH reads it),
+    keywords lower-cased; None when the configs cannot be read this simply."""
+    found = entries(paths, alias)
+    if found is None:
+        return None
+    first: dict[str, str] = {}
+    for keyword, value in found:
+        first.setdefault(keyword, value)
+    return first
 
 
 def expand_path(value: str) -> str | None:
