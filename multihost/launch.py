@@ -10,7 +10,7 @@ from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
 from multihost.plan import Paths, claim_command, kill_command, release_command
-from multihost.transport import Connection
+from multihost.transport import Connection, Shell
 
 
 async def claim(
@@ -84,11 +84,14 @@ class Started:
     stderr: bytearray
 
 
-async def launch_watching(conn: Connection, script: str, feed: Callable[[bytes], None]) -> Started:
-    """Start the job with a launch-and-watch script; log bytes that came with the process
-    group's line go to ``feed``. The caller reads ``output`` to the end (``stream.follow``)."""
+async def launch_watching(
+    conn: Connection, script: str, feed: Callable[[bytes], None], shell: Shell | None = None
+) -> Started:
+    """Start the job with a launch-and-watch script (on ``shell`` if one was opened ahead);
+    log bytes that came with the process group's line go to ``feed``. The caller reads
+    ``output`` to the end (``stream.follow``)."""
     stderr = bytearray()
-    output = aiter(conn.stream(script, stderr))
+    output = aiter(shell.stream(script, stderr) if shell else conn.stream(script, stderr))
     head = bytearray()
     async for chunk in output:
         head += chunk

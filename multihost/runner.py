@@ -128,6 +128,11 @@ class _Supervisor:
         )  # fmt: skip
 
     async def _close_all(self) -> None:
+        shells = [s.shell for s in self._slots.values() if s.shell is not None]
+        for slot in self._slots.values():
+            slot.shell = None
+        for done in await asyncio.gather(*(sh.close() for sh in shells), return_exceptions=True):
+            del done  # never launched: nothing ran on it
         conns = [s.conn for p, s in self._slots.items() if s.conn and p not in self._shared]
         for result in await asyncio.gather(*(c.close() for c in conns), return_exceptions=True):
             del result  # a connection that fails to close cleanly is already gone
@@ -438,6 +443,10 @@ class Run(_Watcher):
             try:
                 async with asyncio.timeout(opts.stage_timeout):
                     await self._stage_one(host, claim=True)
+                    if not opts.detach:  # the launch then only sends its script
+                        slot = self._slots[host.process_id]
+                        assert slot.conn is not None
+                        slot.shell = await slot.conn.shell()
             except TimeoutError:
                 why = f"staging timed out after {opts.stage_timeout:g} s"
                 raise RemoteError(host, why) from None
@@ -590,8 +599,9 @@ class Run(_Watcher):
             self._set(slot, State.STARTING)
             if watch:
                 assert slot.sink is not None
+                shell, slot.shell = slot.shell, None
                 slot.started = await launch_watching(slot.conn, scripts[host.process_id],
-                                                     slot.sink.feed)  # fmt: skip
+                                                     slot.sink.feed, shell)  # fmt: skip
                 pgid = slot.started.pgid
             else:
                 pgid = await launch(slot.conn, scripts[host.process_id])

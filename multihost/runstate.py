@@ -14,7 +14,7 @@ from multihost.launch import Started
 from multihost.model import Host, HostResult, State
 from multihost.plan import Paths
 from multihost.stream import Exit, Line, LogSink
-from multihost.transport import Connection, SSHOptions
+from multihost.transport import Connection, Shell, SSHOptions
 
 
 def default_log_dir() -> Path:
@@ -103,6 +103,7 @@ class Slot:
     error: str | None = None
     exit: Exit | None = None
     started: Started | None = None  # a launch that goes on watching, until its watcher reads it
+    shell: Shell | None = None  # opened while preparing, for the launch (then handed over)
 
     def result(self) -> HostResult:
         code = self.exit.code if self.exit and not self.exit.problem else None

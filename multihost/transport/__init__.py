@@ -11,6 +11,7 @@ from multihost.transport.base import (
     Connection,
     HostKeyPolicy,
     Progress,
+    Shell,
     SSHOptions,
     default_state_dir,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "LocalConnection",
     "Progress",
     "SSHOptions",
+    "Shell",
     "connect",
     "default_state_dir",
     "forget",

@@ -13,6 +13,9 @@ from multihost.model import Host
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 Progress = Callable[[int], None]  # told the bytes moved so far
+# A shell started ahead of its script (``Connection.shell``): POSIX sh reading commands from
+# stdin, whatever the account's login shell is.
+SHELL = "exec sh -s"
 CHUNK = 1 << 20  # bytes written (or read) at a time when moving files, between progress reports
 
 
@@ -44,6 +47,19 @@ def default_state_dir() -> Path:
     return Path(base) / "multihost"
 
 
+class Shell(Protocol):
+    """A POSIX sh started on a host ahead of time, idle until it is sent one script: what a
+    launch needs from the host (a session, a shell) is paid before the launch itself."""
+
+    def stream(self, script: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
+        """Runs ``script``; yields its stdout as it comes, then appends its stderr."""
+        ...
+
+    async def close(self) -> None:
+        """Ends the shell (a no-op once its script ran); it runs nothing if never sent one."""
+        ...
+
+
 class Connection(Protocol):
     """One open channel to a host, reused for every step of a run."""
 
@@ -62,6 +78,10 @@ class Connection(Protocol):
     ) -> tuple[Completed, bool]:
         """Run ``command``; send ``data`` on stdin only if its first output line is ``want``
         (in chunks of ``CHUNK`` bytes, calling ``progress`` with the bytes sent so far)."""
+        ...
+
+    async def shell(self) -> Shell:
+        """Start a shell that waits for its script (``Shell.stream``)."""
         ...
 
     async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:

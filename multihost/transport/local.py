@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 from multihost.errors import RemoteError
 from multihost.model import Host
-from multihost.transport.base import CHUNK, Completed, Progress
+from multihost.transport.base import CHUNK, SHELL, Completed, Progress
 
 
 class LocalConnection:
@@ -85,8 +85,41 @@ class LocalConnection:
                 write(chunk)  # a local error here is the caller's
                 size += len(chunk)
 
+    async def shell(self) -> LocalShell:
+        return LocalShell(await _spawn(SHELL, stdin=True))
+
     async def close(self) -> None:
         return None
+
+
+class LocalShell:
+    """``sh -s`` here, waiting for its script on stdin (see ``Shell``)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+
+    async def stream(self, script: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
+        proc = self._proc
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        try:
+            proc.stdin.write(script.encode())
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                await proc.stdin.drain()
+            proc.stdin.close()
+            while chunk := await proc.stdout.read(65536):
+                yield chunk
+            err = await proc.stderr.read()
+            await proc.wait()
+            if stderr is not None:
+                stderr += err
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        _kill_group(self._proc)
+        await self._proc.wait()
 
 
 async def _spawn(command: str, *, stdin: bool) -> asyncio.subprocess.Process:

@@ -15,7 +15,7 @@ import asyncssh
 from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost, RemoteError
 from multihost.model import Host
 from multihost.transport import sshconfig
-from multihost.transport.base import CHUNK, Completed, Progress, SSHOptions
+from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions
 
 
 class SSHConnection:
@@ -80,6 +80,13 @@ class SSHConnection:
         out = first + _as_bytes(res.stdout)
         return Completed(res.exit_status, out, _as_bytes(res.stderr)), sent
 
+    async def shell(self) -> SSHShell:
+        try:
+            proc = await self._conn.create_process(SHELL, encoding=None)
+        except (asyncssh.Error, OSError) as exc:
+            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+        return SSHShell(self.host, proc)
+
     async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
         size = 0
         with self._reading(path):
@@ -113,6 +120,34 @@ class SSHConnection:
             self._sftp.exit()
         self._conn.close()
         await self._conn.wait_closed()
+
+
+class SSHShell:
+    """``sh -s`` on a host, waiting for its script on stdin (see ``Shell``)."""
+
+    def __init__(self, host: Host, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+        self.host = host
+        self._proc = proc
+
+    async def stream(self, script: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
+        proc = self._proc
+        try:
+            proc.stdin.write(script.encode())
+            proc.stdin.write_eof()
+            while chunk := await proc.stdout.read(65536):
+                yield chunk
+            done = await proc.wait()
+            if proc.exit_status is None:
+                raise HostLost(self.host, "connection lost while streaming")
+            if stderr is not None:
+                stderr += _as_bytes(done.stderr)
+        except (asyncssh.Error, OSError) as exc:
+            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+        finally:
+            proc.close()
+
+    async def close(self) -> None:
+        self._proc.close()
 
 
 def _as_bytes(data: object) -> bytes:
