@@ -438,6 +438,8 @@ class Run(_Watcher):
             try:
                 async with gate, asyncio.timeout(connect_timeout):
                     await self._connect_one(host)
+            except HostError:
+                raise  # ConnectTimeout too: it is a TimeoutError that says which limit
             except TimeoutError:
                 raise RemoteError(host, f"connect timed out after {connect_timeout:g} s") from None
             try:
@@ -447,6 +449,8 @@ class Run(_Watcher):
                         slot = self._slots[host.process_id]
                         assert slot.conn is not None
                         slot.shell = await slot.conn.shell()
+            except HostError:
+                raise
             except TimeoutError:
                 why = f"staging timed out after {opts.stage_timeout:g} s"
                 raise RemoteError(host, why) from None
