@@ -14,8 +14,8 @@ directly. Methods:
 
 Methods are interleaved within each trial (A B C, A B C, …) so that load changes on the shared
 machine hit them alike. Usage: ``python benchmarks/fanout.py [--sizes 16,64,256] [--repeat 3]``
-(``--sizes 512`` on request). Writes its section of benchmarks/RESULTS.md. All traffic stays on
-127.0.0.0/8.
+(``--sizes 16,48,64,256,512 --large-repeat 1``: the 48- and 64-host bars and 512 hosts).
+Writes its section of benchmarks/RESULTS.md. All traffic stays on 127.0.0.0/8.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ BEGIN, END = "<!-- fanout:begin -->", "<!-- fanout:end -->"
 TRIAL_TIMEOUT = 300.0
 TARGET_RATIO, TARGET_CPU_MS, TARGET_N = 0.2, 3.0, 256  # issue 14: vs MaxText-arch at 256
 TARGET_SKEW = 1.0  # s, last host start minus first, at 256
+# Launch bars kept from earlier issues: (N, wall / MaxText-arch at most, runner CPU ms/host at
+# most or None): #2's bar at 64 hosts and the 48-host bar.
+BARS = ((48, 0.5, None), (64, 1 / 3, 15.0))
 
 
 @dataclass(frozen=True)
@@ -385,6 +388,18 @@ def verdict(rows: Sequence[Row]) -> str:
         ratio = mh.median("wall") / mt.median("wall")
         out.append(f"multihost/MaxText-arch {ratio:.2f} (≤ {TARGET_RATIO}: "
                    f"{_met(ratio <= TARGET_RATIO)})")  # fmt: skip
+    for n in sorted({r.n for r in rows if r.n > TARGET_N}):
+        if (big := _row(rows, n, "multihost")) is not None:
+            out.append(f"N={n}: ran end to end, start skew {big.skew:.2f} s")
+    for n, most, cpu_most in BARS:
+        mh, mt = _row(rows, n, "multihost"), _row(rows, n, "maxtext")
+        if mh is None or mt is None:
+            continue
+        ratio = mh.median("wall") / mt.median("wall")
+        ok = ratio <= most and (cpu_most is None or mh.cpu_ms_per_host <= cpu_most)
+        cpu = "" if cpu_most is None else f", CPU {mh.cpu_ms_per_host:.1f} ≤ {cpu_most:g} ms/host"
+        out.append(f"bar at N={n}: multihost/MaxText-arch {ratio:.2f} ≤ {most:.2f}{cpu}: "
+                   f"{_met(ok)}")  # fmt: skip
     return ("Targets: " + "; ".join(out) + ".") if out else "Targets: not measured."
 
 
@@ -415,7 +430,9 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
             "(mkdir/untar/cmd) at once; sequential: the same, host after host.",
             "",
             f"Command: `python benchmarks/fanout.py --sizes {args.sizes} --repeat {args.repeat} "
-            f"--seq-max {args.seq_max} --seq-repeat {args.seq_repeat}`",
+            + (f"--large-repeat {args.large_repeat} " if args.large_repeat is not None else "")
+            + f"--methods {args.methods} --seq-max {args.seq_max} "
+            f"--seq-repeat {args.seq_repeat}`",
             "",
             table(rows, args.repeat),
             "",
@@ -454,6 +471,8 @@ def _plan(n: int, sub: loopback.Fleet, args: argparse.Namespace) -> dict[str, tu
             plan[method] = (0, f"not measured: {why} (pip install -e '.[bench]')")
         elif method == "sequential" and n > args.seq_max:
             plan[method] = (0, f"skipped (N > --seq-max {args.seq_max})")
+        elif n > TARGET_N and method != "sequential" and args.large_repeat is not None:
+            plan[method] = (args.large_repeat, f"{args.large_repeat} trial(s) at N > {TARGET_N}")
         elif method == "sequential":
             note = f"{args.seq_repeat} trial(s) only" if args.seq_repeat != args.repeat else ""
             plan[method] = (args.seq_repeat, note)
@@ -505,6 +524,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--sizes", default="16,64,256", help="comma-separated fleet sizes (to 512)")
     p.add_argument("--repeat", type=int, default=3, help="trials per method and size")
     p.add_argument("--methods", default="multihost,parallel-ssh,maxtext,sequential")
+    p.add_argument("--large-repeat", type=int, default=None,
+                   help=f"trials per method at N > {TARGET_N} (default: --repeat)")  # fmt: skip
     p.add_argument("--seq-max", type=int, default=16, help="largest N for the sequential one")
     p.add_argument("--seq-repeat", type=int, default=1, help="trials for the sequential one")
     p.add_argument("--dir", type=Path, default=loopback.DEFAULT_DIR, help="fleet dir")
