@@ -97,7 +97,10 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
     post = next(r for r in cloud.tpu.requests if r.method == "POST")
     assert post.query["queuedResourceId"] == ["envjob-a0"]
     assert "spot" in (post.body or {})
-    assert "envjob-a0" not in cloud.tpu.resources, cloud.requests()  # deleted on success
+    deletes = [r.path for r in cloud.tpu.requests if r.method == "DELETE"]
+    assert any(p.endswith("/envjob-a0") for p in deletes), cloud.requests()  # deleted on success
+    # --async: the API finishes the delete (stopping the hosts' processes) on its own time
+    wait_for(lambda: "envjob-a0" not in cloud.tpu.resources, 30, "envjob-a0 to be deleted")
     logs = {
         (s, w): parse_env(cloud.read(f"multihost/jobs/envjob/attempt-0/slice-{s}-worker-{w}.log"))
         for s in (0, 1) for w in (0, 1)
