@@ -17,7 +17,12 @@ from tests.cloud.fixture import BUCKET, Cloud
 
 pytestmark = pytest.mark.slow
 
-ENV_CMD = "env | grep -E '^(JAX|MULTIHOST|MEGASCALE)_|^EXTRA=' | sort; echo payload-done"
+ENV_CMD = (
+    "env | grep -E '^(JAX|MULTIHOST|MEGASCALE)_|^EXTRA=' | sort; "
+    # multihost's hook is the sitecustomize Python finds (bare jax.distributed.initialize())
+    """python3 -c 'import sitecustomize; print("HOOK=" + sitecustomize.__file__)'; """
+    "echo payload-done"
+)
 
 
 def code_dir(tmp_path: Path, body: str = "print('hello')\n") -> Path:
@@ -108,6 +113,10 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
     coordinator = logs[0, 0]["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[0]
     fleet = Fleet.from_slices([[Host(coordinator), Host("b")], [Host("c"), Host("d")]])
     job = Job(ENV_CMD, "envjob", {"EXTRA": "x y"}, coordinator_port=9123)
+    for (s, w), env in logs.items():
+        stack_dir = env.pop("MULTIHOST_STACK_DIR")
+        assert stack_dir.endswith(f"/attempt-0/slice-{s}-worker-{w}/hook"), stack_dir
+        assert env.pop("HOOK") == f"{stack_dir}/sitecustomize.py"
     for host in fleet:
         expected = host_env(host, fleet, job, {}) | {"MULTIHOST_JOB": "envjob",
                                                      "MULTIHOST_ATTEMPT": "0"}  # fmt: skip
