@@ -118,7 +118,7 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
 
 
 @functools.cache
-def _hook_text() -> str:
+def hook_text() -> str:
     """The stack hook staged into each run (``multihost stack``; see diagnose/hook.py)."""
     return (Path(__file__).parent / "diagnose" / "hook.py").read_text()
 
@@ -145,7 +145,7 @@ def launch_script(
     return script(
         remote.LAUNCH_WATCH if watch else remote.LAUNCH, paths={"b": paths.base, "r": paths.run},
         command=command + "\n", env="".join(f"{k}={v}\n" for k, v in env.items()),
-        job=job_script(paths, env, command), wrapper=remote.WRAPPER, hook=_hook_text(), **extra,
+        job=job_script(paths, env, command), wrapper=remote.WRAPPER, hook=hook_text(), **extra,
     )  # fmt: skip
 
 

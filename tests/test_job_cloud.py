@@ -17,7 +17,12 @@ from tests.cloud.fixture import BUCKET, Cloud
 
 pytestmark = pytest.mark.slow
 
-ENV_CMD = "env | grep -E '^(JAX|MULTIHOST|MEGASCALE)_|^EXTRA=' | sort; echo payload-done"
+ENV_CMD = (
+    "env | grep -E '^(JAX|MULTIHOST|MEGASCALE)_|^EXTRA=' | sort; "
+    # multihost's hook is the sitecustomize Python finds (bare jax.distributed.initialize())
+    """python3 -c 'import sitecustomize; print("HOOK=" + sitecustomize.__file__)'; """
+    "echo payload-done"
+)
 
 
 def code_dir(tmp_path: Path, body: str = "print('hello')\n") -> Path:
@@ -97,7 +102,10 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
     post = next(r for r in cloud.tpu.requests if r.method == "POST")
     assert post.query["queuedResourceId"] == ["envjob-a0"]
     assert "spot" in (post.body or {})
-    assert "envjob-a0" not in cloud.tpu.resources, cloud.requests()  # deleted on success
+    deletes = [r.path for r in cloud.tpu.requests if r.method == "DELETE"]
+    assert any(p.endswith("/envjob-a0") for p in deletes), cloud.requests()  # deleted on success
+    # --async: the API finishes the delete (stopping the hosts' processes) on its own time
+    wait_for(lambda: "envjob-a0" not in cloud.tpu.resources, 30, "envjob-a0 to be deleted")
     logs = {
         (s, w): parse_env(cloud.read(f"multihost/jobs/envjob/attempt-0/slice-{s}-worker-{w}.log"))
         for s in (0, 1) for w in (0, 1)
@@ -105,6 +113,10 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
     coordinator = logs[0, 0]["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[0]
     fleet = Fleet.from_slices([[Host(coordinator), Host("b")], [Host("c"), Host("d")]])
     job = Job(ENV_CMD, "envjob", {"EXTRA": "x y"}, coordinator_port=9123)
+    for (s, w), env in logs.items():
+        stack_dir = env.pop("MULTIHOST_STACK_DIR")
+        assert stack_dir.endswith(f"/attempt-0/slice-{s}-worker-{w}/hook"), stack_dir
+        assert env.pop("HOOK") == f"{stack_dir}/sitecustomize.py"
     for host in fleet:
         expected = host_env(host, fleet, job, {}) | {"MULTIHOST_JOB": "envjob",
                                                      "MULTIHOST_ATTEMPT": "0"}  # fmt: skip

@@ -145,6 +145,6 @@ def test_preempted_training_resumes_from_its_checkpoint(
     assert _result(log1)["first_step"] == resumed_at
     assert record(cloud, "tr")["attempt"] == 1
     assert record(cloud, "tr")["state"] == "succeeded"
-    assert cloud.tpu.resources == {}
+    wait_for(lambda: cloud.tpu.resources == {}, 30, "the resources to go")  # --async delete
     creates = [r.query["queuedResourceId"][0] for r in cloud.tpu.requests if r.method == "POST"]
     assert creates == ["tr-a0", "tr-a1"]

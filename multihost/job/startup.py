@@ -12,6 +12,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from multihost.plan import hook_text
+
 VALUES_MARK = "# @VALUES@\n"
 FETCH_FAILED = 125  # exit code a worker reports when it could not get the code
 
@@ -132,6 +134,12 @@ if [ "$num_slices" -gt 1 ]; then
   MEGASCALE_SLICE_ID=$slice
   export MEGASCALE_COORDINATOR_ADDRESS MEGASCALE_PORT MEGASCALE_NUM_SLICES MEGASCALE_SLICE_ID
 fi
+# multihost's hook first on the path, as with run: a bare jax.distributed.initialize() finds
+# the job from the JAX_* variables above; SIGUSR2 dumps every thread's stack into hook/
+mkdir -p "$dir/hook" && printf '%s' "$hook" > "$dir/hook/sitecustomize.py"
+MULTIHOST_STACK_DIR=$dir/hook
+PYTHONPATH=$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}
+export MULTIHOST_STACK_DIR PYTHONPATH
 eval "$user_env"
 
 (cd "$code" && exec sh -c "$command") < /dev/null >> "$log" 2>&1 &
@@ -201,4 +209,6 @@ def render(values: StartupValues) -> str:
         "megascale_port": str(values.megascale_port),
     }
     block = "".join(f"{k}={shlex.quote(v)}\n" for k, v in assigns.items())
+    # the hook is Python source, quoted whole: '$' and backquotes in it are meant literally
+    block += f"# shellcheck disable=SC2016\nhook={shlex.quote(hook_text())}\n"
     return TEMPLATE.replace(VALUES_MARK, block, 1)
