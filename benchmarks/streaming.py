@@ -272,9 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = f"{output}: echoing {echo:.2f} µs/line (≤ {TARGET_US:g}: {ok}), {total:.2f} in all"
         if args.before:
             b_total, b_echo = per[("before", output)]
-            times = f"{b_echo / echo:.0f}×" if echo >= 0.05 else "far"  # noise near zero
-            ratio = f"{times} and {b_total / total:.0f}× less"
-            line += f" (before: {b_echo:.2f} and {b_total:.2f}; {ratio})"
+            times = f"{b_echo / echo:.0f}× less" if echo >= 0.05 else "now within noise of none"
+            ratio = f"echoing {times}, all {b_total / total:.0f}× less"
+            line += f" (before: {b_echo:.2f} and {b_total:.2f}: {ratio})"
         verdicts.append(line)
     flood_rows = [
         "| stdout | hosts flooding | the quiet host's 8 ticks: delay (s), max [all] |",
