@@ -11,7 +11,9 @@ one host (and then all but one) floods while the last prints time-stamped ticks:
 ticks reach stdout.
 
 Usage: ``python benchmarks/streaming.py [--hosts 8] [--lines 250000] [--repeat 3]
-[--before ../main]``. Writes its section of benchmarks/RESULTS.md.
+[--before ../main] [--ssh]``; ``--ssh``: hosts h0.. of the loopback sshd fleet instead of
+``--local`` (hold the fleet lock: ``flock /tmp/multihost-fleet.lock python ...``). Writes its
+section of benchmarks/RESULTS.md (one for --local, one for --ssh).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import platform
 import re
 import selectors
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 BEGIN, END = "<!-- streaming:begin -->", "<!-- streaming:end -->"
+SSH_BEGIN, SSH_END = "<!-- streaming-ssh:begin -->", "<!-- streaming-ssh:end -->"
 TARGET_US = 5.0
 # Runs the CLI, then writes its own CPU (user+sys seconds) to the file named by $CPU_OUT.
 DRIVER = """\
@@ -58,6 +62,27 @@ class Version:
     lines: int
 
 
+@dataclass(frozen=True)
+class Where:
+    """The hosts: ``multihost run``'s flags that name them, and how many."""
+
+    args: tuple[str, ...]
+    n: int
+    homes: tuple[Path, ...] = ()  # the sshd fleet's hosts' homes: their run dirs are removed
+
+    @staticmethod
+    def of(n: int, ssh: bool) -> Where:
+        if not ssh:
+            return Where(("--local", str(n)), n)
+        sys.path.insert(0, str(ROOT))
+        from tests import fleet as loopback
+
+        fleet = loopback.load()
+        names = ",".join(loopback.alias(i) for i in range(n))
+        homes = tuple(h.home for h in fleet.hosts[:n])
+        return Where(("--hosts", names, "--ssh-config", str(fleet.ssh_config)), n, homes)
+
+
 OUTPUTS = ("tty", "pipe", "none")  # stdout: the pty, a pipe, or nothing (--stream none)
 
 
@@ -80,9 +105,9 @@ class Ran:
     logs: Path
 
 
-def launch(root: Path, work: Path, hosts: int, output: str, cmd: str,
+def launch(root: Path, work: Path, where: Where, output: str, cmd: str,
            on_out: Callable[[bytes], object] = lambda _b: None) -> Ran:  # fmt: skip
-    """One ``multihost run --local HOSTS --cmd CMD`` with stderr on a pty and stdout on it
+    """One ``multihost run WHERE --cmd CMD`` with stderr on a pty and stdout on it
     (``tty``, and ``none``: ``--stream none``) or on a pipe (``pipe``); ``on_out`` sees
     stdout's chunks as they come."""
     root = root.resolve()
@@ -93,8 +118,9 @@ def launch(root: Path, work: Path, hosts: int, output: str, cmd: str,
     cpu_file = work / "cpu.txt"
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(root), "CPU_OUT": str(cpu_file),
            "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}  # fmt: skip
-    argv = [sys.executable, "-c", DRIVER, "run", "--local", str(hosts), "--script-dir",
-            str(code), "--log-dir", str(logs), "--run-name", "s", "--stream",
+    run = f"streaming-{time.time_ns()}"
+    argv = [sys.executable, "-c", DRIVER, "run", *where.args, "--script-dir",
+            str(code), "--log-dir", str(logs), "--run-name", run, "--stream",
             "none" if output == "none" else "all", "--cmd", cmd]  # fmt: skip
     master, slave = os.openpty()
     reader, writer = os.pipe() if output == "pipe" else (master, slave)
@@ -107,55 +133,59 @@ def launch(root: Path, work: Path, hosts: int, output: str, cmd: str,
     out = drain(master, reader, on_out)
     rc = proc.wait()
     wall = time.monotonic() - t0
+    for home in where.homes:
+        shutil.rmtree(home / ".multihost" / "runs" / run, ignore_errors=True)
     shown = out.decode(errors="replace")
     if rc != 0:
         raise RuntimeError(f"multihost rc={rc}: {shown[-800:]}")
     cpu, imported = cpu_file.read_text().split(maxsplit=1)
     if not Path(imported.strip()).is_relative_to(root):
         raise RuntimeError(f"ran {imported.strip()}, not the checkout in {root}")
-    return Ran(shown, wall, float(cpu), logs / "s")
+    return Ran(shown, wall, float(cpu), logs / run)
 
 
-def run_once(root: Path, hosts: int, lines: int, output: str, work: Path) -> Trial:
+def run_once(root: Path, where: Where, lines: int, output: str, work: Path) -> Trial:
     """``seq 1 LINES`` on every host; checks what reached stdout and the logs."""
-    ran = launch(root, work, hosts, output, f"seq 1 {lines}")
+    hosts = where.n
+    ran = launch(root, work, where, output, f"seq 1 {lines}")
     check(ran.out, ran.logs, hosts, lines, output)
     return Trial(ran.cpu, ran.wall, os.getloadavg()[0])
 
 
-# Hosts below FLOODERS print blocks of 5000 lines as fast as they can until the last host has
-# printed 8 time-stamped ticks 0.25 s apart; the others print nothing.
+# Hosts below FLOODERS print blocks of 5000 lines as fast as they can for 3 s while the last
+# host prints 8 time-stamped ticks 0.25 s apart; the others print nothing.
 FLOOD = r"""
 case $JAX_PROCESS_ID in
-LAST) for i in 1 2 3 4 5 6 7 8; do echo "tick $(date +%s.%N)"; sleep 0.25; done
-   : > "$HOME/ticked" ;;
+LAST) for i in 1 2 3 4 5 6 7 8; do echo "tick $(date +%s.%N)"; sleep 0.25; done ;;
 *) [ "$JAX_PROCESS_ID" -lt FLOODERS ] || exit 0
-   until [ -e "$HOME/ticked" ]; do seq 1 5000 | sed "s/^/flood /"; done ;;
+   end=$(($(date +%s) + 3))
+   while [ "$(date +%s)" -lt "$end" ]; do seq 1 5000 | sed "s/^/flood /"; done ;;
 esac
 """
 
 
-_TICK = re.compile(rb"tick (\d+\.\d+)")
+_TICK = re.compile(rb"tick (\d+\.\d+)\D")
 
 
-def flood_delays(root: Path, hosts: int, flooders: int, output: str, work: Path) -> list[float]:
+def flood_delays(root: Path, where: Where, flooders: int, output: str, work: Path) -> list[float]:
     """How long after it was printed each of the quiet host's ticks reached stdout, while
     ``flooders`` hosts flood."""
     arrived: list[tuple[float, bytes]] = []
     tail = b""
 
-    def seen(chunk: bytes) -> None:
+    def seen(chunk: bytes) -> None:  # cheap (in C): the reader must keep up with a flood
         nonlocal tail
         now = time.time()
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()
-        arrived.extend((now, ln) for ln in lines if b"tick " in ln)
+        data = tail + chunk
+        whole = data.rfind(b"\n") + 1
+        arrived.extend((now, m.group(1)) for m in _TICK.finditer(data, 0, whole))
+        tail = data[whole:]
 
-    cmd = FLOOD.replace("LAST", str(hosts - 1)).replace("FLOODERS", str(flooders))
-    launch(root, work, hosts, output, cmd, seen)
+    cmd = FLOOD.replace("LAST", str(where.n - 1)).replace("FLOODERS", str(flooders))
+    launch(root, work, where, output, cmd, seen)
     if len(arrived) != 8:
         raise RuntimeError(f"{len(arrived)} ticks of 8 reached stdout")
-    return [now - float(_TICK.findall(ln)[0]) for now, ln in arrived]
+    return [now - float(stamp) for now, stamp in arrived]
 
 
 def drain(master: int, reader: int, on_out: Callable[[bytes], object]) -> bytes:
@@ -225,8 +255,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--before-lines", type=int, default=25_000,
                    help="lines per host for --before (a slow checkout at full size takes "
                    "minutes per trial; the cost per line is what is compared)")  # fmt: skip
+    p.add_argument("--ssh", action="store_true",
+                   help="hosts h0.. of the loopback sshd fleet (tests/fleet.py; hold its lock) "
+                   "instead of --local")  # fmt: skip
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
+    where = Where.of(args.hosts, args.ssh)
     load_before = os.getloadavg()[0]
     versions = [Version("this branch", ROOT, args.lines)]
     if args.before:
@@ -238,11 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for v in versions:  # interleaved
                 for output in OUTPUTS:
                     work = Path(tmp) / f"{k}-{v.name}-{output}".replace(" ", "-")
-                    t = run_once(v.root, args.hosts, v.lines, output, work)
+                    t = run_once(v.root, where, v.lines, output, work)
                     trials[(v.name, output)].append(t)
                     print(f"  {v.name:<12} {output:<4} cpu {t.cpu:7.2f} s  wall {t.wall:7.2f} s"
                           f"  load {t.load:.1f}", flush=True)  # fmt: skip
-        flood = {(o, n): flood_delays(ROOT, args.hosts, n, o, Path(tmp) / f"flood-{o}-{n}")
+        flood = {(o, n): flood_delays(ROOT, where, n, o, Path(tmp) / f"flood-{o}-{n}")
                  for o in ("tty", "pipe") for n in (1, args.hosts - 1)}  # fmt: skip
     rows = [
         "| version | stdout | lines (hosts × per host) | runner CPU (s): median [trials] "
@@ -286,14 +320,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts.append(f"a flooding host delays another host's line by at most {worst:.2f} s "
                     f"(≤ 1: {'met' if worst <= 1 else 'MISSED'})")  # fmt: skip
     before = f" --before {args.before} --before-lines {args.before_lines}" if args.before else ""
+    begin, end = (BEGIN, END) if not args.ssh else (SSH_BEGIN, SSH_END)
+    hosts = f"--local {args.hosts}" if not args.ssh else f"--hosts h0..h{args.hosts - 1}"
     text = "\n".join([
-        BEGIN,
-        "## Streaming: runner CPU per line of host output echoed (benchmarks/streaming.py)",
+        begin,
+        "## Streaming: runner CPU per line of host output echoed (benchmarks/streaming.py"
+        + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")"),
         "",
         f"Machine: {machine()}; load average before/after: {load_before:.1f} / "
         f"{os.getloadavg()[0]:.1f} (the machine is shared).",
         "",
-        f"`multihost run --local {args.hosts} --stream all --cmd 'seq 1 N'` with stderr on a "
+        f"`multihost run {hosts} --stream all --cmd 'seq 1 N'` with stderr on a "
         "pseudo-terminal (the live status line) and stdout on it (*tty*) or on a pipe "
         "(*pipe*), read as fast as it comes; *none*: `--stream none` on the terminal (the "
         "logs are written, nothing echoed). *runner CPU*: user+sys of the multihost process "
@@ -303,12 +340,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "that every log file is byte-exact.",
         "",
         f"Command: `python benchmarks/streaming.py --hosts {args.hosts} --lines {args.lines} "
-        f"--repeat {args.repeat}{before}`",
+        f"--repeat {args.repeat}{before}{' --ssh' if args.ssh else ''}`",
         "",
         *rows,
         "",
         "Flooding: hosts print blocks of `seq 1 5000 | sed 's/^/flood /'` as fast as they can "
-        "while the last host prints 8 lines stamped with the time (`date +%s.%N`) 0.25 s "
+        "for 3 s while the last host prints 8 lines stamped with the time (`date +%s.%N`) 0.25 s "
         "apart; delay: when a tick reached stdout here minus its stamp (this branch only). "
         f"With {args.hosts - 1} flooders, their {3 * (args.hosts - 1)} processes (seq, sed, "
         "tail) share the machine's cores with the runner and the ticking host: a stress case "
@@ -317,14 +354,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         *flood_rows,
         "",
         "Goal (#14 goal 5, ≤ 5 µs of runner CPU per echoed line): " + "; ".join(verdicts) + ".",
-        END,
+        end,
     ])  # fmt: skip
     print(text)
     if not args.no_write:
         old = RESULTS.read_text()
-        if BEGIN in old and END in old:
-            head, rest = old.split(BEGIN, 1)
-            new = head + text + rest.split(END, 1)[1]
+        if begin in old and end in old:
+            head, rest = old.split(begin, 1)
+            new = head + text + rest.split(end, 1)[1]
         else:
             new = old.rstrip("\n") + "\n\n" + text + "\n"
         RESULTS.write_text(new)
