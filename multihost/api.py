@@ -180,9 +180,12 @@ def with_profile(profile: str, given: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def print_line(host: str, line: str) -> None:
-    """The default ``on_output``: ``[s0/w1] line`` on stdout (the notebook cell, the terminal)."""
-    print(f"[{host}] {line}", flush=True)
+def print_lines(host: str, texts: Sequence[str]) -> None:
+    """The default output: ``[s0/w1] line`` on stdout (the notebook cell, the terminal), a
+    batch of lines in one write."""
+    prefix = f"[{host}] "
+    sys.stdout.write(prefix + f"\n{prefix}".join(texts) + "\n")
+    sys.stdout.flush()
 
 
 def output_events(
@@ -192,15 +195,17 @@ def output_events(
     "host0" or "none"); errors and warnings about the run go to stderr."""
     if stream not in ("all", "host0", "none"):
         raise ValueError(f"stream must be 'all', 'host0' or 'none', not {stream!r}")
-    out = on_output or print_line
 
     def handle(event: Event) -> None:
         if on_event is not None:
             on_event(event)
         if isinstance(event, Line):
             if stream == "all" or (stream == "host0" and event.host.process_id == 0):
+                if on_output is None:
+                    print_lines(event.host.name, event.texts)
+                    return
                 for text in event.texts:
-                    out(event.host.name, text)
+                    on_output(event.host.name, text)
         elif isinstance(event, Note) and event.level != "info":
             print(f"multihost: {event.text}", file=sys.stderr, flush=True)
 

@@ -40,22 +40,29 @@ ORDER: tuple[State, ...] = tuple(s for s in State if s is not State.PENDING)
 # What a host's line may carry to the user's terminal: colour (SGR, ``ESC[...m``) and tabs.
 # Everything else that a terminal acts on — cursor moves, screen clears, titles and other OSC
 # strings, C1 codes, carriage returns, bells — is dropped (the log files keep the raw bytes).
+# Only what is dropped matches (a plain replacement: no Python call per match), and nothing
+# across a newline: one pass cleans a block of lines as it would each line.
 _ESCAPES = re.compile(
-    r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC ... BEL/ST (titles, hyperlinks)
-    r"|\x1b[P^_X][^\x1b]*(?:\x1b\\)?"  # DCS, PM, APC, SOS strings
-    r"|(\x1b\[[0-9;]*m)"  # SGR: kept (group 1)
-    r"|\x1b\[[0-?]*[ -/]*[@-~]?"  # any other CSI
-    r"|\x1b[ -/]*[0-~]?"  # any other escape
-    r"|[\x00-\x08\x0a-\x1f\x7f\x80-\x9f]"  # other C0 and C1 controls (tab kept)
+    r"\x1b(?!\[[0-9;]*m)(?:"  # an escape that is not a colour (SGR, kept as it is):
+    r"\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC ... BEL/ST (titles, hyperlinks)
+    r"|[P^_X][^\x1b\n]*(?:\x1b\\)?"  # DCS, PM, APC, SOS strings
+    r"|\[[0-?]*[ -/]*[@-~]?"  # any other CSI
+    r"|[ -/]*[0-~]?)"  # any other escape
+    r"|[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f\x80-\x9f]"  # other C0 and C1 controls (tab, newline kept)
 )
 
 
 def safe_text(line: str) -> str:
     """A host's output line with every control sequence but colour (SGR) removed; of a line
     redrawn with carriage returns (a progress bar), the last drawing, as a terminal shows it."""
-    if "\r" in line:
-        line = next((part for part in reversed(line.split("\r")) if part), "")
-    return _ESCAPES.sub(lambda m: m.group(1) or "", line)
+    return _ESCAPES.sub("", _last_drawing(line).replace("\n", ""))
+
+
+def _last_drawing(line: str) -> str:
+    """Of a line redrawn with carriage returns, what a terminal ends up showing."""
+    if "\r" not in line:
+        return line
+    return next((part for part in reversed(line.split("\r")) if part), "")
 
 
 # Any character ``safe_text`` could change (tab aside): most output has none, and a batch of
@@ -64,11 +71,14 @@ _UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def safe_block(texts: Sequence[str], prefix: str = "") -> str:
-    """``prefix + safe_text(t) + newline`` for every line, as one string; the check for
-    control characters runs once over the whole batch (in C), not once per line."""
+    """``prefix + safe_text(t) + newline`` for every line, as one string; the checks run once
+    over the whole batch (in C), not once per line, and only lines redrawn with carriage
+    returns are looked at one by one."""
     joined = "\n".join(texts)
     if _UNSAFE.search(joined) is not None:
-        joined = "\n".join(safe_text(t) for t in texts)
+        if "\r" in joined:
+            joined = "\n".join(map(_last_drawing, texts))
+        joined = _ESCAPES.sub("", joined)
     if prefix:
         joined = prefix + joined.replace("\n", "\n" + prefix)
     return joined + "\n"

@@ -4,6 +4,7 @@ staged file list (gitignore-style directory excludes), markup that cannot eat te
 from __future__ import annotations
 
 import io
+import random
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,13 @@ def test_host_text_in_tables_is_never_markup(tmp_path: Path) -> None:
     assert "[/] oops [red]x" in "".join(_render(report.summary_table(result), width=200))
     rows = [{"run": "r", "command": "pip install 'multihost[plot]' [/]"}]
     assert "'multihost[plot]' [/]" in "".join(_render(report.fleet_table(rows, width=200)))
+
+
+def test_a_block_is_cleaned_as_each_of_its_lines() -> None:
+    rng = random.Random(7)
+    alphabet = "\x1b[]\x07\\Pm0;1?/ ~ab\r\t\x00\x9b\x7f\x08c(B^X"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(4000)]
+    for start in range(0, len(texts), 40):
+        batch = texts[start : start + 40]
+        per_line = "".join(f"[w] {report.safe_text(t)}\n" for t in batch)
+        assert report.safe_block(batch, "[w] ") == per_line, batch

@@ -3,8 +3,10 @@ flooding host never holds back a quiet host's lines (the fast tier: no sshd, no 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from multihost.cli.output import FullWriter
 from tests.clitools import REPO
 
 LINES = 60_000  # per numbered host
@@ -101,3 +104,64 @@ def test_lines_are_complete_in_order_and_a_flood_does_not_delay_others(
     assert len(arrived) == 8
     delays = [now - float(line.split(b"tick ")[1]) for now, line in arrived]
     assert max(delays) < 1.0, delays  # the flood never holds a quiet host's line back 1 s
+
+
+# Writes 20 MB through FullWriter to its stdout (a pty) while signals with a handler arrive:
+# each signal can cut a write short, which Python's own unbuffered stdout would not finish.
+_PESTERED = """
+import signal, sys
+from multihost.cli.output import FullWriter
+signal.signal(signal.SIGWINCH, lambda *_: None)
+sys.stderr.write("ready\\n")
+sys.stderr.flush()
+out = FullWriter(1)
+for _ in range(100):
+    out.write(("x" * 99 + "\\n") * 2000)
+"""
+
+
+def test_a_write_cut_short_by_a_signal_still_writes_every_byte() -> None:
+    master, slave = os.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", _PESTERED], stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=subprocess.PIPE, env=env)  # fmt: skip
+    os.close(slave)
+    assert proc.stderr is not None
+    assert proc.stderr.readline() == b"ready\n"
+    got = 0
+    while True:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGWINCH)
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:  # EIO: the writer is gone
+            break
+        if not chunk:
+            break
+        got += chunk.count(b"\n")
+    os.close(master)
+    assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    proc.stderr.close()
+    assert got == 100 * 2000
+
+
+def test_full_writer_waits_on_a_nonblocking_descriptor() -> None:
+    r, w = os.pipe()
+    os.set_blocking(w, False)  # another process may have made a shared stdout non-blocking
+    data = ("y" * 63 + "\n") * 50_000  # 3.2 MB: far beyond a pipe's buffer
+    got = bytearray()
+    reader = threading.Thread(target=lambda: got.extend(iter_read(r)))
+    reader.start()
+    assert FullWriter(w).write(data) == len(data)
+    os.close(w)
+    reader.join(timeout=30)
+    os.close(r)
+    assert got == data.encode()
+
+
+def iter_read(fd: int) -> bytes:
+    out = bytearray()
+    while chunk := os.read(fd, 4096):
+        out += chunk
+        time.sleep(0.0002)  # a slow reader: the writer finds the pipe full
+    return bytes(out)

@@ -132,8 +132,8 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         if args.tail:
             lines = lines[-args.tail :]
         prefix = f"[{host.name}] " if args.all else ""
-        for line in lines:  # as on a run's terminal: colour kept, no other control sequence
-            out.write(prefix + report.safe_text(line) + "\n")
+        if lines:  # as on a run's terminal: colour kept, no other control sequence
+            out.write(report.safe_block(lines, prefix))
     return 0
 
 

@@ -21,6 +21,7 @@ from rich.live import Live
 
 from multihost import report, runs
 from multihost.bundled import payload_command, payloads_dir
+from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
@@ -173,7 +174,7 @@ class Display:
 
     def __init__(self, fleet: Fleet, run_name: str, stream: str, err: Console) -> None:
         self.run_name, self.stream, self.err = run_name, stream, err
-        self.out = Console(highlight=False, soft_wrap=True, stderr=False)
+        self.out = Console(file=stdout(), highlight=False, soft_wrap=True)
         self.states = {h.process_id: State.PENDING for h in fleet}
         self.hosts = {h.process_id: h for h in fleet}
         self.started = time.monotonic()
@@ -181,6 +182,7 @@ class Display:
         self.live: Live | None = None
         self.quiet = False  # stdout went away (a closed pipe): stop writing host lines
         self._prefixes: dict[int, str] = {}  # process id -> its rendered prefix (a terminal)
+        self.tty = self.out.is_terminal
         self.staging = TransferView("staging code", len(fleet))  # drawn only while live
         self._drawn = 0.0  # when a transfer last asked for a redraw
 
@@ -220,7 +222,7 @@ class Display:
             return
         host = event.host if self.stream == "all" else None
         try:
-            if self.out.is_terminal:  # above the live status line when there is one
+            if self.tty:  # above the live status line when there is one
                 block = report.safe_block(event.texts, self._prefix(host))
                 if "\x1b" in block:  # a host's colour never reaches the status line
                     block = block[:-1] + "\x1b[0m\n"
