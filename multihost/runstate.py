@@ -23,10 +23,10 @@ def default_log_dir() -> Path:
 
 
 def default_run_name(prefix: str = "") -> str:
-    """``[prefix-]YYYYmmdd-HHMMSS-xxxx``: sorts by start time (to the second) and a random
+    """``[prefix-]YYYYmmdd-HHMMSS-xxxxxx``: sorts by start time (to the second) and a random
     suffix keeps runs started in the same second apart."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"{prefix}{'-' if prefix else ''}{stamp}-{secrets.token_hex(2)}"
+    return f"{prefix}{'-' if prefix else ''}{stamp}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)

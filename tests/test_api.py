@@ -45,7 +45,7 @@ def test_default_run_names_sort_by_time_and_differ() -> None:
         assert check_run_name(name) == name
         stamp, _, suffix = name.rpartition("-")
         assert len(stamp) == len("20261123-054213")
-        assert len(suffix) == 4
+        assert len(suffix) == 6
 
 
 def test_run_inside_a_running_loop_and_gathered_runs(home: Path) -> None:

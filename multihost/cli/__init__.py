@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--run-name",
         metavar="NAME",
-        help="default: a timestamp and a random suffix, e.g. 20250101-120000-3f9a",
+        help="default: a timestamp and a random suffix, e.g. 20250101-120000-3f9a0c",
     )
     _add_run_only_args(run)
     run.add_argument("--dry-run", action="store_true", help="print each host's command and env")
