@@ -31,19 +31,8 @@ class LocalConnection:
         return Completed(proc.returncode, out, err)
 
     async def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
-        proc = await _spawn(command, stdin=False)
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        try:
-            while chunk := await proc.stdout.read(65536):
-                yield chunk
-            err = await proc.stderr.read()
-            await proc.wait()
-            if stderr is not None:
-                stderr += err
-        finally:
-            _kill_group(proc)
-            await proc.wait()
+        async for chunk in _output(await _spawn(command, stdin=False), stderr):
+            yield chunk
 
     async def offer(
         self, command: str, want: bytes, data: bytes, progress: Progress | None = None
@@ -99,27 +88,41 @@ class LocalShell:
         self._proc = proc
 
     async def stream(self, script: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
-        proc = self._proc
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-        assert proc.stderr is not None
+        stdin = self._proc.stdin
+        assert stdin is not None
         try:
-            proc.stdin.write(script.encode())
+            stdin.write(script.encode())
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                await proc.stdin.drain()
-            proc.stdin.close()
-            while chunk := await proc.stdout.read(65536):
-                yield chunk
-            err = await proc.stderr.read()
-            await proc.wait()
-            if stderr is not None:
-                stderr += err
-        finally:
+                await stdin.drain()
+            stdin.close()
+        except BaseException:
             await self.close()
+            raise
+        async for chunk in _output(self._proc, stderr):
+            yield chunk
 
     async def close(self) -> None:
         _kill_group(self._proc)
         await self._proc.wait()
+
+
+async def _output(
+    proc: asyncio.subprocess.Process, stderr: bytearray | None
+) -> AsyncIterator[bytes]:
+    """A started process's stdout as it comes, then its stderr into ``stderr``; its process
+    group is killed and reaped however this ends."""
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    try:
+        while chunk := await proc.stdout.read(65536):
+            yield chunk
+        err = await proc.stderr.read()
+        await proc.wait()
+        if stderr is not None:
+            stderr += err
+    finally:
+        _kill_group(proc)
+        await proc.wait()
 
 
 async def _spawn(command: str, *, stdin: bool) -> asyncio.subprocess.Process:

@@ -43,18 +43,8 @@ class SSHConnection:
             proc = await self._conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
-        try:
-            while chunk := await proc.stdout.read(65536):
-                yield chunk
-            done = await proc.wait()
-            if proc.exit_status is None:
-                raise HostLost(self.host, "connection lost while streaming")
-            if stderr is not None:
-                stderr += _as_bytes(done.stderr)
-        except (asyncssh.Error, OSError) as exc:
-            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
-        finally:
-            proc.close()
+        async for chunk in _output(self.host, proc, stderr):
+            yield chunk
 
     async def offer(
         self, command: str, want: bytes, data: bytes, progress: Progress | None = None
@@ -130,21 +120,14 @@ class SSHShell:
         self._proc = proc
 
     async def stream(self, script: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
-        proc = self._proc
         try:
-            proc.stdin.write(script.encode())
-            proc.stdin.write_eof()
-            while chunk := await proc.stdout.read(65536):
-                yield chunk
-            done = await proc.wait()
-            if proc.exit_status is None:
-                raise HostLost(self.host, "connection lost while streaming")
-            if stderr is not None:
-                stderr += _as_bytes(done.stderr)
+            self._proc.stdin.write(script.encode())
+            self._proc.stdin.write_eof()
         except (asyncssh.Error, OSError) as exc:
+            self._proc.close()
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
-        finally:
-            proc.close()
+        async for chunk in _output(self.host, self._proc, stderr):
+            yield chunk
 
     async def close(self) -> None:
         self._proc.close()
@@ -398,3 +381,22 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         where = f"{host.address}:{host.port}" if host.port else host.address
         raise ConnectError(host, f"cannot connect to {where}: {_describe(exc)}") from None
     return SSHConnection(host, conn, cfg.hostname)
+
+
+async def _output(
+    host: Host, proc: asyncssh.SSHClientProcess[bytes], stderr: bytearray | None
+) -> AsyncIterator[bytes]:
+    """A started process's stdout as it comes, then its stderr into ``stderr``; a lost
+    connection (or no exit status) is HostLost; the process is closed however it ends."""
+    try:
+        while chunk := await proc.stdout.read(65536):
+            yield chunk
+        done = await proc.wait()
+        if proc.exit_status is None:
+            raise HostLost(host, "connection lost while streaming")
+        if stderr is not None:
+            stderr += _as_bytes(done.stderr)
+    except (asyncssh.Error, OSError) as exc:
+        raise HostLost(host, f"connection lost: {_describe(exc)}") from exc
+    finally:
+        proc.close()
