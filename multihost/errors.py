@@ -63,6 +63,10 @@ class RemoteError(HostError):
     """A command the runner itself ran on the host failed."""
 
 
+class PortBusy(RemoteError):
+    """Host 0 cannot bind the job's coordinator port: nothing may start."""
+
+
 class RunNameTaken(RemoteError):
     """Claiming the run's directory failed: it exists on the host (or is a symbolic link)."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -21,9 +22,16 @@ from multihost import stagevia
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
 from multihost.diagnose.stacks import StackReport, group, summary_lines
-from multihost.errors import ConnectError, HostError, RemoteError, RunNameTaken, UsageError
+from multihost.errors import (
+    ConnectError,
+    HostError,
+    PortBusy,
+    RemoteError,
+    RunNameTaken,
+    UsageError,
+)
 from multihost.fanout import Outcome, map_hosts
-from multihost.fleetops import stale_on
+from multihost.fleetops import port_busy, stale_on
 from multihost.gather import host_ranges
 from multihost.launch import claim, launch, launch_watching, name_taken, release, stop
 from multihost.model import Fleet, Host, Job, RunResult, Staging, State
@@ -370,7 +378,23 @@ class Run(_Watcher):
         self._code_hash = archive.short
         if (self.log_dir / MANIFEST).exists():
             raise UsageError(f"run {self.job.run_name!r} already exists in {self.options.log_dir}")
+        made = [p for p in (self.log_dir, *self.log_dir.parents) if not p.exists()]
         private_dir(self.log_dir)
+        try:
+            return await self._execute(started, archive)
+        except PortBusy as exc:  # nothing started on any host: leave nothing here either
+            if made:
+                shutil.rmtree(self.log_dir, ignore_errors=True)
+            for p in made[1:]:
+                with contextlib.suppress(OSError):
+                    p.rmdir()  # only if still empty
+            port, h = self.job.coordinator_port, exc.host
+            raise UsageError(
+                f"coordinator port {port} is busy on host 0 ({h.name}, {h.target}): "
+                f"{exc.message}; pick another with --coordinator-port"
+            ) from None
+
+    async def _execute(self, started: float, archive: Archive) -> RunResult:
         self._note(
             f"run {self.job.run_name}: {len(self.fleet)} host(s), code {archive.short} "
             f"({archive.files} files, {len(archive.data) / 1024:.1f} KiB); "
@@ -401,6 +425,10 @@ class Run(_Watcher):
                 self._connect_one, opts.connect_limit,
                 opts.ssh.connect_timeout + DEFAULTS.connect_slack, "connect",
             )  # fmt: skip
+            if all(o.ok for o in outcomes) and self._checks_port:
+                outcomes = await self._phase(
+                    self._port_free, None, DEFAULTS.command_timeout, "coordinator port check"
+                )
             if all(o.ok for o in outcomes) and self._staged is None:
                 outcomes = await self._stage_all()
             if all(o.ok for o in outcomes) and stale:
@@ -410,6 +438,10 @@ class Run(_Watcher):
             if all(o.ok for o in outcomes) and not self._interrupted:
                 outcomes = await self._claim_all()
         failed = [o for o in outcomes if not o.ok]
+        if busy := [o.error for o in failed if isinstance(o.error, PortBusy)]:
+            for slot in self._slots.values():
+                self._set(slot, State.ERROR, "not started: the coordinator port is busy")
+            raise busy[0]
         for o in failed:
             self._fail(o.host, State.ERROR, o.error.message if o.error else "failed")
         if failed or self._interrupted:
@@ -444,7 +476,7 @@ class Run(_Watcher):
                 raise RemoteError(host, f"connect timed out after {connect_timeout:g} s") from None
             try:
                 async with asyncio.timeout(opts.stage_timeout):
-                    await self._stage_one(host, claim=True)
+                    await self._stage_checking_port(host)
                     if not opts.detach:  # the launch then only sends its script
                         slot = self._slots[host.process_id]
                         assert slot.conn is not None
@@ -550,6 +582,35 @@ class Run(_Watcher):
                 await work
             return cut
         return work.result()
+
+    @property
+    def _checks_port(self) -> bool:
+        """Whether host 0's coordinator port is checked before anything starts (over SSH; a
+        ``--local`` run picked a free one; a sweep's runs share a session that checked)."""
+        return not self.fleet.local and not self._shared
+
+    async def _port_free(self, host: Host) -> None:
+        """Raises PortBusy when ``host`` is host 0 and cannot bind the coordinator port."""
+        slot = self._slots[host.process_id]
+        if host.process_id != 0 or slot.conn is None:
+            return
+        port = self.job.coordinator_port
+        if why := await port_busy(slot.conn, port):
+            raise PortBusy(host, why)
+
+    async def _stage_checking_port(self, host: Host) -> None:
+        """Claim and stage; on host 0, check the coordinator port meanwhile on a second
+        channel (no round trip of its own before the run)."""
+        if host.process_id != 0 or not self._checks_port:
+            await self._stage_one(host, claim=True)
+            return
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._stage_one(host, claim=True))
+                tg.create_task(self._port_free(host))
+        except* HostError as group:
+            busy = [e for e in group.exceptions if isinstance(e, PortBusy)]
+            raise (busy or group.exceptions)[0] from None
 
     async def _connect_one(self, host: Host) -> None:
         slot = self._slots[host.process_id]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,3 +70,18 @@ def test_call_over_ssh(hosts_env: dict[str, object], capsys: pytest.CaptureFixtu
         multihost.call(_fail_on_h1, **hosts_env)
     assert info.value.host.name == "s0/w1"
     assert "remote traceback (s0/w1)" in str(info.value)
+
+
+def test_run_refuses_a_busy_coordinator_port(hosts_env: dict[str, object], tmp_path: Path) -> None:
+    """The API checks host 0's coordinator port as the CLI does: UsageError, nothing made."""
+    code = tmp_path / "code"
+    code.mkdir()
+
+    with socket.socket() as s:  # the loopback hosts share this machine's ports
+        s.bind(("", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        keywords = {k: v for k, v in hosts_env.items() if k not in ("python", "env")}
+        with pytest.raises(multihost.UsageError, match=f"coordinator port {port} is busy"):
+            multihost.run("true", coordinator_port=port, script_dir=code, **keywords)
+    assert not Path(str(hosts_env["log_dir"])).exists()

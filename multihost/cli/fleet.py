@@ -48,14 +48,6 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
         raise UsageError("--pull copies files back after the run ends; with --detach it does "
                          "not end here (use multihost pull RUN PATH later)")  # fmt: skip
     patterns = check_patterns(args.pull) if args.pull else ()
-    if not fleet.local:  # --local checked its port already (coordinator_port)
-        busy = asyncio.run(fleetops.coordinator_port_busy(fleet, options.ssh, job.coordinator_port))
-        if busy:
-            h = fleet.hosts[0]
-            raise UsageError(
-                f"coordinator port {job.coordinator_port} is busy on host 0 ({h.name}, "
-                f"{h.target}): {busy}; pick another with --coordinator-port"
-            )
     raise_nofile_limit()
     options = replace(options, detach=args.detach)
     display = Display(fleet, job.run_name, args.stream, err)

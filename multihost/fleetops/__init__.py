@@ -24,19 +24,14 @@ async def check(
     return await on_every_host(fleet, ssh, one, limit=limit)
 
 
-async def coordinator_port_busy(fleet: Fleet, ssh: SSHOptions, port: int) -> str | None:
-    """Why host 0 cannot bind the coordinator port, or None (also when it cannot be asked:
-    the run then reports that host itself)."""
-
-    async def one(conn: Connection) -> str | None:
-        res = await conn.run(port_command(port))
-        state = parse_check(res.stdout.decode(errors="replace")).get("coordinator_port", "")
-        if not state.startswith("in use"):  # free, or no python3 there to ask
-            return None
-        return state.removeprefix("in use").strip(" ()") or "in use"
-
-    [outcome] = await on_every_host(Fleet(fleet.hosts[:1]), ssh, one)
-    return outcome.value
+async def port_busy(conn: Connection, port: int) -> str | None:
+    """Why this host cannot bind ``port`` (a run checks its coordinator port on host 0), or
+    None: free, or no python3 there to ask (the job itself then says what is wrong)."""
+    res = await conn.run(port_command(port))
+    state = parse_check(res.stdout.decode(errors="replace")).get("coordinator_port", "")
+    if not state.startswith("in use"):
+        return None
+    return state.removeprefix("in use").strip(" ()") or "in use"
 
 
 async def stale_on(
