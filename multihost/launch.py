@@ -84,32 +84,76 @@ class Started:
     stderr: bytearray
 
 
-async def launch_watching(
-    conn: Connection, script: str, feed: Callable[[bytes], None], shell: Shell | None = None
-) -> Started:
-    """Start the job with a launch-and-watch script (on ``shell`` if one was opened ahead);
-    log bytes that came with the process group's line go to ``feed``. The caller reads
-    ``output`` to the end (``stream.follow``)."""
+@dataclass(frozen=True)
+class Ready:
+    """A launch that has written its run's files on a host and waits at the gate (see
+    ``remote.LAUNCH_WATCH``): ``go`` starts the job, ``hold`` removes the run's directory."""
+
+    host: Host
+    shell: Shell
+    output: AsyncIterator[bytes]
+    stderr: bytearray
+    head: bytes  # output that came after the ready line (none, normally)
+
+    def go(self) -> None:
+        self.shell.send(b"go\n")
+
+    def hold(self) -> None:
+        """Nothing starts here: the script removes the run's directory and ends."""
+        self.shell.send(b"stop\n")
+
+    async def started(self, feed: Callable[[bytes], None]) -> Started:
+        """After ``go``: the job's process group; log bytes that came with it go to ``feed``.
+        The caller reads ``output`` to the end (``stream.follow``)."""
+        line, rest = await _line(self.output, self.head)
+        if line is not None and line.isdigit():
+            if rest:
+                feed(rest)
+            return Started(int(line), self.output, self.stderr)
+        raise await _failed(self.host, self.output, self.stderr, line or rest.decode())
+
+    async def drain(self) -> None:
+        """Reads a held launch's channel to its end."""
+        async for _ in self.output:
+            pass
+
+
+async def launch_ready(conn: Connection, script: str, shell: Shell | None = None) -> Ready:
+    """Send a launch-and-watch script (on ``shell`` if one was opened ahead) and wait until it
+    is ready at its gate; a launch that fails first raises RemoteError with the host's word."""
     stderr = bytearray()
-    output = aiter(shell.stream(script, stderr) if shell else conn.stream(script, stderr))
-    head = bytearray()
-    async for chunk in output:
-        head += chunk
-        line, newline, rest = bytes(head).partition(b"\n")
+    shell = shell or await conn.shell()
+    output = aiter(shell.stream(script, stderr, hold=True))
+    line, rest = await _line(output, b"")
+    if line == "ready":
+        return Ready(conn.host, shell, output, stderr, rest)
+    raise await _failed(conn.host, output, stderr, line or rest.decode(errors="replace"))
+
+
+async def _line(output: AsyncIterator[bytes], head: bytes) -> tuple[str | None, bytes]:
+    """The next line of ``output`` (after ``head``) and what came after it; None when the
+    output ends first or runs on for 4 KiB without a newline."""
+    buf = bytearray(head)
+    while True:
+        line, newline, rest = bytes(buf).partition(b"\n")
         if newline:
-            text = line.decode(errors="replace").strip()
-            if text.isdigit():
-                if rest:
-                    feed(rest)
-                return Started(int(text), output, stderr)
-            break
-        if len(head) > 4096:
-            break
-    async for _ in output:  # a failed launch: its error comes when the channel ends
+            return line.decode(errors="replace").strip(), rest
+        if len(buf) > 4096:
+            return None, bytes(buf)
+        chunk = await anext(output, None)
+        if chunk is None:
+            return None, bytes(buf)
+        buf += chunk
+
+
+async def _failed(
+    host: Host, output: AsyncIterator[bytes], stderr: bytearray, said: str
+) -> RemoteError:
+    """A failed launch's error: its stderr's last line comes when the channel ends."""
+    async for _ in output:
         pass
     err = stderr.decode(errors="replace").strip().splitlines()
-    text = head.decode(errors="replace").strip()
-    raise RemoteError(conn.host, f"launch failed: {err[-1] if err else text or 'no output'}")
+    return RemoteError(host, f"launch failed: {err[-1] if err else said.strip() or 'no output'}")
 
 
 async def stop(

@@ -138,8 +138,10 @@ def launch_script(
 ) -> str:
     """Run on the host: writes the run's state files and starts the wrapper detached.
 
-    Prints the process group id once the job has started; with ``watch``, the same channel
-    then goes on as ``watch_command(paths, 0)``.
+    Prints the process group id once the job has started. With ``watch`` the script first
+    says ``ready`` and waits at its gate for ``go`` on stdin (anything else, or stdin's end,
+    removes the run's directory and starts nothing); after the process group the same
+    channel goes on as ``watch_command(paths, 0)``.
     """
     extra = {"o": 0} if watch else {}
     return script(

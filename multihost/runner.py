@@ -33,7 +33,7 @@ from multihost.errors import (
 from multihost.fanout import Outcome, map_hosts
 from multihost.fleetops import port_busy, stale_on
 from multihost.gather import host_ranges
-from multihost.launch import claim, launch, launch_watching, name_taken, release, stop
+from multihost.launch import Ready, claim, launch, launch_ready, name_taken, release, stop
 from multihost.model import Fleet, Host, Job, RunResult, Staging, State
 from multihost.plan import Paths, plan_hosts
 from multihost.record import (
@@ -658,18 +658,18 @@ class Run(_Watcher):
             slot.sink = LogSink(plan.host, self.log_dir / f"{plan.host.file_stem}.log", self._emit)
         self._write_record(force=True)
 
+        if not watch:  # --detach: each host's job starts as soon as its launch arrives
+            await self._launch_detached(scripts)
+        else:
+            await self._launch_gated(scripts)
+        self._write_record(force=True)
+
+    async def _launch_detached(self, scripts: Mapping[int, str]) -> None:
         async def launch_one(host: Host) -> None:
             slot = self._slots[host.process_id]
             assert slot.conn is not None
             self._set(slot, State.STARTING)
-            if watch:
-                assert slot.sink is not None
-                shell, slot.shell = slot.shell, None
-                slot.started = await launch_watching(slot.conn, scripts[host.process_id],
-                                                     slot.sink.feed, shell)  # fmt: skip
-                pgid = slot.started.pgid
-            else:
-                pgid = await launch(slot.conn, scripts[host.process_id])
+            pgid = await launch(slot.conn, scripts[host.process_id])
             self._set(slot, State.RUNNING, f"pgid {pgid}")
 
         outcomes = await map_hosts(
@@ -678,7 +678,51 @@ class Run(_Watcher):
         for o in outcomes:
             if o.error:
                 self._fail(o.host, State.ERROR, o.error.message)
-        self._write_record(force=True)
+
+    async def _launch_gated(self, scripts: Mapping[int, str]) -> None:
+        """Every host writes its run's files and waits at the gate; then all get the word at
+        once, so the jobs start together. A host that cannot be launched (or Ctrl-C before
+        the word) holds every gate: nothing starts anywhere, no run directory is left."""
+        ready: dict[int, Ready] = {}
+        timeout = self.options.launch_timeout
+
+        async def ready_one(host: Host) -> None:
+            slot = self._slots[host.process_id]
+            assert slot.conn is not None
+            self._set(slot, State.STARTING)
+            shell, slot.shell = slot.shell, None
+            ready[host.process_id] = await launch_ready(slot.conn, scripts[host.process_id], shell)
+
+        outcomes = await map_hosts(ready_one, list(self.fleet), timeout=timeout, what="launch")
+        failed = [o for o in outcomes if not o.ok]
+        if failed or self._interrupted:
+            for gate in ready.values():
+                gate.hold()
+            await map_hosts(
+                lambda h: ready[h.process_id].drain(), [g.host for g in ready.values()],
+                timeout=timeout, what="launch",
+            )  # fmt: skip
+            for o in failed:
+                self._fail(o.host, State.ERROR, o.error.message if o.error else "failed")
+            why = f"{failed[0].host.name} could not be launched" if failed else "interrupted"
+            for slot in self._slots.values():
+                if not slot.state.final:
+                    slot.error = f"not started: {why}"
+                    self._set(slot, State.ERROR, slot.error)
+            return
+        for gate in ready.values():  # the word to every host before any reply is read
+            gate.go()
+
+        async def started_one(host: Host) -> None:
+            slot = self._slots[host.process_id]
+            assert slot.sink is not None
+            slot.started = await ready[host.process_id].started(slot.sink.feed)
+            self._set(slot, State.RUNNING, f"pgid {slot.started.pgid}")
+
+        outcomes = await map_hosts(started_one, list(self.fleet), timeout=timeout, what="launch")
+        for o in outcomes:
+            if o.error:
+                self._fail(o.host, State.ERROR, o.error.message)
 
 
 class Attach(_Watcher):

@@ -198,7 +198,7 @@ async def follow(
 ) -> Exit:
     """Stream a host's log until its exit file appears; fetch what the stream had not brought
     yet (if anything) and the exit code. ``started``: the launch's own channel, already
-    streaming the log (``launch_watching``), read instead of opening a watch."""
+    streaming the log (``Ready.started``), read instead of opening a watch."""
     if started is None:
         stderr = bytearray()
         chunks = conn.stream(watch_command(paths, sink.offset), stderr)

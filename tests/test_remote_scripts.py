@@ -142,3 +142,54 @@ def test_kill_of_a_vanished_job_says_so(tmp_path: Path) -> None:
     assert not (run / "exit").exists()  # never "stopped by multihost"
     assert not (run / "stopped").exists()
     assert time.monotonic() - started < 5
+
+
+def _gated(home: Path, name: str, word: bytes | None) -> subprocess.CompletedProcess[bytes]:
+    """A launch-and-watch script fed to ``sh -s`` (as a held shell gets it), then ``word``
+    (None: stdin just ends, as when the runner is gone)."""
+    paths = Paths("~/b", "~/b/code/h", f"~/b/runs/{name}")
+    job = Job(f'echo started > "$HOME"/{name}.started', name)
+    script = launch_script(paths, {"JAX_PROCESS_ID": "0"}, job.command, watch=True)
+    assert _sh(claim_command(paths), home).returncode == 0
+    (home / "b" / "code" / "h").mkdir(parents=True, exist_ok=True)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    pipe = subprocess.PIPE
+    with subprocess.Popen(["sh", "-s"], stdin=pipe, stdout=pipe, stderr=pipe, env=env) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdin.write(script.encode())
+        proc.stdin.flush()
+        ready = proc.stdout.readline()  # the word goes only once the host said so, as the runner's
+        proc.stdin.write(word or b"")
+        proc.stdin.close()
+        out, err = proc.stdout.read(), proc.stderr.read()  # small: no pipe fills up
+        return subprocess.CompletedProcess(proc.args, proc.wait(timeout=60), ready + out, err)
+
+
+@pytest.mark.parametrize("word", [b"stop\n", None])
+def test_launch_gate_held_starts_nothing_and_leaves_no_run(
+    tmp_path: Path, word: bytes | None
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    held = _gated(home, "held", word)
+    assert held.stdout == b"ready\n", held.stderr
+    assert held.returncode == 5
+    assert not (home / "b" / "runs" / "held").exists()
+    time.sleep(0.3)  # a job, had one been started, would have written by now
+    assert not (home / "held.started").exists()
+
+
+def test_launch_gate_go_starts_the_job_and_watches(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    ran = _gated(home, "go", b"go\n")
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] == b"ready"
+    assert lines[1].isdigit()  # the job's process group
+    assert (home / "go.started").read_text() == "started\n"
+    end = parse_watch_end(ran.stderr)
+    assert end is not None
+    assert end[0].code == 0

@@ -100,7 +100,7 @@ echo $rc > exit.tmp && mv -f exit.tmp exit
 
 # Launch. Vars: b (base), r (run dir), and the files' contents: command, env, job, wrapper,
 # hook. Writes the run's state files, starts the wrapper detached, prints its process group.
-LAUNCH = """\
+_WRITE_RUN = """\
 set -e
 umask 077
 mkdir -p "$r"
@@ -113,8 +113,23 @@ printf '%s' "$env" > "$r"/env
 printf '%s' "$job" > "$r"/job.sh
 printf '%s' "$wrapper" > "$r"/run.sh
 : > "$r"/log
+"""
+_START = """\
 setsid sh "$r"/run.sh </dev/null >/dev/null 2>&1 &
 echo $!
+"""
+LAUNCH = _WRITE_RUN + _START
+
+# The gate of a launch that watches: every host writes its run's files and says "ready", then
+# waits for the runner's word on stdin. The runner sends "go" to every host at once when all
+# are ready (the jobs start together: skew is one word's trip, not a whole launch), or "stop"
+# when one could not be launched: then nothing starts anywhere, and the run's directory goes.
+# The channel's end (the runner gone) is a stop too. The script that holds a gate is one
+# { } group: the shell reads all of it before it runs any, so stdin then holds only the word.
+_GATE = """\
+echo ready
+go=; read -r go || :
+[ "$go" = go ] || { rm -rf "$r"; exit 5; }
 """
 
 # Watching. Vars: r (run dir), o (byte offset). Streams the log from o until the exit file
@@ -150,10 +165,10 @@ echo "end $exit $started $ended $stopped $size $escaped" >&2
 exit 0
 """
 
-# Launch, then watch on the same channel (one channel and round trip less per host): the
-# process group's line first, then the log from its first byte and the "end ..." line as WATCH.
-# Vars: LAUNCH's and o.
-LAUNCH_WATCH = LAUNCH + "set +e\n" + WATCH
+# Launch behind the gate, then watch on the same channel (one channel and round trip less per
+# host): "ready", then (after "go") the process group's line, then the log from its first byte
+# and the "end ..." line as WATCH. Vars: LAUNCH's and o.
+LAUNCH_WATCH = "{\n" + _WRITE_RUN + _GATE + _START + "set +e\n" + WATCH + "}\n"
 
 # Finishing. Vars: r, o. First line: exit code, start, end, stop signal, escaped ("-" when
 # missing); then the log from byte o. "missing" when the run's directory is gone.

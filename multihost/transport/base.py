@@ -51,8 +51,16 @@ class Shell(Protocol):
     """A POSIX sh started on a host ahead of time, idle until it is sent one script: what a
     launch needs from the host (a session, a shell) is paid before the launch itself."""
 
-    def stream(self, script: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
-        """Runs ``script``; yields its stdout as it comes, then appends its stderr."""
+    def stream(
+        self, script: str, stderr: bytearray | None = None, *, hold: bool = False
+    ) -> AsyncIterator[bytes]:
+        """Runs ``script``; yields its stdout as it comes, then appends its stderr. With
+        ``hold``, the script's stdin stays open for one ``send`` (a launch's gate)."""
+        ...
+
+    def send(self, data: bytes) -> None:
+        """Writes ``data`` to a held script's stdin, then ends it (a gone host: ignored, its
+        output ends)."""
         ...
 
     async def close(self) -> None:

@@ -87,19 +87,29 @@ class LocalShell:
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self._proc = proc
 
-    async def stream(self, script: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
+    async def stream(
+        self, script: str, stderr: bytearray | None = None, *, hold: bool = False
+    ) -> AsyncIterator[bytes]:
         stdin = self._proc.stdin
         assert stdin is not None
         try:
             stdin.write(script.encode())
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 await stdin.drain()
-            stdin.close()
+            if not hold:
+                stdin.close()
         except BaseException:
             await self.close()
             raise
         async for chunk in _output(self._proc, stderr):
             yield chunk
+
+    def send(self, data: bytes) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(data)
+            stdin.close()  # after what is buffered has gone out
 
     async def close(self) -> None:
         _kill_group(self._proc)

@@ -119,15 +119,23 @@ class SSHShell:
         self.host = host
         self._proc = proc
 
-    async def stream(self, script: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
+    async def stream(
+        self, script: str, stderr: bytearray | None = None, *, hold: bool = False
+    ) -> AsyncIterator[bytes]:
         try:
             self._proc.stdin.write(script.encode())
-            self._proc.stdin.write_eof()
+            if not hold:
+                self._proc.stdin.write_eof()
         except (asyncssh.Error, OSError) as exc:
             self._proc.close()
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
         async for chunk in _output(self.host, self._proc, stderr):
             yield chunk
+
+    def send(self, data: bytes) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            self._proc.stdin.write(data)
+            self._proc.stdin.write_eof()
 
     async def close(self) -> None:
         self._proc.close()

@@ -73,9 +73,10 @@ def small_disk(tmp_path: Path) -> Any:
         pytest.skip("mounting a small tmpfs needs root")
     mounted: list[Path] = []
 
-    def mount(where: Path) -> Path:
+    def mount(where: Path, size: str = "64k") -> Path:
         where.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], check=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                       check=True)  # fmt: skip
         mounted.append(where)
         return where
 
