@@ -43,10 +43,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import markers, write_section  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-BEGIN, END = "<!-- fanout:begin -->", "<!-- fanout:end -->"
+BEGIN, END = markers("fanout")
 TRIAL_TIMEOUT = 300.0
 TARGET_RATIO, TARGET_CPU_MS, TARGET_N = 0.2, 3.0, 256  # issue 14: vs MaxText-arch at 256
 TARGET_SKEW = 1.0  # s, last host start minus first, at 256
@@ -444,17 +444,6 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
     )
 
 
-def write_section(text: str, path: Path = RESULTS) -> None:
-    """Replace (or append) only the fanout section of RESULTS.md."""
-    old = path.read_text() if path.exists() else "# Benchmark results\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        new = head + text + rest.split(END, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(new)
-
-
 # ---------------------------------------------------------------- main
 
 
@@ -561,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = section(rows, args)
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section("fanout", text)
     return 0
 
 

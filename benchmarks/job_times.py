@@ -26,11 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import write_section  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 from tests.cloud.fixture import Cloud, standin  # noqa: E402
 from tests.test_job_cloud import started_times, submit_args, wait_for  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 CMD = 'echo "attempt=$MULTIHOST_ATTEMPT"; if [ "$MULTIHOST_ATTEMPT" = 0 ]; then sleep 300; fi'
 
 
@@ -112,13 +112,7 @@ def write(
                      f"| {before:.1f} / {after:.1f} |")  # fmt: skip
     lines.append("<!-- job_times:end -->")
     section = "\n".join(lines) + "\n"
-    text = RESULTS.read_text()
-    if "<!-- job_times:begin -->" in text:
-        head, rest = text.split("<!-- job_times:begin -->", 1)
-        text = head + section + rest.split("<!-- job_times:end -->\n", 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
+    write_section("job_times", section)
     print(section)
 
 

@@ -30,8 +30,12 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-BEGIN, END = "<!-- payload_efficiency:begin -->", "<!-- payload_efficiency:end -->"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.results import RESULTS, markers  # noqa: E402
+from benchmarks.results import write_section as _write  # noqa: E402
+
+BEGIN, END = markers("payload_efficiency")
 RUNS_TAG = "<!-- payload_efficiency:runs "
 KEEP_RUNS = 3
 THRESHOLD = 0.9
@@ -272,18 +276,6 @@ def previous_runs() -> list[dict[str, Any]]:
     return []
 
 
-def write_section(section: str) -> None:
-    """Replace (or append) only this script's section of RESULTS.md."""
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section.rstrip("\n") + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(text)
-
-
 def parse_args() -> argparse.Namespace:
     """Flags: device counts, problem size, pairs."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -315,7 +307,7 @@ def main() -> None:
     section = render(args, rows, seconds, runs)
     print(section)
     if not args.no_write:
-        write_section(section)
+        _write("payload_efficiency", section)
 
 
 if __name__ == "__main__":

@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import multihost  # noqa: E402
+from benchmarks.results import markers, write_section  # noqa: E402
 from multihost.runs import find_run  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-BEGIN, END = "<!-- pull:begin -->", "<!-- pull:end -->"
+BEGIN, END = markers("pull")
 
 
 def _timed(fn: object) -> float:
@@ -126,12 +126,7 @@ def main() -> None:
         *rows,
         END,
     ])  # fmt: skip
-    text = RESULTS.read_text()
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    RESULTS.write_text(text)
+    write_section("pull", section)
     print(section)
 
 

@@ -27,10 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.fanout import RESULTS, multihost_argv  # noqa: E402
+from benchmarks.fanout import multihost_argv  # noqa: E402
+from benchmarks.results import markers, write_section  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 
-BEGIN, END = "<!-- stacks:begin -->", "<!-- stacks:end -->"
+BEGIN, END = markers("stacks")
 GOAL_S, GOAL_N = 5.0, 64
 STALL = "import time\n\ndef wait_for_data():\n    time.sleep(3600)\n\nwait_for_data()\n"
 
@@ -129,12 +130,7 @@ def main() -> None:
     text = section(rows, args.repeat)
     print(text)
     if not args.no_write:
-        old = RESULTS.read_text()
-        if BEGIN in old and END in old:
-            head, rest = old.split(BEGIN, 1)
-            RESULTS.write_text(head + text + rest.split(END, 1)[1])
-        else:
-            RESULTS.write_text(old.rstrip("\n") + "\n\n" + text + "\n")
+        write_section("stacks", text)
 
 
 if __name__ == "__main__":

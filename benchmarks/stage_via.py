@@ -30,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import markers, write_section  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-BEGIN, END = "<!-- stage-via:begin -->", "<!-- stage-via:end -->"
+BEGIN, END = markers("stage-via")
 TRIAL_TIMEOUT = 300.0
 METHODS = ("direct", "peer")
 
@@ -136,11 +136,7 @@ def verdict(rows: dict[str, list[Trial]]) -> str:
 
 
 def record(text: str) -> None:
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        old = head.rstrip() + "\n" + rest.split(END, 1)[1].lstrip()
-    RESULTS.write_text(old.rstrip() + f"\n\n{BEGIN}\n{text}\n{END}\n")
+    write_section("stage-via", f"{BEGIN}\n{text}\n{END}")
 
 
 def main() -> int:

@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-BEGIN, END = "<!-- streaming:begin -->", "<!-- streaming:end -->"
-SSH_BEGIN, SSH_END = "<!-- streaming-ssh:begin -->", "<!-- streaming-ssh:end -->"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.results import markers, write_section  # noqa: E402
+
+SECTION, SSH_SECTION = "streaming", "streaming-ssh"
 TARGET_US = 5.0
 # Runs the CLI, then writes its own CPU (user+sys seconds) to the file named by $CPU_OUT.
 DRIVER = """\
@@ -320,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts.append(f"a flooding host delays another host's line by at most {worst:.2f} s "
                     f"(≤ 1: {'met' if worst <= 1 else 'MISSED'})")  # fmt: skip
     before = f" --before {args.before} --before-lines {args.before_lines}" if args.before else ""
-    begin, end = (BEGIN, END) if not args.ssh else (SSH_BEGIN, SSH_END)
+    name = SSH_SECTION if args.ssh else SECTION
+    begin, end = markers(name)
     hosts = f"--local {args.hosts}" if not args.ssh else f"--hosts h0..h{args.hosts - 1}"
     text = "\n".join([
         begin,
@@ -358,13 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ])  # fmt: skip
     print(text)
     if not args.no_write:
-        old = RESULTS.read_text()
-        if begin in old and end in old:
-            head, rest = old.split(begin, 1)
-            new = head + text + rest.split(end, 1)[1]
-        else:
-            new = old.rstrip("\n") + "\n\n" + text + "\n"
-        RESULTS.write_text(new)
+        write_section(name, text)
     return 0
 
 
