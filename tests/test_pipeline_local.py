@@ -188,3 +188,32 @@ def test_record_round_trip_and_newer_schema(home: Path, code: Path, tmp_path: Pa
     old = {**to_json(record), "version": 1}
     del old["schema"]
     assert dataclasses.replace(from_json(old), schema=record.schema) == record
+
+
+def test_ctrl_c_at_the_launch_gate_starts_nothing(home: Path, code: Path, tmp_path: Path) -> None:
+    """Ctrl-C while the hosts are getting ready at the gate: every gate is held, so no job
+    starts anywhere and no host keeps the run's directory."""
+    import asyncio
+
+    from multihost.api import plan_run
+    from multihost.runner import Run
+    from multihost.runstate import HostEvent
+
+    plan = plan_run('echo ran > "$HOME"/ran.$JAX_PROCESS_ID',
+                    {"local": N, "script_dir": code, "run_name": "gate",
+                     "log_dir": tmp_path / "l"})  # fmt: skip
+    runs: list[Run] = []
+
+    def on_event(event: object) -> None:
+        if isinstance(event, HostEvent) and event.state is multihost.State.STARTING:
+            runs[0].interrupt()  # the first host to reach the launch: as a Ctrl-C would
+
+    runs.append(Run(plan.fleet, plan.job, plan.options, on_event))
+    result = asyncio.run(runs[0].execute())
+    assert result.interrupted
+    assert result.exit_code == 130
+    assert {r.state for r in result.hosts} == {multihost.State.ERROR}
+    assert {r.error for r in result.hosts} == {"not started: interrupted"}
+    assert not list(home.glob("ran.*"))
+    workers = home / ".cache/multihost/local"
+    assert not [w for w in workers.iterdir() if (w / "runs" / "gate").exists()]
