@@ -19,6 +19,23 @@ SHELL = "exec sh -s"
 CHUNK = 1 << 20  # bytes written (or read) at a time when moving files, between progress reports
 
 
+class _Stdin(Protocol):
+    """A remote command's stdin: asyncio's StreamWriter or asyncssh's SSHWriter."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+async def write_chunks(stdin: _Stdin, data: bytes, progress: Progress | None) -> None:
+    """``data`` in ``CHUNK``-sized writes, each drained, telling ``progress`` after each."""
+    for start in range(0, len(data), CHUNK):
+        stdin.write(data[start : start + CHUNK])
+        await stdin.drain()
+        if progress is not None:
+            progress(min(start + CHUNK, len(data)))
+
+
 @dataclass(frozen=True)
 class Completed:
     """A finished remote command."""

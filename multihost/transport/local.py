@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 from multihost.errors import RemoteError
 from multihost.model import Host
-from multihost.transport.base import CHUNK, SHELL, Completed, Progress
+from multihost.transport.base import CHUNK, SHELL, Completed, Progress, write_chunks
 
 
 class LocalConnection:
@@ -46,11 +46,7 @@ class LocalConnection:
             if sent:
                 self.bytes_out += len(data)
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it said why
-                    for start in range(0, len(data), CHUNK):
-                        proc.stdin.write(data[start : start + CHUNK])
-                        await proc.stdin.drain()
-                        if progress is not None:
-                            progress(min(start + CHUNK, len(data)))
+                    await write_chunks(proc.stdin, data, progress)
             proc.stdin.close()
             out, err = await proc.communicate()
         finally:

@@ -15,7 +15,7 @@ import asyncssh
 from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost, RemoteError
 from multihost.model import Host
 from multihost.transport import sshconfig
-from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions
+from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions, write_chunks
 
 
 class SSHConnection:
@@ -58,11 +58,7 @@ class SSHConnection:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 if sent:
                     self.bytes_out += len(data)
-                    for start in range(0, len(data), CHUNK):
-                        proc.stdin.write(data[start : start + CHUNK])
-                        await proc.stdin.drain()
-                        if progress is not None:
-                            progress(min(start + CHUNK, len(data)))
+                    await write_chunks(proc.stdin, data, progress)
                 proc.stdin.write_eof()
             res = await proc.wait(check=False)
         except (asyncssh.Error, OSError) as exc:
