@@ -76,7 +76,6 @@ class Where:
     def of(n: int, ssh: bool) -> Where:
         if not ssh:
             return Where(("--local", str(n)), n)
-        sys.path.insert(0, str(ROOT))
         from tests import fleet as loopback
 
         fleet = loopback.load()

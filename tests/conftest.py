@@ -50,6 +50,17 @@ def ssh_fleet() -> Iterator[loopback.Fleet]:
 
 
 @pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private HOME (no XDG_CACHE_HOME): ``--local`` workers keep their runs under it, and
+    nothing leaks between tests. A test module may define its own."""
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    return h
+
+
+@pytest.fixture
 def fresh_runs(ssh_fleet: loopback.Fleet) -> None:
     """Run names are reused across tests (a host refuses to reuse a run directory), and a
     failed test must not leave jobs running for the next one."""

@@ -15,15 +15,6 @@ from tests.clitools import cli, host_logs, manifest, wait_for
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    h = tmp_path / "home"
-    h.mkdir()
-    monkeypatch.setenv("HOME", str(h))
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    return h
-
-
-@pytest.fixture
 def code(tmp_path: Path) -> Path:
     d = tmp_path / "code"
     d.mkdir()

@@ -24,15 +24,6 @@ NUMBERED = f'for i in $(seq 1 {COUNT}); do echo "$JAX_PROCESS_ID line $i"; sleep
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private HOME: local workers keep their runs under it, and nothing leaks between tests."""
-    h = tmp_path / "home"
-    h.mkdir()
-    monkeypatch.setenv("HOME", str(h))
-    return h
-
-
-@pytest.fixture
 def code(tmp_path: Path) -> Path:
     d = tmp_path / "code"
     d.mkdir()

@@ -27,15 +27,6 @@ def _env(home: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    h = tmp_path / "home"
-    h.mkdir()
-    monkeypatch.setenv("HOME", str(h))
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    return h
-
-
-@pytest.fixture
 def run(home: Path, tmp_path: Path) -> Path:
     """A finished local run ``r`` whose hosts wrote files; returns its log dir."""
     code = tmp_path / "code"
