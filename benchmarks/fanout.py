@@ -8,6 +8,8 @@ directly. Methods:
 - parallel-ssh: parallel-ssh 2.16 (the ``bench`` extra) in a subprocess: ``copy_file`` of the
   tar.gz over SFTP to every host, then one ``run_command`` that untars and runs the command
   (benchmarks/pssh_launch.py).
+- asyncssh: bare asyncssh in a subprocess, one channel per host that untars stdin and runs the
+  command (benchmarks/asyncssh_launch.py): the floor under any asyncssh runner's CPU.
 - maxtext: like MaxText's multihost_runner.py: tar.gz once, one ``scp`` per host (all at
   once), then one ``ssh`` per host doing mkdir/untar/command (all at once).
 - sequential: the same scp + ssh, one host after the other.
@@ -244,6 +246,17 @@ def launch_pssh(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> int:
     return tar.stat().st_size * len(fleet.hosts)
 
 
+def launch_asyncssh(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> int:
+    """Bare asyncssh: one channel per host unpacks the tar.gz from stdin and runs the command
+    (benchmarks/asyncssh_launch.py): what the library alone costs for the same work."""
+    tar = _tarball(src, tag)
+    worker = ROOT / "benchmarks" / "asyncssh_launch.py"
+    fleet_json = fleet.ssh_config.parent / "fleet.json"
+    argv = [sys.executable, str(worker), str(fleet_json), str(len(fleet.hosts)), str(tar), tag]
+    _check([_popen([*argv, cmd])], "asyncssh")
+    return tar.stat().st_size * len(fleet.hosts)
+
+
 def launch_maxtext(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> int:
     """MaxText's architecture: every scp at once, then every ssh at once."""
     tar = _tarball(src, tag)
@@ -264,6 +277,7 @@ def launch_sequential(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> i
 METHODS: dict[str, Launcher] = {
     "multihost": launch_multihost,
     "parallel-ssh": launch_pssh,
+    "asyncssh": launch_asyncssh,
     "maxtext": launch_maxtext,
     "sequential": launch_sequential,
 }
@@ -382,6 +396,8 @@ def verdict(rows: Sequence[Row]) -> str:
         cpu = mh.cpu_ms_per_host
         out.append(f"N={TARGET_N}: runner CPU {cpu:.1f} ms/host (≤ {TARGET_CPU_MS:g}: "
                    f"{_met(cpu <= TARGET_CPU_MS)})")  # fmt: skip
+        if (bare := _row(rows, TARGET_N, "asyncssh")) is not None:
+            out.append(f"bare asyncssh's own floor {bare.cpu_ms_per_host:.1f} ms/host")
         ok = mh.skew <= TARGET_SKEW
         out.append(f"start skew {mh.skew:.2f} s (≤ {TARGET_SKEW:g}: {_met(ok)})")
     if mh is not None and mt is not None:
@@ -397,7 +413,7 @@ def verdict(rows: Sequence[Row]) -> str:
             continue
         ratio = mh.median("wall") / mt.median("wall")
         ok = ratio <= most and (cpu_most is None or mh.cpu_ms_per_host <= cpu_most)
-        cpu = "" if cpu_most is None else f", CPU {mh.cpu_ms_per_host:.1f} ≤ {cpu_most:g} ms/host"
+        cpu = "" if cpu_most is None else f", CPU {mh.cpu_ms_per_host:.2f} ≤ {cpu_most:g} ms/host"
         out.append(f"bar at N={n}: multihost/MaxText-arch {ratio:.2f} ≤ {most:.2f}{cpu}: "
                    f"{_met(ok)}")  # fmt: skip
     return ("Targets: " + "; ".join(out) + ".") if out else "Targets: not measured."
@@ -426,6 +442,9 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
             "each trial; *load*: the 1-min load average at the end of each trial, min–max. "
             "parallel-ssh: 2.16 (`ParallelSSHClient`, default pool size 100, libssh2): "
             "`copy_file` of the tar.gz over SFTP, then one `run_command` (mkdir/untar/cmd). "
+            "asyncssh: bare asyncssh 2.x (the library multihost uses, same cipher, host keys "
+            "checked), one channel per host that untars stdin and runs the command, nothing "
+            "else: the floor under any asyncssh runner. "
             "MaxText-arch: tar.gz once, all `scp` at once, then all `ssh` "
             "(mkdir/untar/cmd) at once; sequential: the same, host after host.",
             "",
@@ -512,7 +531,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="16,64,256", help="comma-separated fleet sizes (to 512)")
     p.add_argument("--repeat", type=int, default=3, help="trials per method and size")
-    p.add_argument("--methods", default="multihost,parallel-ssh,maxtext,sequential")
+    p.add_argument("--methods", default="multihost,parallel-ssh,asyncssh,maxtext,sequential")
     p.add_argument("--large-repeat", type=int, default=None,
                    help=f"trials per method at N > {TARGET_N} (default: --repeat)")  # fmt: skip
     p.add_argument("--seq-max", type=int, default=16, help="largest N for the sequential one")

@@ -19,6 +19,7 @@ def main(argv: list[str]) -> int:
     from pssh.config import HostConfig
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.results import worker_exit
     from tests.fleet import Fleet
 
     fleet = Fleet.from_json(Path(fleet_json).read_text()).head(int(n))
@@ -32,10 +33,7 @@ def main(argv: list[str]) -> int:
     )
     client.join(output)
     failed = [o.host for o in output if o.exit_code != 0 or o.exception is not None]
-    if failed:
-        print(f"parallel-ssh: {len(failed)} host(s) failed, first {failed[0]}", file=sys.stderr)
-        return 1
-    return 0
+    return worker_exit("parallel-ssh", failed)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
-"""The one way a benchmark writes its own section of benchmarks/RESULTS.md."""
+"""The one way a benchmark writes its own section of benchmarks/RESULTS.md, and the one way a
+benchmark's worker process ends."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -26,3 +29,11 @@ def write_section(name: str, block: str, path: Path = RESULTS) -> None:
     else:
         new = old.rstrip("\n") + "\n\n" + block + "\n"
     path.write_text(new)
+
+
+def worker_exit(method: str, failed: Sequence[str]) -> int:
+    """A worker's exit status: 1, and the first failed host named on stderr, if any failed."""
+    if failed:
+        print(f"{method}: {len(failed)} host(s) failed, first {failed[0]}", file=sys.stderr)
+        return 1
+    return 0

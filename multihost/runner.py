@@ -48,7 +48,7 @@ from multihost.record import (
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot, Transfer
 from multihost.stage import Archive, pack, stage
 from multihost.stream import Follower, LogSink, classify
-from multihost.transport import Connection, connect
+from multihost.transport import Connection, burst, connect
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -710,8 +710,10 @@ class Run(_Watcher):
                     slot.error = f"not started: {why}"
                     self._set(slot, State.ERROR, slot.error)
             return
-        for gate in ready.values():  # the word to every host before any reply is read
-            gate.go()
+        # the word to every host before any reply is read, all of it out at once
+        with burst(s.conn for s in self._slots.values() if s.conn is not None):
+            for gate in ready.values():
+                gate.go()
 
         async def started_one(host: Host) -> None:
             slot = self._slots[host.process_id]

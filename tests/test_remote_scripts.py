@@ -177,8 +177,48 @@ def test_launch_gate_held_starts_nothing_and_leaves_no_run(
     assert held.stdout == b"ready\n", held.stderr
     assert held.returncode == 5
     assert not (home / "b" / "runs" / "held").exists()
+    assert _processes_under(home) == []  # the wrapper (up before the word) and tail ended
     time.sleep(0.3)  # a job, had one been started, would have written by now
     assert not (home / "held.started").exists()
+
+
+def _processes_under(home: Path) -> list[str]:
+    """Command lines of live processes that name a path in ``home`` (read from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+            state = (cmdline.parent / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and any(str(home).encode() in a for a in args):
+            found.append(b" ".join(args).decode(errors="replace"))
+    return found
+
+
+def test_launch_gate_shell_killed_before_the_word_leaves_nothing_running(tmp_path: Path) -> None:
+    """The launch shell gone at its gate (SIGKILL: no word, no cleanup of its own): the
+    wrapper waiting behind it and the log's tail end too, and the job never starts."""
+    home = tmp_path / "home"
+    home.mkdir()
+    paths = Paths("~/b", "~/b/code/h", "~/b/runs/gone")
+    job = Job('echo started > "$HOME"/gone.started', "gone")
+    script = launch_script(paths, {"JAX_PROCESS_ID": "0"}, job.command, watch=True)
+    assert _sh(claim_command(paths), home).returncode == 0
+    (home / "b" / "code" / "h").mkdir(parents=True, exist_ok=True)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    pipe = subprocess.PIPE
+    with subprocess.Popen(["sh", "-s"], stdin=pipe, stdout=pipe, env=env) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(script.encode())
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"ready\n"
+        assert any("run.sh gate" in c for c in _processes_under(home))  # up before the word
+        proc.kill()
+        proc.wait(timeout=10)
+    wait_for(lambda: _processes_under(home) == [], 10, "the wrapper and the tail to end")
+    assert not (home / "gone.started").exists()
 
 
 def test_launch_gate_go_starts_the_job_and_watches(tmp_path: Path) -> None:
@@ -193,3 +233,8 @@ def test_launch_gate_go_starts_the_job_and_watches(tmp_path: Path) -> None:
     end = parse_watch_end(ran.stderr)
     assert end is not None
     assert end[0].code == 0
+    # the start time: the empty started file's mtime (no fork between the word and the job)
+    assert end[0].started_at is not None
+    assert abs(end[0].started_at - time.time()) < 60
+    assert end[0].ended_at is not None
+    assert end[0].started_at <= end[0].ended_at

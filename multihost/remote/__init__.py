@@ -13,9 +13,11 @@ import shlex
 # -- shared fragments (constants; concatenated into the templates below) ----------------------
 
 # Sets $exit $started $ended $stopped $escaped from run dir $r's files ("-" when missing; $exit
-# is "empty" when the exit file exists but says nothing), with builtins only.
+# is "empty" when the exit file exists but says nothing). An empty started file (the wrapper's
+# builtin ``: >``, no fork on the way to the job) says when by its mtime.
 _READ_STATE = """\
 started=-; { read -r started < "$r"/started; } 2>/dev/null
+[ -n "$started" ] || started=$(date -r "$r"/started +%s.%N 2>/dev/null) || started=-
 ended=-; { read -r ended < "$r"/ended; } 2>/dev/null
 stopped=-; { read -r stopped < "$r"/stopped; } 2>/dev/null
 escaped=-; { read -r escaped < "$r"/escaped; } 2>/dev/null
@@ -81,11 +83,20 @@ trap - EXIT
 # (not an ignore, which children would inherit) keeps it alive through TERM so that it can
 # still write the exit file. The job's processes carry MULTIHOST_RUN_DIR (so that escaped ones
 # can be found) and the stack hook's dir; the wrapper itself does not, so it never stops itself.
+# Started as ``run.sh gate`` (LAUNCH_WATCH), it is up before the word and waits for "go" on
+# stdin (anything else or the end: exit 5, nothing run): after the word, no fork stands
+# between the host and its job's start but the job's own. Its start time is the mtime of an
+# empty started file (a builtin ``: >``; _READ_STATE reads it).
 WRAPPER = f"""\
 cd "${{0%/*}}" || exit 1
 r=$PWD
 echo $$ > pid
-date +%s.%N > started
+if [ "${{1:-}}" = gate ]; then
+  go=; read -r go || :
+  exec </dev/null
+  [ "$go" = go ] || exit 5
+fi
+: > started
 trap ':' TERM INT HUP
 MULTIHOST_RUN_DIR=$r MULTIHOST_STACK_DIR=$r/hook sh ./job.sh </dev/null >>log 2>&1
 rc=$?
@@ -114,23 +125,54 @@ printf '%s' "$job" > "$r"/job.sh
 printf '%s' "$wrapper" > "$r"/run.sh
 : > "$r"/log
 """
+# The log from byte o to stdout as it grows, while this shell lives (t: the tail's pid).
+_TAIL = """\
+tail -c +$((o + 1)) -f -s 0.2 --pid=$$ "$r"/log 2>/dev/null & t=$!
+"""
+
+# The gate of a launch that watches: every host writes its run's files, starts its log's tail
+# and its wrapper (``run.sh gate``, holding at its own gate: a pipe from this shell, a FIFO
+# unlinked once open) and says "ready"; then waits for the runner's word on stdin. The runner
+# sends "go" to every host at once when all are ready, and each host passes it on to its
+# wrapper: the jobs start together, with no fork between the word and a job's start but the
+# job's own. "stop" (one host could not be launched), or the channel's end (the runner gone),
+# closes the pipe: the wrapper ends without running anything, the run's directory goes. This
+# shell's own end closes the pipe too, and the tail follows this shell (--pid). The process
+# group's line comes before the word is passed on, so no log byte can come ahead of it. The
+# script that holds a gate is one { } group: the shell reads all of it before it runs any, so
+# stdin then holds only the word.
+_GATE = (
+    """\
+mkfifo -m 600 "$r"/gate
+set +e
+"""
+    + _TAIL
+    + """\
+# shellcheck disable=SC2094 # one FIFO, both ends on purpose: a pipe this shell holds
+exec 3<>"$r"/gate 4<"$r"/gate
+rm -f "$r"/gate
+setsid sh "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
+w=$!
+exec 4<&-
+echo ready
+go=; read -r go || :
+if [ "$go" != go ]; then
+  exec 3>&-
+  wait $w
+  kill $t 2>/dev/null; wait $t
+  rm -rf "$r"
+  exit 5
+fi
+echo $w
+echo go >&3
+exec 3>&-
+"""
+)
 _START = """\
 setsid sh "$r"/run.sh </dev/null >/dev/null 2>&1 &
 echo $!
 """
 LAUNCH = _WRITE_RUN + _START
-
-# The gate of a launch that watches: every host writes its run's files and says "ready", then
-# waits for the runner's word on stdin. The runner sends "go" to every host at once when all
-# are ready (the jobs start together: skew is one word's trip, not a whole launch), or "stop"
-# when one could not be launched: then nothing starts anywhere, and the run's directory goes.
-# The channel's end (the runner gone) is a stop too. The script that holds a gate is one
-# { } group: the shell reads all of it before it runs any, so stdin then holds only the word.
-_GATE = """\
-echo ready
-go=; read -r go || :
-[ "$go" = go ] || { rm -rf "$r"; exit 5; }
-"""
 
 # Watching. Vars: r (run dir), o (byte offset). Streams the log from o until the exit file
 # appears, or until the job's process group has been gone for 3 s without one ("vanished");
@@ -139,10 +181,10 @@ go=; read -r go || :
 # a thousand hosts sharing cores, polling fast for long costs more than it gains). When this
 # shell started the job's wrapper (LAUNCH_WATCH), the wrapper's end cuts the sleep short: a
 # trapped CHLD ends ``wait`` at once in dash (Debian's and Ubuntu's sh), so a short job's end
-# is seen at once instead of up to 0.2 s later; other shells wait out the sleep, as before.
-WATCH = f"""\
-tail -c +$((o + 1)) -f -s 0.2 "$r"/log 2>/dev/null & t=$!
-n=0; gone=0; pg=; s=0.2; d=2
+# is seen at once, and LAUNCH_WATCH looks every second from the start (a fork a second, not
+# five, on every host just as all the jobs start); other shells wait out the sleep.
+_POLL = f"""\
+gone=0; pg=
 trap : CHLD
 while [ ! -e "$r"/exit ]; do
   sleep $s & z=$!
@@ -164,11 +206,12 @@ size=$(wc -c < "$r"/log)
 echo "end $exit $started $ended $stopped $size $escaped" >&2
 exit 0
 """
+WATCH = _TAIL + "n=0; s=0.2; d=2\n" + _POLL
 
 # Launch behind the gate, then watch on the same channel (one channel and round trip less per
 # host): "ready", then (after "go") the process group's line, then the log from its first byte
 # and the "end ..." line as WATCH. Vars: LAUNCH's and o.
-LAUNCH_WATCH = "{\n" + _WRITE_RUN + _GATE + _START + "set +e\n" + WATCH + "}\n"
+LAUNCH_WATCH = "{\n" + _WRITE_RUN + _GATE + "n=8; s=1; d=10\n" + _POLL + "}\n"
 
 # Finishing. Vars: r, o. First line: exit code, start, end, stop signal, escaped ("-" when
 # missing); then the log from byte o. "missing" when the run's directory is gone.

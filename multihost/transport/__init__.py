@@ -5,6 +5,9 @@ asyncssh is imported only by ``transport.ssh``, and only when an SSH host is rea
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator
+
 from multihost.model import Host
 from multihost.transport.base import (
     Completed,
@@ -26,6 +29,7 @@ __all__ = [
     "Progress",
     "SSHOptions",
     "Shell",
+    "burst",
     "connect",
     "default_state_dir",
     "forget",
@@ -39,3 +43,20 @@ async def connect(host: Host, options: SSHOptions) -> Connection:
     from multihost.transport.ssh import connect_ssh  # asyncssh only when SSH is used
 
     return await connect_ssh(host, options)
+
+
+@contextlib.contextmanager
+def burst(conns: Iterable[Connection]) -> Iterator[None]:
+    """What is written to ``conns`` inside goes out to all of them at the end, back to back.
+    For a word that every host must get at once (a launch's "go"): written one host at a
+    time, each host that gets it wakes and runs its part while the word still has to be
+    written to the rest; on cores the hosts share (a loopback fleet), the last ones got it
+    seconds late."""
+    held = list(conns)
+    for conn in held:
+        conn.hold_writes(True)
+    try:
+        yield
+    finally:
+        for conn in held:
+            conn.hold_writes(False)

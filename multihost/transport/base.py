@@ -109,6 +109,12 @@ class Connection(Protocol):
         """Start a shell that waits for its script (``Shell.stream``)."""
         ...
 
+    def hold_writes(self, held: bool) -> None:
+        """While held, what is written to this host gathers on this machine and goes out at
+        the release, in as few packets as can carry it (TCP_CORK; a no-op where there is
+        none). See ``transport.burst``."""
+        ...
+
     async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
         """Copy the host's regular file ``path`` (absolute) to ``write``, chunk by chunk;
         returns its size. A file that cannot be read raises RemoteError naming it."""

@@ -70,6 +70,9 @@ class LocalConnection:
                 write(chunk)  # a local error here is the caller's
                 size += len(chunk)
 
+    def hold_writes(self, held: bool) -> None:
+        """Nothing to hold: a local worker's writes are pipes on this machine."""
+
     async def shell(self) -> LocalShell:
         return LocalShell(await _spawn(SHELL, stdin=True))
 

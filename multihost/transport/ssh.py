@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import shlex
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,14 @@ class SSHConnection:
             raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
         out = first + _as_bytes(res.stdout)
         return Completed(res.exit_status, out, _as_bytes(res.stderr)), sent
+
+    def hold_writes(self, held: bool) -> None:
+        sock = self._conn.get_extra_info("socket")  # None through a tunnel or a proxy command
+        cork = getattr(socket, "TCP_CORK", None)  # Linux's
+        if sock is None or cork is None:
+            return
+        with contextlib.suppress(OSError):  # not TCP after all
+            sock.setsockopt(socket.IPPROTO_TCP, cork, int(held))
 
     async def shell(self) -> SSHShell:
         try:
