@@ -210,7 +210,8 @@ WATCH = _TAIL + "n=0; s=0.2; d=2\n" + _POLL
 
 # Launch behind the gate, then watch on the same channel (one channel and round trip less per
 # host): "ready", then (after "go") the process group's line, then the log from its first byte
-# and the "end ..." line as WATCH. Vars: LAUNCH's and o.
+# and the "end ..." line as WATCH. Vars: LAUNCH's and o. It polls each second from the start
+# (n=8 is past the back-off's steps): the job's end comes as a CHLD, not from the poll.
 LAUNCH_WATCH = "{\n" + _WRITE_RUN + _GATE + "n=8; s=1; d=10\n" + _POLL + "}\n"
 
 # Finishing. Vars: r, o. First line: exit code, start, end, stop signal, escaped ("-" when
