@@ -125,6 +125,12 @@ printf '%s' "$job" > "$r"/job.sh
 printf '%s' "$wrapper" > "$r"/run.sh
 : > "$r"/log
 """
+_START = """\
+setsid sh "$r"/run.sh </dev/null >/dev/null 2>&1 &
+echo $!
+"""
+LAUNCH = _WRITE_RUN + _START
+
 # The log from byte o to stdout as it grows, while this shell lives (t: the tail's pid).
 _TAIL = """\
 tail -c +$((o + 1)) -f -s 0.2 --pid=$$ "$r"/log 2>/dev/null & t=$!
@@ -168,11 +174,6 @@ echo go >&3
 exec 3>&-
 """
 )
-_START = """\
-setsid sh "$r"/run.sh </dev/null >/dev/null 2>&1 &
-echo $!
-"""
-LAUNCH = _WRITE_RUN + _START
 
 # Watching. Vars: r (run dir), o (byte offset). Streams the log from o until the exit file
 # appears, or until the job's process group has been gone for 3 s without one ("vanished");
