@@ -15,12 +15,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from multihost.core import Attach, Run, Stop
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port
 from multihost.model import Fleet, Job, RunResult
 from multihost.plan import check_run_name, parse_env
-from multihost.runner import Attach, Run, Stop
 from multihost.runs import (
     HostStatus,
     find_run,

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from multihost.api import Plan, blocking, check_options, plan_run
+from multihost.core import Run
 from multihost.errors import RemoteCallError
 from multihost.fanout import on_every_host
 from multihost.model import Host, RunResult
 from multihost.plan import Paths, shell_path
-from multihost.runner import Run
 from multihost.runstate import default_run_name
 from multihost.transport import Connection
 

@@ -187,7 +187,7 @@ def test_ctrl_c_at_the_launch_gate_starts_nothing(home: Path, code: Path, tmp_pa
     import asyncio
 
     from multihost.api import plan_run
-    from multihost.runner import Run
+    from multihost.core import Run
     from multihost.runstate import HostEvent
 
     plan = plan_run('echo ran > "$HOME"/ran.$JAX_PROCESS_ID',

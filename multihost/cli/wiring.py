@@ -23,6 +23,7 @@ from multihost import report, runs
 from multihost.bundled import payload_command, payloads_dir
 from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
+from multihost.core import Attach, Run
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import free_port, port_in_use
@@ -30,7 +31,6 @@ from multihost.fleetops.stale import DEVICE_GLOB_ENV
 from multihost.model import Fleet, Host, Job, RunResult, State
 from multihost.plan import check_run_name, parse_env
 from multihost.record import RunRecord
-from multihost.runner import Attach, Run
 from multihost.runstate import (
     Event,
     HostEvent,
