@@ -214,7 +214,7 @@ def _capture(where: str, capture: str, start_at: float, seconds: float) -> None:
         try:
             time.sleep(seconds)
         finally:
-            jax.profiler.stop_trace()
+            jax.profiler.stop_trace()  # type: ignore[no-untyped-call]
         with open(mark + ".done", "w") as f:
             f.write(f"{began!r} {time.time()!r}")
     except BaseException as e:  # a trace already running, jax without profiler, ...
