@@ -377,6 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
     stack.add_argument("--native", action="store_true",
                        help="add C/C++ frames (py-spy on the hosts, if ptrace allows)")  # fmt: skip
     stack.add_argument("--json", action="store_true", help="the groups as JSON")
+    trace = run_command("trace", "a jax.profiler trace of every JAX process of a running run")
+    trace.add_argument("--seconds", type=positive(float), default=D.trace_seconds, metavar="N",
+                       help="how long every process traces, from one common start "
+                       "(default %(default)s)")  # fmt: skip
+    trace.add_argument("--name", metavar="NAME",
+                       help="the capture's folder under the run's traces/ (default: the time)")
+    trace.add_argument("--json", action="store_true", help="the per-host rows as JSON")
     kill = run_command("kill", "stop a run on every host")
     kill.add_argument(
         "--signal",
@@ -472,6 +479,7 @@ COMMANDS: dict[str, str] = {
     "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
     "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
     "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
+    "trace": "cli.trace",
     "job": "cli.job", "config": "cli.config", "pull": "cli.pull",
 }  # fmt: skip
 

@@ -9,6 +9,7 @@ done or failed (or is gone), prints one line per process, and the runner pulls
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shlex
 import time
@@ -17,14 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from multihost.copyback import pull_host
+from multihost.defaults import DEFAULTS
 from multihost.diagnose.traces import HostTrace, host_trace
 from multihost.errors import UsageError
 from multihost.fanout import map_hosts
 from multihost.model import Host
-from multihost.transport import Connection
+from multihost.transport import Connection, SSHOptions, connect
 
 START_MARGIN_S = 1.5  # the request reaches every host before the common start time
-END_MARGIN_S = 30.0  # after start + seconds, a process that has not said it is done is late
+END_MARGIN_S = 30.0
+MAX_SECONDS = 3600  # after start + seconds, a process that has not said it is done is late
 
 TRACE = r"""
 r=$1 capture=$2 start_at=$3 seconds=$4 deadline=$5
@@ -170,36 +173,38 @@ def host_error(capture: HostCapture) -> str | None:
 
 async def capture(
     hosts: Sequence[Host],
-    conns: Mapping[int, Connection],
     run_dirs: Mapping[int, str],
     local_run_dir: Path,
     *,
     seconds: float,
     name: str | None = None,
+    conns: Mapping[int, Connection] | None = None,
+    ssh: SSHOptions | None = None,
+    limit: int = DEFAULTS.connect_limit,
 ) -> Capture:
     """Trace every host's JAX processes for ``seconds`` from one common start, pull the traces
-    back and read them; every host yields a row (a failure is a row with its reason)."""
-    if not 0 < seconds <= 3600:
-        raise UsageError(f"--seconds must be between 0 and 3600, not {seconds:g}")
+    back and read them; every host yields a row (a failure is a row with its reason). Over a
+    live run's connections (``conns``) or new ones (``ssh``, ``limit`` handshakes at a time)."""
+    if not 0 < seconds <= MAX_SECONDS:
+        raise UsageError(f"--seconds must be over 0 and at most {MAX_SECONDS}, not {seconds:g}")
     chosen, folder = new_folder(local_run_dir, name or capture_name())
     start_at = time.time() + START_MARGIN_S
-    timeout = START_MARGIN_S + seconds + END_MARGIN_S + 60
+    gate = asyncio.Semaphore(limit)
 
     async def one(host: Host) -> HostCapture:
-        conn = conns[host.process_id]
-        run_dir = run_dirs[host.process_id]
-        res = await conn.run(trace_command(run_dir, chosen, start_at, seconds))
-        processes, error = parse_answer(res.stdout.decode(errors="replace"))
-        answer = HostCapture(host, processes, error)
-        dest = folder / host.file_stem
-        if any(p.state == "done" for p in processes):
-            work = f"{run_dir.rstrip('/')}/traces/{chosen}"
-            pulled = await pull_host(conn, work, ["."], dest, lambda _e: None)
-            if not pulled.ok and not pulled.files:
-                answer = HostCapture(host, processes, "; ".join(pulled.errors))
-        row = host_trace(host.name, dest, host_error(answer))
-        return HostCapture(host, answer.processes, answer.error, row)
+        if conns is not None:
+            return await _one(conns[host.process_id], host, run_dirs[host.process_id],
+                              chosen, folder, start_at, seconds)  # fmt: skip
+        assert ssh is not None
+        async with gate:
+            conn = await connect(host, ssh)
+        try:
+            return await _one(conn, host, run_dirs[host.process_id], chosen, folder, start_at,
+                              seconds)  # fmt: skip
+        finally:
+            await conn.close()
 
+    timeout = START_MARGIN_S + seconds + END_MARGIN_S + DEFAULTS.command_timeout
     outcomes = await map_hosts(one, list(hosts), timeout=timeout, what="trace")
     rows: list[HostCapture] = []
     for o in outcomes:
@@ -209,3 +214,18 @@ async def capture(
             reason = o.error.message if o.error else "failed"
             rows.append(HostCapture(o.host, (), reason, HostTrace(o.host.name, None, (), reason)))
     return Capture(chosen, folder, seconds, tuple(rows))
+
+
+async def _one(conn: Connection, host: Host, run_dir: str, chosen: str, folder: Path,
+               start_at: float, seconds: float) -> HostCapture:  # fmt: skip
+    res = await conn.run(trace_command(run_dir, chosen, start_at, seconds))
+    processes, error = parse_answer(res.stdout.decode(errors="replace"))
+    answer = HostCapture(host, processes, error)
+    dest = folder / host.file_stem
+    if any(p.state == "done" for p in processes):
+        work = f"{run_dir.rstrip('/')}/traces/{chosen}"
+        pulled = await pull_host(conn, work, ["."], dest, lambda _e: None)
+        if not pulled.ok and not pulled.files:
+            answer = HostCapture(host, processes, "; ".join(pulled.errors))
+    row = host_trace(host.name, dest, host_error(answer))
+    return HostCapture(host, answer.processes, answer.error, row)
