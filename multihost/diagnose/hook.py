@@ -143,6 +143,7 @@ class TracerWatcher(ClustersWatcher):
 
 REQUEST = "trace.request"
 POLL_S = 0.25
+NAME_PUNCT = str.maketrans("", "", "._-")  # a capture name: letters, digits and these
 
 
 def _start_tracer() -> None:
@@ -185,7 +186,7 @@ def _trace_loop(where: str) -> None:
             with open(request) as f:
                 asked = json.loads(f.read())
             capture = str(asked["capture"])
-            if capture == seen or not capture.replace("-", "").replace("_", "").isalnum():
+            if capture == seen or not capture.translate(NAME_PUNCT).isalnum():
                 continue
             seen = capture
             _capture(where, capture, float(asked["start_at"]), float(asked["seconds"]))
