@@ -381,8 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--seconds", type=positive(float), default=D.trace_seconds, metavar="N",
                        help="how long every process traces, from one common start "
                        "(default %(default)s)")  # fmt: skip
-    trace.add_argument("--name", metavar="NAME",
-                       help="the capture's folder under the run's traces/ (default: the time)")
+    trace.add_argument(
+        "--name",
+        metavar="NAME",
+        help="the capture's folder under the run's traces/ (default: the time)",
+    )
     trace.add_argument("--json", action="store_true", help="the per-host rows as JSON")
     kill = run_command("kill", "stop a run on every host")
     kill.add_argument(
