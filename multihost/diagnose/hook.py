@@ -171,8 +171,11 @@ def _trace_loop(where: str) -> None:
     request = os.path.join(where, REQUEST)
     seen = ""
     stamp = None
+    progress = _Progress(where)
     while True:
         time.sleep(POLL_S)
+        if not progress.stepping:
+            progress.look()
         try:
             st = os.stat(request)
         except OSError:
@@ -189,9 +192,63 @@ def _trace_loop(where: str) -> None:
             if capture == seen or not capture.translate(NAME_PUNCT).isalnum():
                 continue
             seen = capture
-            _capture(where, capture, float(asked["start_at"]), float(asked["seconds"]))
+            start_at = float(asked["start_at"])
+            if time.time() > start_at + POLL_S * 4:  # asked before this process was there
+                continue
+            _capture(where, capture, start_at, float(asked["seconds"]))
         except Exception:
             continue
+
+
+class _Progress:
+    """Marks how far the process is: ``<pid>.backend`` once JAX has a backend (its first
+    computation or device query), ``<pid>.stepping`` at its first annotated step
+    (``jax.profiler.StepTraceAnnotation``: the class is wrapped once to notice it, then
+    unwrapped). ``run --trace`` waits for these before it captures."""
+
+    def __init__(self, where: str) -> None:
+        self.mark = os.path.join(where, str(os.getpid()))
+        self.backend = self.stepping = False
+        self.wrapped: type | None = None
+        self.original: object = None
+        self.seen = [False]
+
+    def look(self) -> None:
+        try:
+            if not self.backend:
+                bridge = sys.modules.get("jax._src.xla_bridge")
+                if bridge is not None and getattr(bridge, "_backends", None):
+                    self.backend = self._write("backend")
+            if self.wrapped is None:
+                self._wrap()
+            elif self.seen[0]:
+                self.stepping = self._write("stepping")
+                setattr(self.wrapped, "__init__", self.original)  # noqa: B010 (unwrap)
+        except Exception:
+            self.stepping = True  # give up looking; never disturb the program
+
+    def _wrap(self) -> None:
+        profiler = sys.modules.get("jax._src.profiler")
+        cls = getattr(profiler, "StepTraceAnnotation", None) if profiler else None
+        if not isinstance(cls, type):
+            return
+        original = getattr(cls, "__init__")  # noqa: B009 (mypy: no __init__ on an instance)
+        seen = self.seen
+
+        def __init__(self: object, *args: object, **kwargs: object) -> None:
+            seen[0] = True
+            original(self, *args, **kwargs)
+
+        self.original = original
+        setattr(cls, "__init__", __init__)  # noqa: B010 (wrap, once)
+        self.wrapped = cls
+
+    def _write(self, what: str) -> bool:
+        import time
+
+        with open(f"{self.mark}.{what}", "w") as f:
+            f.write(repr(time.time()))
+        return True
 
 
 def _capture(where: str, capture: str, start_at: float, seconds: float) -> None:
