@@ -4,7 +4,10 @@ come back one folder per host, and a table reads them (real multi-process JAX on
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ import pytest
 from multihost.diagnose.capture import TRACE, new_folder, parse_answer, trace_command
 from multihost.diagnose.traces import HostTrace, TraceStats, slowest, stats_of_events
 from multihost.errors import UsageError
-from tests.clitools import cli, wait_for
+from tests.clitools import cli, fleet_run_args, no_processes, wait_for
 
 STEPPER = """\
 import os, time
@@ -188,3 +191,45 @@ def test_a_host_whose_process_is_gone_is_a_row_with_its_reason(
     finally:
         (stop / "stop").touch()
     cli(["attach", "gone", "--log-dir", str(logs)], timeout=120)
+
+
+def _fleet_log_says(fleet, run: str, n: int, word: str) -> bool:  # type: ignore[no-untyped-def]
+    logs = [Path(h.home) / ".multihost" / "runs" / run / "log" for h in fleet.hosts[:n]]
+    return all(p.is_file() and word in p.read_text() for p in logs)
+
+
+@pytest.mark.jax
+@pytest.mark.usefixtures("fresh_runs")
+def test_fleet_hosts_are_traced_into_one_folder_each(  # type: ignore[no-untyped-def]
+    ssh_fleet, remote_jax, stepper: Path, tmp_path: Path
+) -> None:
+    logs, n = tmp_path / "logs", 2
+    # the fleet's users look for the stop file in a directory every one of them can read
+    stop = Path(tempfile.mkdtemp(prefix="multihost-trace-stop-", dir="/tmp"))
+    stop.chmod(0o755)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = fleet_run_args(
+        ssh_fleet, stepper, logs, "ftr", f"{remote_jax['PYTHON']} stepper.py", n, "--detach",
+        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--env", "JAX_PLATFORMS=cpu",
+        "--env", f"STOP_DIR={stop}", "--coordinator-port", str(port),
+    )  # fmt: skip
+    assert (res := cli(args)).returncode == 0, res.stderr
+    try:
+        wait_for(lambda: _fleet_log_says(ssh_fleet, "ftr", n, "stepping"), 120, "stepping")
+        out = cli(["trace", "ftr", "--log-dir", str(logs), "--seconds", "1", "--json"])
+        assert out.returncode == 0, out.stderr
+        data = json.loads(out.stdout)
+        assert [h["host"] for h in data["hosts"] if h["ok"] and h["steps"] > 0] == [
+            "s0/w0",
+            "s0/w1",
+        ]
+        folders = sorted(p.name for p in Path(data["folder"]).iterdir())
+        assert folders == ["slice_0000_worker_0000", "slice_0000_worker_0001"]
+    finally:
+        (stop / "stop").touch()
+    done = cli(["attach", "ftr", "--log-dir", str(logs)], timeout=120)
+    assert done.returncode == 0, done.stderr
+    shutil.rmtree(stop, ignore_errors=True)
+    wait_for(lambda: no_processes(ssh_fleet, n), 20, "no process left")
