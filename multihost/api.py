@@ -154,12 +154,10 @@ def with_profile(profile: str, given: Mapping[str, Any]) -> dict[str, Any]:
     """``given`` over the config files' values (their top tables, then ``profile``'s), as the
     CLI layers them: keywords win, ``env`` is merged, a given fleet replaces the configured one.
     The files are found from ``script_dir`` (default: the current directory)."""
-    from multihost.cli import build_parser, subparser
-    from multihost.cli.config import SOURCES, Resolved
-    from multihost.config import load
+    from multihost.settings.layers import Resolved
+    from multihost.settings.schema import SOURCES
 
-    start = Path(given.get("script_dir") or ".").expanduser()
-    resolved = Resolved.of(load(start, profile), subparser(build_parser(), "config"))
+    resolved = Resolved.load(Path(given.get("script_dir") or ".").expanduser(), profile)
     configured: dict[str, Any] = {}
     for key, (value, _) in resolved.values.items():
         if key == "exclude":

@@ -1,0 +1,318 @@
+"""Every setting once: its flag, type, default and help, in the groups the commands share.
+
+A command's parser is built from these groups (``multihost.cli.parser``); the config files'
+keys are the settings of ``run`` (:data:`SETTINGS`, checked with each one's own type by
+``multihost.settings.layers``); the API's keywords are their names with underscores.
+
+A new flag: declare a :class:`Flag` here, put it in the group of the commands that take it
+(or a new group), and read it by its ``dest`` in ``multihost.planner``. A flag that a config
+file may not set says ``setting=False``. Shown help differs per command? Use
+``FLAG.but(help=...)``, never a second declaration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from multihost.defaults import DEFAULTS as D
+from multihost.settings.types import command_text, port, positive, remote_dir, size, stage_via
+from multihost.sources import IP_MODES
+
+Kind = Literal["value", "append", "switch", "bool"]  # switch: store_true; bool: --x/--no-x
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One setting as a flag: ``--name``, its value type and default, and its help."""
+
+    name: str  # the long option without dashes; also its config-file key
+    help: str | None
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    kind: Kind = "value"
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    setting: bool = True  # a key the config files may set (and `multihost config` shows)
+
+    @property
+    def option(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def dest(self) -> str:
+        """Its name in ``vars(args)``, in the API's keywords and in the planner's settings."""
+        return self.name.replace("-", "_")
+
+    @property
+    def initial(self) -> Any:
+        """The value when the flag is not given (a fresh list for an ``append`` flag)."""
+        return list(self.default or ()) if self.kind == "append" else self.default
+
+    def but(self, **changes: Any) -> Flag:
+        """The same flag as one command shows it (another help or default)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Flags that exclude each other; with ``required``, one of them must be given."""
+
+    flags: tuple[Flag, ...]
+    required: bool = False
+
+
+Item = Flag | OneOf
+Group = tuple[Item, ...]
+
+# -- the fleet: where to run, and how to reach it --------------------------------------------
+PROFILE = Flag(
+    "profile",
+    metavar="NAME",
+    setting=False,
+    help="defaults from this profile of the config files (see multihost config; default: none)",
+)
+HOSTS = Flag(
+    "hosts",
+    metavar="LIST|FILE",
+    help="comma list of [user@]host[:port] with ranges (h[0-3], 10.0.0.[2-9]), a TOML "
+    "inventory, or a file with one host per line",
+)
+LOCAL = Flag("local", type=positive(int), metavar="N", help="N workers on this machine, no SSH")
+PREFIX = Flag("prefix", help="Cloud TPU node or queued resource name")
+SOURCES = ("hosts", "local", "prefix")  # one of them picks the fleet: one given replaces all
+PROJECT = Flag("project", help="with --prefix: gcloud project (default: gcloud's)")
+ZONE = Flag("zone", help="with --prefix: gcloud zone (default: gcloud's)")
+IP = Flag(
+    "ip",
+    choices=IP_MODES,
+    default="auto",
+    help="with --prefix: address to connect to (default %(default)s: external if any)",
+)
+USER = Flag("user", help="ssh user for every host (default: ssh config's, else yours)")
+SSH_CONFIG = Flag(
+    "ssh-config", type=Path, metavar="FILE", help="ssh config file (default ~/.ssh/config)"
+)
+HOST_KEYS = Flag(
+    "host-keys",
+    choices=("strict", "accept-new"),
+    help="strict: known_hosts only; accept-new: trust on first use, refuse a "
+    "changed key (default: strict, accept-new with --prefix)",
+)
+CONNECT_TIMEOUT = Flag(
+    "connect-timeout",
+    type=positive(float),
+    default=D.connect_timeout,
+    metavar="S",
+    help="seconds per SSH handshake (default %(default)g s)",
+)
+CONNECT_LIMIT = Flag(
+    "connect-limit",
+    type=positive(int),
+    default=D.connect_limit,
+    metavar="N",
+    help="handshakes in flight at once (default %(default)s)",
+)
+
+
+def fleet(required: bool = True) -> Group:
+    """``--hosts/--local/--prefix`` (one of them ``required``) and their options."""
+    source = OneOf((HOSTS, LOCAL, PREFIX), required=required)
+    return (
+        PROFILE,
+        source,
+        PROJECT,
+        ZONE,
+        IP,
+        USER,
+        SSH_CONFIG,
+        HOST_KEYS,
+        CONNECT_TIMEOUT,
+        CONNECT_LIMIT,
+    )
+
+
+# -- a run: code, env, logs, ports (run and sweep) ---------------------------------------------
+SCRIPT_DIR = Flag(
+    "script-dir",
+    type=Path,
+    default=Path("."),
+    metavar="DIR",
+    help="code to stage on every host (default: the current directory)",
+)
+EXCLUDE = Flag(
+    "exclude",
+    kind="append",
+    metavar="PATTERN",
+    help="leave out of the staged code (glob; 'dir/' for a directory; repeatable; "
+    "default: none beyond .git, __pycache__, *.pyc)",
+)
+MAX_STAGE_BYTES = Flag(
+    "max-stage-bytes",
+    type=size,
+    default=D.max_stage_bytes,
+    metavar="BYTES",
+    help=f"refuse a code dir bigger than this (K/M/G suffixes; default {D.max_stage_bytes >> 30}G)",
+)
+ENV = Flag(
+    "env",
+    kind="append",
+    metavar="K=V",
+    help="set in every host's environment (repeatable; default: none)",
+)
+LOG_DIR = Flag(
+    "log-dir",
+    type=Path,
+    metavar="DIR",
+    help="local logs (default $MULTIHOST_LOG_DIR or ~/multihost-logs)",
+)
+REMOTE_DIR = Flag(
+    "remote-dir",
+    type=remote_dir,
+    default=D.remote_dir,
+    metavar="DIR",
+    help="staging base on each host (default %(default)s)",
+)
+GRACE = Flag(
+    "grace",
+    type=positive(float),
+    default=D.grace,
+    metavar="S",
+    help="seconds between TERM and KILL when stopping (default %(default)g s)",
+)
+COORDINATOR_PORT = Flag(
+    "coordinator-port",
+    type=port,
+    metavar="PORT",
+    help=f"JAX coordinator port on host 0 (default {D.coordinator_port}; with --local a free port)",
+)
+MEGASCALE_PORT = Flag(
+    "megascale-port",
+    type=port,
+    default=D.megascale_port,
+    metavar="PORT",
+    help="Megascale port with several slices (default %(default)s)",
+)
+KILL_STALE = Flag(
+    "kill-stale",
+    kind="bool",
+    help="stop accelerator device holders before launching (default: warn with --prefix)",
+)
+RECORD_ENV = Flag(
+    "record-env",
+    kind="bool",
+    help="keep --env values in run.json (default: their names only; they may be secrets)",
+)
+HANG_TIMEOUT = Flag(
+    "hang-timeout",
+    type=positive(float),
+    metavar="S",
+    help="when no host prints for S seconds: take every host's stacks, name the "
+    "stragglers, then stop the run (exit 1) (default: never)",
+)
+ON_HANG = Flag(
+    "on-hang",
+    choices=("stop", "report"),
+    default="stop",
+    help="after a hang: stop, or only report (default %(default)s)",
+)
+RUN: Group = (
+    SCRIPT_DIR,
+    EXCLUDE,
+    MAX_STAGE_BYTES,
+    ENV,
+    LOG_DIR,
+    REMOTE_DIR,
+    GRACE,
+    COORDINATOR_PORT,
+    MEGASCALE_PORT,
+    KILL_STALE,
+    RECORD_ENV,
+    HANG_TIMEOUT,
+    ON_HANG,
+)
+
+# -- what `run` has beyond `sweep` -----------------------------------------------------------
+STREAM = Flag(
+    "stream",
+    choices=("host0", "all", "none"),
+    default="host0",
+    help="host output on the terminal (default %(default)s)",
+)
+FAIL_FAST = Flag(
+    "fail-fast",
+    kind="bool",
+    default=True,
+    help="stop the other hosts when one fails (default: yes; --no-fail-fast keeps them running)",
+)
+TIMEOUT = Flag(
+    "timeout",
+    type=positive(float),
+    metavar="S",
+    help="bound the whole run, in seconds (default: none)",
+)
+RECONNECT_TIMEOUT = Flag(
+    "reconnect-timeout",
+    type=positive(float),
+    default=D.reconnect_timeout,
+    metavar="S",
+    help="seconds to retry a lost host (default %(default)g s)",
+)
+STAGE_VIA = Flag(
+    "stage-via",
+    type=stage_via,
+    default=D.stage_via,
+    metavar="HOW",
+    help="how the code reaches the hosts: direct (from here to each), peer (once "
+    "per slice to a seed host, the others fetch it from there) or "
+    "gs://BUCKET[/PREFIX] (uploaded once, the hosts pull it); default %(default)s",
+)
+PYTHON = Flag(
+    "python",
+    metavar="EXE",
+    help="interpreter for --payload (default: python3; with --local this Python)",
+)
+RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON)
+
+# -- flags that are no settings: what a command does, not how --------------------------------
+CMD = Flag("cmd", type=command_text, setting=False, help="command to run under sh -c on every host")
+RUN_NAME = Flag(
+    "run-name",
+    metavar="NAME",
+    setting=False,
+    help="default: a timestamp and a random suffix, e.g. 20250101-120000-3f9a0c",
+)
+DRY_RUN = Flag("dry-run", kind="switch", setting=False, help="print each host's command and env")
+DETACH = Flag(
+    "detach",
+    kind="switch",
+    setting=False,
+    help="exit once every host has started; follow later with attach",
+)
+JSON = Flag("json", kind="switch", setting=False, help="a JSON array instead of a table")
+PULL = Flag(
+    "pull",
+    kind="append",
+    metavar="REMOTE_PATH",
+    setting=False,
+    help="after the run, whatever its outcome, copy this path or glob back from every "
+    "host (repeatable; see multihost pull; default: none)",
+)
+PULL_TO = Flag(
+    "pull-to",
+    type=Path,
+    metavar="DIR",
+    setting=False,
+    help="where --pull copies to (default ./multihost-pull/RUN)",
+)
+
+
+def _flags(group: Group) -> tuple[Flag, ...]:
+    return tuple(f for item in group for f in (item.flags if isinstance(item, OneOf) else (item,)))
+
+
+CONFIGURABLE: Group = (*fleet(required=False), *RUN, *RUN_ONLY)  # `multihost config`'s flags
+SETTINGS: dict[str, Flag] = {f.name: f for f in _flags(CONFIGURABLE) if f.setting}
+"""The config files' keys, in the order `multihost config` shows them."""
