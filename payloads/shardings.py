@@ -158,13 +158,15 @@ def time_steps(run: Callable[[], Any], warmup: int, tries: int) -> tuple[list[fl
     import jax
 
     out = None
-    for _ in range(warmup):
-        out = jax.block_until_ready(run())
+    for i in range(warmup):  # each step annotated: a trace (multihost trace) shows step times
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            out = jax.block_until_ready(run())
     timings = []
-    for _ in range(tries):
-        start = time.perf_counter()
-        out = jax.block_until_ready(run())
-        timings.append(time.perf_counter() - start)
+    for i in range(warmup, warmup + tries):
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            start = time.perf_counter()
+            out = jax.block_until_ready(run())
+            timings.append(time.perf_counter() - start)
     return timings, out
 
 

@@ -464,12 +464,14 @@ def train(args: argparse.Namespace, mesh: Any) -> tuple[list[float], list[float]
     step = make_train_step(graphdef, shardings, batch_sharding, args.model)
     losses, times = [], []
     for i in range(first, args.steps):
-        x_np, y_np = make_batch(args, i, rows)
-        x, y = to_global(batch_sharding, x_np), to_global(batch_sharding, y_np)
-        start = time.perf_counter()
-        loss, state = step(state, x, y)
-        loss = float(jax.block_until_ready(loss))
-        times.append(time.perf_counter() - start)
+        # annotated, so that a trace (multihost trace) shows each step and its time
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            x_np, y_np = make_batch(args, i, rows)
+            x, y = to_global(batch_sharding, x_np), to_global(batch_sharding, y_np)
+            start = time.perf_counter()
+            loss, state = step(state, x, y)
+            loss = float(jax.block_until_ready(loss))
+            times.append(time.perf_counter() - start)
         losses.append(loss)
         print(f"step {i}: loss {loss:.6f}, time {times[-1]:.4f} s", flush=True)
         done = i + 1

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
     "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
     "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
+    "trace": "cli.trace",
     "job": "cli.job", "config": "cli.config", "pull": "cli.pull",
 }  # fmt: skip
 

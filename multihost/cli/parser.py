@@ -228,6 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="add C/C++ frames (py-spy on the hosts, if ptrace allows)",
     )
     add(stack, s.JSON.but(help="the groups as JSON"))
+    trace = run_command("trace", "a jax.profiler trace of every JAX process of a running run")
+    trace.add_argument(
+        "--seconds",
+        type=positive(float),
+        default=D.trace_seconds,
+        metavar="N",
+        help="how long every process traces, from one common start (default %(default)s)",
+    )
+    trace.add_argument(
+        "--name",
+        metavar="NAME",
+        help="the capture's folder under the run's traces/ (default: the time)",
+    )
+    add(trace, s.JSON.but(help="the per-host rows as JSON"))
     kill = run_command("kill", "stop a run on every host")
     kill.add_argument(
         "--signal",

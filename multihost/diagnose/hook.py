@@ -10,6 +10,13 @@ job: when (and only when) the program imports ``jax._src.clusters``, a ``Multiho
 is registered there, first in line, answering from the ``JAX_*`` variables multihost set. A
 program that never imports jax pays one string comparison per import and nothing else.
 
+Traces: in a process that imports jax, a daemon thread looks every quarter second for
+``$MULTIHOST_STACK_DIR/trace.request`` (one JSON line: capture name, start time, seconds). On a
+new capture it waits for the start time (every host the same wall-clock moment), runs
+``jax.profiler.start_trace`` into ``<run dir>/traces/<capture>/<pid>/`` for the given seconds,
+and writes ``<pid>.<capture>.done`` (or ``.error`` with the reason). The program is not stopped
+or changed; ``<pid>.trace-ready`` says which processes can trace (``multihost trace``).
+
 A sitecustomize of the user's own further along ``sys.path`` still runs.
 """
 
@@ -65,6 +72,7 @@ class ClustersWatcher:
 
             def exec_module(module: "ModuleType") -> None:
                 load(module)
+                _start_tracer()
                 try:
                     register(module)
                 except Exception:  # jax changed its registry: initialize() says what is missing
@@ -116,6 +124,163 @@ def register(clusters: "ModuleType") -> type:
 def _watch_for_jax() -> None:
     if all(os.environ.get(k) for k in NEEDED) and CLUSTERS not in sys.modules:
         sys.meta_path.insert(0, ClustersWatcher())
+    elif os.environ.get("MULTIHOST_STACK_DIR") and CLUSTERS not in sys.modules:
+        sys.meta_path.insert(0, TracerWatcher())
+
+
+class TracerWatcher(ClustersWatcher):
+    """Without the JAX_* variables only the tracer is wanted once jax is imported."""
+
+    def find_spec(
+        self, name: str, path: "Sequence[str] | None", target: "ModuleType | None" = None
+    ) -> "ModuleSpec | None":
+        if name == CLUSTERS:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            _start_tracer()
+        return None
+
+
+REQUEST = "trace.request"
+POLL_S = 0.25
+NAME_PUNCT = str.maketrans("", "", "._-")  # a capture name: letters, digits and these
+
+
+def _start_tracer() -> None:
+    """Start the trace watcher thread once per process (only where a hook dir exists)."""
+    where = os.environ.get("MULTIHOST_STACK_DIR")
+    if not where or not os.path.isdir(where) or "_tracer" in globals():
+        return
+    try:
+        import threading
+
+        globals()["_tracer"] = thread = threading.Thread(
+            target=_trace_loop, args=(where,), name="multihost-trace", daemon=True
+        )
+        thread.start()
+        with open(os.path.join(where, f"{os.getpid()}.trace-ready"), "w") as ready:
+            ready.write(" ".join(sys.argv)[:200] or "python")
+    except Exception:
+        return
+
+
+def _trace_loop(where: str) -> None:
+    """Wait for trace requests and serve each new capture once (never raises)."""
+    import time
+
+    request = os.path.join(where, REQUEST)
+    seen = ""
+    stamp = None
+    progress = _Progress(where)
+    while True:
+        time.sleep(POLL_S)
+        if not progress.stepping:
+            progress.look()
+        try:
+            st = os.stat(request)
+        except OSError:
+            continue
+        if (st.st_mtime_ns, st.st_size) == stamp:
+            continue
+        stamp = (st.st_mtime_ns, st.st_size)
+        try:
+            import json
+
+            with open(request) as f:
+                asked = json.loads(f.read())
+            capture = str(asked["capture"])
+            if capture == seen or not capture.translate(NAME_PUNCT).isalnum():
+                continue
+            seen = capture
+            start_at = float(asked["start_at"])
+            if time.time() > start_at + POLL_S * 4:  # asked before this process was there
+                continue
+            _capture(where, capture, start_at, float(asked["seconds"]))
+        except Exception:
+            continue
+
+
+class _Progress:
+    """Marks how far the process is: ``<pid>.backend`` once JAX has a backend (its first
+    computation or device query), ``<pid>.stepping`` at its first annotated step
+    (``jax.profiler.StepTraceAnnotation``: the class is wrapped once to notice it, then
+    unwrapped). ``run --trace`` waits for these before it captures."""
+
+    def __init__(self, where: str) -> None:
+        self.mark = os.path.join(where, str(os.getpid()))
+        self.backend = self.stepping = False
+        self.wrapped: type | None = None
+        self.original: object = None
+        self.seen = [False]
+
+    def look(self) -> None:
+        try:
+            if not self.backend:
+                bridge = sys.modules.get("jax._src.xla_bridge")
+                if bridge is not None and getattr(bridge, "_backends", None):
+                    self.backend = self._write("backend")
+            if self.wrapped is None:
+                self._wrap()
+            elif self.seen[0]:
+                self.stepping = self._write("stepping")
+                setattr(self.wrapped, "__init__", self.original)  # noqa: B010 (unwrap)
+        except Exception:
+            self.stepping = True  # give up looking; never disturb the program
+
+    def _wrap(self) -> None:
+        profiler = sys.modules.get("jax._src.profiler")
+        cls = getattr(profiler, "StepTraceAnnotation", None) if profiler else None
+        if not isinstance(cls, type):
+            return
+        original = getattr(cls, "__init__")  # noqa: B009 (mypy: no __init__ on an instance)
+        seen = self.seen
+
+        def __init__(self: object, *args: object, **kwargs: object) -> None:
+            seen[0] = True
+            original(self, *args, **kwargs)
+
+        self.original = original
+        setattr(cls, "__init__", __init__)  # noqa: B010 (wrap, once)
+        self.wrapped = cls
+
+    def _write(self, what: str) -> bool:
+        import time
+
+        with open(f"{self.mark}.{what}", "w") as f:
+            f.write(repr(time.time()))
+        return True
+
+
+def _capture(where: str, capture: str, start_at: float, seconds: float) -> None:
+    """One capture: wait for the common start, trace, and say how it ended."""
+    import time
+
+    pid = os.getpid()
+    out = os.path.join(os.path.dirname(where), "traces", capture, str(pid))
+    mark = os.path.join(where, f"{pid}.{capture}")
+    try:
+        delay = start_at - time.time()
+        if delay > 0:
+            time.sleep(min(delay, 60.0))
+        import jax.profiler
+
+        os.makedirs(out, mode=0o700, exist_ok=True)
+        began = time.time()
+        jax.profiler.start_trace(out)
+        with open(mark + ".started", "w") as f:
+            f.write(repr(began))
+        try:
+            time.sleep(seconds)
+        finally:
+            jax.profiler.stop_trace()  # type: ignore[no-untyped-call]
+        with open(mark + ".done", "w") as f:
+            f.write(f"{began!r} {time.time()!r}")
+    except BaseException as e:  # a trace already running, jax without profiler, ...
+        try:
+            with open(mark + ".error", "w") as f:
+                f.write(f"{type(e).__name__}: {e}"[:500])
+        except OSError:
+            pass
 
 
 def _chain_user_sitecustomize() -> None:
