@@ -3,7 +3,8 @@
 MultihostError
  ├── UsageError                bad input or configuration (exit 2)
  │    ├── InventoryError       a host list or inventory file that cannot be used
- │    └── DiscoveryError       gcloud missing, failing, or no matching TPU slices
+ │    ├── DiscoveryError       gcloud missing, failing, or no matching TPU slices
+ │    └── SettingError         a setting that cannot be used (also a ValueError)
  └── HostError                 something went wrong on one host (.host)
       ├── ConnectError         could not connect or log in
       │    ├── HostKeyError    the host key is unknown or does not match
@@ -36,6 +37,11 @@ class InventoryError(UsageError):
 
 class DiscoveryError(UsageError):
     """Cloud discovery failed: gcloud missing or failing, or no matching slices."""
+
+
+class SettingError(UsageError, ValueError):
+    """A setting that cannot be used (a missing ssh config or code dir): exit 2 on the command
+    line, a ValueError to the API's callers."""
 
 
 class HostError(MultihostError):

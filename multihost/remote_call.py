@@ -17,11 +17,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from multihost.api import Plan, blocking, check_options, plan_run
+from multihost.bridge import blocking, ctrl_c
 from multihost.errors import RemoteCallError
 from multihost.fanout import on_every_host
+from multihost.keywords import check_options, events_of, plan_run
 from multihost.model import Host, RunResult
 from multihost.plan import Paths, shell_path
+from multihost.planner import Plan
 from multihost.runner import Run
 from multihost.runstate import default_run_name
 from multihost.transport import Connection
@@ -135,13 +137,13 @@ def call(
         interpreter = python or (sys.executable if plan.fleet.local else "python3")
         job = replace(plan.job, command=f"{shlex.quote(interpreter)} {SCRIPT}")
         plan = replace(plan, job=job)
-        runner = Run(plan.fleet, plan.job, plan.options, plan.on_event)
+        runner = Run(plan.fleet, plan.job, plan.options, events_of(options))
 
         async def go() -> tuple[RunResult, list[CallResult]]:
             result = await runner.execute()
             return result, [] if result.interrupted else await fetch(result, plan)
 
-        run_result, outcomes = blocking(go, runner.interrupt)
+        run_result, outcomes = blocking(go, ctrl_c(runner.interrupt))
     if run_result.interrupted:
         raise KeyboardInterrupt(f"multihost.call interrupted; run {run_result.run_name} stopped")
     failed = [o for o in outcomes if not o.ok]

@@ -5,31 +5,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-from dataclasses import replace
+import shlex
+import sys
+from pathlib import Path
 
 from rich.console import Console
 
 from multihost import fleetops, report, runs
+from multihost.bundled import payload_command, payloads_dir
 from multihost.cli.pull import pull_and_report
 from multihost.cli.wiring import (
     Display,
     execute_run,
     finish,
-    fleet_from_args,
-    job_from_args,
+    plan_args,
     raise_nofile_limit,
-    run_options,
-    ssh_options,
-    with_payload,
+    reach_args,
 )
 from multihost.copyback import check_patterns, default_dest
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
-from multihost.fleetops.stale import DEVICE_GLOB_ENV
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_hosts
+from multihost.planner import device_glob
 from multihost.runner import Run
 from multihost.runstate import RunOptions
 from multihost.sources.tpu import fleet_rows
@@ -38,10 +37,8 @@ from multihost.transport import forget
 
 
 def cmd_run(args: argparse.Namespace, err: Console) -> int:
-    fleet = fleet_from_args(args, err)
-    args = with_payload(args)
-    job = job_from_args(args)
-    options = run_options(args, ssh_options(args))
+    run = plan_args(with_payload(args), err)
+    fleet, job, options = run.fleet, run.job, run.options
     if args.dry_run:
         return dry_run(fleet, job, options)
     if args.pull and args.detach:
@@ -49,7 +46,6 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
                          "not end here (use multihost pull RUN PATH later)")  # fmt: skip
     patterns = check_patterns(args.pull) if args.pull else ()
     raise_nofile_limit()
-    options = replace(options, detach=args.detach)
     display = Display(fleet, job.run_name, args.stream, err)
     result = execute_run(Run(fleet, job, options, display), display)
     if args.detach:
@@ -69,6 +65,24 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
     return code
 
 
+def with_payload(args: argparse.Namespace) -> dict[str, object]:
+    """The settings of ``run``: with ``--payload NAME [-- ARGS]``, the installed payloads are
+    the code to stage and ``PYTHON NAME.py ARGS`` the command (PYTHON: --python, else this one
+    with --local, else python3)."""
+    if args.payload is None:
+        if args.args:
+            raise UsageError(f"unexpected arguments {shlex.join(args.args)}: only --payload "
+                             "takes arguments after --")  # fmt: skip
+        return vars(args)
+    configured = args.config.values.get("script-dir", (None,))[0] if args.config else None
+    if args.script_dir not in (Path("."), configured):
+        raise UsageError("--payload stages the payloads that ship with multihost: leave out "
+                         "--script-dir, or run your own code with --cmd")  # fmt: skip
+    python = args.python or (sys.executable if args.local is not None else "python3")
+    return {**vars(args), "script_dir": payloads_dir(),
+            "cmd": payload_command(args.payload, args.args, python)}  # fmt: skip
+
+
 def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
     """Print, per host, the exact remote launch script and env; connect to nothing."""
     archive = pack(options.script_dir, options.excludes)
@@ -85,14 +99,15 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
-    fleet = fleet_from_args(args, err)
+    where = reach_args(args, err)
+    fleet = where.fleet
     rows: list[dict[str, object]] = [dict(r) for r in fleet_rows(fleet)]
     code = 0
     if args.check:
         outcomes = asyncio.run(
             fleetops.check(
                 fleet,
-                ssh_options(args),
+                where.ssh,
                 args.remote_dir,
                 args.coordinator_port,
                 limit=args.connect_limit,
@@ -123,12 +138,12 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_kill_stale(args: argparse.Namespace, err: Console) -> int:
-    fleet = fleet_from_args(args, err)
-    glob = os.environ.get(DEVICE_GLOB_ENV)
+    where = reach_args(args, err)
     code = 0
-    for o in asyncio.run(
-        fleetops.kill_stale(fleet, ssh_options(args), device_glob=glob, limit=args.connect_limit)
-    ):
+    stale = fleetops.kill_stale(
+        where.fleet, where.ssh, device_glob=device_glob(), limit=args.connect_limit
+    )
+    for o in asyncio.run(stale):
         if o.value is not None:
             print(f"{o.host.name} ({o.host.target}): {o.value.summary()}")
             code = code or (1 if o.value.remaining else 0)
@@ -139,9 +154,9 @@ def cmd_kill_stale(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_forget(args: argparse.Namespace, err: Console) -> int:
-    fleet = fleet_from_args(args, err)
-    addresses = {a for h in fleet for a in (h.address, h.internal_address) if a}
-    trust = ssh_options(args).trust_file
+    where = reach_args(args, err)
+    addresses = {a for h in where.fleet for a in (h.address, h.internal_address) if a}
+    trust = where.ssh.trust_file
     dropped = forget(sorted(addresses), trust)
     print(
         f"forgot {len(dropped)} key(s) in {trust}" + (f": {', '.join(dropped)}" if dropped else "")

@@ -13,8 +13,8 @@ from pathlib import Path
 from rich.console import Console
 
 from multihost import report, runs
+from multihost.bridge import Detached
 from multihost.cli.wiring import (
-    Detached,
     Display,
     execute_run,
     finish,

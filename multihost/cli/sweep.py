@@ -9,18 +9,10 @@ from pathlib import Path
 from rich.console import Console
 
 from multihost import report
-from multihost.cli.wiring import (
-    coordinator_port,
-    fleet_from_args,
-    raise_nofile_limit,
-    run_interruptibly,
-    run_options,
-    ssh_options,
-)
-from multihost.defaults import DEFAULTS
+from multihost.bridge import blocking
+from multihost.cli.wiring import plan_args, raise_nofile_limit, signals
 from multihost.errors import UsageError
-from multihost.model import Job
-from multihost.plan import check_run_name, parse_env
+from multihost.plan import check_run_name
 from multihost.runstate import default_run_name
 from multihost.sweep.grid import (
     Where,
@@ -31,7 +23,7 @@ from multihost.sweep.grid import (
     parse_grid_args,
 )
 from multihost.sweep.results import Record, latest, summarize, write_chart
-from multihost.sweep.run import Sweep, SweepSpec
+from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec
 
 
 def sweep_spec(args: argparse.Namespace) -> SweepSpec:
@@ -77,14 +69,7 @@ def reproduce(args: argparse.Namespace, command: str) -> str:
 
 def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
     spec = sweep_spec(args)
-    fleet = fleet_from_args(args, err)
-    args.kill_stale = getattr(args, "kill_stale", False)
-    base = Job(
-        command="", run_name=spec.name, env=parse_env(args.env), remote_dir=args.remote_dir,
-        coordinator_port=coordinator_port(args), megascale_port=args.megascale_port,
-    )  # fmt: skip
-    args.timeout, args.reconnect_timeout, args.fail_fast = None, DEFAULTS.reconnect_timeout, True
-    options = run_options(args, ssh_options(args))
+    run = plan_args({**vars(args), "cmd": "", "run_name": spec.name, **SWEEP_SETTINGS}, err)
     raise_nofile_limit()
     done = 0
 
@@ -93,14 +78,14 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
         done += 1
         err.print(report.record_line(done, total, record, spec.metric))
 
-    sweep = Sweep(fleet, spec, base, options, on_record)
+    sweep = Sweep(run.fleet, spec, run.job, run.options, on_record)
     groups = len(sweep.groups)
     todo = total = len(sweep.todo())
     err.print(
         f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
         f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim", markup=False,
     )  # fmt: skip
-    run_interruptibly(sweep.execute(), sweep.interrupt, err, "stopping the sweep")
+    blocking(sweep.execute, signals(err, sweep.interrupt, "stopping the sweep"))
     rows = sweep.store.load()
     sweep.store.write_csv(latest(rows), list(spec.grid_names))
     summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)

@@ -1,164 +1,49 @@
-"""CLI wiring shared by the commands: flags to fleets, jobs and options; display; signals."""
+"""CLI wiring shared by the commands: the plan with its warnings said, the display, the
+signals' policy, the summary and exit code."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import os
 import resource
-import shlex
 import signal
-import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 
 from multihost import report, runs
-from multihost.bundled import payload_command, payloads_dir
+from multihost.bridge import Interrupt, blocking
 from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
-from multihost.defaults import DEFAULTS as D
-from multihost.errors import UsageError
-from multihost.fleetops.preflight import free_port, port_in_use
-from multihost.fleetops.stale import DEVICE_GLOB_ENV
-from multihost.model import Fleet, Host, Job, RunResult, State
-from multihost.plan import check_run_name, parse_env
+from multihost.model import Fleet, Host, RunResult, State
+from multihost.planner import Plan, Reach, log_dir, plan, reach, ssh_config
 from multihost.record import RunRecord
 from multihost.runner import Attach, Run
-from multihost.runstate import (
-    Event,
-    HostEvent,
-    Note,
-    RunOptions,
-    Transfer,
-    default_log_dir,
-    default_run_name,
-)
-from multihost.sources import FleetSpec, resolve, spec_fields
-from multihost.stage import list_files
+from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
 from multihost.stream import Line
-from multihost.transport import HostKeyPolicy, SSHOptions
-
-GOOGLE_KEY = "~/.ssh/google_compute_engine"
-T = TypeVar("T")
 
 
-def fleet_spec(args: argparse.Namespace) -> FleetSpec:
-    """The fleet flags (``--hosts/--local/--prefix`` and their options) as a FleetSpec."""
-    given: dict[str, Any] = {n: getattr(args, n) for n in spec_fields() if hasattr(args, n)}
-    return FleetSpec(**given)
+def plan_args(settings: Mapping[str, Any], err: Console) -> Plan:
+    """The run the flags ask for (``multihost.planner``), the source's warnings said."""
+    found = plan(settings)
+    _warn(err, found.warnings)
+    return found
 
 
-def fleet_from_args(args: argparse.Namespace, err: Console | None = None) -> Fleet:
-    found = resolve(fleet_spec(args))
-    for warning in found.warnings:
-        if err is not None:
-            err.print(f"multihost: warning: {warning}", style="yellow", markup=False)
-    return found.fleet
+def reach_args(args: argparse.Namespace, err: Console) -> Reach:
+    """The fleet the flags name and how to reach it, the source's warnings said."""
+    found = reach(vars(args))
+    _warn(err, found.warnings)
+    return found
 
 
-def ssh_options(args: argparse.Namespace) -> SSHOptions:
-    config: tuple[Path, ...] = ()
-    if args.ssh_config is not None:
-        if not args.ssh_config.is_file():
-            raise UsageError(f"ssh config {args.ssh_config} does not exist")
-        config = (args.ssh_config,)
-    cloud = fleet_spec(args).cloud
-    policy: HostKeyPolicy = args.host_keys or ("accept-new" if cloud else "strict")
-    return SSHOptions(
-        config=config,
-        host_keys=policy,
-        connect_timeout=args.connect_timeout,
-        fallback_identity=GOOGLE_KEY if cloud else None,
-    )
-
-
-def with_payload(args: argparse.Namespace) -> argparse.Namespace:
-    """``run --payload NAME [-- ARGS]``: the installed payloads are the code to stage and
-    ``PYTHON NAME.py ARGS`` the command (PYTHON: --python, else this one with --local, else
-    python3)."""
-    if args.payload is None:
-        if args.args:
-            raise UsageError(f"unexpected arguments {shlex.join(args.args)}: only --payload "
-                             "takes arguments after --")  # fmt: skip
-        return args
-    configured = args.config.values.get("script-dir", (None,))[0] if args.config else None
-    if args.script_dir not in (Path("."), configured):
-        raise UsageError("--payload stages the payloads that ship with multihost: leave out "
-                         "--script-dir, or run your own code with --cmd")  # fmt: skip
-    python = args.python or (sys.executable if args.local is not None else "python3")
-    return argparse.Namespace(**{
-        **vars(args), "script_dir": payloads_dir(),
-        "cmd": payload_command(args.payload, args.args, python),
-    })  # fmt: skip
-
-
-def job_from_args(args: argparse.Namespace) -> Job:
-    return Job(
-        command=args.cmd,
-        run_name=check_run_name(args.run_name or default_run_name()),
-        env=parse_env(args.env),
-        remote_dir=args.remote_dir,
-        coordinator_port=coordinator_port(args),
-        megascale_port=args.megascale_port,
-    )
-
-
-def coordinator_port(args: argparse.Namespace) -> int:
-    """``--coordinator-port``; else with ``--local`` a free port (two local runs at once must
-    not meet at one coordinator), else jax's default. A busy port here is refused up front."""
-    port: int | None = args.coordinator_port
-    if args.local is None:
-        return port or D.coordinator_port
-    if port is None:
-        return free_port()
-    busy = port_in_use(port)
-    if busy:
-        raise UsageError(
-            f"coordinator port {port} is busy on this machine (host 0 of --local): {busy}; "
-            "leave out --coordinator-port for a free one"
-        )
-    return port
-
-
-def run_options(args: argparse.Namespace, ssh: SSHOptions) -> RunOptions:
-    log_dir = (args.log_dir or default_log_dir()).expanduser()
-    check_log_dir(log_dir)
-    list_files(args.script_dir, tuple(args.exclude), args.max_stage_bytes)  # refuse early
-    return RunOptions(
-        script_dir=args.script_dir,
-        excludes=tuple(args.exclude),
-        log_dir=log_dir,
-        ssh=ssh,
-        connect_limit=args.connect_limit,
-        fail_fast=args.fail_fast,
-        grace=args.grace,
-        timeout=args.timeout,
-        reconnect_timeout=args.reconnect_timeout,
-        stage_via=getattr(args, "stage_via", D.stage_via),
-        stale="kill" if args.kill_stale else ("warn" if fleet_spec(args).cloud else "off"),
-        device_glob=os.environ.get(DEVICE_GLOB_ENV),
-        record_env=bool(getattr(args, "record_env", False)),
-        hang_timeout=args.hang_timeout,
-        on_hang=args.on_hang,
-    )
-
-
-def check_log_dir(log_dir: Path) -> None:
-    """The log dir must be (or become) a writable directory; nothing is created here."""
-    existing = log_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and not existing.is_dir():
-        raise UsageError(f"log dir {log_dir}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"log dir {log_dir}: {existing} is not writable")
+def _warn(err: Console, warnings: tuple[str, ...]) -> None:
+    for warning in warnings:
+        err.print(f"multihost: warning: {warning}", style="yellow", markup=False)
 
 
 SILENT_AFTER = 60.0  # s without output before the status line names a running host
@@ -261,63 +146,6 @@ def raise_nofile_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-class Detached(Exception):
-    """The user detached from a run (a signal with nothing to stop): the run goes on."""
-
-
-def run_interruptibly(
-    coro: Coroutine[Any, Any, T],
-    stop: Callable[[], None] | None,
-    err: Console,
-    what: str,
-    stacks: Callable[[], None] | None = None,
-) -> T:
-    """asyncio.run with Ctrl-C, SIGTERM and SIGHUP calling ``stop`` (``what`` says what that
-    does); a second signal exits at once. With ``stop=None`` the first signal detaches: the
-    coroutine is cancelled, nothing on the hosts is touched, and :class:`Detached` is raised."""
-
-    async def main() -> T:
-        loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(coro)
-        presses = 0
-        if stacks is not None:  # Ctrl-\ (SIGQUIT): every host's stacks, grouped, now
-            loop.add_signal_handler(signal.SIGQUIT, stacks)
-
-        def on_signal(signum: int) -> None:
-            nonlocal presses
-            presses += 1
-            name = signal.Signals(signum).name
-            if presses > 1:
-                _say(err, f"multihost: second {name}: exiting now; jobs may still be running "
-                     "on the hosts")  # fmt: skip
-                os._exit(130)
-            _say(err, f"multihost: {name}: {what}")
-            if stop is None:
-                task.cancel()
-            else:
-                stop()
-
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(sig, on_signal, sig)
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if stop is None and presses:
-                raise Detached from None
-            raise
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-                loop.remove_signal_handler(sig)
-
-    return asyncio.run(main())
-
-
-def _say(err: Console, text: str) -> None:
-    """A signal's message; after SIGHUP the terminal may be gone, which must not stop us."""
-    with contextlib.suppress(OSError):
-        err.print(text, style="bold red", markup=False, soft_wrap=True)
-
-
 def execute_run(
     run: Run | Attach,
     display: Display,
@@ -341,9 +169,8 @@ def execute_run(
                     display.live = None
         return await run.execute()
 
-    return run_interruptibly(
-        go(), None if detach else run.interrupt, display.err, what, run.request_stacks
-    )
+    return blocking(go, signals(display.err, None if detach else run.interrupt, what,
+                                run.request_stacks))  # fmt: skip
 
 
 def finish(result: RunResult, err: Console, n: int) -> int:
@@ -356,13 +183,29 @@ def finish(result: RunResult, err: Console, n: int) -> int:
     return result.exit_code
 
 
+def signals(
+    err: Console,
+    stop: Callable[[], None] | None,
+    what: str,
+    stacks: Callable[[], None] | None = None,
+) -> Interrupt:
+    """A command's interrupt policy: Ctrl-C, SIGTERM and SIGHUP call ``stop`` (``what`` says
+    what that does; no ``stop``: detach), a second one exits at once, Ctrl-\\ takes stacks."""
+    return Interrupt(
+        stop, what, say=lambda text: err.print(text, style="bold red", markup=False,
+                                               soft_wrap=True),
+        signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP), exit_at_second=True,
+        stacks=stacks,
+    )  # fmt: skip
+
+
 def record_options(args: argparse.Namespace, record: RunRecord, **kw: object) -> RunOptions:
-    opts = runs.options_from_record(record, log_dir_of(args), **kw)
+    opts = runs.options_from_record(record, log_dir(args.log_dir), **kw)
     if args.ssh_config is not None:
-        opts = replace(opts, ssh=replace(opts.ssh, config=ssh_options(args).config))
+        opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(args.ssh_config)))
     return opts
 
 
 def log_dir_of(args: argparse.Namespace) -> Path:
     """The local log dir: --log-dir, $MULTIHOST_LOG_DIR or ~/multihost-logs."""
-    return Path(args.log_dir or default_log_dir()).expanduser()
+    return log_dir(args.log_dir)

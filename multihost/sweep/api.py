@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multihost.api import blocking, plan_run
-from multihost.defaults import DEFAULTS
+from multihost.bridge import blocking, ctrl_c
 from multihost.errors import UsageError
+from multihost.keywords import events_of, plan_run
 from multihost.plan import check_run_name
 from multihost.runstate import default_run_name
 from multihost.sweep.grid import Where, _check_axis, check_template, expand
 from multihost.sweep.results import Record, Row, latest, summarize, write_chart
-from multihost.sweep.run import Sweep, SweepSpec
+from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec
 
 SWEEP_OPTIONS = ("where", "metric", "minimize", "repeat", "point_timeout", "parallel", "resume")
 
@@ -83,16 +83,13 @@ def run_sweep(
         raise UsageError("resume=True needs the run_name of the sweep to resume")
     name = check_run_name(options.pop("run_name", None) or f"sweep-{default_run_name()}")
     given = {"stream": "none", **options, "run_name": name}
-    plan = plan_run("", given, "run_sweep", (*SWEEP_OPTIONS, "on_record"))
+    plan = plan_run("", {**given, **SWEEP_SETTINGS}, "run_sweep", (*SWEEP_OPTIONS, "on_record"))
     spec = SweepSpec(
         name=name, template=template,
         points=tuple(expand(axes, Where.compile(where, list(axes)) if where else None)),
         grid_names=tuple(axes), metric=metric, higher_is_better=not minimize, repeat=repeat,
         point_timeout=point_timeout, resume=resume, parallel=parallel,
     )  # fmt: skip
-    run_options = replace(
-        plan.options, timeout=None, fail_fast=True, reconnect_timeout=DEFAULTS.reconnect_timeout
-    )
 
     def said(record: Record) -> None:
         values = " ".join(f"{k}={v}" for k, v in record.values.items())
@@ -100,8 +97,8 @@ def run_sweep(
         shown = f"  {metric}={value}" if value is not None else ""
         print(f"[{record.point}] {values} r{record.repeat} {record.status}{shown}", flush=True)
 
-    sweep = Sweep(plan.fleet, spec, plan.job, run_options, on_record or said, plan.on_event)
-    records = blocking(sweep.execute, sweep.interrupt)
+    sweep = Sweep(plan.fleet, spec, plan.job, plan.options, on_record or said, events_of(given))
+    records = blocking(sweep.execute, ctrl_c(sweep.interrupt))
     rows = sweep.store.load()
     sweep.store.write_csv(latest(rows), list(spec.grid_names))
     summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)

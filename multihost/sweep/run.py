@@ -24,6 +24,10 @@ from multihost.sweep.grid import Point
 from multihost.sweep.results import Record, ResultsStore, point_status, read_result
 from multihost.transport import Connection, connect
 
+# A sweep's settings over the caller's: each point is bounded by its point_timeout and fails
+# fast (see Sweep._point), a host lost mid-point is retried for the default time.
+SWEEP_SETTINGS = {"timeout": None, "fail_fast": True, "reconnect_timeout": None}
+
 
 @dataclass(frozen=True)
 class SweepSpec:

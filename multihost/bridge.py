@@ -1,0 +1,150 @@
+"""The one bridge from sync code to the event loop, with one interrupt policy.
+
+:func:`blocking` runs ``make()`` to completion: ``asyncio.run`` in a plain script or command,
+and inside a running event loop (Jupyter) the same on a private loop in a worker thread.
+
+With an :class:`Interrupt`, the first of its signals (Ctrl-C; the command line adds SIGTERM
+and SIGHUP) calls ``stop`` once — every host is stopped and the work returns what it returns —
+or, with no ``stop``, detaches: the work is cancelled, nothing on the hosts is touched, and
+:class:`Detached` is raised. The second signal leaves at once: a command exits (130) without
+waiting, a library call gets its KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Detached(Exception):
+    """The user detached from a run (a signal with nothing to stop): the run goes on."""
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """What a signal does to the work :func:`blocking` runs."""
+
+    stop: Callable[[], None] | None  # the first signal calls it; None: detach instead
+    what: str = "stopping every host"  # what the first signal does, as said
+    say: Callable[[str], None] = _stderr
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT,)
+    exit_at_second: bool = False  # a command: the second signal exits the process at once
+    label: str | None = None  # the signal's name in what is said (default: SIGINT, ...)
+    stacks: Callable[[], None] | None = None  # SIGQUIT (Ctrl-\): every host's stacks, now
+
+    def first(self, signum: int) -> str:
+        return f"multihost: {self.label or signal.Signals(signum).name}: {self.what}"
+
+
+def blocking(make: Callable[[], Coroutine[Any, Any, T]], interrupt: Interrupt | None = None) -> T:
+    """``make()`` run to its end from sync code (see the module's docstring). ``make`` is only
+    called where the coroutine runs, so none is ever left un-awaited."""
+    box: dict[str, Any] = {}
+
+    async def main() -> T:
+        loop = box["loop"] = asyncio.get_running_loop()
+        task: asyncio.Task[T] = asyncio.ensure_future(make())
+        box["task"] = task
+        hooked = interrupt is not None and threading.current_thread() is threading.main_thread()
+        if interrupt is not None and hooked:
+            _hook(loop, task, interrupt, box)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if interrupt is not None and interrupt.stop is None and box.get("presses"):
+                raise Detached from None
+            raise
+        finally:
+            if interrupt is not None and hooked:
+                for sig in (*interrupt.signals, signal.SIGQUIT):
+                    loop.remove_signal_handler(sig)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    return _in_thread(main, interrupt, box)
+
+
+def _hook(
+    loop: asyncio.AbstractEventLoop, task: asyncio.Future[Any], i: Interrupt, box: dict[str, Any]
+) -> None:
+    if i.stacks is not None:
+        loop.add_signal_handler(signal.SIGQUIT, i.stacks)
+
+    def on_signal(signum: int) -> None:
+        box["presses"] = box.get("presses", 0) + 1
+        if box["presses"] > 1:  # only when the handler stays: exit_at_second
+            _say(i, f"multihost: second {signal.Signals(signum).name}: exiting now; jobs may "
+                 "still be running on the hosts")  # fmt: skip
+            os._exit(130)
+        _say(i, i.first(signum))
+        if not i.exit_at_second:  # the next one is a KeyboardInterrupt again
+            for sig in i.signals:
+                loop.remove_signal_handler(sig)
+        if i.stop is None:
+            task.cancel()
+        else:
+            i.stop()
+
+    for sig in i.signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+
+
+def _say(i: Interrupt, text: str) -> None:
+    """A signal's message; after SIGHUP the terminal may be gone, which must not stop us."""
+    with contextlib.suppress(OSError):
+        i.say(text)
+
+
+def _in_thread(
+    main: Callable[[], Coroutine[Any, Any, T]], interrupt: Interrupt | None, box: dict[str, Any]
+) -> T:
+    """``main`` on a private loop in a worker thread, this thread blocked until it is done; a
+    Ctrl-C here (a kernel interrupt) is the interrupt's first signal, the next one leaves."""
+    finished = threading.Event()  # not Thread.join: an interrupted join can report the end
+
+    def work() -> None:
+        try:
+            box["value"] = asyncio.run(main())
+        except BaseException as exc:  # handed to the caller's thread below
+            box["error"] = exc
+        finally:
+            finished.set()
+
+    threading.Thread(target=work, name="multihost", daemon=True).start()
+    interrupted = False
+    while not finished.is_set():
+        try:
+            finished.wait()
+        except KeyboardInterrupt:
+            if interrupted or interrupt is None or "task" not in box:
+                raise
+            interrupted = True
+            box["presses"] = 1
+            _say(interrupt, interrupt.first(signal.SIGINT))
+            act = interrupt.stop if interrupt.stop is not None else box["task"].cancel
+            box["loop"].call_soon_threadsafe(act)
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
+
+
+def ctrl_c(stop: Callable[[], None]) -> Interrupt:
+    """A library call's policy (``multihost.run`` in a script or a notebook): Ctrl-C stops
+    every host and the call returns its result; a second Ctrl-C is a KeyboardInterrupt."""
+    return Interrupt(stop, what="stopping every host (again to leave now)", label="interrupted")

@@ -1,0 +1,237 @@
+"""One planner: settings in, a frozen :class:`Plan` out — the fleet, the job and the run's
+options, by the same rules for the CLI (``vars(args)``), the API (its keywords), sweeps and
+``call``.
+
+Settings are named as the schema's flags (``multihost.settings.schema``) by their ``dest``;
+a name that is not a setting is ignored, and ``None`` means "not given". The rules, once:
+cloud fleets (``--prefix``) trust host keys on first use, fall back to the gcloud key and warn
+about stale accelerator holders; local workers get a free coordinator port (a given one must
+be free); the ssh config, the log dir and the code dir are checked before anything starts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from multihost.defaults import DEFAULTS as D
+from multihost.errors import SettingError, UsageError
+from multihost.model import Fleet, Job
+from multihost.plan import check_run_name, parse_env
+from multihost.runstate import RunOptions, default_log_dir, default_run_name
+from multihost.sources import FleetSpec, resolve
+from multihost.transport import HostKeyPolicy, SSHOptions
+
+GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a plan is made from: the schema's settings (and the API's few more), typed."""
+
+    cmd: str = ""
+    run_name: str | None = None
+    # where: exactly one of hosts (a list, an inventory, or a Fleet), local, prefix
+    hosts: str | Fleet | None = None
+    local: int | None = None
+    prefix: str | None = None
+    project: str | None = None
+    zone: str | None = None
+    ip: str = "auto"
+    user: str | None = None
+    # how to reach the hosts
+    ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
+    ssh_config: str | Path | None = None
+    host_keys: HostKeyPolicy | None = None
+    connect_timeout: float | None = None
+    connect_limit: int = D.connect_limit
+    # the job and its code
+    script_dir: str | Path = Path(".")
+    exclude: Sequence[str] = ()
+    max_stage_bytes: int | None = None  # refuse a bigger code dir before anything starts
+    env: Mapping[str, object] | Sequence[str] = ()
+    remote_dir: str = D.remote_dir
+    coordinator_port: int | None = None
+    megascale_port: int = D.megascale_port
+    # how the run goes
+    log_dir: str | Path | None = None
+    grace: float = D.grace
+    timeout: float | None = None
+    reconnect_timeout: float = D.reconnect_timeout
+    stage_timeout: float = D.stage_timeout
+    launch_timeout: float = D.launch_timeout
+    stage_via: str = D.stage_via
+    fail_fast: bool = True
+    detach: bool = False
+    record_env: bool = False
+    hang_timeout: float | None = None
+    on_hang: str = "stop"
+    kill_stale: bool | None = None
+    stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
+    device_glob: str | None = None
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any]) -> Settings:
+        """The settings in ``given`` (``vars(args)``, keywords); others are not ours."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in given.items() if k in names and v is not None})
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The hosts and how to reach them."""
+
+    fleet: Fleet
+    ssh: SSHOptions
+    cloud: bool = False
+    warnings: tuple[str, ...] = ()  # what the fleet's source had to say
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run is: its fleet, its job, its options (and the source's warnings)."""
+
+    fleet: Fleet
+    job: Job
+    options: RunOptions
+    warnings: tuple[str, ...] = ()
+
+
+def reach(settings: Settings | Mapping[str, Any]) -> Reach:
+    """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it."""
+    s = settings if isinstance(settings, Settings) else Settings.of(settings)
+    warnings: tuple[str, ...] = ()
+    if isinstance(s.hosts, Fleet):
+        if s.local is not None or s.prefix is not None:
+            raise ValueError("give exactly one of hosts=, local= or prefix=")
+        fleet, cloud = s.hosts, False
+    else:
+        spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
+                         zone=s.zone, ip=s.ip, user=s.user)  # fmt: skip
+        found = resolve(spec)
+        fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
+    ssh = s.ssh or SSHOptions(
+        host_keys="accept-new" if cloud else "strict",
+        fallback_identity=GOOGLE_KEY if cloud else None,
+    )
+    if s.host_keys is not None:
+        ssh = replace(ssh, host_keys=s.host_keys)
+    if s.connect_timeout is not None:
+        ssh = replace(ssh, connect_timeout=s.connect_timeout)
+    if s.ssh_config is not None:
+        ssh = replace(ssh, config=ssh_config(s.ssh_config))
+    return Reach(fleet, ssh, cloud, warnings)
+
+
+def plan(settings: Settings | Mapping[str, Any]) -> Plan:
+    """The fleet, the job and the options of a run; bad input is refused before anything
+    starts (a UsageError; a SettingError is also a ValueError)."""
+    s = settings if isinstance(settings, Settings) else Settings.of(settings)
+    where = reach(s)
+    job = Job(
+        command=s.cmd,
+        run_name=check_run_name(s.run_name or default_run_name()),
+        env=env_of(s.env),
+        remote_dir=s.remote_dir,
+        coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
+        megascale_port=s.megascale_port,
+    )
+    logs = log_dir(s.log_dir)
+    check_log_dir(logs)
+    script_dir = Path(s.script_dir).expanduser()
+    excludes = tuple(s.exclude)
+    check_code_dir(script_dir, excludes, s.max_stage_bytes)
+    from multihost.stagevia import parse as parse_stage_via
+
+    options = RunOptions(
+        script_dir=script_dir,
+        excludes=excludes,
+        log_dir=logs,
+        ssh=where.ssh,
+        connect_limit=s.connect_limit,
+        fail_fast=s.fail_fast,
+        grace=s.grace,
+        timeout=s.timeout,
+        stage_timeout=s.stage_timeout,
+        stage_via=str(parse_stage_via(s.stage_via)),
+        launch_timeout=s.launch_timeout,
+        reconnect_timeout=s.reconnect_timeout,
+        detach=s.detach,
+        record_env=s.record_env,
+        hang_timeout=s.hang_timeout,
+        on_hang=s.on_hang,
+        stale=s.stale or ("kill" if s.kill_stale else ("warn" if where.cloud else "off")),
+        device_glob=s.device_glob or device_glob(),
+    )
+    return Plan(where.fleet, job, options, where.warnings)
+
+
+def device_glob() -> str | None:
+    """``$MULTIHOST_DEVICE_GLOB``: which device files count as held accelerators."""
+    from multihost.fleetops.stale import DEVICE_GLOB_ENV
+
+    return os.environ.get(DEVICE_GLOB_ENV)
+
+
+def env_of(env: Mapping[str, object] | Sequence[str]) -> dict[str, str]:
+    """``K=V`` strings or a mapping → the job's env, each name and value checked."""
+    if isinstance(env, Mapping):
+        env = [f"{k}={v}" for k, v in env.items()]
+    return parse_env(list(env))
+
+
+def coordinator_port(fleet: Fleet, port: int | None) -> int:
+    """The given port; else with local workers a free one (two local runs at once must not
+    meet at one coordinator), else jax's default. A busy local port is refused up front."""
+    from multihost.fleetops.preflight import free_port, port_in_use
+
+    if not fleet.local:
+        return port or D.coordinator_port
+    if port is None:
+        return free_port()
+    busy = port_in_use(port)
+    if busy:
+        raise UsageError(
+            f"coordinator port {port} is busy on this machine (host 0 of --local): {busy}; "
+            "leave out --coordinator-port for a free one"
+        )
+    return port
+
+
+def ssh_config(path: str | Path) -> tuple[Path, ...]:
+    """The ssh config files to read: the one given, which must exist."""
+    found = Path(path).expanduser()
+    if not found.is_file():
+        raise SettingError(f"ssh config {path} does not exist")
+    return (found,)
+
+
+def log_dir(given: str | Path | None) -> Path:
+    """The local log dir: the given one, $MULTIHOST_LOG_DIR or ~/multihost-logs."""
+    return Path(given or default_log_dir()).expanduser()
+
+
+def check_log_dir(logs: Path) -> None:
+    """The log dir must be (or become) a writable directory; nothing is created here."""
+    existing = logs
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise UsageError(f"log dir {logs}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"log dir {logs}: {existing} is not writable")
+
+
+def check_code_dir(root: Path, excludes: tuple[str, ...], max_bytes: int | None) -> None:
+    """A code dir to stage: a directory (not / or home), within ``max_bytes`` if given."""
+    from multihost.stage import check_stage_root, list_files
+
+    if not root.is_dir():
+        raise SettingError(f"script dir {root} does not exist or is not a directory")
+    if max_bytes is None:
+        check_stage_root(root)
+    else:
+        list_files(root, excludes, max_bytes)  # refuse early, naming the biggest paths
