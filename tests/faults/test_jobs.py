@@ -182,3 +182,25 @@ def test_run_name_taken_on_one_host_starts_nothing(
     assert not where.leftovers("dup")
     states = [h["state"] for h in json.loads((logs / "dup" / "run.json").read_text())["hosts"]]
     assert states == ["error", "error"]
+
+
+def test_the_job_inherits_no_trace_of_the_subreaper_start(
+    where: Where, code: Path, tmp_path: Path
+) -> None:
+    """The wrapper starts through python3; the job still gets SIGPIPE and SIGXFSZ at their
+    defaults, no LC_CTYPE from Python's locale coercion (a C locale: nothing of LANG, LC_*),
+    and no helper variable."""
+    logs = tmp_path / "logs"
+    cmd = "grep SigIgn /proc/self/status; echo LC_CTYPE=${LC_CTYPE-unset}; env | grep -c SUBREAP"
+    c_locale = {k: v for k, v in os.environ.items() if k != "LANG" and not k.startswith("LC_")}
+    res = run_measured(
+        where.args(code, logs, "inh", cmd, "--no-fail-fast"), timeout=60, env=c_locale
+    )
+    assert res.returncode == 1, res.stderr  # grep -c counts 0 lines: exit 1 on every host
+    for i in range(2):
+        text = (logs / "inh" / f"slice_0000_worker_{i:04d}.log").read_text()
+        ignored = int(text.split("SigIgn:")[1].split()[0], 16)
+        assert not ignored & (1 << (signal.SIGPIPE - 1)), text
+        assert not ignored & (1 << (signal.SIGXFSZ - 1)), text
+        assert "LC_CTYPE=unset" in text, text
+        assert text.strip().endswith("0"), text
