@@ -27,6 +27,7 @@ from multihost.errors import (
     HostError,
     PortBusy,
     RemoteError,
+    RunDirGone,
     RunNameTaken,
     UsageError,
 )
@@ -322,6 +323,11 @@ class _Watcher(_Supervisor):
         slot.started = None
         try:
             slot.exit = await follower.follow()
+        except RunDirGone as exc:  # hook (issue 28): kill finds the run by its marker
+            slot.conn = follower.conn
+            slot.sink.close()
+            await self._run_dir_gone(slot, exc)
+            return
         except HostError as exc:
             self._fail(slot.host, State.LOST, exc.message)
             return
@@ -344,6 +350,21 @@ class _Watcher(_Supervisor):
             self._set(slot, state, slot.error)
         else:
             self._fail(slot.host, state, slot.result().reason)
+
+
+    async def _run_dir_gone(self, slot: Slot, exc: RunDirGone) -> None:
+        """The run's directory was removed under its job. Stopping: the job's processes are
+        found by the MULTIHOST_RUN_DIR in their environment and stopped; else it is lost."""
+        if self._stop_reason() is None or slot.conn is None or slot.paths is None:
+            self._fail(slot.host, State.LOST, f"{exc.message} (multihost kill stops what runs)")
+            return
+        # the stop under way does the same on this host: whichever comes first finds them
+        await stop(slot.conn, slot.paths, self._stop_signal, self.options.grace)
+        slot.error = (
+            "stopped by multihost: its run directory was gone; its processes were found by "
+            "their MULTIHOST_RUN_DIR and stopped"
+        )
+        self._set(slot, State.KILLED, slot.error)
 
 
 class Run(_Watcher):
