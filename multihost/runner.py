@@ -351,7 +351,6 @@ class _Watcher(_Supervisor):
         else:
             self._fail(slot.host, state, slot.result().reason)
 
-
     async def _run_dir_gone(self, slot: Slot, exc: RunDirGone) -> None:
         """The run's directory was removed under its job. Stopping: the job's processes are
         found by the MULTIHOST_RUN_DIR in their environment and stopped; else it is lost."""
