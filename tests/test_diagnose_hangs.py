@@ -8,13 +8,13 @@ stack`` must show two groups (7 in the collective, s0/w3 in time.sleep at the us
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.clitools import cli, fleet_run_args, manifest, no_processes, wait_for
+from tests.clitools import cli, fleet_run_args, manifest, no_processes
+from tests.helpers import free_port, wait_for
 
 pytestmark = [pytest.mark.jax, pytest.mark.usefixtures("fresh_runs")]
 N = 8
@@ -33,21 +33,14 @@ print("sum", float(total.sum()), flush=True)
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "stuck.py").write_text(STUCK)
-    (d / "slow.py").write_text(
+def code(code: Path) -> Path:
+    """The shared code dir plus the stuck program and a slow one."""
+    (code / "stuck.py").write_text(STUCK)
+    (code / "slow.py").write_text(
         "import time\nfor i in range(12):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
     )
-    return d
+    return code
 
 
 def _args(
@@ -56,7 +49,7 @@ def _args(
     return fleet_run_args(
         fleet, code, logs, run, f"{remote_jax['PYTHON']} {script}", N,
         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--env", "JAX_PLATFORMS=cpu",
-        "--coordinator-port", str(_port()), *extra,
+        "--coordinator-port", str(free_port()), *extra,
     )  # fmt: skip
 
 

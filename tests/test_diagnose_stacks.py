@@ -22,7 +22,7 @@ from multihost.diagnose.stacks import (
 )
 from multihost.gather import host_ranges
 from multihost.model import Host
-from tests.clitools import wait_for
+from tests.helpers import wait_for
 
 HOOK = Path(multihost.diagnose.__file__).parent / "hook.py"
 PROGRAM = """\
@@ -188,13 +188,13 @@ def test_status_line_names_silent_hosts() -> None:
     assert "silent" not in report.status_line("r", states, 400.0, {}).plain
 
 
-def test_sigquit_in_the_live_run_prints_grouped_stacks(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_sigquit_in_the_live_run_prints_grouped_stacks(
+    code: Path, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-\\ (SIGQUIT) to a running ``multihost run``: stacks now, and the run goes on."""
     from tests.clitools import spawn
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    code = tmp_path / "code"
-    code.mkdir()
     (code / "train.py").write_text(PROGRAM)
     logs = tmp_path / "logs"
     proc = spawn(["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
@@ -219,12 +219,10 @@ def test_sigquit_in_the_live_run_prints_grouped_stacks(tmp_path: Path, monkeypat
     assert "train.py:6 in step" in err
 
 
-def test_api_returns_grouped_stacks_as_data(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_api_returns_grouped_stacks_as_data(code: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import multihost
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    code = tmp_path / "code"
-    code.mkdir()
     (code / "train.py").write_text(PROGRAM)
     logs = tmp_path / "logs"
     multihost.run(f"{sys.executable} train.py", local=2, script_dir=code, run_name="api",

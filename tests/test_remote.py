@@ -31,7 +31,7 @@ from multihost.plan import (
 )
 from multihost.remote import staging
 from multihost.stream import parse_exit, parse_watch_end
-from tests.clitools import wait_for
+from tests.helpers import wait_for
 
 ALL = {**remote.TEMPLATES, **staging.TEMPLATES, "collect": (COLLECT, ())}
 

@@ -10,15 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clitools import (
-    cli,
-    fleet_run_args,
-    host_logs,
-    manifest,
-    no_processes,
-    spawn,
-    wait_for,
-)
+from tests.clitools import cli, fleet_run_args, host_logs, manifest, no_processes, spawn
+from tests.helpers import wait_for
 
 N = 4
 COUNT = 50  # numbered lines per host, one every 0.1 s
@@ -26,14 +19,6 @@ NUMBERED = f'for i in $(seq 1 {COUNT}); do echo "$JAX_PROCESS_ID line $i"; sleep
 
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x.txt").write_text("x\n")
-    return d
 
 
 def _args(fleet, code: Path, logs: Path, run: str, cmd: str, n: int = N) -> list[str]:  # type: ignore[no-untyped-def]
