@@ -8,11 +8,14 @@ stack`` must show two groups (7 in the collective, s0/w3 in time.sleep at the us
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from multihost.diagnose.collect import collect_command, parse_collect
+from multihost.model import Host
 from tests.clitools import cli, fleet_run_args, manifest, no_processes
 from tests.helpers import free_port, wait_for
 
@@ -59,13 +62,32 @@ def _joined(fleet, run: str) -> bool:  # type: ignore[no-untyped-def]
     return all(p.is_file() and "joined" in p.read_text() for p in logs)
 
 
+def _in_the_collective(fleet, run: str) -> bool:  # type: ignore[no-untyped-def]
+    """s0/w3 asleep at line 9 and every other process inside the allgather, as their hooks
+    show it: the collection script ``stack`` runs on a host, run here on each host's run dir."""
+    scripts = [
+        subprocess.Popen(collect_command(str(h.home / ".multihost" / "runs" / run)), shell=True,
+                         stdout=subprocess.PIPE, text=True)
+        for h in fleet.hosts[:N]
+    ]  # fmt: skip
+    for i, script in enumerate(scripts):
+        dump = parse_collect(Host(f"h{i}", worker_id=i, process_id=i), script.communicate()[0])
+        frames = [f for p in dump.stacks.processes for t in p.threads for f in t.frames]
+        if i == 3:
+            if not any(f.file.endswith("stuck.py") and f.line == 9 for f in frames):
+                return False
+        elif not any("multihost_utils" in f.file for f in frames):
+            return False
+    return True
+
+
 def test_stack_groups_the_straggler(ssh_fleet, remote_jax, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     logs = tmp_path / "logs"
     res = cli([*_args(ssh_fleet, remote_jax, code, logs, "hang", "stuck.py"), "--detach"])
     assert res.returncode == 0, res.stderr
     try:
         wait_for(lambda: _joined(ssh_fleet, "hang"), 120, "every process to join")
-        time.sleep(1)  # into the collective
+        wait_for(lambda: _in_the_collective(ssh_fleet, "hang"), 60, "7 in the collective")
         started = time.monotonic()
         stack = cli(["stack", "hang", "--log-dir", str(logs), "--json"])
         took = time.monotonic() - started
