@@ -70,8 +70,9 @@ def _in_the_collective(fleet, run: str) -> bool:  # type: ignore[no-untyped-def]
                          stdout=subprocess.PIPE, text=True)
         for h in fleet.hosts[:N]
     ]  # fmt: skip
-    for i, script in enumerate(scripts):
-        dump = parse_collect(Host(f"h{i}", worker_id=i, process_id=i), script.communicate()[0])
+    outs = [script.communicate(timeout=60)[0] for script in scripts]
+    for i, out in enumerate(outs):
+        dump = parse_collect(Host(f"h{i}", worker_id=i, process_id=i), out)
         frames = [f for p in dump.stacks.processes for t in p.threads for f in t.frames]
         if i == 3:
             if not any(f.file.endswith("stuck.py") and f.line == 9 for f in frames):
