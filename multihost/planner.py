@@ -12,7 +12,8 @@ be free); the ssh config, the log dir and the code dir are checked before anythi
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
 from multihost.plan import check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
-from multihost.sources import FleetSpec, resolve
+from multihost.sources import FleetSpec, Found, resolve
 from multihost.transport import HostKeyPolicy, SSHOptions
 
 GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take
@@ -48,6 +49,8 @@ class Settings:
     host_keys: HostKeyPolicy | None = None
     connect_timeout: float | None = None
     connect_limit: int = D.connect_limit
+    wait: float | None = None  # s to wait for slices READY and hosts answering (inf: no limit)
+    progress: Callable[[str], None] | None = None  # told how a --wait goes, in words
     # the job and its code
     script_dir: str | Path = Path(".")
     exclude: Sequence[str] = ()
@@ -104,6 +107,7 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     warnings: tuple[str, ...] = ()
+    started = time.monotonic()
     if isinstance(s.hosts, Fleet):
         if s.local is not None or s.prefix is not None:
             raise ValueError("give exactly one of hosts=, local= or prefix=")
@@ -111,7 +115,7 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     else:
         spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
                          zone=s.zone, ip=s.ip, user=s.user)  # fmt: skip
-        found = resolve(spec)
+        found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
     ssh = s.ssh or SSHOptions(
         host_keys="accept-new" if cloud else "strict",
@@ -123,7 +127,32 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
     if s.ssh_config is not None:
         ssh = replace(ssh, config=ssh_config(s.ssh_config))
+    if s.wait is not None and not fleet.local:
+        _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
     return Reach(fleet, ssh, cloud, warnings)
+
+
+# -- --wait (issue 26): slices READY, then hosts answering -----------------------------------
+def _poll() -> float:
+    """Seconds between gcloud polls (each call costs ~1 s of CPU); tests shorten it."""
+    return float(os.environ.get("MULTIHOST_WAIT_POLL", D.wait_poll))
+
+
+def _waited(spec: FleetSpec, s: Settings) -> Found:
+    from multihost.sources.queued import wait_until_ready
+
+    say = s.progress or (lambda _: None)
+    found: Found = wait_until_ready(lambda: resolve(spec), s.wait or 0.0, say, _poll())
+    return found
+
+
+def _wait_reachable(fleet: Fleet, ssh: SSHOptions, s: Settings, seconds: float) -> None:
+    from multihost.bridge import blocking
+    from multihost.fleetops.reachable import wait_reachable
+
+    say = s.progress or (lambda _: None)
+    blocking(lambda: wait_reachable(fleet, ssh, seconds, say, limit=s.connect_limit,
+                                    poll=min(_poll(), 2.0)))  # fmt: skip
 
 
 def plan(settings: Settings | Mapping[str, Any]) -> Plan:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS
-from multihost.errors import HostError, HostLost, RemoteError
+from multihost.errors import HostError, HostLost, RemoteError, RunDirGone
 from multihost.launch import Started
 from multihost.model import Host, State
 from multihost.plan import Paths, finish_command, watch_command
@@ -236,7 +236,7 @@ async def fetch_rest(
                 raise RemoteError(conn.host, "unreadable run state on the host")
             continue
         if line.strip() == b"missing":
-            raise RemoteError(conn.host, f"run directory {paths.run} is gone from the host")
+            raise RunDirGone(conn.host, f"run directory {paths.run} is gone from the host")
         header = line.decode(errors="replace")
         write(rest)
     if header is None:

@@ -29,16 +29,22 @@ from multihost.stream import Line
 
 def plan_args(settings: Mapping[str, Any], err: Console) -> Plan:
     """The run the flags ask for (``multihost.planner``), the source's warnings said."""
-    found = plan(settings)
+    found = plan({**settings, "progress": _progress(err)})
     _warn(err, found.warnings)
     return found
 
 
 def reach_args(args: argparse.Namespace, err: Console) -> Reach:
     """The fleet the flags name and how to reach it, the source's warnings said."""
-    found = reach(vars(args))
+    found = reach({**vars(args), "progress": _progress(err)})
     _warn(err, found.warnings)
     return found
+
+
+def _progress(err: Console) -> Callable[[str], None]:
+    """Where a --wait says how it goes."""
+    return lambda text: err.print(f"multihost: {text}", style="dim", markup=False,
+                                  highlight=False)  # fmt: skip
 
 
 def _warn(err: Console, warnings: tuple[str, ...]) -> None:

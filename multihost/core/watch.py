@@ -15,8 +15,9 @@ from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
 from multihost.diagnose.stacks import StackReport, group, summary_lines
-from multihost.errors import HostError
+from multihost.errors import HostError, RunDirGone
 from multihost.gather import host_ranges
+from multihost.launch import stop
 from multihost.model import State
 from multihost.runstate import Slot
 from multihost.stream import Follower, classify
@@ -48,6 +49,11 @@ async def watch_one(sup: Supervisor, slot: Slot) -> None:
     slot.started = None
     try:
         slot.exit = await follower.follow()
+    except RunDirGone as exc:  # issue 28: kill finds the run by its marker
+        slot.conn = follower.conn
+        slot.sink.close()
+        await _run_dir_gone(sup, slot, exc)
+        return
     except HostError as exc:
         sup.fail(slot.host, State.LOST, exc.message)
         return
@@ -70,6 +76,21 @@ async def watch_one(sup: Supervisor, slot: Slot) -> None:
         sup.set_state(slot, state, slot.error)
     else:
         sup.fail(slot.host, state, slot.result().reason)
+
+
+async def _run_dir_gone(sup: Supervisor, slot: Slot, exc: RunDirGone) -> None:
+    """The run's directory was removed under its job. Stopping: the job's processes are found
+    by the MULTIHOST_RUN_DIR in their environment and stopped; else the host is lost."""
+    if sup.stop_reason() is None or slot.conn is None or slot.paths is None:
+        sup.fail(slot.host, State.LOST, f"{exc.message} (multihost kill stops what runs)")
+        return
+    # the stop under way does the same on this host: whichever comes first finds them
+    await stop(slot.conn, slot.paths, sup.stop_signal, sup.options.grace)
+    slot.error = (
+        "stopped by multihost: its run directory was gone; its processes were found by "
+        "their MULTIHOST_RUN_DIR and stopped"
+    )
+    sup.set_state(slot, State.KILLED, slot.error)
 
 
 async def _police(

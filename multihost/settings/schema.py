@@ -21,7 +21,8 @@ from multihost.defaults import DEFAULTS as D
 from multihost.settings.types import command_text, port, positive, remote_dir, size, stage_via
 from multihost.sources import IP_MODES
 
-Kind = Literal["value", "append", "switch", "bool"]  # switch: store_true; bool: --x/--no-x
+Kind = Literal["value", "append", "switch", "bool", "optional"]
+# switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Flag:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     setting: bool = True  # a key the config files may set (and `multihost config` shows)
+    const: Any = None  # kind "optional": the value of the bare flag
 
     @property
     def option(self) -> str:
@@ -116,6 +118,17 @@ CONNECT_LIMIT = Flag(
     help="handshakes in flight at once (default %(default)s)",
 )
 
+WAIT = Flag(  # issue 26: a queued resource still provisioning
+    "wait",
+    kind="optional",
+    type=positive(float),
+    const=float("inf"),
+    metavar="SECONDS",
+    setting=False,
+    help="wait (at most SECONDS; bare: no limit) until every slice of a --prefix is READY and "
+    "every host accepts connections (default: a queued resource not yet ACTIVE is exit 2)",
+)
+
 
 def fleet(required: bool = True) -> Group:
     """``--hosts/--local/--prefix`` (one of them ``required``) and their options."""
@@ -131,6 +144,7 @@ def fleet(required: bool = True) -> Group:
         HOST_KEYS,
         CONNECT_TIMEOUT,
         CONNECT_LIMIT,
+        WAIT,
     )
 
 

@@ -243,7 +243,14 @@ def discover(
     if ip not in IP_MODES:
         raise DiscoveryError(f"ip mode must be one of {', '.join(IP_MODES)}, not {ip!r}")
     nodes = list_nodes(project=project, zone=zone, gcloud=gcloud, timeout=timeout)
-    found = discover_from_nodes(nodes, prefix, ip=ip, project=project, zone=zone)
+    try:
+        found = discover_from_nodes(nodes, prefix, ip=ip, project=project, zone=zone)
+    except DiscoveryError:  # a queued resource still on its way says so itself (issue 26)
+        from multihost.sources.queued import not_ready
+
+        if (why := not_ready(nodes, prefix, project, zone, gcloud, timeout)) is not None:
+            raise why from None
+        raise
     return replace(found, command=tuple(gcloud_command(project=project, zone=zone, gcloud=gcloud)))
 
 

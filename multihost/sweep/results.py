@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from multihost.record import private_dir
 from multihost.sweep.grid import RESERVED, Value
 
 RESULT_MARKER = "MULTIHOST_RESULT"
@@ -100,8 +101,9 @@ class ResultsStore:
         """Add one row and make it durable before returning."""
         row = record.to_json() if isinstance(record, Record) else dict(record)
         data = (json.dumps(row, default=str) + "\n").encode()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a+b") as f:
+        private_dir(self.directory)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a+b") as f:
             if f.seek(0, os.SEEK_END) > 0:
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":  # a crash tore the last line; don't glue onto it
@@ -143,9 +145,11 @@ class ResultsStore:
         fixed = {*grid, *_FIRST, *_LAST}
         extra = sorted({k for row in rows for k in row} - fixed)
         columns = [*grid, *_FIRST, *extra, *_LAST]
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         tmp = self.csv_path.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as f:
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(columns)
             writer.writerows([_cell(row.get(c)) for c in columns] for row in rows)
