@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,7 +14,8 @@ import pytest
 from multihost.diagnose.capture import TRACE, new_folder, parse_answer, trace_command
 from multihost.diagnose.traces import HostTrace, TraceStats, slowest, stats_of_events
 from multihost.errors import UsageError
-from tests.clitools import cli, fleet_run_args, no_processes, wait_for
+from tests.clitools import cli, fleet_run_args, no_processes
+from tests.helpers import free_port, wait_for
 
 STEPPER = """\
 import os, time
@@ -111,11 +111,10 @@ def test_the_host_script_is_clean_sh_and_its_arguments_quoted() -> None:
 
 
 @pytest.fixture
-def stepper(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "stepper.py").write_text(STEPPER)
-    return d
+def stepper(code: Path) -> Path:
+    """The shared code dir plus the stepping JAX program."""
+    (code / "stepper.py").write_text(STEPPER)
+    return code
 
 
 def _started(logs: Path, run: str, n: int) -> bool:
@@ -207,9 +206,7 @@ def test_fleet_hosts_are_traced_into_one_folder_each(  # type: ignore[no-untyped
     # the fleet's users look for the stop file in a directory every one of them can read
     stop = Path(tempfile.mkdtemp(prefix="multihost-trace-stop-", dir="/tmp"))
     stop.chmod(0o755)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     args = fleet_run_args(
         ssh_fleet, stepper, logs, "ftr", f"{remote_jax['PYTHON']} stepper.py", n, "--detach",
         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--env", "JAX_PLATFORMS=cpu",
