@@ -61,6 +61,16 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
+def code(tmp_path: Path) -> Path:
+    """A fresh code dir to stage: ``tmp_path/code`` holding one small file, ``x.txt``. A module
+    whose jobs need files of their own asks for this fixture in its own ``code`` and adds them."""
+    d = tmp_path / "code"
+    d.mkdir()
+    (d / "x.txt").write_text("staged\n")
+    return d
+
+
+@pytest.fixture
 def fresh_runs(ssh_fleet: loopback.Fleet) -> None:
     """Run names are reused across tests (a host refuses to reuse a run directory), and a
     failed test must not leave jobs running for the next one."""

@@ -28,13 +28,12 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(tmp_path: Path, code: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     h = tmp_path / "home"
     h.mkdir()
     monkeypatch.setenv("HOME", str(h))
     monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
-    (tmp_path / "code").mkdir()
-    monkeypatch.chdir(tmp_path / "code")
+    monkeypatch.chdir(code)
     return h
 
 

@@ -11,15 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clitools import cli, host_logs, manifest, wait_for
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x.txt").write_text("staged\n")
-    return d
+from tests.clitools import cli, host_logs, manifest
+from tests.helpers import wait_for
 
 
 def _run(code: Path, logs: Path, *extra: str, n: int = 2) -> list[str]:

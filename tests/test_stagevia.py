@@ -21,7 +21,8 @@ from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
 from multihost.stage import pack
 from multihost.stagevia import StageVia, parse
-from tests.clitools import cli, wait_for
+from tests.clitools import cli
+from tests.helpers import wait_for
 
 TOKEN = "s3cret-token"
 
@@ -56,12 +57,12 @@ def test_cli_bad_value_is_one_line_exit_2(value: str, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    (d / "pkg").mkdir(parents=True)
-    (d / "pkg" / "m.py").write_text("X = 1\n")
-    (d / "blob").write_bytes(os.urandom(50_000))
-    return d
+def code(code: Path) -> Path:
+    """The shared code dir plus a package and a blob (a new content hash every test)."""
+    (code / "pkg").mkdir()
+    (code / "pkg" / "m.py").write_text("X = 1\n")
+    (code / "blob").write_bytes(os.urandom(50_000))
+    return code
 
 
 Sh = Callable[[str, bytes], "subprocess.CompletedProcess[bytes]"]

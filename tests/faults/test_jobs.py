@@ -10,21 +10,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-from tests.clitools import cli, manifest, spawn, wait_for
+from tests.clitools import cli, manifest, spawn
 from tests.faults.conftest import Where
 from tests.faults.harness import run_measured
+from tests.helpers import wait_for
 
 DAEMON = "setsid sleep 300 </dev/null >/dev/null 2>&1 &"
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x").write_text("x\n")
-    return d
 
 
 def _reap(proc: subprocess.Popen[str]) -> None:

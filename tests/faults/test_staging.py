@@ -9,10 +9,8 @@ from typing import Any
 from tests.clitools import cli, manifest
 
 
-def test_full_disk_while_staging(tmp_path: Path, small_disk: Any) -> None:
+def test_full_disk_while_staging(code: Path, tmp_path: Path, small_disk: Any) -> None:
     home = tmp_path / "home"
-    code = tmp_path / "code"
-    code.mkdir()
     (code / "weights.bin").write_bytes(os.urandom(300_000))  # does not fit in 64 KiB
     worker1 = small_disk(home / ".cache" / "multihost" / "local" / "w1")
     logs = tmp_path / "logs"
