@@ -423,17 +423,19 @@ def verdict(rows: Sequence[Row]) -> str:
     return ("Targets: " + "; ".join(out) + ".") if out else "Targets: not measured."
 
 
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "–"
+
+
 def before_lines(rows: Sequence[Row], checkout: Path) -> list[str]:
     """This checkout against ``--before`` at each size: wall, skew and CPU ratios."""
     out = []
     for n in sorted({r.n for r in rows}):
         mh, old = _row(rows, n, "multihost"), _row(rows, n, "before")
         if mh and old:
-            out.append(
-                f"N={n}: wall {mh.median('wall') / old.median('wall'):.2f}, start skew "
-                f"{mh.skew / old.skew:.2f}, runner CPU "
-                f"{mh.cpu_ms_per_host / old.cpu_ms_per_host:.2f} × before's"
-            )
+            wall, skew = _ratio(mh.median("wall"), old.median("wall")), _ratio(mh.skew, old.skew)
+            cpu = _ratio(mh.cpu_ms_per_host, old.cpu_ms_per_host)
+            out.append(f"N={n}: wall {wall}, start skew {skew}, runner CPU {cpu} × before's")
     return ["", f"This checkout against `--before {checkout}`: " + "; ".join(out) + "."]
 
 
