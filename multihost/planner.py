@@ -72,6 +72,8 @@ class Settings:
     record_env: bool = False
     hang_timeout: float | None = None
     on_hang: str = "stop"
+    trace: float | None = None
+    trace_after: float = D.trace_after
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
@@ -168,6 +170,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
     )
+    if s.trace is not None and s.trace > D.trace_max:
+        raise UsageError(f"--trace {s.trace:g}: at most {D.trace_max:g} seconds")
     logs = log_dir(s.log_dir)
     check_log_dir(logs)
     script_dir = Path(s.script_dir).expanduser()
@@ -192,6 +196,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         record_env=s.record_env,
         hang_timeout=s.hang_timeout,
         on_hang=s.on_hang,
+        trace=s.trace,
+        trace_after=s.trace_after,
         stale=s.stale or ("kill" if s.kill_stale else ("warn" if where.cloud else "off")),
         device_glob=s.device_glob or device_glob(),
     )

@@ -49,6 +49,8 @@ class RunOptions:
     record_env: bool = False  # keep --env values in run.json (default: their names only)
     hang_timeout: float | None = None  # no output from any host this long: take stacks, then
     on_hang: str = "stop"  # "stop" the run (exit 1) or only "report" and go on
+    trace: float | None = None  # seconds of jax.profiler trace once every host steps
+    trace_after: float = DEFAULTS.trace_after  # ... this long after the last one started
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
 

@@ -230,3 +230,26 @@ def test_fleet_hosts_are_traced_into_one_folder_each(  # type: ignore[no-untyped
     assert done.returncode == 0, done.stderr
     shutil.rmtree(stop, ignore_errors=True)
     wait_for(lambda: no_processes(ssh_fleet, n), 20, "no process left")
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_run_trace_captures_once_every_host_steps(
+    stepper: Path, tmp_path: Path, home: Path
+) -> None:
+    logs, stop = tmp_path / "logs", tmp_path / "stop"
+    stop.mkdir()
+    # the hosts stop by themselves once the capture is in: the stop file is the trace's summary
+    cmd = f"(while ! ls {logs}/rt/traces/*/summary.json >/dev/null 2>&1; do sleep 0.2; done; " \
+          f"touch {stop}/stop) & python stepper.py"  # fmt: skip
+    res = cli(["run", "--local", "2", "--run-name", "rt", "--log-dir", str(logs),
+               "--script-dir", str(stepper), "--env", f"STOP_DIR={stop}",
+               "--env", "JAX_PLATFORMS=cpu", "--trace", "1", "--trace-after", "1",
+               "--cmd", cmd], timeout=180)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "every JAX process is stepping" in res.stderr
+    summary = next((logs / "rt" / "traces").glob("*/summary.json"))
+    data = json.loads(summary.read_text())
+    assert [h["host"] for h in data["hosts"] if h["ok"] and h["steps"] > 0] == ["s0/w0", "s0/w1"]
+    assert "median step" in res.stdout  # the table after the run
+    assert oct(summary.stat().st_mode & 0o777) == "0o600"

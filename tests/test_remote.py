@@ -230,7 +230,9 @@ def test_launch_gate_shell_killed_before_the_word_leaves_nothing_running(tmp_pat
         proc.stdin.write(script.encode())
         proc.stdin.flush()
         assert proc.stdout.readline() == b"ready\n"
-        assert any("run.sh gate" in c for c in _processes_under(home))  # up before the word
+        # up before the word (its exec through python3, the subreaper's start, may lag "ready")
+        wait_for(lambda: any("run.sh gate" in c for c in _processes_under(home)), 10,
+                 "the wrapper, before any word")  # fmt: skip
         proc.kill()
         proc.wait(timeout=10)
     wait_for(lambda: _processes_under(home) == [], 10, "the wrapper and the tail to end")

@@ -57,6 +57,10 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
         err.print(report.summary_table(result, all_hosts=False))
         return 1
     code = finish(result, err, len(fleet))
+    if options.trace and result.log_dir is not None:
+        from multihost.cli.trace import show_saved
+
+        show_saved(result.log_dir, err)
     if patterns:
         _, record = runs.find_run(options.log_dir, job.run_name)
         dest = args.pull_to if args.pull_to is not None else default_dest(job.run_name)

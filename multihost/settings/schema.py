@@ -232,6 +232,22 @@ ON_HANG = Flag(
     default="stop",
     help="after a hang: stop, or only report (default %(default)s)",
 )
+TRACE = Flag(
+    "trace",
+    type=positive(float),
+    metavar="N",
+    help="once every host has started stepping: a jax.profiler trace of N seconds from every "
+    "JAX process, a per-host table after the run (default: none)",
+)
+TRACE_AFTER = Flag(
+    "trace-after",
+    type=positive(float),
+    default=D.trace_after,
+    metavar="S",
+    help="with --trace: start S seconds after the last JAX process started stepping (its first "
+    "StepTraceAnnotation; without one, S s after its first JAX computation) "
+    "(default %(default)g s)",
+)
 RUN: Group = (
     SCRIPT_DIR,
     EXCLUDE,
@@ -246,6 +262,8 @@ RUN: Group = (
     RECORD_ENV,
     HANG_TIMEOUT,
     ON_HANG,
+    TRACE,
+    TRACE_AFTER,
 )
 
 # -- what `run` has beyond `sweep` -----------------------------------------------------------
