@@ -84,6 +84,7 @@ def test_internal_only_workers_through_iap(
     assert gone.returncode == 1
     assert "cannot connect to 127.1.0.2 through its proxy command" in gone.stderr
     assert "ERROR:" in gone.stderr
+    assert "Unknown child process" not in gone.stderr
 
 
 def test_ssh_config_proxy_command_is_honoured(
