@@ -11,8 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multihost import fleetops, report, runs
+from multihost import fleetops, runs
 from multihost.bundled import payload_command, payloads_dir
+from multihost.cli import report
 from multihost.cli.pull import pull_and_report
 from multihost.cli.wiring import (
     Display,
