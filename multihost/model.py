@@ -61,6 +61,14 @@ class Host:
     local: bool = False
     accelerator_type: str | None = None
     cloud_state: str | None = None
+    # how to reach it when not directly (issue 26): a ProxyCommand (``%h``/``%p`` expanded by
+    # the transport), and what to suggest when its address cannot be reached
+    proxy_command: tuple[str, ...] | None = None
+    reach_hint: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.proxy_command is not None and not isinstance(self.proxy_command, tuple):
+            object.__setattr__(self, "proxy_command", tuple(self.proxy_command))  # from JSON
 
     @property
     def name(self) -> str:

@@ -43,6 +43,7 @@ class Settings:
     zone: str | None = None
     ip: str = "auto"
     user: str | None = None
+    tunnel_through_iap: bool = False
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
@@ -116,7 +117,8 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         fleet, cloud = s.hosts, False
     else:
         spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
-                         zone=s.zone, ip=s.ip, user=s.user)  # fmt: skip
+                         zone=s.zone, ip=s.ip, user=s.user,
+                         tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
     ssh = s.ssh or SSHOptions(
@@ -129,6 +131,12 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
     if s.ssh_config is not None:
         ssh = replace(ssh, config=ssh_config(s.ssh_config))
+    if not fleet.local:
+        from multihost.transport.sshconfig import include_loop
+
+        loop = include_loop(ssh.config)
+        if loop is not None:
+            raise SettingError(f"ssh config: an Include loop: {loop}")
     if s.wait is not None and not fleet.local:
         _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
     return Reach(fleet, ssh, cloud, warnings)
@@ -161,6 +169,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     """The fleet, the job and the options of a run; bad input is refused before anything
     starts (a UsageError; a SettingError is also a ValueError)."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
+    check_port("coordinator_port", s.coordinator_port)
+    check_port("megascale_port", s.megascale_port)
     where = reach(s)
     job = Job(
         command=s.cmd,
@@ -202,6 +212,13 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         device_glob=s.device_glob or device_glob(),
     )
     return Plan(where.fleet, job, options, where.warnings)
+
+
+def check_port(name: str, value: object) -> None:
+    """A port is a whole number 1-65535 (the flags' type checks the CLI's; this, the API's)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
+    if value is not None and not ok:
+        raise SettingError(f"{name}={value!r}: not a port (1-65535)")
 
 
 def device_glob() -> str | None:

@@ -23,7 +23,7 @@ from multihost.cli.wiring import (
     raise_nofile_limit,
     reach_args,
 )
-from multihost.copyback import check_patterns, default_dest
+from multihost.copyback import check_dest, check_patterns, default_dest
 from multihost.core import Run
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
@@ -46,6 +46,8 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
         raise UsageError("--pull copies files back after the run ends; with --detach it does "
                          "not end here (use multihost pull RUN PATH later)")  # fmt: skip
     patterns = check_patterns(args.pull) if args.pull else ()
+    if patterns:  # checked, and made, before anything starts
+        check_dest(args.pull_to if args.pull_to is not None else default_dest(job.run_name))
     raise_nofile_limit()
     display = Display(fleet, job.run_name, args.stream, err)
     result = execute_run(Run(fleet, job, options, display), display)

@@ -41,6 +41,7 @@ class Attach:
         )  # fmt: skip
         sup.first_failure = record.first_failure
         sup.env_names = record.env_names
+        sup.recorded = record
         for data, slot in zip(record.hosts, sup.slots.values(), strict=True):
             slot.paths = sup.paths(slot.host)
             slot.env = dict(data.env) if data.env is not None else None
