@@ -29,9 +29,10 @@ from multihost.core import Run
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
-from multihost.model import Fleet, HostResult, Job, State
+from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_hosts
 from multihost.planner import device_glob
+from multihost.result import HostResult
 from multihost.runstate import RunOptions
 from multihost.sources.tpu import fleet_rows
 from multihost.stage import pack
