@@ -43,6 +43,7 @@ class Settings:
     zone: str | None = None
     ip: str = "auto"
     user: str | None = None
+    tunnel_through_iap: bool = False
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
@@ -122,7 +123,8 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         fleet, cloud = s.hosts, False
     else:
         spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
-                         zone=s.zone, ip=s.ip, user=s.user)  # fmt: skip
+                         zone=s.zone, ip=s.ip, user=s.user,
+                         tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
     ssh = s.ssh or SSHOptions(

@@ -128,6 +128,12 @@ WAIT = Flag(  # issue 26: a queued resource still provisioning
     help="wait (at most SECONDS; bare: no limit) until every slice of a --prefix is READY and "
     "every host accepts connections (default: a queued resource not yet ACTIVE is exit 2)",
 )
+TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
+    "tunnel-through-iap",
+    kind="switch",
+    help="with --prefix: reach every worker through an IAP tunnel (gcloud start-iap-tunnel "
+    "as ProxyCommand, to its internal address; default: connect directly)",
+)
 
 
 def fleet(required: bool = True) -> Group:
@@ -145,6 +151,7 @@ def fleet(required: bool = True) -> Group:
         CONNECT_TIMEOUT,
         CONNECT_LIMIT,
         WAIT,
+        TUNNEL_THROUGH_IAP,
     )
 
 

@@ -12,9 +12,13 @@ from typing import Any
 
 from multihost.errors import DiscoveryError
 from multihost.model import Fleet, Host
-from multihost.sources import IP_MODES
 
+IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
 Node = Mapping[str, Any]
+INTERNAL_ONLY = (  # what a worker with no external address is told when it cannot be reached
+    "the worker has only an internal address: reach it with --tunnel-through-iap, "
+    "or run multihost from a machine in its VPC network (--ip internal)"
+)
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,7 @@ def build_fleet(slices: Sequence[Node], ip: str = "auto") -> Fleet:
                     internal_address=str(internal),
                     accelerator_type=node.get("acceleratorType"),
                     cloud_state=node.get("state"),
+                    reach_hint=None if external else INTERNAL_ONLY,
                 )
             )
         hosts.append(workers)

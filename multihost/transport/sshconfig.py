@@ -105,7 +105,8 @@ def _filtered(path: str, mtime_ns: int, alias: str) -> str | None:
 
 
 @functools.cache
-def _scratch() -> Path:
+def scratch() -> Path:
+    """This process's private scratch dir (0700), removed at exit."""
     d = Path(tempfile.mkdtemp(prefix="multihost-sshconfig-"))
     atexit.register(shutil.rmtree, d, ignore_errors=True)
     return d
@@ -113,7 +114,7 @@ def _scratch() -> Path:
 
 @functools.lru_cache(maxsize=4096)
 def _written(text: str) -> str:
-    path = _scratch() / hashlib.sha256(text.encode()).hexdigest()[:20]
+    path = scratch() / hashlib.sha256(text.encode()).hexdigest()[:20]
     path.write_text(text)
     return str(path)
 
