@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from multihost.core.envsync import Probe
 from multihost.envsync import Selection, request, satisfies
-from multihost.envsync.sync import Probe
 from multihost.errors import SettingError
 from multihost.model import Host
 from multihost.remote import script

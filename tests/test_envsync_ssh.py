@@ -15,7 +15,7 @@ import pytest
 
 import multihost
 from multihost.errors import UsageError
-from multihost.model import RunResult
+from multihost.result import RunResult
 from multihost.runstate import Note
 from tests import fleet as loopback
 from tests.clitools import no_processes

@@ -184,7 +184,7 @@ class Prepare:
     async def _environment(self) -> list[Outcome[None]]:
         """The locked environment on every host (multihost.envsync); on a failure or a usage
         error (a Python that does not satisfy requires-python) every claim is released."""
-        from multihost.envsync.sync import sync_environment
+        from multihost.core.envsync import sync_environment
 
         sup = self.sup
         assert sup.options.environment is not None

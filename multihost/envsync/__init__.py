@@ -3,7 +3,7 @@
 The planner asks :func:`request` (pure, before anything starts): a staged code dir with
 ``pyproject.toml`` and ``uv.lock`` gets an :class:`EnvRequest` unless ``--no-sync``; a lock out
 of date with ``pyproject.toml`` is a usage error (exit 2) that says to run ``uv lock``. The run's
-preparation then calls :func:`multihost.envsync.sync.sync_environment` once the code is on
+preparation then calls :func:`multihost.core.envsync.sync_environment` once the code is on
 every host: each host reports its key (lock, selection, Python, platform, uv), one host per
 missing key builds it with uv, and the others get the packed environment from there.
 """

@@ -263,13 +263,23 @@ NO_SYNC = Flag(
     "(default: build it once with uv and put it on every host; the command runs inside it)",
 )
 EXTRA = Flag(
-    "extra", kind="append", metavar="NAME", help="uv: include this optional extra (repeatable)"
+    "extra",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this optional extra (repeatable; default: none)",
 )
-ALL_EXTRAS = Flag("all-extras", kind="switch", help="uv: include every optional extra")
+ALL_EXTRAS = Flag(
+    "all-extras", kind="switch", help="uv: include every optional extra (default: none)"
+)
 GROUP = Flag(
-    "group", kind="append", metavar="NAME", help="uv: include this dependency group (repeatable)"
+    "group",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this dependency group (repeatable; default: uv's default groups)",
 )
-NO_DEV = Flag("no-dev", kind="switch", help="uv: leave out the dev dependency group")
+NO_DEV = Flag(
+    "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
+)
 ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV)
 
 RUN: Group = (
