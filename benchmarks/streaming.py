@@ -310,8 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = f"{output}: echoing {echo:.2f} µs/line (≤ {TARGET_US:g}: {ok}), {total:.2f} in all"
         if args.before:
             b_total, b_echo = per[("before", output)]
-            times = f"{b_echo / echo:.0f}× less" if echo >= 0.05 else "now within noise of none"
-            ratio = f"echoing {times}, all {b_total / total:.0f}× less"
+            if b_total / total >= 2:
+                times = f"{b_echo / echo:.0f}× less" if echo >= 0.05 else "now within noise of none"
+                ratio = f"echoing {times}, all {b_total / total:.0f}× less"
+            else:  # a before of the same speed: the plain ratio
+                ratio = f"this / before: echoing {echo / b_echo:.2f}, all {total / b_total:.2f}"
             line += f" (before: {b_echo:.2f} and {b_total:.2f}: {ratio})"
         verdicts.append(line)
     flood_rows = [
