@@ -165,7 +165,8 @@ esac
 """
 
 
-_TICK = re.compile(rb"tick (\d+\.\d+)\D")
+# a streamed host line ("[s0/w7] tick ..."), not the summary's last-output cell
+_TICK = re.compile(rb"\] tick (\d+\.\d+)\D")
 
 
 def flood_delays(root: Path, where: Where, flooders: int, output: str, work: Path) -> list[float]:
