@@ -166,7 +166,7 @@ esac
 
 
 # a streamed host line ("[s0/w7] tick ..."), not the summary's last-output cell
-_TICK = re.compile(rb"\] tick (\d+\.\d+)\D")
+_TICK = re.compile(rb"\] (?:\x1b\[[0-9;]*m)*tick (\d+\.\d+)\D")
 
 
 def flood_delays(root: Path, where: Where, flooders: int, output: str, work: Path) -> list[float]:
