@@ -456,7 +456,8 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
     return "\n".join(
         [
             begin,
-            "## Fan-out: launching a trivial command on N loopback hosts",
+            "## Fan-out: launching a trivial command on N loopback hosts"
+            + (f" ({args.section})" if args.section != "fanout" else ""),
             "",
             f"Machine: {machine()}; load average before/after: {args.load_before:.1f} / "
             f"{os.getloadavg()[0]:.1f} (other work on the machine inflates every column).",

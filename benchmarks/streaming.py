@@ -334,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = "\n".join([
         begin,
         "## Streaming: runner CPU per line of host output echoed (benchmarks/streaming.py"
-        + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")"),
+        + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")")
+        + (f" ({args.section})" if args.section else ""),
         "",
         f"Machine: {machine()}; load average before/after: {load_before:.1f} / "
         f"{os.getloadavg()[0]:.1f} (the machine is shared).",
