@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from multihost.bridge import blocking, ctrl_c
+from multihost.core import Attach, Run, Stop
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.keywords import OnOutput, Stream, check_options, events_of, output_events
 from multihost.keywords import plan_run as plan_run
 from multihost.model import Fleet, RunResult
-from multihost.runner import Attach, Run, Stop
 from multihost.runs import (
     HostStatus,
     find_run,

@@ -20,6 +20,7 @@ class Defaults:
     keepalive_count_max: int = 2  # asyncssh drops the connection at the (max+1)th silent tick: 15 s
     # Running.
     grace: float = 10.0  # s between TERM and KILL when stopping a job
+    control_plane_timeout: float = 300.0  # s a job watch retries a failing control plane
     reconnect_timeout: float = 300.0  # s a lost host is retried before it is "lost"
     max_stage_bytes: int = 1 << 30  # the code dir's size limit (--max-stage-bytes)
     stage_timeout: float = 600.0  # s to stage code on one host

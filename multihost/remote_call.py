@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from multihost.bridge import blocking, ctrl_c
+from multihost.core import Run
 from multihost.errors import RemoteCallError
 from multihost.fanout import on_every_host
 from multihost.keywords import check_options, events_of, plan_run
 from multihost.model import Host, RunResult
 from multihost.plan import Paths, shell_path
 from multihost.planner import Plan
-from multihost.runner import Run
 from multihost.runstate import default_run_name
 from multihost.transport import Connection
 

@@ -48,7 +48,7 @@ def _states(logs: Path, run: str) -> list[str]:
 def test_signal_on_attach_detaches_and_the_run_goes_on(
     home: Path, code: Path, tmp_path: Path, sig: signal.Signals
 ) -> None:
-    """SIGHUP (the terminal went away) as Ctrl-C; test_terminal types Ctrl-C at a terminal."""
+    """SIGHUP (the terminal went away) as Ctrl-C; test_cli_terminal types Ctrl-C at a terminal."""
     logs = tmp_path / "logs"
     cmd = 'while :; do echo "tick $JAX_PROCESS_ID"; sleep 0.2; done'
     res = cli([*_run(code, logs, "--detach", "--run-name", "bg"), "--cmd", cmd])

@@ -147,7 +147,14 @@ def test_decide() -> None:
     done = _snap(None, HostView(0, 0, True, 0), HostView(0, 1, True, 0))
     assert decide(done, **kw)[0] is Verdict.SUCCEEDED  # exits win over a resource gone
     assert decide(_snap("SUSPENDED", *running), **kw)[0] is Verdict.PREEMPTED
-    assert decide(_snap(None, *running), **kw)[0] is Verdict.PREEMPTED
+    assert decide(_snap(None, *running), **kw)[0] is Verdict.DELETED  # not a preemption
+    assert decide(_snap("DELETING", *running), **kw)[0] is Verdict.DELETED
+    assert decide(_snap("FAILED", *running), **kw)[0] is Verdict.PREEMPTED
+    never = {**kw, "seen_active": False}
+    assert decide(_snap(None), **never)[0] is Verdict.NEVER_ACTIVE
+    assert decide(_snap("FAILED"), **never)[0] is Verdict.NEVER_ACTIVE
+    assert decide(_snap("SUSPENDED"), **never)[0] is Verdict.PREEMPTED  # only after ACTIVE
+    assert decide(_snap(None, *running), **never)[0] is Verdict.DELETED  # workers had started
     late = {"active_since": 0.0, "start_timeout": 10.0, "now": 11.0}
     assert decide(_snap("ACTIVE", HostView(0, 0, True)), **late)[0] is Verdict.START_TIMEOUT
     assert decide(_snap("ACTIVE", *running), **late)[0] is Verdict.CONTINUE

@@ -121,7 +121,12 @@ def bucket(ssh_fleet: loopback.Fleet, tmp_path: Path) -> Iterator[tuple[FakeGcs,
             for p in (config.parent, *config.parent.rglob("*")):
                 shutil.chown(p, h.user, h.user)
         (tmp_path / "gcloud").mkdir()
-        yield gcs, gcloud_env(str(tmp_path / "gcloud"), "http://127.0.0.1:9/", gcs.endpoint)
+        yield (
+            gcs,
+            gcloud_env(
+                str(tmp_path / "gcloud"), "http://127.0.0.1:9/", gcs.endpoint, "http://127.0.0.1:9/"
+            ),
+        )
     finally:
         for config in made:
             shutil.rmtree(config.parent, ignore_errors=True)

@@ -23,13 +23,13 @@ from multihost.cli.wiring import (
     reach_args,
 )
 from multihost.copyback import check_patterns, default_dest
+from multihost.core import Run
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_hosts
 from multihost.planner import device_glob
-from multihost.runner import Run
 from multihost.runstate import RunOptions
 from multihost.sources.tpu import fleet_rows
 from multihost.stage import pack

@@ -31,6 +31,9 @@ class _Display:
     def note(self, text: str) -> None:
         self.err.print(f"[bold]multihost:[/] {escape(text)}")
 
+    def warn(self, text: str) -> None:
+        self.err.print(f"[bold yellow]multihost: warning:[/] {escape(text)}")
+
     def hosts(self, record: Any, snap: Any) -> None:
         if not self.show_hosts:
             return
@@ -81,7 +84,7 @@ def _submit(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
         max_restarts=args.max_restarts, script_dir=args.script_dir,
         excludes=tuple(args.exclude), env=tuple(args.env), log_interval=args.log_interval,
         start_timeout=args.start_timeout, coordinator_port=args.coordinator_port,
-        megascale_port=args.megascale_port,
+        megascale_port=args.megascale_port, secrets=tuple(args.secret),
     )  # fmt: skip
     display = _Display(err)
     done = submit(req, gcloud, display.note)
@@ -89,21 +92,43 @@ def _submit(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
         f"queued resource {done.record.resource} requested ({args.num_slices} x "
         f"{args.tpu_type}); follow with: multihost job watch {args.name}"
     )
+    if args.watch and args.detach:
+        return _detach(args, err)
     return _watch(args, err, gcloud, done.record) if args.watch else 0
 
 
+def _detach(args: argparse.Namespace, err: Console) -> int:
+    from multihost.job import watching
+
+    argv = ["--poll", str(args.poll), "--control-plane-timeout", str(args.control_plane_timeout)]
+    argv += ["--keep"] * args.keep + ["--resubmit"] * args.resubmit
+    pid, log = watching.detach(args.name, argv)
+    err.print(
+        f"[bold]multihost:[/] watching job {escape(args.name)} in the background (pid {pid}); "
+        f"its output: {escape(str(log))}; see it with: multihost job status {escape(args.name)}"
+    )
+    return 0
+
+
 def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = None) -> int:
+    from multihost.job import watching
     from multihost.job.record import load_local
+    from multihost.job.retry import PatientGcloud
     from multihost.job.watch import Watcher
 
     fresh = record is not None
     record = record or load_local(args.name)
+    if args.detach:
+        return _detach(args, err)
     display = _Display(err)
+    gcloud = PatientGcloud.around(gcloud, timeout=args.control_plane_timeout, warn=display.warn)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     try:
-        watcher = Watcher(record, gcloud, display, keep=args.keep, poll=args.poll)
-        outcome = watcher.run(fresh=fresh)
+        with watching.marker(record.name):
+            watcher = Watcher(record, gcloud, display, keep=args.keep, poll=args.poll,
+                              resubmit=args.resubmit)  # fmt: skip
+            outcome = watcher.run(fresh=fresh)
     except KeyboardInterrupt:
         display.note(
             f"stopped watching; job {record.name} keeps running on its queued resource. "
@@ -118,11 +143,15 @@ def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = No
 
 
 def _status(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
+    import time
+
     from multihost.job import ops
     from multihost.job.record import load_local
+    from multihost.job.watching import watchers
 
     st = ops.status(gcloud, load_local(args.name))
     r = st.record
+    watching = watchers(r.name)
     if args.json:
         data = {
             "name": r.name, "state": r.state.value, "attempt": r.attempt,
@@ -130,6 +159,7 @@ def _status(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
             "resource_state": st.resource_state, "bucket": r.bucket,
             "hosts": [{"slice": h.slice_id, "worker": h.worker, "state": h.state,
                        "exit_code": h.exit_code, "log_bytes": h.log_bytes} for h in st.hosts],
+            "watchers": [{"pid": w.pid, "mode": w.mode, "since": w.since} for w in watching],
         }  # fmt: skip
         print(json.dumps(data, indent=1))
         return 0
@@ -139,6 +169,14 @@ def _status(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
               f"{st.resource_state or 'gone'}")  # fmt: skip
     if r.message:
         out.print(escape(r.message))
+    for w in watching:
+        since = time.strftime("%H:%M:%S", time.localtime(w.since))
+        out.print(f"watched from here by pid {w.pid} ({w.mode}, since {since})")
+    if not watching and not r.state.final:
+        out.print(
+            "nothing watches this job from here: a preemption is resumed only while a watch "
+            f"runs (multihost job watch {escape(r.name)} --detach)"
+        )
     table = Table("host", "state", "exit", "log bytes")
     for h in st.hosts:
         code = "" if h.exit_code is None else str(h.exit_code)
@@ -157,10 +195,15 @@ def _parse_host(text: str) -> tuple[int, int]:
 def _logs(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
     from multihost.job import ops
     from multihost.job.record import load_local
+    from multihost.job.retry import PatientGcloud
     from multihost.job.watch import Watcher
 
     host = _parse_host(args.host)
-    record = gcloud.load_record(load_local(args.name))
+    record = load_local(args.name)
+    if args.follow:
+        warn = _Display(err).warn
+        gcloud = PatientGcloud.around(gcloud, timeout=args.control_plane_timeout, warn=warn)
+    record = gcloud.load_record(record)
     attempt = record.attempt if args.attempt is None else args.attempt
     if args.follow:
         if args.all or attempt != record.attempt:
@@ -200,16 +243,24 @@ def _stop(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
 def _ls(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
     import time
 
-    from multihost.job.record import list_local
+    from multihost.job.record import JobRecord, list_local
 
-    records = list_local()
+    listed = list_local()
+    records = [r for r in listed if isinstance(r, JobRecord)]
+    unreadable = [r for r in listed if not isinstance(r, JobRecord)]
     if args.json:
-        print(json.dumps([json.loads(r.to_json()) for r in records], indent=1))
-        return 0
-    table = Table("job", "state", "attempt", "tpu", "bucket", "submitted")
-    for r in records:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
-        table.add_row(r.name, r.state.value, str(r.attempt),
-                      f"{r.num_slices}x {r.tpu_type}", r.bucket, when)  # fmt: skip
-    Console(highlight=False).print(table)
-    return 0
+        rows = [json.loads(r.to_json()) for r in records]
+        rows += [{"name": u.name, "state": "unreadable", "error": u.why} for u in unreadable]
+        print(json.dumps(rows, indent=1))
+    else:
+        table = Table("job", "state", "attempt", "tpu", "bucket", "submitted")
+        for r in records:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
+            table.add_row(r.name, r.state.value, str(r.attempt),
+                          f"{r.num_slices}x {r.tpu_type}", r.bucket, when)  # fmt: skip
+        for u in unreadable:
+            table.add_row(escape(u.name), "[red]unreadable[/]", "", "", "", "")
+        Console(highlight=False).print(table)
+    for u in unreadable:
+        err.print(f"multihost: job {escape(u.name)}: unreadable record: {escape(u.why)}")
+    return 1 if unreadable else 0

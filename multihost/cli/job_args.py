@@ -32,7 +32,12 @@ def add_job_parser(sub: Any, positive: Positive) -> None:
                         help="re-create after up to K preemptions (default 0)")  # fmt: skip
     submit.add_argument("--script-dir", type=Path, default=Path("."))
     submit.add_argument("--exclude", action="append", default=[], metavar="PATTERN")
-    submit.add_argument("--env", action="append", default=[], metavar="K=V")
+    submit.add_argument("--env", action="append", default=[], metavar="K=V",
+                        help="set K=V in the job's environment (NOT secret: stored in the job "
+                        "record and the startup script; use --secret)")  # fmt: skip
+    submit.add_argument("--secret", action="append", default=[], metavar="KEY=NAME",
+                        help="set KEY to Secret Manager secret NAME's latest version, read by "
+                        "each host at start; the value is never stored")  # fmt: skip
     submit.add_argument("--log-interval", type=positive(int), default=10, metavar="S")
     submit.add_argument("--start-timeout", type=positive(float), default=600.0, metavar="S")
     submit.add_argument("--coordinator-port", type=int, default=D.coordinator_port)
@@ -58,6 +63,7 @@ def add_job_parser(sub: Any, positive: Positive) -> None:
     logs.add_argument("--follow", action="store_true", help="print lines as they arrive")
     logs.add_argument("--json", action="store_true", help="one JSON object per line")
     logs.add_argument("--poll", type=positive(float), default=5.0, metavar="S")
+    _patience_flag(logs, positive)
 
     stop = jsub.add_parser("stop", help="delete the queued resource; record the job stopped")
     stop.add_argument("name", metavar="NAME")
@@ -70,3 +76,20 @@ def _watch_flags(p: argparse.ArgumentParser, positive: Positive) -> None:
     p.add_argument("--keep", action="store_true", help="keep the queued resource on success")
     p.add_argument("--poll", type=positive(float), default=5.0, metavar="S",
                    help="seconds between polls (default 5)")  # fmt: skip
+    _patience_flag(p, positive)
+    p.add_argument(
+        "--resubmit", action="store_true",
+        help="once, when the queued resource is deleted or vanishes before it is ever ACTIVE "
+        "(not a preemption), create a new attempt (default: fail)",
+    )  # fmt: skip
+    p.add_argument("--detach", action="store_true",
+                   help="watch in the background, without a terminal (output: the job's "
+                   "watch.log; see README for a systemd user unit)")  # fmt: skip
+
+
+def _patience_flag(p: argparse.ArgumentParser, positive: Positive) -> None:
+    p.add_argument(
+        "--control-plane-timeout", type=positive(float), default=D.control_plane_timeout,
+        metavar="S", help="retry failing gcloud calls (5xx, resets, timeouts) for up to S "
+        f"seconds before giving up (default {D.control_plane_timeout:g})",
+    )  # fmt: skip

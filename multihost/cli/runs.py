@@ -21,11 +21,11 @@ from multihost.cli.wiring import (
     raise_nofile_limit,
     record_options,
 )
+from multihost.core import Attach, Stop
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.gather import gather, host_ranges, read_tail, render
 from multihost.model import Host, State
-from multihost.runner import Attach, Stop
 from multihost.stream import MAX_LINE
 
 

@@ -19,10 +19,10 @@ from multihost import report, runs
 from multihost.bridge import Interrupt, blocking
 from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
+from multihost.core import Attach, Run
 from multihost.model import Fleet, Host, RunResult, State
 from multihost.planner import Plan, Reach, log_dir, plan, reach, ssh_config
 from multihost.record import RunRecord
-from multihost.runner import Attach, Run
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
 from multihost.stream import Line
 

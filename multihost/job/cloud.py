@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 
 from multihost.errors import MultihostError
-from multihost.job.record import JobRecord, resource_name, save_local
+from multihost.job.record import JobRecord, JobRecordError, resource_name, save_local
 
 QR = ("compute", "tpus", "queued-resources")
 GONE_STATES = ("SUSPENDING", "SUSPENDED", "FAILED")
@@ -160,6 +160,11 @@ class Gcloud:
 
     def load_record(self, record: JobRecord) -> JobRecord:
         """The bucket's copy of the record (the truth), mirrored locally."""
-        fresh = JobRecord.from_json(self.cat(record.record_url).decode())
+        try:
+            fresh = JobRecord.from_json(self.cat(record.record_url))
+        except JobRecordError as exc:
+            raise JobRecordError(f"the bucket's record {record.record_url}: {exc}") from None
+        if fresh.name != record.name:
+            raise JobRecordError(f"the bucket's record {record.record_url} names {fresh.name!r}")
         save_local(fresh)
         return fresh

@@ -7,11 +7,13 @@ import enum
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
+import tempfile
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from multihost.errors import UsageError
+from multihost.record import private_dir
 
 SCHEMA = 1
 CAPACITIES = ("on-demand", "spot", "reserved", "best-effort")
@@ -19,6 +21,11 @@ _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
 _BUCKET = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 _TPU_TYPE = re.compile(r"^v[0-9][a-z0-9]*-[0-9]+$")
 _HOST_OBJECT = re.compile(r"slice-([0-9]+)-worker-([0-9]+)\.(log|started|exit)$")
+
+
+class JobRecordError(UsageError):
+    """A job record that cannot be read (torn, foreign, edited by hand, not a file): exit 2,
+    as for a run.json (``multihost.record.RecordError``)."""
 
 
 class JobState(enum.Enum):
@@ -86,12 +93,14 @@ class JobRecord:
     zone: str | None = None
     capacity: str = "on-demand"
     env: tuple[tuple[str, str], ...] = ()
+    secrets: tuple[tuple[str, str], ...] = ()  # (KEY, Secret Manager secret NAME): names only
     max_restarts: int = 0
     log_interval: int = 10
     start_timeout: float = 600.0
     coordinator_port: int = 8476
     megascale_port: int = 8081
     attempt: int = 0
+    resubmits: int = 0  # attempts made because the resource was deleted (at most one)
     state: JobState = JobState.RUNNING
     exit_code: int | None = None
     message: str = ""
@@ -135,14 +144,53 @@ class JobRecord:
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> JobRecord:
-        data = json.loads(text)
+    def from_json(cls, text: str | bytes) -> JobRecord:
+        """The one reader of a job record: anything it cannot vouch for is a ``JobRecordError``
+        (one line, no traceback), never a KeyError or a half-typed record."""
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            raise JobRecordError(f"not JSON ({type(exc).__name__})") from None
+        if not isinstance(data, dict):
+            raise JobRecordError(f"not a job record (a JSON {type(data).__name__})")
         if data.get("schema") != SCHEMA:
-            raise UsageError(f"job record schema {data.get('schema')!r} is not {SCHEMA}")
-        data["state"] = JobState(data["state"])
-        data["env"] = tuple(tuple(p) for p in data.get("env", ()))
-        data["attempt_times"] = tuple(data.get("attempt_times", ()))
-        return cls(**data)
+            raise JobRecordError(f"job record schema {data.get('schema')!r} is not {SCHEMA}")
+        try:
+            known = {f.name: f for f in fields(cls)}
+            data = {k: v for k, v in data.items() if k in known}
+            data["state"] = JobState(data["state"])
+            data["env"] = tuple(_pair(p) for p in data.get("env", ()))
+            data["secrets"] = tuple(_pair(p) for p in data.get("secrets", ()))
+            data["attempt_times"] = tuple(float(t) for t in data.get("attempt_times", ()))
+            record = cls(**data)
+            _check_types(record)
+            check_name(record.name)
+        except (KeyError, TypeError, ValueError, UsageError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise JobRecordError(f"malformed job record ({what})") from None
+        return record
+
+
+def _pair(item: Any) -> tuple[str, str]:
+    if not (isinstance(item, list | tuple) and len(item) == 2):
+        raise TypeError(f"expected a [KEY, VALUE] pair, got {item!r}")
+    return str(item[0]), str(item[1])
+
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str, "bucket": str, "tpu_type": str, "num_slices": int, "runtime_version": str,
+    "command": str, "code_hash": str, "project": (str, type(None)), "zone": (str, type(None)),
+    "capacity": str, "max_restarts": int, "log_interval": int, "start_timeout": (int, float),
+    "coordinator_port": int, "megascale_port": int, "attempt": int, "resubmits": int,
+    "exit_code": (int, type(None)), "message": str, "created_at": (int, float),
+}  # fmt: skip
+
+
+def _check_types(record: JobRecord) -> None:
+    for name, kind in _TYPES.items():
+        value = getattr(record, name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise TypeError(f"{name}: {value!r}")
 
 
 def resource_name(job: str, attempt: int) -> str:
@@ -165,29 +213,77 @@ def local_dir() -> Path:
     return Path(base) / "jobs"
 
 
+def job_dir(name: str) -> Path:
+    """The job's private local directory (0700, created with its parents; never a symlink)."""
+    return private_dir(local_dir() / name)
+
+
 def save_local(record: JobRecord) -> Path:
-    path = local_dir() / record.name / "job.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(record.to_json())
-    tmp.replace(path)
+    """The local mirror of the record, 0600, replaced atomically."""
+    path = job_dir(record.name) / "job.json"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".job.json.")  # mkstemp: 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(record.to_json())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
+def read_local(path: Path) -> JobRecord:
+    """A local record file through the one reader; every way it can be unusable is a
+    ``JobRecordError`` naming the file."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise JobRecordError(f"{path} is a directory, not a job record") from None
+    except OSError as exc:
+        raise JobRecordError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return JobRecord.from_json(data)
+    except JobRecordError as exc:
+        raise JobRecordError(
+            f"{path}: {exc} — remove it, or fix it from the bucket's copy (job.json)"
+        ) from None
+
+
 def load_local(name: str) -> JobRecord:
+    check_name(name)
     path = local_dir() / name / "job.json"
     try:
-        return JobRecord.from_json(path.read_text())
+        return read_local(path)
     except FileNotFoundError:
         raise UsageError(f"no job {name!r} here (see multihost job ls)") from None
 
 
-def list_local() -> list[JobRecord]:
-    out = []
+@dataclass(frozen=True)
+class Unreadable:
+    """A job directory whose record could not be read (``job ls`` lists it as such)."""
+
+    name: str
+    why: str
+
+
+def list_local() -> list[JobRecord | Unreadable]:
+    """Every job mirrored here, oldest first; unreadable records last, never hidden."""
+    good: list[JobRecord] = []
+    bad: list[JobRecord | Unreadable] = []
     base = local_dir()
-    for path in sorted(base.glob("*/job.json")) if base.is_dir() else []:
+    try:
+        dirs = sorted(p for p in base.iterdir() if not p.name.startswith("."))
+    except FileNotFoundError:
+        dirs = []
+    except OSError as exc:
+        raise JobRecordError(f"cannot list {base}: {exc.strerror or exc}") from None
+    for d in dirs:
         try:
-            out.append(JobRecord.from_json(path.read_text()))
-        except (ValueError, TypeError, UsageError):
-            continue
-    return sorted(out, key=lambda r: r.created_at)
+            good.append(read_local(d / "job.json"))
+        except FileNotFoundError:
+            bad.append(Unreadable(d.name, f"{d / 'job.json'} is missing"))
+        except JobRecordError as exc:
+            bad.append(Unreadable(d.name, str(exc)))
+    return [*sorted(good, key=lambda r: r.created_at), *bad]

@@ -16,12 +16,14 @@ from multihost.plan import hook_text
 
 VALUES_MARK = "# @VALUES@\n"
 FETCH_FAILED = 125  # exit code a worker reports when it could not get the code
+SECRET_FAILED = 123  # ... when it could not read a --secret from Secret Manager
+WORK_DIR_REFUSED = 122  # ... when its work directory is not its own and private
 
 TEMPLATE = r"""#!/bin/sh
 # multihost job startup script (rendered by multihost; values first, body fixed)
 # @VALUES@
 set -u
-umask 022
+umask 077
 PATH=$PATH:/usr/local/bin:/usr/bin:/bin:/snap/bin
 export PATH
 md_host=${GCE_METADATA_HOST:-metadata.google.internal}
@@ -59,8 +61,23 @@ base=${MULTIHOST_WORK_DIR:-/var/tmp/multihost-$(id -u)}
 dir=$base/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
 code=$base/code/$code_hash
 remote=$bucket/multihost/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
+# The work directory is created private, or used only if it is a directory (not a link) of
+# this user's, which this user then makes private: never trusted because it exists.
+mkdir -m 700 "$base" 2>/dev/null
+refused=
+if [ -L "$base" ] || [ ! -d "$base" ]; then
+  refused="$base is not a directory"
+elif [ "$(stat -c %u "$base")" != "$(id -u)" ]; then
+  refused="$base belongs to uid $(stat -c %u "$base"), not to $(id -u)"
+else
+  chmod 700 "$base" && [ "$(stat -c %a "$base")" = 700 ] || refused="$base cannot be made 0700"
+fi
+if [ -n "$refused" ]; then
+  dir=$(mktemp -d) || exit 1  # only to report the refusal from
+fi
 rm -rf "$dir"  # a job of the same name that ran here before left its files
-mkdir -p "$dir" "$base/code" || exit 1
+mkdir -p "$dir" || exit 1
+[ -n "$refused" ] || mkdir -p "$base/code" || exit 1
 log=$dir/log
 : > "$log"
 
@@ -111,6 +128,10 @@ fetch() {
 }
 
 note "job $job attempt $attempt: slice $slice worker $worker of $num_slices x $workers"
+if [ -n "$refused" ]; then
+  note "refusing the work directory: $refused (set MULTIHOST_WORK_DIR, or remove it)"
+  report_exit 122
+fi
 if ! fetch; then
   note "could not fetch $bucket/multihost/code/$code_hash.tar.gz: giving up"
   report_exit 125
@@ -142,7 +163,21 @@ PYTHONPATH=$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}
 export MULTIHOST_STACK_DIR PYTHONPATH
 eval "$user_env"
 
-(cd "$code" && exec sh -c "$command") < /dev/null >> "$log" 2>&1 &
+# --secret KEY=NAME: each value read from Secret Manager into the job's shell only (a pipe
+# into a variable: no file, no command line, no log); the job's processes alone inherit it.
+read_secrets() {
+  for s in $secrets; do
+    v=$(gcloud secrets versions access latest --secret "${s#*=}" \
+      ${project:+--project "$project"}) || {
+      note "could not read secret ${s#*=} from Secret Manager (for ${s%%=*})"
+      return 1
+    }
+    export "${s%%=*}=$v"
+  done
+}
+
+(cd "$code" && { read_secrets || exit 123; } && exec sh -c "$command") \
+  < /dev/null >> "$log" 2>&1 &
 pid=$!
 echo "$workers $num_slices $(date +%s)" > "$dir/started"
 put "$dir/started" "$remote.started"
@@ -182,6 +217,8 @@ class StartupValues:
     code_hash: str
     command: str
     env: tuple[tuple[str, str], ...] = ()
+    secrets: tuple[tuple[str, str], ...] = ()  # (KEY, secret NAME): names, never values
+    project: str | None = None
     log_interval: int = 10
     fetch_tries: int = 5
     coordinator_port: int = 8476
@@ -203,6 +240,8 @@ def render(values: StartupValues) -> str:
         "code_hash": values.code_hash,
         "command": values.command,
         "user_env": user_env_text(values.env),
+        "secrets": " ".join(f"{k}={n}" for k, n in values.secrets),
+        "project": values.project or "",
         "log_interval": str(values.log_interval),
         "fetch_tries": str(values.fetch_tries),
         "coordinator_port": str(values.coordinator_port),

@@ -20,6 +20,7 @@ from multihost.job.record import (
     code_url,
 )
 from multihost.plan import parse_env
+from multihost.secrets import parse_secrets
 from multihost.stage import pack
 
 
@@ -40,6 +41,7 @@ class JobRequest:
     script_dir: Path = Path(".")
     excludes: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()  # KEY=NAME: Secret Manager secrets, read by each host
     log_interval: int = 10
     start_timeout: float = 600.0
     coordinator_port: int = 8476
@@ -56,6 +58,8 @@ def startup_script(record: JobRecord) -> str:
             code_hash=record.code_hash,
             command=record.command,
             env=record.env,
+            secrets=record.secrets,
+            project=record.project,
             log_interval=record.log_interval,
             coordinator_port=record.coordinator_port,
             megascale_port=record.megascale_port,
@@ -80,7 +84,10 @@ def check(req: JobRequest) -> JobRequest:
         raise UsageError("--max-restarts must be 0 or more")
     if not req.script_dir.is_dir():
         raise UsageError(f"script dir {req.script_dir} does not exist or is not a directory")
-    parse_env(list(req.env))
+    env = parse_env(list(req.env))
+    both = sorted({k for k, _ in parse_secrets(req.secrets)} & set(env))
+    if both:
+        raise UsageError(f"{both[0]} is given both as --env and as --secret")
     return JobRequest(**{**req.__dict__, "bucket": check_bucket(req.bucket)})
 
 
@@ -97,11 +104,12 @@ def submit(
     """Returns once the queued resource request is accepted."""
     req = check(req)
     env = tuple(parse_env(list(req.env)).items())
+    secrets = parse_secrets(req.secrets)
     archive = pack(req.script_dir, req.excludes)
     record = JobRecord(
         name=req.name, bucket=req.bucket, tpu_type=req.tpu_type, num_slices=req.num_slices,
         runtime_version=req.runtime_version, command=req.command, code_hash=archive.digest,
-        project=req.project, zone=req.zone, capacity=req.capacity, env=env,
+        project=req.project, zone=req.zone, capacity=req.capacity, env=env, secrets=secrets,
         max_restarts=req.max_restarts, log_interval=req.log_interval,
         start_timeout=req.start_timeout, coordinator_port=req.coordinator_port,
         megascale_port=req.megascale_port, created_at=time.time(),

@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 
 from multihost.job.cloud import GONE_STATES, CloudError, Gcloud
 from multihost.job.record import JobRecord, JobState, parse_host_object
+from multihost.job.startup import FETCH_FAILED, SECRET_FAILED, WORK_DIR_REFUSED
 from multihost.job.submit import startup_script
 
 HostKey = tuple[int, int]  # (slice, worker)
@@ -60,19 +61,37 @@ class Verdict(enum.Enum):
     FAILED = "failed"
     PREEMPTED = "preempted"
     START_TIMEOUT = "start-timeout"
+    NEVER_ACTIVE = "never-active"  # gone (or failed) before it was ever ACTIVE
+    DELETED = "deleted"  # deleted while ACTIVE: by someone, not by a preemption
 
 
 def decide(
-    snap: Snapshot, *, active_since: float | None, start_timeout: float, now: float
+    snap: Snapshot,
+    *,
+    active_since: float | None,
+    start_timeout: float,
+    now: float,
+    seen_active: bool = True,
 ) -> tuple[Verdict, HostView | None]:
-    """The job's truth from one snapshot; a failure wins over everything, then success."""
+    """The job's truth from one snapshot; a failure wins over everything, then success.
+    Only a resource seen ACTIVE (or a worker seen started) can have been preempted; one that
+    is deleted (absent, or DELETING) was removed by someone."""
     for h in snap.hosts:
         if h.exit_code not in (None, 0):
             return Verdict.FAILED, h
     exited = [h for h in snap.hosts if h.exit_code == 0]
     if snap.expected is not None and len(exited) >= snap.expected:
         return Verdict.SUCCEEDED, None
-    if snap.resource_state is None or snap.resource_state in GONE_STATES:
+    seen_active = seen_active or any(h.started or h.exit_code is not None for h in snap.hosts)
+    state = snap.resource_state
+    if state in ("SUSPENDING", "SUSPENDED"):  # only ever after ACTIVE: a preemption
+        return Verdict.PREEMPTED, None
+    gone = state in (None, "DELETING")
+    if (gone or state in GONE_STATES) and not seen_active:
+        return Verdict.NEVER_ACTIVE, None
+    if gone:
+        return Verdict.DELETED, None
+    if state in GONE_STATES:
         return Verdict.PREEMPTED, None
     reported = sum(1 for h in snap.hosts if h.started or h.exit_code is not None)
     all_in = snap.expected is not None and reported >= snap.expected
@@ -104,6 +123,7 @@ class Watcher:
     keep: bool = False
     poll: float = 5.0
     follow: HostKey | None = (0, 0)
+    resubmit: bool = False  # once, when the resource is deleted or vanishes before ACTIVE
     clock: Callable[[], float] = time.time
     _exits: dict[HostKey, int] = field(default_factory=dict)
     _started: set[HostKey] = field(default_factory=set)
@@ -134,6 +154,7 @@ class Watcher:
                 verdict, host = decide(
                     snap, active_since=self._active_since,
                     start_timeout=self.record.start_timeout, now=self.clock(),
+                    seen_active=self._active_since is not None,
                 )  # fmt: skip
                 if verdict is Verdict.CONTINUE:
                     time.sleep(max(0.0, self.poll - (self.clock() - begun)))
@@ -241,7 +262,11 @@ class Watcher:
         if verdict is Verdict.FAILED and host is not None:
             tail = _both(lambda: self.gcloud.delete(r), lambda: self._tail(host))[1]
             code = host.exit_code if host.exit_code and 0 < host.exit_code < 256 else 1
-            why = "could not fetch the code" if host.exit_code == 125 else "exited"
+            why = {
+                FETCH_FAILED: "could not fetch the code",
+                SECRET_FAILED: "could not read a --secret from Secret Manager",
+                WORK_DIR_REFUSED: "refused its work directory (not its own, or not private)",
+            }.get(host.exit_code or 0, "exited")
             message = (
                 f"{host.name} (slice {host.slice_id}, worker {host.worker}) {why} with code "
                 f"{host.exit_code} in attempt {r.attempt}; queued resource deleted, not retried"
@@ -259,6 +284,8 @@ class Watcher:
                 "script failed?); queued resource deleted"
             )
             return self._finish(JobState.FAILED, 1, message)
+        if verdict in (Verdict.NEVER_ACTIVE, Verdict.DELETED):
+            return self._gone(verdict, snap)
         # Preempted. Deleting the preempted resource is right whoever else watches the job;
         # the record (the truth) says whether another watcher has moved the job on already.
         _, fresh = _both(lambda: self.gcloud.delete(r), lambda: self.gcloud.load_record(r))
@@ -266,15 +293,13 @@ class Watcher:
             self.display.note("another watcher moved the job on; following it")
             self._adopt(fresh)
             return self._outcome_of(fresh) if fresh.state.final else None
-        if r.attempt >= r.max_restarts:
+        if r.attempt - r.resubmits >= r.max_restarts:
             message = (
                 f"queued resource {r.resource} was preempted ({snap.resource_state or 'gone'}) "
                 f"in attempt {r.attempt}; --max-restarts {r.max_restarts} used up"
             )
             return self._finish(JobState.FAILED, 1, message)
-        nxt = r.evolve(attempt=r.attempt + 1, attempt_times=(*r.attempt_times, time.time()))
-        _both(lambda: self.gcloud.save_record(nxt),
-              lambda: self.gcloud.create(nxt, startup_script(nxt)))  # fmt: skip
+        nxt = self._next_attempt(r)
         self.display.note(
             f"preempted ({snap.resource_state or 'resource gone'}) in attempt {r.attempt}: its "
             f"logs are kept under {r.attempt_prefix()}/; attempt {nxt.attempt} created as "
@@ -282,6 +307,54 @@ class Watcher:
         )
         self._adopt(nxt)
         return None
+
+    def _next_attempt(self, r: JobRecord, **changes: object) -> JobRecord:
+        """Record attempt N+1 and create its resource; a create whose first try reached the
+        API before its answer was lost finds its resource there (ALREADY_EXISTS): that one."""
+        nxt = r.evolve(
+            attempt=r.attempt + 1, attempt_times=(*r.attempt_times, time.time()), **changes
+        )
+
+        def create() -> None:
+            try:
+                self.gcloud.create(nxt, startup_script(nxt))
+            except CloudError as exc:
+                if "ALREADY_EXISTS" not in str(exc):
+                    raise
+
+        _both(lambda: self.gcloud.save_record(nxt), create)
+        return nxt
+
+    def _gone(self, verdict: Verdict, snap: Snapshot) -> Outcome | None:
+        """Deleted, or gone before it was ever ACTIVE: not a preemption. At most one new
+        attempt, and only when asked (``--resubmit``); else the job fails here."""
+        r = self.record
+        fresh = self.gcloud.load_record(r)
+        if fresh.attempt != r.attempt or fresh.state.final:
+            self.display.note("another watcher moved the job on; following it")
+            self._adopt(fresh)
+            return self._outcome_of(fresh) if fresh.state.final else None
+        state = snap.resource_state
+        if verdict is Verdict.NEVER_ACTIVE:
+            how = "was deleted" if state in (None, "DELETING") else f"ended {state}"
+            what = f"queued resource {r.resource} {how} before it was ever ACTIVE"
+        else:
+            what = f"queued resource {r.resource} was deleted while ACTIVE (by someone else?)"
+        what += f" in attempt {r.attempt}: not a preemption"
+        if state not in (None, "DELETING"):
+            self.gcloud.delete(r)
+        if self.resubmit and r.resubmits < 1:
+            nxt = self._next_attempt(r, resubmits=r.resubmits + 1)
+            self.display.note(
+                f"{what}; resubmitted once (--resubmit) as attempt {nxt.attempt}, {nxt.resource}"
+            )
+            self._adopt(nxt)
+            return None
+        if r.resubmits:
+            what += "; already resubmitted once"
+        elif not self.resubmit:
+            what += "; not resubmitted (watch --resubmit would, once)"
+        return self._finish(JobState.FAILED, 1, what)
 
     def _adopt(self, record: JobRecord) -> None:
         self.record = record

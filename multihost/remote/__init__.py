@@ -25,10 +25,51 @@ exit=-
 if [ -e "$r"/exit ]; then read -r exit < "$r"/exit; [ -n "$exit" ] || exit=empty; fi
 """
 
-# ``marked DIR`` prints "pid pgrp" for every live process of the run whose directory is DIR,
-# found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has none).
-# ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s (JAX, for one,
-# catches SIGTERM), and prints how many had escaped the process group GROUP (setsid daemons).
+# Containment by ancestry. The wrapper is a child subreaper (PR_SET_CHILD_SUBREAPER, set by
+# _REAPER before it execs sh), so a process that leaves the job's group (setsid, a double
+# fork) is re-parented to the wrapper, not to init: its descendants are the whole job.
+# ``kids PID`` sets $all to " pid:pgrp ..." for every live descendant of PID, walking
+# /proc/PID/task/*/children with builtins only (a fork here would find itself; no other
+# process's environment is read). ``stop_own GROUP`` (GROUP: the wrapper's pid and process
+# group) TERMs every descendant, KILLs what is left after about 2 s (JAX, for one, catches
+# SIGTERM) and sets $out to how many had left the group. Called as is, never in $( ).
+_DESCENDANTS = """\
+kids() {
+  all=
+  _kids "$1"
+}
+_kids() {
+  for t in /proc/"$1"/task/*; do
+    l=; { read -r l < "$t"/children; } 2>/dev/null || :
+    for k in $l; do
+      s=; { read -r s < /proc/"$k"/stat; } 2>/dev/null || continue
+      s=${s##*) }; z=${s%% *}; s=${s#* }; s=${s#* }
+      [ "$z" = Z ] || all="$all $k:${s%% *}"
+      _kids "$k"
+    done
+  done
+}
+stop_own() {
+  kids "$1"
+  out=0
+  for e in $all; do
+    kill -TERM "${e%%:*}" 2>/dev/null || continue
+    [ "${e#*:}" = "$1" ] || out=$((out+1))
+  done
+  if [ -n "$all" ]; then
+    i=0
+    while [ $i -lt 20 ]; do kids "$1"; [ -n "$all" ] || break; sleep 0.1; i=$((i+1)); done
+    for e in $all; do kill -KILL "${e%%:*}" 2>/dev/null; done
+  fi
+}
+"""
+
+# The fallback where the wrapper is no subreaper (no python3 on the host) or is gone (its whole
+# group SIGKILLed: what it adopted went to init), and for ``multihost kill`` of a run whose
+# directory is gone. ``marked DIR`` prints "pid pgrp" for every live process of the run whose
+# directory is DIR, found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has
+# none). ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s, and prints
+# how many had escaped the process group GROUP (setsid daemons).
 _RUN_PROCESSES = """\
 marked() {
   grep -lsxzF "MULTIHOST_RUN_DIR=$1" /proc/[0-9]*/environ | while read -r e; do
@@ -91,6 +132,8 @@ WRAPPER = f"""\
 cd "${{0%/*}}" || exit 1
 r=$PWD
 echo $$ > pid
+reaper=${{MULTIHOST_SUBREAPER:-}}
+unset MULTIHOST_SUBREAPER
 if [ "${{1:-}}" = gate ]; then
   go=; read -r go || :
   exec </dev/null
@@ -102,9 +145,9 @@ MULTIHOST_RUN_DIR=$r MULTIHOST_STACK_DIR=$r/hook sh ./job.sh </dev/null >>log 2>
 rc=$?
 trap '' TERM
 kill -TERM -$$ 2>/dev/null
-{_RUN_PROCESSES}
-esc=$(stop_run "$r" $$)
-[ "$esc" = 0 ] || echo "$esc" > escaped
+{_DESCENDANTS}{_RUN_PROCESSES}
+if [ -n "$reaper" ]; then stop_own $$; else out=$(stop_run "$r" $$); fi
+[ "$out" = 0 ] || echo "$out" > escaped
 date +%s.%N > ended
 echo $rc > exit.tmp && mv -f exit.tmp exit
 """
@@ -125,10 +168,33 @@ printf '%s' "$job" > "$r"/job.sh
 printf '%s' "$wrapper" > "$r"/run.sh
 : > "$r"/log
 """
-_START = """\
-setsid sh "$r"/run.sh </dev/null >/dev/null 2>&1 &
+# The wrapper's start: through python3 (where there is one), which makes itself a child
+# subreaper and execs sh (the setting survives exec; the pid, the session and the group stay).
+# What Python changes on its way in is put back first, so the job inherits exactly what it
+# would from sh: SIGPIPE and SIGXFSZ (ignored by Python) to their defaults, LC_CTYPE (which
+# Python's locale coercion sets in a C locale) as the shell had it.
+_REAPER = """\
+set -- sh
+if command -v python3 >/dev/null 2>&1; then
+  set -- python3 -S -c 'import ctypes, os, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+if sys.argv[1]:
+    os.environ["LC_CTYPE"] = sys.argv[2]
+else:
+    os.environ.pop("LC_CTYPE", None)
+if ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0:
+    os.environ["MULTIHOST_SUBREAPER"] = "1"
+os.execvp("sh", ["sh"] + sys.argv[3:])' "${LC_CTYPE+set}" "${LC_CTYPE:-}"
+fi
+"""
+_START = (
+    _REAPER
+    + """\
+setsid "$@" "$r"/run.sh </dev/null >/dev/null 2>&1 &
 echo $!
 """
+)
 LAUNCH = _WRITE_RUN + _START
 
 # The log from byte o to stdout as it grows, while this shell lives (t: the tail's pid).
@@ -157,7 +223,10 @@ set +e
 # shellcheck disable=SC2094 # one FIFO, both ends on purpose: a pipe this shell holds
 exec 3<>"$r"/gate 4<"$r"/gate
 rm -f "$r"/gate
-setsid sh "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
+"""
+    + _REAPER
+    + """\
+setsid "$@" "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
 w=$!
 exec 4<&-
 echo ready
@@ -259,7 +328,7 @@ exit 0
 # run's process group, KILLs it after the grace (then records 128+9), stops what escaped the
 # group. Says finished, nopid, vanished, stopped or killed, then how many escaped.
 KILL = f"""\
-{_RUN_PROCESSES}umask 077
+{_DESCENDANTS}{_RUN_PROCESSES}umask 077
 test -e "$r"/exit && {{ echo finished 0; exit 0; }}
 i=0; while [ ! -s "$r"/pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
 pg=; {{ read -r pg < "$r"/pid; }} 2>/dev/null
@@ -277,11 +346,21 @@ if [ -e "$r"/exit ]; then
   esc=-; {{ read -r esc < "$r"/escaped; }} 2>/dev/null; echo stopped "$esc"; exit 0
 fi
 echo KILL > "$r"/stopped
-kill -KILL -"$pg" 2>/dev/null
-sleep 0.2
-esc=$(stop_run "$r" "$pg")
+# the wrapper's descendants (its group and what it adopted), but not the wrapper: it then
+# writes the exit file itself, as at any end
+kids "$pg"
+esc=0
+for e in $all; do [ "${{e#*:}}" = "$pg" ] || esc=$((esc+1)); done
 [ "$esc" = 0 ] || echo "$esc" > "$r"/escaped
+for e in $all; do kill -KILL "${{e%%:*}}" 2>/dev/null; done
+i=0; while [ -n "$all" ] && [ ! -e "$r"/exit ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
 if [ ! -e "$r"/exit ]; then
+  # the wrapper does not answer: the whole group, and the run's processes by their marker
+  kill -KILL -"$pg" 2>/dev/null
+  sleep 0.2
+  more=$(stop_run "$r" "$pg")
+  esc=$((esc + more))
+  [ "$esc" = 0 ] || echo "$esc" > "$r"/escaped
   date +%s.%N > "$r"/ended; echo 137 > "$r"/exit.tmp; mv -f "$r"/exit.tmp "$r"/exit
 fi
 echo killed "$esc"

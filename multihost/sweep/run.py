@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from multihost.core import Run
 from multihost.errors import UsageError
 from multihost.fanout import map_hosts
 from multihost.model import Fleet, Host, Job
 from multihost.plan import Paths
 from multihost.record import MANIFEST, private_dir, write_json_atomic
-from multihost.runner import Run
 from multihost.runstate import Event, RunOptions
 from multihost.stage import Archive, pack, stage
 from multihost.sweep.grid import Point

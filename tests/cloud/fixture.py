@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests import fleet as loopback
+from tests.cloud.faults import FaultProxy, Faults
 from tests.cloud.gcs import FakeGcs, free_port
+from tests.cloud.secrets import SecretManager
 from tests.cloud.tpu_api import QueuedResource, TpuApi, Worker, run_ssh, ssh_launch_command
 
 BUCKET = "mh-test"
@@ -21,7 +23,7 @@ ZONE = "us-central2-b"
 PROJECT = "p"
 
 
-def gcloud_env(config_dir: str, tpu: str, storage: str) -> dict[str, str]:
+def gcloud_env(config_dir: str, tpu: str, storage: str, secrets: str) -> dict[str, str]:
     """The settings that point the real gcloud CLI at the stand-ins."""
     return {
         "CLOUDSDK_CONFIG": config_dir,
@@ -31,6 +33,7 @@ def gcloud_env(config_dir: str, tpu: str, storage: str) -> dict[str, str]:
         "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu,
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": storage,
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": secrets,
     }
 
 
@@ -42,6 +45,9 @@ class Cloud:
     tpu: TpuApi
     fleet: loopback.Fleet
     env: dict[str, str]
+    secrets: SecretManager
+    faults: Faults
+    faulty_env: dict[str, str]  # the runner's gcloud through the faults (storage and TPU API)
     bucket: str = BUCKET
 
     def preempt(self, name: str) -> None:
@@ -64,12 +70,14 @@ class Cloud:
         return self.gcs.read(self.bucket, name).decode()
 
 
-def _launcher(fleet: loopback.Fleet, gcs: FakeGcs, tpu: list[TpuApi], dead: str):
+def _launcher(  # type: ignore[no-untyped-def]
+    fleet: loopback.Fleet, gcs: FakeGcs, tpu: list[TpuApi], dead: str, secrets: SecretManager
+):
     def launch(worker: Worker, qr: QueuedResource) -> None:
         host = fleet.hosts[worker.host]
         storage = dead if qr.name in tpu[0].broken_storage else gcs.endpoint
         scratch = f"/tmp/multihost-cloud-{host.user}"
-        env = gcloud_env(f"{scratch}/gcloud", tpu[0].endpoint, storage)
+        env = gcloud_env(f"{scratch}/gcloud", tpu[0].endpoint, storage, secrets.endpoint)
         env.pop("CLOUDSDK_CONFIG")
         env["GCE_METADATA_HOST"] = worker.metadata.host
         run_ssh(str(fleet.ssh_config), host.alias, ssh_launch_command(env, scratch),
@@ -95,19 +103,28 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
     gcs.create_bucket(BUCKET)
     holder: list[TpuApi] = []
     dead = f"http://127.0.0.1:{free_port()}/storage/v1/"
+    faults = Faults()
+    secrets = SecretManager()
+    proxy = FaultProxy(("127.0.0.1", gcs.port), faults)
     tpu = TpuApi(
         [h.index for h in ssh_fleet.hosts],
-        _launcher(ssh_fleet, gcs, holder, dead),
+        _launcher(ssh_fleet, gcs, holder, dead, secrets),
         ssh_fleet.kill_user_processes,
+        faults=faults,
     )
     holder.append(tpu)
     (tmp / "gcloud").mkdir()
-    env = dict(os.environ) | gcloud_env(str(tmp / "gcloud"), tpu.endpoint, gcs.endpoint)
+    env = dict(os.environ) | gcloud_env(
+        str(tmp / "gcloud"), tpu.endpoint, gcs.endpoint, secrets.endpoint
+    )
     env["MULTIHOST_LOG_DIR"] = str(tmp / "logs")
+    faulty = env | {"CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{proxy.url}/storage/v1/"}
     try:
-        yield Cloud(gcs, tpu, ssh_fleet, env)
+        yield Cloud(gcs, tpu, ssh_fleet, env, secrets, faults, faulty)
     finally:
         tpu.stop()
+        proxy.stop()
+        secrets.stop()
         gcs.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -117,6 +134,7 @@ def cloud(cloud_plane: Cloud) -> Iterator[Cloud]:
     """The stand-in control plane, clean: no queued resource, no process left on the hosts, an
     empty bucket and no job record mirrored locally."""
     cloud_plane.tpu.reset()
+    cloud_plane.secrets.reset()
     cloud_plane.gcs.clear(BUCKET)
     shutil.rmtree(Path(cloud_plane.env["MULTIHOST_LOG_DIR"]) / "jobs", ignore_errors=True)
     yield cloud_plane

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.cloud.faults import Faults, answer
 from tests.cloud.metadata import MetadataServer, worker_values
 
 # accelerator type → TPU VM workers per slice (the fleet has only so many hosts)
@@ -109,7 +110,9 @@ class TpuApi:
         stop_hosts: Callable[[list[int]], None],
         *,
         provision_delay: float = 0.5,
+        faults: Faults | None = None,
     ) -> None:
+        self.faults = faults or Faults()
         self.free = list(hosts)
         self.launch = launch
         self.stop_hosts = stop_hosts
@@ -117,6 +120,7 @@ class TpuApi:
         self.resources: dict[str, QueuedResource] = {}
         self.requests: list[Request] = []
         self.broken_storage: set[str] = set()
+        self.held: set[str] = set()  # resources that stay ACCEPTED (no capacity for them)
         self.lock = threading.RLock()
         api = self
 
@@ -146,6 +150,10 @@ class TpuApi:
 
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         url = urlsplit(h.path)
+        fault = self.faults.next(url.path)
+        if fault is not None:
+            answer(h, fault)
+            return
         query = parse_qs(url.query)
         length = int(h.headers.get("Content-Length") or 0)
         body = json.loads(h.rfile.read(length)) if length else None
@@ -203,7 +211,7 @@ class TpuApi:
     def _provision(self, qr: QueuedResource) -> None:
         time.sleep(self.provision_delay)
         with self.lock:
-            if qr.state != "ACCEPTED":
+            if qr.state != "ACCEPTED" or qr.name in self.held:
                 return
             need = qr.num_slices * WORKERS.get(qr.accelerator_type, 1)
             if need > len(self.free):
@@ -265,6 +273,12 @@ class TpuApi:
             self._release(qr)
             self._set(qr, "SUSPENDED")
 
+    def remove(self, name: str) -> None:
+        """Someone else deletes the resource (``gcloud ... delete`` from another terminal)."""
+        with self.lock:
+            qr = self.resources.pop(name)
+            self._release(qr)
+
     def fail(self, name: str) -> None:
         """The resource fails: nodes gone, state FAILED."""
         with self.lock:
@@ -289,6 +303,8 @@ class TpuApi:
             self.resources.clear()
             self.requests.clear()
             self.broken_storage.clear()
+            self.held.clear()
+            self.faults.clear()
 
     def stop(self) -> None:
         self.reset()

@@ -181,13 +181,62 @@ def test_record_round_trip_and_newer_schema(home: Path, code: Path, tmp_path: Pa
     assert dataclasses.replace(from_json(old), schema=record.schema) == record
 
 
+@pytest.mark.parametrize("via", ["direct", "peer"])
+def test_a_host_step_runs_before_the_launch_and_its_failure_starts_nothing(
+    home: Path, code: Path, tmp_path: Path, via: str
+) -> None:
+    """An extra per-host preparation step (``core.HostStep``) runs on every host once the code
+    is there and before anything starts; when it fails on one host, that host is named, no host
+    keeps the run's directory and no job starts anywhere (pipelined, and phased by --stage-via)."""
+    import asyncio
+
+    from multihost.api import plan_run
+    from multihost.core import HostStep, Run
+    from multihost.core.supervisor import Supervisor
+    from multihost.errors import RemoteError
+    from multihost.plan import shell_path
+
+    seen: dict[int, str] = {}
+
+    async def check(sup: Supervisor, host: multihost.Host) -> None:
+        conn = sup.slots[host.process_id].conn
+        assert conn is not None
+        res = await conn.run(f"cat {shell_path(sup.paths(host).code)}/x.txt")
+        seen[host.process_id] = res.stdout.decode().strip()
+        if host.process_id == 1 and sup.job.run_name == "bad":
+            raise RemoteError(host, "env sync failed")
+
+    for name in ("good", "bad"):
+        plan = plan_run('echo ran > "$HOME"/ran.$MULTIHOST_RUN.$JAX_PROCESS_ID',
+                        {"local": N, "script_dir": code, "run_name": name,
+                         "log_dir": tmp_path / "l"})  # fmt: skip
+        options = dataclasses.replace(plan.options, stage_via=via)
+        run = Run(plan.fleet, plan.job, options, steps=[HostStep("env sync", check, 10)])
+        result = asyncio.run(run.execute())
+        assert seen == dict.fromkeys(range(N), "staged")
+        seen.clear()
+        if name == "good":
+            assert result.exit_code == 0
+            assert len(list(home.glob("ran.good.*"))) == N
+            continue
+        assert result.exit_code != 0
+        assert result.first_failure == "s0/w1 env sync failed"
+        assert {r.error for r in result.hosts} == {
+            "env sync failed",
+            "not started: s0/w1 could not be prepared",
+        }
+        assert not list(home.glob("ran.bad.*"))
+        workers = home / ".cache/multihost/local"
+        assert not [w for w in workers.iterdir() if (w / "runs" / "bad").exists()]
+
+
 def test_ctrl_c_at_the_launch_gate_starts_nothing(home: Path, code: Path, tmp_path: Path) -> None:
     """Ctrl-C while the hosts are getting ready at the gate: every gate is held, so no job
     starts anywhere and no host keeps the run's directory."""
     import asyncio
 
     from multihost.api import plan_run
-    from multihost.runner import Run
+    from multihost.core import Run
     from multihost.runstate import HostEvent
 
     plan = plan_run('echo ran > "$HOME"/ran.$JAX_PROCESS_ID',

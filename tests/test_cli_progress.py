@@ -10,7 +10,7 @@ import pexpect
 import pytest
 
 from tests.clitools import REPO, cli
-from tests.test_terminal import screen, spawn
+from tests.test_cli_terminal import screen, spawn
 
 
 @pytest.fixture

@@ -1,0 +1,296 @@
+"""Preparing every host before anything starts: connect, check host 0's coordinator port,
+stage the code, check for stale accelerator holders, claim the run's directory, then any
+extra per-host steps (:class:`HostStep`). Nothing is launched unless every host is ready.
+
+Two shapes, the same steps: *pipelined* (the default: each host goes through all of them as
+soon as it is connected) and *phased* (each step on every host before the next: a sweep's
+shared session, ``--stage-via``, a stale check).
+
+**Adding a per-host step** (an environment sync, a first-contact check): write
+``async def my_step(sup: Supervisor, host: Host) -> None`` that uses
+``sup.slots[host.process_id].conn`` and ``sup.paths(host)`` and raises a ``HostError`` on
+failure, and append ``HostStep("my step", my_step, timeout)`` in :func:`host_steps` when its
+option is on. It runs on each host once the code is there and the run's directory is claimed;
+a failure (or its timeout) names the host and nothing starts anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from multihost import stagevia
+from multihost.core.supervisor import Supervisor
+from multihost.defaults import DEFAULTS
+from multihost.errors import (
+    ConnectError,
+    HostError,
+    PortBusy,
+    RemoteError,
+    RunNameTaken,
+    UsageError,
+)
+from multihost.fanout import Outcome
+from multihost.fleetops import port_busy, stale_on
+from multihost.launch import claim, name_taken, release
+from multihost.model import Host, State
+from multihost.plan import Paths
+from multihost.runstate import RunOptions, Transfer
+from multihost.stage import Archive, stage
+from multihost.transport import connect
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """An extra per-host preparation step, after the code is staged and before any launch."""
+
+    name: str  # says what timed out: "<name> timed out after <timeout> s"
+    run: Callable[[Supervisor, Host], Awaitable[None]]
+    timeout: float = DEFAULTS.command_timeout
+
+
+def host_steps(options: RunOptions) -> tuple[HostStep, ...]:
+    """The extra per-host steps a run with ``options`` takes, in order: none yet. Add one
+    here, keyed on its option (``if options.X: steps.append(HostStep(...))``)."""
+    return ()
+
+
+class Prepare:
+    """Gets every host of ``sup`` ready to launch; ``await prepare()`` says whether all are.
+
+    ``staged`` code (a sweep's session) is on the hosts already: it is not staged again.
+    """
+
+    def __init__(
+        self,
+        sup: Supervisor,
+        archive: Archive,
+        *,
+        staged: bool = False,
+        steps: Sequence[HostStep] = (),
+    ) -> None:
+        self.sup, self.archive, self.staged, self.steps = sup, archive, staged, tuple(steps)
+
+    async def __call__(self) -> bool:
+        """Connect to and stage code on every host; launch nothing unless all succeed."""
+        sup, opts = self.sup, self.sup.options
+        stale = opts.stale != "off" and not sup.fleet.local
+        direct = stagevia.parse(opts.stage_via).kind == "direct"
+        if not self.staged and direct and not stale:
+            outcomes = await self._pipelined()
+        else:
+            outcomes = await self._phased(stale)
+        failed = [o for o in outcomes if not o.ok]
+        if busy := [o.error for o in failed if isinstance(o.error, PortBusy)]:
+            for slot in sup.slots.values():
+                sup.set_state(slot, State.ERROR, "not started: the coordinator port is busy")
+            raise busy[0]
+        for o in failed:
+            sup.fail(o.host, State.ERROR, o.error.message if o.error else "failed")
+        if failed or sup.interrupted:
+            interrupted = sup.interrupted and not failed
+            sup.not_started(
+                "interrupted" if interrupted else f"{failed[0].host.name} could not be prepared"
+            )
+            sup.write_record(force=True)
+            return False
+        return True
+
+    async def _phased(self, stale: bool) -> list[Outcome[None]]:
+        """Each step on every host before the next."""
+        sup, opts = self.sup, self.sup.options
+        outcomes = await sup.phase(
+            self._connect_one, opts.connect_limit,
+            opts.ssh.connect_timeout + DEFAULTS.connect_slack, "connect",
+        )  # fmt: skip
+        if all(o.ok for o in outcomes) and self._checks_port:
+            outcomes = await sup.phase(
+                self._port_free, None, DEFAULTS.command_timeout, "coordinator port check"
+            )
+        if all(o.ok for o in outcomes) and not self.staged:
+            outcomes = await self._stage_all()
+        if all(o.ok for o in outcomes) and stale:
+            outcomes = await sup.phase(self._stale_one, None, DEFAULTS.stale_timeout, "stale check")
+        claimed = False
+        if all(o.ok for o in outcomes) and not sup.interrupted:
+            outcomes = await self._claim_all()
+            claimed = all(o.ok for o in outcomes)
+        for step in self.steps:
+            if all(o.ok for o in outcomes) and not sup.interrupted:
+                outcomes = await sup.phase(self._step(step), None, step.timeout, step.name)
+        if claimed and (sup.interrupted or not all(o.ok for o in outcomes)):
+            conns = sup.connections  # a step failed, or Ctrl-C: no host keeps the directory
+            paths = {h.process_id: sup.paths(h) for h in sup.fleet}
+            await release([h for h in sup.fleet if h.process_id in conns], conns, paths,
+                          opts.launch_timeout)  # fmt: skip
+        return outcomes
+
+    async def _pipelined(self) -> list[Outcome[None]]:
+        """Each host on its own as soon as it can: connect (at most ``connect_limit``
+        handshakes at a time), then claim the run's directory and stage the code on one
+        channel. Any failure releases every claim made, so nothing starts anywhere."""
+        sup, opts = self.sup, self.sup.options
+        gate = asyncio.Semaphore(opts.connect_limit)
+        connect_timeout = opts.ssh.connect_timeout + DEFAULTS.connect_slack
+
+        async def one(host: Host) -> None:
+            try:
+                async with gate, asyncio.timeout(connect_timeout):
+                    await self._connect_one(host)
+            except HostError:
+                raise  # ConnectTimeout too: it is a TimeoutError that says which limit
+            except TimeoutError:
+                raise RemoteError(host, f"connect timed out after {connect_timeout:g} s") from None
+            try:
+                async with asyncio.timeout(opts.stage_timeout):
+                    await self._stage_checking_port(host)
+                    if not opts.detach:  # the launch then only sends its script
+                        slot = sup.slots[host.process_id]
+                        assert slot.conn is not None
+                        slot.shell = await slot.conn.shell()
+            except HostError:
+                raise
+            except TimeoutError:
+                why = f"staging timed out after {opts.stage_timeout:g} s"
+                raise RemoteError(host, why) from None
+            for step in self.steps:
+                await self._timed(step, host)
+
+        outcomes = await sup.phase(one, None, None, "prepare")
+        staged = [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
+                  for s in sup.slots.values()]  # fmt: skip
+        sent = sum(c.bytes_out for c in sup.connections.values())
+        via = stagevia.parse(opts.stage_via)
+        sup.staging = stagevia.summarize(via, self.archive, staged, sent, 0)
+        if all(o.ok for o in outcomes) and not sup.interrupted:
+            return outcomes
+        taken = [o.host for o in outcomes if isinstance(o.error, RunNameTaken)]
+        unclaimed = (RunNameTaken, ConnectError)
+        claimed = [o.host for o in outcomes if not isinstance(o.error, unclaimed)]
+        conns = sup.connections
+        paths = {h.process_id: sup.paths(h) for h in sup.fleet}
+        await release([h for h in claimed if h.process_id in conns], conns, paths,
+                      opts.launch_timeout)  # fmt: skip
+        if taken:
+            for slot in sup.slots.values():
+                sup.set_state(slot, State.ERROR, "not started: the run name is taken")
+            sup.write_record(force=True)
+            raise name_taken(taken)
+        return outcomes
+
+    # -- the steps, one host each --------------------------------------------------------------
+    def _step(self, step: HostStep) -> Callable[[Host], Awaitable[None]]:
+        return lambda host: step.run(self.sup, host)
+
+    async def _timed(self, step: HostStep, host: Host) -> None:
+        try:
+            async with asyncio.timeout(step.timeout):
+                await step.run(self.sup, host)
+        except HostError:
+            raise
+        except TimeoutError:
+            raise RemoteError(host, f"{step.name} timed out after {step.timeout:g} s") from None
+
+    async def _connect_one(self, host: Host) -> None:
+        slot = self.sup.slots[host.process_id]
+        if slot.conn is not None:  # shared by the caller's session
+            return
+        self.sup.set_state(slot, State.CONNECTING)
+        slot.conn = await connect(host, self.sup.options.ssh)
+
+    @property
+    def _checks_port(self) -> bool:
+        """Whether host 0's coordinator port is checked before anything starts (over SSH; a
+        ``--local`` run picked a free one; a sweep's runs share a session that checked)."""
+        return not self.sup.fleet.local and not self.sup.shared
+
+    async def _port_free(self, host: Host) -> None:
+        """Raises PortBusy when ``host`` is host 0 and cannot bind the coordinator port."""
+        slot = self.sup.slots[host.process_id]
+        if host.process_id != 0 or slot.conn is None:
+            return
+        if why := await port_busy(slot.conn, self.sup.job.coordinator_port):
+            raise PortBusy(host, why)
+
+    async def _stage_checking_port(self, host: Host) -> None:
+        """Claim and stage; on host 0, check the coordinator port meanwhile on a second
+        channel (no round trip of its own before the run)."""
+        if host.process_id != 0 or not self._checks_port:
+            await self._stage_one(host, claim=True)
+            return
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._stage_one(host, claim=True))
+                tg.create_task(self._port_free(host))
+        except* HostError as group:
+            busy = [e for e in group.exceptions if isinstance(e, PortBusy)]
+            raise (busy or group.exceptions)[0] from None
+
+    async def _stage_one(self, host: Host, *, claim: bool = False) -> None:
+        sup = self.sup
+        slot = sup.slots[host.process_id]
+        assert slot.conn is not None
+        sup.set_state(slot, State.STAGING)
+        paths = Paths.for_host(host, sup.job, self.archive.short)
+        size = len(self.archive.data)
+
+        def progress(done: int) -> None:
+            sup.emit(Transfer(host, "stage", done, size))
+
+        try:
+            slot.bytes_sent = await stage(slot.conn, self.archive, paths, progress, claim=claim)
+        finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over
+            sup.emit(Transfer(host, "stage", slot.bytes_sent, slot.bytes_sent, finished=True))
+
+    async def _stage_all(self) -> list[Outcome[None]]:
+        """The code on every host: from the runner to each, or ``--stage-via`` a seed per
+        slice or a bucket (multihost.stagevia); counts what leaves the runner."""
+        sup = self.sup
+        via = stagevia.parse(sup.options.stage_via)
+        conns = sup.connections
+        before = sum(c.bytes_out for c in conns.values())
+        if via.kind == "direct":
+            outcomes = await sup.phase(self._stage_one, None, sup.options.stage_timeout, "staging")
+            staged = [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
+                      for s in sup.slots.values()]  # fmt: skip
+            uploaded = 0
+        else:
+            for slot in sup.slots.values():
+                sup.set_state(slot, State.STAGING)
+            paths = {h.process_id: sup.paths(h) for h in sup.fleet}
+            results, uploaded = await sup.unless_interrupted(
+                stagevia.stage_fleet(via, list(sup.fleet), conns, self.archive, paths,
+                                     timeout=sup.options.stage_timeout, note=sup.note),
+                ([Outcome[stagevia.Staged](h) for h in sup.fleet], 0),
+            )  # fmt: skip
+            staged = [o.value for o in results if o.value is not None]
+            for o in results:
+                sup.slots[o.host.process_id].bytes_sent = o.value.sent if o.value else 0
+            outcomes = [Outcome[None](o.host, error=o.error) for o in results]
+        sent = sum(c.bytes_out for c in conns.values()) - before + uploaded
+        sup.staging = stagevia.summarize(via, self.archive, staged, sent, int(uploaded > 0))
+        return outcomes
+
+    async def _stale_one(self, host: Host) -> None:
+        sup = self.sup
+        slot = sup.slots[host.process_id]
+        assert slot.conn is not None
+        kill = sup.options.stale == "kill"
+        found = await stale_on(slot.conn, kill=kill, device_glob=sup.options.device_glob)
+        if found.holders or found.lockfile:
+            hint = "" if kill else " (--kill-stale stops them)"
+            sup.note(f"{host.name}: {found.summary()}{hint}", "warning")
+
+    async def _claim_all(self) -> list[Outcome[None]]:
+        """The run's directory on every host before any job starts (see launch.claim)."""
+        sup = self.sup
+        conns = sup.connections
+        paths = {h.process_id: sup.paths(h) for h in sup.fleet}
+        try:
+            return await claim(list(sup.fleet), conns, paths, sup.options.launch_timeout)
+        except UsageError:
+            for slot in sup.slots.values():
+                sup.set_state(slot, State.ERROR, "not started: the run name is taken")
+            sup.write_record(force=True)
+            raise

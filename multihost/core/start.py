@@ -1,0 +1,98 @@
+"""Starting the job on every prepared host: plan each host's launch, then start them together
+behind a gate (the run is watched) or each as soon as it can (``--detach``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from multihost.core.supervisor import Supervisor
+from multihost.fanout import map_hosts
+from multihost.launch import Ready, launch, launch_ready
+from multihost.model import Host, State
+from multihost.plan import plan_hosts
+from multihost.stream import LogSink
+from multihost.transport import burst
+
+
+async def start_all(sup: Supervisor) -> None:
+    """Each host's env, paths, log and launch script (``plan.plan_hosts``), then the launch."""
+    internal = {
+        pid: s.host.internal_address or (s.conn.peer_address if s.conn else s.host.address)
+        for pid, s in sup.slots.items()
+    }
+    scripts: dict[int, str] = {}
+    watch = not sup.options.detach  # launch and watch on one channel
+    for plan in plan_hosts(sup.fleet, sup.job, sup.code_hash, internal, watch=watch):
+        slot = sup.slots[plan.host.process_id]
+        slot.paths, slot.env = plan.paths, plan.env
+        scripts[plan.host.process_id] = plan.launch
+        slot.sink = LogSink(plan.host, sup.log_dir / f"{plan.host.file_stem}.log", sup.emit)
+    sup.write_record(force=True)
+
+    if not watch:  # --detach: each host's job starts as soon as its launch arrives
+        await start_detached(sup, scripts)
+    else:
+        await start_gated(sup, scripts)
+    sup.write_record(force=True)
+
+
+async def start_detached(sup: Supervisor, scripts: Mapping[int, str]) -> None:
+    """Each host's job starts as soon as its launch arrives; nobody watches it here."""
+
+    async def launch_one(host: Host) -> None:
+        slot = sup.slots[host.process_id]
+        assert slot.conn is not None
+        sup.set_state(slot, State.STARTING)
+        pgid = await launch(slot.conn, scripts[host.process_id])
+        sup.set_state(slot, State.RUNNING, f"pgid {pgid}")
+
+    outcomes = await map_hosts(
+        launch_one, list(sup.fleet), timeout=sup.options.launch_timeout, what="launch"
+    )
+    for o in outcomes:
+        if o.error:
+            sup.fail(o.host, State.ERROR, o.error.message)
+
+
+async def start_gated(sup: Supervisor, scripts: Mapping[int, str]) -> None:
+    """Every host writes its run's files and waits at the gate; then all get the word at
+    once, so the jobs start together. A host that cannot be launched (or Ctrl-C before
+    the word) holds every gate: nothing starts anywhere, no run directory is left."""
+    ready: dict[int, Ready] = {}
+    timeout = sup.options.launch_timeout
+
+    async def ready_one(host: Host) -> None:
+        slot = sup.slots[host.process_id]
+        assert slot.conn is not None
+        sup.set_state(slot, State.STARTING)
+        shell, slot.shell = slot.shell, None
+        ready[host.process_id] = await launch_ready(slot.conn, scripts[host.process_id], shell)
+
+    outcomes = await map_hosts(ready_one, list(sup.fleet), timeout=timeout, what="launch")
+    failed = [o for o in outcomes if not o.ok]
+    if failed or sup.interrupted:
+        for gate in ready.values():
+            gate.hold()
+        await map_hosts(
+            lambda h: ready[h.process_id].drain(), [g.host for g in ready.values()],
+            timeout=timeout, what="launch",
+        )  # fmt: skip
+        for o in failed:
+            sup.fail(o.host, State.ERROR, o.error.message if o.error else "failed")
+        sup.not_started(f"{failed[0].host.name} could not be launched" if failed else "interrupted")
+        return
+    # the word to every host before any reply is read, all of it out at once
+    with burst(s.conn for s in sup.slots.values() if s.conn is not None):
+        for gate in ready.values():
+            gate.go()
+
+    async def started_one(host: Host) -> None:
+        slot = sup.slots[host.process_id]
+        assert slot.sink is not None
+        slot.started = await ready[host.process_id].started(slot.sink.feed)
+        sup.set_state(slot, State.RUNNING, f"pgid {slot.started.pgid}")
+
+    outcomes = await map_hosts(started_one, list(sup.fleet), timeout=timeout, what="launch")
+    for o in outcomes:
+        if o.error:
+            sup.fail(o.host, State.ERROR, o.error.message)

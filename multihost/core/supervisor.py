@@ -1,0 +1,240 @@
+"""What every mode of a run shares: per-host slots, events to the handler, when to stop,
+stopping and closing, the record on disk and the result.
+
+The steps (:mod:`~multihost.core.prepare`, :mod:`~multihost.core.start`,
+:mod:`~multihost.core.watch`) act on the hosts through one :class:`Supervisor`; the modes
+(:class:`~multihost.core.run.Run`, :class:`~multihost.core.attach.Attach`, ``Stop``) compose
+it with the steps they need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TypeVar
+
+from multihost.defaults import DEFAULTS
+from multihost.errors import UsageError
+from multihost.fanout import Outcome, map_hosts
+from multihost.launch import stop
+from multihost.model import Fleet, Host, Job, RunResult, Staging, State
+from multihost.plan import Paths
+from multihost.record import HostRecord, RunRecord, SSHRecord, write_record
+from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
+from multihost.transport import Connection
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class Supervisor:
+    """A run's shared state and its policy; every host's state change goes through here."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        job: Job,
+        options: RunOptions,
+        on_event: Callable[[Event], None] | None,
+        *,
+        code_hash: str = "",
+        observe_only: bool = False,
+        stop_signal: str = "TERM",
+    ) -> None:
+        if not fleet.hosts:
+            raise UsageError("no hosts to run on")
+        self.fleet, self.job, self.options = fleet, job, options
+        self.log_dir = options.log_dir / job.run_name
+        self.emit: Callable[[Event], None] = on_event or (lambda _e: None)
+        self.slots = {h.process_id: Slot(h) for h in fleet}
+        self.shared: set[int] = set()  # connections owned by the caller: never closed here
+        self.wake = asyncio.Event()  # something changed: a host ended, Ctrl-C, a hang
+        self.interrupted = False
+        self.timed_out = False
+        self.first_failure: str | None = None
+        self.code_hash = code_hash
+        self.observe_only = observe_only  # following only: Ctrl-C leaves the hosts' jobs alone
+        self.stop_signal = stop_signal
+        self.env_names: tuple[str, ...] = ()  # --env names already kept out of the record
+        self.stacks_wanted = asyncio.Event()
+        self.hung: str | None = None
+        self.staging: Staging | None = None
+        self._last_write = 0.0
+
+    def interrupt(self) -> None:
+        """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130."""
+        self.interrupted = True
+        self.wake.set()
+
+    @property
+    def connections(self) -> dict[int, Connection]:
+        """The open connections by process id (after a reconnect, the new ones)."""
+        return {pid: s.conn for pid, s in self.slots.items() if s.conn is not None}
+
+    def request_stacks(self) -> None:
+        """Take every host's stacks now and report them (a key or signal in the live view)."""
+        self.stacks_wanted.set()
+
+    def paths(self, host: Host) -> Paths:
+        """Where the run lives on ``host``."""
+        return Paths.for_host(host, self.job, self.code_hash)
+
+    def stop_reason(self) -> str | None:
+        """Why every host should be stopped now (None: let them run)."""
+        if self.observe_only:
+            return None
+        if self.interrupted:
+            return "interrupted"
+        if self.hung:
+            return self.hung
+        if self.timed_out:
+            return f"timeout after {self.options.timeout:g} s"
+        if self.first_failure and self.options.fail_fast:
+            return self.first_failure
+        return None
+
+    # -- the hosts' states ----------------------------------------------------------------
+    def set_state(self, slot: Slot, state: State, detail: str = "") -> None:
+        """``slot`` is now in ``state``: tell the handler; a final state is recorded."""
+        slot.state = state
+        self.emit(HostEvent(slot.host, state, detail))
+        if state.final:
+            self.write_record()
+
+    def fail(self, host: Host, state: State, reason: str) -> None:
+        """``host`` ended badly; the first such host is the run's first failure."""
+        slot = self.slots[host.process_id]
+        if state is not State.KILLED or not slot.exit or not slot.exit.stopped_by:
+            slot.error = slot.error or (reason if state in (State.ERROR, State.LOST) else None)
+        if self.first_failure is None and not (state is State.KILLED and self.stop_reason()):
+            self.first_failure = f"{host.name} {reason}"
+            self.note(f"{host.name} failed first: {reason}", "error")
+        self.set_state(slot, state, reason)
+        self.wake.set()
+
+    def not_started(self, why: str) -> None:
+        """Every host not yet in a final state ends as an error: nothing started, ``why``."""
+        for slot in self.slots.values():
+            if not slot.state.final:
+                slot.error = f"not started: {why}"
+                self.set_state(slot, State.ERROR, slot.error)
+
+    def note(self, text: str, level: str = "info") -> None:
+        self.emit(Note(text, level))
+
+    # -- fan-out that Ctrl-C can cut short --------------------------------------------------
+    async def phase(
+        self,
+        fn: Callable[[Host], Awaitable[T]],
+        limit: int | None,
+        timeout: float | None,
+        what: str,
+    ) -> list[Outcome[T]]:
+        """``fn`` on every host (``fanout.map_hosts``), cut short by Ctrl-C."""
+        return await self.unless_interrupted(
+            map_hosts(fn, list(self.fleet), limit=limit, timeout=timeout, what=what),
+            [Outcome(h) for h in self.fleet],
+        )
+
+    async def unless_interrupted(self, coro: Awaitable[U], cut: U) -> U:
+        """``coro``'s result, or ``cut`` when Ctrl-C comes first."""
+        work = asyncio.ensure_future(coro)
+        waiter = asyncio.ensure_future(self.wake.wait())
+        await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            return cut
+        return work.result()
+
+    # -- stopping and closing ---------------------------------------------------------------
+    async def stop_all(self, reason: str) -> None:
+        """TERM every still-running host's process group, KILL after the grace period."""
+        targets = [s for s in self.slots.values() if s.sink and s.paths and not s.state.final]
+        targets = [s for s in targets if s.conn is not None]
+        if not targets:
+            return
+        self.note(f"stopping {len(targets)} host(s): {reason}", "error")
+
+        async def stop_one(host: Host) -> str:
+            slot = self.slots[host.process_id]
+            assert slot.conn is not None
+            assert slot.paths is not None
+            self.set_state(slot, State.STOPPING)
+            return await stop(slot.conn, slot.paths, self.stop_signal, self.options.grace)
+
+        await map_hosts(
+            stop_one, [s.host for s in targets],
+            timeout=self.options.grace + DEFAULTS.stop_slack, what="stop",
+        )  # fmt: skip
+
+    async def close_all(self) -> None:
+        """Close the shells never launched on, and every connection the run opened."""
+        shells = [s.shell for s in self.slots.values() if s.shell is not None]
+        for slot in self.slots.values():
+            slot.shell = None
+        for done in await asyncio.gather(*(sh.close() for sh in shells), return_exceptions=True):
+            del done  # never launched: nothing ran on it
+        conns = [s.conn for p, s in self.slots.items() if s.conn and p not in self.shared]
+        for result in await asyncio.gather(*(c.close() for c in conns), return_exceptions=True):
+            del result  # a connection that fails to close cleanly is already gone
+
+    # -- the record and the result ----------------------------------------------------------
+    def finish(self) -> RunResult:
+        """The run's result, with its record written one last time."""
+        self.write_record(force=True)
+        return RunResult(
+            run_name=self.job.run_name,
+            hosts=tuple(s.result() for s in self.slots.values()),
+            log_dir=self.log_dir,
+            first_failure=self.first_failure,
+            interrupted=self.interrupted,
+            timed_out=self.timed_out,
+            staging=self.staging,
+        )
+
+    def write_record(self, force: bool = False) -> None:
+        """``run.json`` now (at most every ``manifest_interval`` s unless ``force``)."""
+        now = time.monotonic()
+        if (not force and now - self._last_write < DEFAULTS.manifest_interval) or (
+            not self.log_dir.is_dir()
+        ):
+            return
+        self._last_write = now
+        opts = self.options
+        job, hidden = self.job, self.env_names
+        if not opts.record_env and job.env:  # values may be secrets: names only
+            job, hidden = replace(job, env={}), (*hidden, *job.env)
+
+        def env(slot: Slot) -> dict[str, str] | None:
+            if slot.env is None:
+                return None
+            return {k: v for k, v in slot.env.items() if k not in hidden}
+
+        write_record(
+            self.log_dir,
+            RunRecord(
+                run_name=self.job.run_name,
+                job=job,
+                env_names=hidden,
+                hosts=tuple(HostRecord.of(s.result(), env(s)) for s in self.slots.values()),
+                code_hash=self.code_hash,
+                script_dir=str(opts.script_dir.resolve()),
+                fail_fast=opts.fail_fast,
+                grace=opts.grace,
+                ssh=SSHRecord(
+                    config=tuple(str(p) for p in opts.ssh.config),
+                    host_keys=opts.ssh.host_keys,
+                    connect_timeout=opts.ssh.connect_timeout,
+                ),
+                first_failure=self.first_failure,
+                interrupted=self.interrupted,
+                timed_out=self.timed_out,
+                staging=self.staging,
+            ),
+        )

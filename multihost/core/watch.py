@@ -1,0 +1,156 @@
+"""Watching launched hosts: one worker per host follows its job to the exit (``stream.Follower``:
+reconnect and resume), a watchdog takes stacks on request or when every host falls silent, and
+the police loop applies the stop policy (failure, timeout, hang, interrupt) as hosts end.
+
+All of it runs in one ``asyncio.TaskGroup``: an error in a worker is never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+from multihost.core.supervisor import Supervisor
+from multihost.defaults import DEFAULTS
+from multihost.diagnose.collect import collect_over, save
+from multihost.diagnose.stacks import StackReport, group, summary_lines
+from multihost.errors import HostError
+from multihost.gather import host_ranges
+from multihost.model import State
+from multihost.runstate import Slot
+from multihost.stream import Follower, classify
+
+
+async def watch_all(sup: Supervisor, started: float) -> None:
+    """Follow every launched host to its exit, applying the stop policy as hosts end."""
+    slots = [s for s in sup.slots.values() if s.sink is not None and s.state != State.ERROR]
+    async with asyncio.TaskGroup() as tg:
+        workers = {tg.create_task(watch_one(sup, s)): s for s in slots}
+        dog = tg.create_task(_watchdog(sup))
+        await _police(sup, tg, workers, started)
+        dog.cancel()
+
+
+async def watch_one(sup: Supervisor, slot: Slot) -> None:
+    """One host's worker: follow its log to the exit, then say how it ended."""
+    assert slot.paths is not None
+    assert slot.sink is not None
+
+    def on_state(state: State, detail: str) -> None:
+        sup.set_state(slot, state, detail)
+
+    follower = Follower(
+        slot.host, slot.paths, slot.sink, sup.options.ssh, conn=slot.conn,
+        reconnect_timeout=sup.options.reconnect_timeout, on_state=on_state,
+        give_up=lambda: sup.stop_reason() is not None, started=slot.started,
+    )  # fmt: skip
+    slot.started = None
+    try:
+        slot.exit = await follower.follow()
+    except HostError as exc:
+        sup.fail(slot.host, State.LOST, exc.message)
+        return
+    finally:
+        slot.conn = follower.conn
+        slot.sink.close()
+    state = classify(slot.exit)
+    if slot.exit.escaped:
+        sup.note(
+            f"{slot.host.name}: stopped {slot.exit.escaped} process(es) that had left the "
+            "job's process group (setsid, daemons)", "warning",
+        )  # fmt: skip
+    if slot.exit.reason:
+        slot.error = slot.exit.reason
+        sup.fail(slot.host, state, slot.exit.reason)
+    elif state is State.DONE:
+        sup.set_state(slot, state, "exit 0")
+    elif state is State.KILLED and slot.exit.stopped_by:
+        slot.error = f"stopped by multihost (SIG{slot.exit.stopped_by})"
+        sup.set_state(slot, state, slot.error)
+    else:
+        sup.fail(slot.host, state, slot.result().reason)
+
+
+async def _police(
+    sup: Supervisor,
+    tg: asyncio.TaskGroup,
+    workers: Mapping[asyncio.Task[None], Slot],
+    started: float,
+) -> None:
+    """Wait for the workers; start stopping everyone on a failure, timeout or interrupt;
+    after the stop, give the hosts a last moment to report, then call the rest lost."""
+    opts = sup.options
+    deadline = None if opts.timeout is None else started + opts.timeout
+    stopper: asyncio.Task[None] | None = None
+    pending = set(workers)
+    while pending:
+        reason = sup.stop_reason()
+        if reason and stopper is None:
+            stopper = tg.create_task(sup.stop_all(reason))
+        if sup.observe_only and sup.interrupted:
+            break
+        sup.wake.clear()
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if stopper is not None and stopper.done():
+            left = DEFAULTS.last_report
+        waiter = asyncio.ensure_future(sup.wake.wait())
+        done, _ = await asyncio.wait(
+            pending | {waiter}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiter.cancel()
+        pending -= done
+        if not done and stopper is not None and stopper.done():
+            break
+        if deadline is not None and time.monotonic() >= deadline and not sup.timed_out:
+            sup.timed_out = True
+            sup.note(f"timeout: the run took longer than {opts.timeout:g} s", "error")
+    for task in pending:
+        task.cancel()
+        if not sup.observe_only:
+            slot = workers[task]
+            sup.fail(slot.host, State.LOST, "did not report an exit after being stopped")
+
+
+async def _watchdog(sup: Supervisor) -> None:
+    """Stacks on request (``request_stacks``), and when every live host has been silent for
+    ``hang_timeout`` s: take them, name the stragglers, then stop (or only report)."""
+    limit = sup.options.hang_timeout
+    quiet_since_report = 0.0
+    while True:
+        try:
+            async with asyncio.timeout(1.0):
+                await sup.stacks_wanted.wait()
+        except TimeoutError:
+            pass
+        live = [s for s in sup.slots.values() if s.sink and s.paths and s.conn]
+        live = [s for s in live if not s.state.final]
+        if sup.stacks_wanted.is_set():
+            sup.stacks_wanted.clear()
+            await _take_stacks(sup, live, "on request")
+        if not limit or not live or sup.observe_only:
+            continue
+        last = max(max(s.sink.last_output for s in live if s.sink), quiet_since_report)
+        silent = time.monotonic() - last
+        if silent < limit:
+            continue
+        report = await _take_stacks(sup, live, f"no output from any host for {silent:.0f} s")
+        quiet_since_report = time.monotonic()
+        if sup.options.on_hang == "stop":
+            who = host_ranges(report.stragglers) if report.stragglers else "none stands out"
+            sup.hung = f"hang: no output for {silent:.0f} s (straggler(s): {who})"
+            if sup.first_failure is None:
+                sup.first_failure = sup.hung
+            sup.wake.set()
+            return
+
+
+async def _take_stacks(sup: Supervisor, slots: list[Slot], why: str) -> StackReport:
+    conns = {s.host.process_id: s.conn for s in slots if s.conn is not None}
+    dirs = {s.host.process_id: s.paths.run for s in slots if s.paths is not None}
+    dumps = await collect_over([s.host for s in slots if s.conn is not None], conns, dirs)
+    folder = save(dumps, sup.log_dir)
+    report = group(d.stacks for d in dumps)
+    lines = "\n".join(summary_lines(report))
+    sup.note(f"stacks ({why}), saved in {folder}:\n{lines}", "warning")
+    return report
