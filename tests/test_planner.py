@@ -1,17 +1,12 @@
-"""One schema, one planner, one bridge: the CLI's flags and the API's keywords plan the same
-run; each shared flag is declared once; a signal's policy is the bridge's."""
+"""One schema, one planner: the CLI's flags and the API's keywords plan the same run, by the
+planner's rules; each setting is one flag."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from multihost.bridge import Detached, Interrupt, blocking
 from multihost.cli import build_parser, parse, subparser
 from multihost.errors import SettingError, UsageError
 from multihost.keywords import plan_run
@@ -58,27 +53,3 @@ def test_each_setting_is_one_flag_of_the_config_command() -> None:
     assert len(longs) == len(set(longs))
     assert {f"--{k}" for k in SETTINGS} <= set(longs)
     assert set(longs) - {f"--{k}" for k in SETTINGS} == {"-h", "--profile", "--json"}
-
-
-def test_the_bridge_stops_once_or_detaches() -> None:
-    said: list[str] = []
-    stopped = asyncio.Event()
-
-    async def work() -> str:
-        os.kill(os.getpid(), signal.SIGTERM)  # the handlers are in place once the work runs
-        await stopped.wait()
-        return "stopped"
-
-    policy = Interrupt(lambda: stopped.set(), "stopping", say=said.append,
-                       signals=(signal.SIGINT, signal.SIGTERM))  # fmt: skip
-    assert blocking(work, policy) == "stopped"
-    assert said == ["multihost: SIGTERM: stopping"]
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers gone afterwards
-
-    async def forever() -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-        await asyncio.Event().wait()
-
-    with pytest.raises(Detached):
-        blocking(forever, replace(policy, stop=None, what="detached", label="interrupted"))
-    assert said[-1] == "multihost: interrupted: detached"
