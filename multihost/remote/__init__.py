@@ -192,6 +192,9 @@ _START = (
     _REAPER
     + """\
 setsid "$@" "$r"/run.sh </dev/null >/dev/null 2>&1 &
+# the wrapper writes the same pid once sh runs; written here too, so that a status asked at
+# once never finds the run without one while python3 starts
+echo $! > "$r"/pid
 echo $!
 """
 )
