@@ -260,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="hosts h0.. of the loopback sshd fleet (tests/fleet.py; hold its lock) "
                    "instead of --local")  # fmt: skip
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--section", default=None,
+                   help="the RESULTS.md section to write (default: streaming, or streaming-ssh "
+                   "with --ssh: the headline tables)")  # fmt: skip
     args = p.parse_args(argv)
     where = Where.of(args.hosts, args.ssh)
     load_before = os.getloadavg()[0]
@@ -321,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts.append(f"a flooding host delays another host's line by at most {worst:.2f} s "
                     f"(≤ 1: {'met' if worst <= 1 else 'MISSED'})")  # fmt: skip
     before = f" --before {args.before} --before-lines {args.before_lines}" if args.before else ""
-    name = SSH_SECTION if args.ssh else SECTION
+    name = args.section or (SSH_SECTION if args.ssh else SECTION)
     begin, end = markers(name)
     hosts = f"--local {args.hosts}" if not args.ssh else f"--hosts h0..h{args.hosts - 1}"
     text = "\n".join([
@@ -342,7 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "that every log file is byte-exact.",
         "",
         f"Command: `python benchmarks/streaming.py --hosts {args.hosts} --lines {args.lines} "
-        f"--repeat {args.repeat}{before}{' --ssh' if args.ssh else ''}`",
+        f"--repeat {args.repeat}{before}{' --ssh' if args.ssh else ''}"
+        + (f" --section {args.section}" if args.section else "")
+        + "`",
         "",
         *rows,
         "",

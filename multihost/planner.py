@@ -12,7 +12,8 @@ be free); the ssh config, the log dir and the code dir are checked before anythi
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
 from multihost.plan import check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
-from multihost.sources import FleetSpec, resolve
+from multihost.sources import FleetSpec, Found, resolve
 from multihost.transport import HostKeyPolicy, SSHOptions
 
 GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take
@@ -42,12 +43,15 @@ class Settings:
     zone: str | None = None
     ip: str = "auto"
     user: str | None = None
+    tunnel_through_iap: bool = False
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
     host_keys: HostKeyPolicy | None = None
     connect_timeout: float | None = None
     connect_limit: int = D.connect_limit
+    wait: float | None = None  # s to wait for slices READY and hosts answering (inf: no limit)
+    progress: Callable[[str], None] | None = None  # told how a --wait goes, in words
     # the job and its code
     script_dir: str | Path = Path(".")
     exclude: Sequence[str] = ()
@@ -69,6 +73,8 @@ class Settings:
     record_env: bool = False
     hang_timeout: float | None = None
     on_hang: str = "stop"
+    trace: float | None = None
+    trace_after: float = D.trace_after
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
@@ -104,14 +110,16 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     warnings: tuple[str, ...] = ()
+    started = time.monotonic()
     if isinstance(s.hosts, Fleet):
         if s.local is not None or s.prefix is not None:
             raise ValueError("give exactly one of hosts=, local= or prefix=")
         fleet, cloud = s.hosts, False
     else:
         spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
-                         zone=s.zone, ip=s.ip, user=s.user)  # fmt: skip
-        found = resolve(spec)
+                         zone=s.zone, ip=s.ip, user=s.user,
+                         tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
+        found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
     ssh = s.ssh or SSHOptions(
         host_keys="accept-new" if cloud else "strict",
@@ -123,13 +131,46 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
     if s.ssh_config is not None:
         ssh = replace(ssh, config=ssh_config(s.ssh_config))
+    if not fleet.local:
+        from multihost.transport.sshconfig import include_loop
+
+        loop = include_loop(ssh.config)
+        if loop is not None:
+            raise SettingError(f"ssh config: an Include loop: {loop}")
+    if s.wait is not None and not fleet.local:
+        _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
     return Reach(fleet, ssh, cloud, warnings)
+
+
+# -- --wait (issue 26): slices READY, then hosts answering -----------------------------------
+def _poll() -> float:
+    """Seconds between gcloud polls (each call costs ~1 s of CPU); tests shorten it."""
+    return float(os.environ.get("MULTIHOST_WAIT_POLL", D.wait_poll))
+
+
+def _waited(spec: FleetSpec, s: Settings) -> Found:
+    from multihost.sources.queued import wait_until_ready
+
+    say = s.progress or (lambda _: None)
+    found: Found = wait_until_ready(lambda: resolve(spec), s.wait or 0.0, say, _poll())
+    return found
+
+
+def _wait_reachable(fleet: Fleet, ssh: SSHOptions, s: Settings, seconds: float) -> None:
+    from multihost.bridge import blocking
+    from multihost.fleetops.reachable import wait_reachable
+
+    say = s.progress or (lambda _: None)
+    blocking(lambda: wait_reachable(fleet, ssh, seconds, say, limit=s.connect_limit,
+                                    poll=min(_poll(), 2.0)))  # fmt: skip
 
 
 def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     """The fleet, the job and the options of a run; bad input is refused before anything
     starts (a UsageError; a SettingError is also a ValueError)."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
+    check_port("coordinator_port", s.coordinator_port)
+    check_port("megascale_port", s.megascale_port)
     where = reach(s)
     job = Job(
         command=s.cmd,
@@ -139,6 +180,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
     )
+    if s.trace is not None and s.trace > D.trace_max:
+        raise UsageError(f"--trace {s.trace:g}: at most {D.trace_max:g} seconds")
     logs = log_dir(s.log_dir)
     check_log_dir(logs)
     script_dir = Path(s.script_dir).expanduser()
@@ -163,10 +206,19 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         record_env=s.record_env,
         hang_timeout=s.hang_timeout,
         on_hang=s.on_hang,
+        trace=s.trace,
+        trace_after=s.trace_after,
         stale=s.stale or ("kill" if s.kill_stale else ("warn" if where.cloud else "off")),
         device_glob=s.device_glob or device_glob(),
     )
     return Plan(where.fleet, job, options, where.warnings)
+
+
+def check_port(name: str, value: object) -> None:
+    """A port is a whole number 1-65535 (the flags' type checks the CLI's; this, the API's)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
+    if value is not None and not ok:
+        raise SettingError(f"{name}={value!r}: not a port (1-65535)")
 
 
 def device_glob() -> str | None:

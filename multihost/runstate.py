@@ -11,8 +11,9 @@ from pathlib import Path
 
 from multihost.defaults import DEFAULTS
 from multihost.launch import Started
-from multihost.model import Host, HostResult, State
+from multihost.model import Host, State
 from multihost.plan import Paths
+from multihost.result import HostResult, read_result
 from multihost.stream import Exit, Line, LogSink
 from multihost.transport import Connection, Shell, SSHOptions
 
@@ -49,6 +50,8 @@ class RunOptions:
     record_env: bool = False  # keep --env values in run.json (default: their names only)
     hang_timeout: float | None = None  # no output from any host this long: take stacks, then
     on_hang: str = "stop"  # "stop" the run (exit 1) or only "report" and go on
+    trace: float | None = None  # seconds of jax.profiler trace once every host steps
+    trace_after: float = DEFAULTS.trace_after  # ... this long after the last one started
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
 
@@ -105,7 +108,8 @@ class Slot:
     started: Started | None = None  # a launch that goes on watching, until its watcher reads it
     shell: Shell | None = None  # opened while preparing, for the launch (then handed over)
 
-    def result(self) -> HostResult:
+    def result(self, *, final: bool = False) -> HostResult:
+        """The host's result so far; ``final``: with the result line read from its log."""
         code = self.exit.code if self.exit and not self.exit.problem else None
         signal = None
         if self.exit and self.state is State.KILLED:
@@ -124,4 +128,7 @@ class Slot:
             bytes_sent=self.bytes_sent,
             last_line=self.sink.last_line if self.sink else "",
             log=self.sink.path if self.sink else None,
+            reported=read_result(self.sink.path)
+            if final and self.sink and self.sink.may_have_result
+            else None,
         )

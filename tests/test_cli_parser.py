@@ -18,10 +18,9 @@ from tests.clitools import cli
 
 
 @pytest.fixture
-def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def work(tmp_path: Path, code: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The test's dir, with ``code`` and a private ``home``, as the working directory."""
     (tmp_path / "home").mkdir()
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "x.txt").write_text("x\n")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("COLUMNS", "200")

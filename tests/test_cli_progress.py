@@ -14,10 +14,11 @@ from tests.test_cli_terminal import screen, spawn
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
+def workdir(tmp_path: Path, code: Path) -> Path:
+    """The test's dir, with a private ``home`` and ``code`` holding 4 MiB that does not
+    compress."""
     (tmp_path / "home").mkdir()
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "blob.bin").write_bytes(os.urandom(4 << 20))  # does not compress
+    (code / "blob.bin").write_bytes(os.urandom(4 << 20))
     return tmp_path
 
 

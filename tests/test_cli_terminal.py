@@ -59,10 +59,9 @@ def spawn(args: list[str], home: Path, cwd: Path) -> pexpect.spawn:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
+def workdir(tmp_path: Path, code: Path) -> Path:
+    """The test's dir, with ``code`` and a private ``home``."""
     (tmp_path / "home").mkdir()
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "x.txt").write_text("x\n")
     return tmp_path
 
 

@@ -27,11 +27,8 @@ def _env(home: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def run(home: Path, tmp_path: Path) -> Path:
+def run(home: Path, code: Path, tmp_path: Path) -> Path:
     """A finished local run ``r`` whose hosts wrote files; returns its log dir."""
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "x.txt").write_text("x\n")
     logs = tmp_path / "logs"
     result = multihost.run(WRITE, local=N, script_dir=code, log_dir=logs, run_name="r",
                            stream="none")  # fmt: skip
@@ -122,10 +119,7 @@ def test_nothing_is_written_outside_the_folder(run: Path, tmp_path: Path) -> Non
     assert not (tmp_path / "out").exists()
 
 
-def test_cli_pull_and_run_pull(home: Path, tmp_path: Path) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "x.txt").write_text("x\n")
+def test_cli_pull_and_run_pull(home: Path, code: Path, tmp_path: Path) -> None:
     args = ["--local", "2", "--script-dir", str(code), "--log-dir", "logs", "--run-name", "cp"]
     res = cli(["run", *args, "--no-fail-fast", "--cmd", WRITE + "; exit 3", "--pull", "out/p.txt",
                "--pull", "*.json"], cwd=tmp_path, **_env(home))  # fmt: skip

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import multihost
-from tests.clitools import cli, fleet_run_args, manifest, no_processes, wait_for
+from tests.clitools import cli, fleet_run_args, manifest, no_processes
+from tests.helpers import wait_for
 
 N = 4
 # Every host: out/p.txt and a sub dir; all but host 2 a metrics file; host 1 an unreadable one.
@@ -22,10 +23,7 @@ WRITE = (
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 
 
-def test_pull_over_ssh(ssh_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "x.txt").write_text("x\n")
+def test_pull_over_ssh(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     logs = tmp_path / "logs"
     res = cli(fleet_run_args(ssh_fleet, code, logs, "pl", WRITE, N))
     assert res.returncode == 0, res.stderr

@@ -16,19 +16,12 @@ import pytest
 
 import multihost
 from multihost.record import SCHEMA, RecordError, from_json, read_record, to_json
-from tests.clitools import cli, host_logs, manifest, spawn, wait_for
+from tests.clitools import cli, host_logs, manifest, spawn
+from tests.helpers import wait_for
 
 N = 3
 COUNT = 30  # numbered lines per host, one every 0.05 s
 NUMBERED = f'for i in $(seq 1 {COUNT}); do echo "$JAX_PROCESS_ID line $i"; sleep 0.05; done'
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x.txt").write_text("staged\n")
-    return d
 
 
 def _run(code: Path, logs: Path, run: str, cmd: str, *extra: str, n: int = N) -> list[str]:

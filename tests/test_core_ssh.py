@@ -9,15 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clitools import (
-    cli,
-    fleet_run_args,
-    host_logs,
-    manifest,
-    no_processes,
-    spawn,
-    wait_for,
-)
+from tests.clitools import cli, fleet_run_args, host_logs, manifest, no_processes, spawn
+from tests.helpers import wait_for
 
 N = 4
 
@@ -26,13 +19,12 @@ pytestmark = pytest.mark.usefixtures("fresh_runs")
 
 
 @pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "hello.py").write_text("import os\nprint('hello from', os.environ['JAX_PROCESS_ID'])\n")
-    (d / "data").mkdir()
-    (d / "data" / "blob.txt").write_text(f"unique {time.time_ns()}\n")
-    return d
+def code(code: Path) -> Path:
+    """The shared code dir plus a program and a data file unique to this test."""
+    (code / "hello.py").write_text("import os\nprint('hello from', os.environ['JAX_PROCESS_ID'])\n")
+    (code / "data").mkdir()
+    (code / "data" / "blob.txt").write_text(f"unique {time.time_ns()}\n")
+    return code
 
 
 def _args(fleet, code: Path, logs: Path, run: str, cmd: str, n: int = N) -> list[str]:  # type: ignore[no-untyped-def]

@@ -8,13 +8,16 @@ stack`` must show two groups (7 in the collective, s0/w3 in time.sleep at the us
 from __future__ import annotations
 
 import json
-import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.clitools import cli, fleet_run_args, manifest, no_processes, wait_for
+from multihost.diagnose.collect import collect_command, parse_collect
+from multihost.model import Host
+from tests.clitools import cli, fleet_run_args, manifest, no_processes
+from tests.helpers import free_port, wait_for
 
 pytestmark = [pytest.mark.jax, pytest.mark.usefixtures("fresh_runs")]
 N = 8
@@ -33,21 +36,14 @@ print("sum", float(total.sum()), flush=True)
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "stuck.py").write_text(STUCK)
-    (d / "slow.py").write_text(
+def code(code: Path) -> Path:
+    """The shared code dir plus the stuck program and a slow one."""
+    (code / "stuck.py").write_text(STUCK)
+    (code / "slow.py").write_text(
         "import time\nfor i in range(12):\n    print('step', i, flush=True)\n    time.sleep(1)\n"
     )
-    return d
+    return code
 
 
 def _args(
@@ -56,7 +52,7 @@ def _args(
     return fleet_run_args(
         fleet, code, logs, run, f"{remote_jax['PYTHON']} {script}", N,
         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--env", "JAX_PLATFORMS=cpu",
-        "--coordinator-port", str(_port()), *extra,
+        "--coordinator-port", str(free_port()), *extra,
     )  # fmt: skip
 
 
@@ -66,13 +62,33 @@ def _joined(fleet, run: str) -> bool:  # type: ignore[no-untyped-def]
     return all(p.is_file() and "joined" in p.read_text() for p in logs)
 
 
+def _in_the_collective(fleet, run: str) -> bool:  # type: ignore[no-untyped-def]
+    """s0/w3 asleep at line 9 and every other process inside the allgather, as their hooks
+    show it: the collection script ``stack`` runs on a host, run here on each host's run dir."""
+    scripts = [
+        subprocess.Popen(collect_command(str(h.home / ".multihost" / "runs" / run)), shell=True,
+                         stdout=subprocess.PIPE, text=True)
+        for h in fleet.hosts[:N]
+    ]  # fmt: skip
+    outs = [script.communicate(timeout=60)[0] for script in scripts]
+    for i, out in enumerate(outs):
+        dump = parse_collect(Host(f"h{i}", worker_id=i, process_id=i), out)
+        frames = [f for p in dump.stacks.processes for t in p.threads for f in t.frames]
+        if i == 3:
+            if not any(f.file.endswith("stuck.py") and f.line == 9 for f in frames):
+                return False
+        elif not any("multihost_utils" in f.file for f in frames):
+            return False
+    return True
+
+
 def test_stack_groups_the_straggler(ssh_fleet, remote_jax, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     logs = tmp_path / "logs"
     res = cli([*_args(ssh_fleet, remote_jax, code, logs, "hang", "stuck.py"), "--detach"])
     assert res.returncode == 0, res.stderr
     try:
         wait_for(lambda: _joined(ssh_fleet, "hang"), 120, "every process to join")
-        time.sleep(1)  # into the collective
+        wait_for(lambda: _in_the_collective(ssh_fleet, "hang"), 60, "7 in the collective")
         started = time.monotonic()
         stack = cli(["stack", "hang", "--log-dir", str(logs), "--json"])
         took = time.monotonic() - started

@@ -5,7 +5,6 @@ never imports jax pays nothing for it."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from multihost.diagnose import hook
 from tests.clitools import cli, host_logs
+from tests.helpers import free_port
 
 BARE = "import jax; jax.distributed.initialize(); print('joined', jax.process_index(), jax.process_count())"  # noqa: E501
 RUN_ENV = {
@@ -57,18 +57,10 @@ def test_no_watcher_outside_a_run(hook_dir: Path) -> None:
     assert _python(SHOW, hook_dir)[1] == "False"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.jax
-def test_bare_initialize_local(tmp_path: Path) -> None:
+def test_bare_initialize_local(code: Path, tmp_path: Path) -> None:
     """Two local workers join one JAX job with no arguments, even inside a Slurm allocation
     (multihost's cluster is asked first)."""
-    code = tmp_path / "code"
-    code.mkdir()
     res = cli(
         ["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"),
          "--run-name", "bare", "--env", "JAX_PLATFORMS=cpu", "--env", "SLURM_JOB_ID=7",
@@ -86,14 +78,14 @@ def test_bare_initialize_local(tmp_path: Path) -> None:
 
 @pytest.mark.jax
 @pytest.mark.usefixtures("fresh_runs")
-def test_bare_initialize_over_ssh(ssh_fleet, remote_jax: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    code = tmp_path / "code"
-    code.mkdir()
+def test_bare_initialize_over_ssh(
+    ssh_fleet, remote_jax: dict[str, str], code: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     res = cli(
         ["run", "--hosts", ",".join(ssh_fleet.aliases[:2]), "--ssh-config",
          str(ssh_fleet.ssh_config), "--script-dir", str(code), "--log-dir", str(tmp_path),
          "--run-name", "bare-ssh", "--env", "JAX_PLATFORMS=cpu",
-         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(_port()),
+         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(free_port()),
          "--timeout", "120", "--cmd", f"{remote_jax['PYTHON']} -c \"{BARE}\""],
         timeout=150,
     )  # fmt: skip

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import multihost.diagnose
@@ -22,7 +21,7 @@ from multihost.diagnose.stacks import (
 )
 from multihost.gather import host_ranges
 from multihost.model import Host
-from tests.clitools import wait_for
+from tests.helpers import wait_for
 
 HOOK = Path(multihost.diagnose.__file__).parent / "hook.py"
 PROGRAM = """\
@@ -34,6 +33,21 @@ def step():
     time.sleep(60)
 step()
 """
+
+
+def _asleep(pid: int) -> bool:
+    """Every thread of ``pid`` blocked in ``time.sleep`` (the kernel's wait channel, from
+    /proc): PROGRAM is in ``loader`` and ``step``, where the tests take its stacks."""
+    try:
+        chans = [(t / "wchan").read_text() for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
+        return False
+    return bool(chans) and all("nanosleep" in c for c in chans)
+
+
+def _hooked_pids(pattern: str, root: Path) -> list[int]:
+    """The pids of the processes whose hook says it listens (``<pid>.ready`` under ``root``)."""
+    return [int(p.name.removesuffix(".ready")) for p in root.glob(pattern)]
 
 
 def _hooked(tmp_path: Path, program: str, user_site: Path | None = None) -> subprocess.Popen[bytes]:
@@ -52,7 +66,7 @@ def test_hook_dumps_every_thread_on_signal(tmp_path: Path) -> None:
     try:
         ready = tmp_path / "hook" / f"{proc.pid}.ready"
         wait_for(ready.exists, 20, "the hook to register")
-        time.sleep(1.0)  # into step()
+        wait_for(lambda: _asleep(proc.pid), 20, "train.py asleep in step() and loader()")
         proc.send_signal(signal.SIGUSR2)
         dump = tmp_path / "hook" / f"{proc.pid}.txt"
         # written thread by thread; the main thread (its outermost frame the module) comes last
@@ -141,7 +155,7 @@ def test_collect_script_signals_only_the_runs_processes(tmp_path: Path) -> None:
     (run_dir / "hook" / f"{os.getpid()}.txt").write_text("")
     try:
         wait_for((run_dir / "hook" / f"{proc.pid}.ready").exists, 20, "the hook")
-        time.sleep(0.3)
+        wait_for(lambda: _asleep(proc.pid), 20, "train.py asleep in step() and loader()")
         out = subprocess.run(collect_command(str(run_dir)), shell=True, capture_output=True,
                              text=True, check=True, timeout=30).stdout  # fmt: skip
         assert proc.poll() is None
@@ -177,7 +191,7 @@ def test_collect_script_is_clean_sh() -> None:
 
 
 def test_status_line_names_silent_hosts() -> None:
-    from multihost import report
+    from multihost.cli import report
     from multihost.model import State
 
     hosts = [_host(w) for w in range(5)]
@@ -188,25 +202,26 @@ def test_status_line_names_silent_hosts() -> None:
     assert "silent" not in report.status_line("r", states, 400.0, {}).plain
 
 
-def test_sigquit_in_the_live_run_prints_grouped_stacks(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_sigquit_in_the_live_run_prints_grouped_stacks(
+    code: Path, tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-\\ (SIGQUIT) to a running ``multihost run``: stacks now, and the run goes on."""
     from tests.clitools import spawn
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    code = tmp_path / "code"
-    code.mkdir()
     (code / "train.py").write_text(PROGRAM)
     logs = tmp_path / "logs"
     proc = spawn(["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
                   "--run-name", "q", "--grace", "2",
                   "--cmd", f"{sys.executable} train.py"])  # fmt: skip
     try:
-        wait_for(lambda: len(list(tmp_path.glob(".cache/multihost/local/w*/runs/q/hook/*.ready")))
-                 == 2, 30, "both hooks")  # fmt: skip
-        time.sleep(0.5)
+        hooks = ".cache/multihost/local/w*/runs/q/hook/*.ready"
+        wait_for(lambda: len(_hooked_pids(hooks, tmp_path)) == 2, 30, "both hooks")
+        wait_for(lambda: all(map(_asleep, _hooked_pids(hooks, tmp_path))), 20, "both asleep")
         proc.send_signal(signal.SIGQUIT)
-        wait_for(lambda: any((logs / "q" / "stacks").glob("*/*.txt")), 30, "saved stacks")
-        time.sleep(0.5)
+        # both hosts' stacks saved: the report is said in the same step, before any signal
+        wait_for(lambda: len(list((logs / "q" / "stacks").glob("*/*.txt"))) == 2, 30,
+                 "both hosts' saved stacks")  # fmt: skip
         assert proc.poll() is None  # still running
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -219,20 +234,18 @@ def test_sigquit_in_the_live_run_prints_grouped_stacks(tmp_path: Path, monkeypat
     assert "train.py:6 in step" in err
 
 
-def test_api_returns_grouped_stacks_as_data(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_api_returns_grouped_stacks_as_data(code: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import multihost
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    code = tmp_path / "code"
-    code.mkdir()
     (code / "train.py").write_text(PROGRAM)
     logs = tmp_path / "logs"
     multihost.run(f"{sys.executable} train.py", local=2, script_dir=code, run_name="api",
                   log_dir=logs, detach=True, stream="none")  # fmt: skip
     try:
         hooks = ".cache/multihost/local/w*/runs/api/hook/*.ready"
-        wait_for(lambda: len(list(tmp_path.glob(hooks))) == 2, 30, "both hooks")
-        time.sleep(1.0)
+        wait_for(lambda: len(_hooked_pids(hooks, tmp_path)) == 2, 30, "both hooks")
+        wait_for(lambda: all(map(_asleep, _hooked_pids(hooks, tmp_path))), 20, "both asleep")
         report = multihost.stacks("api", log_dir=logs)
     finally:
         multihost.kill("api", log_dir=logs, grace=2)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,7 +14,8 @@ import pytest
 from multihost.diagnose.capture import TRACE, new_folder, parse_answer, trace_command
 from multihost.diagnose.traces import HostTrace, TraceStats, slowest, stats_of_events
 from multihost.errors import UsageError
-from tests.clitools import cli, fleet_run_args, no_processes, wait_for
+from tests.clitools import cli, fleet_run_args, no_processes
+from tests.helpers import free_port, wait_for
 
 STEPPER = """\
 import os, time
@@ -111,11 +111,10 @@ def test_the_host_script_is_clean_sh_and_its_arguments_quoted() -> None:
 
 
 @pytest.fixture
-def stepper(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "stepper.py").write_text(STEPPER)
-    return d
+def stepper(code: Path) -> Path:
+    """The shared code dir plus the stepping JAX program."""
+    (code / "stepper.py").write_text(STEPPER)
+    return code
 
 
 def _started(logs: Path, run: str, n: int) -> bool:
@@ -207,9 +206,7 @@ def test_fleet_hosts_are_traced_into_one_folder_each(  # type: ignore[no-untyped
     # the fleet's users look for the stop file in a directory every one of them can read
     stop = Path(tempfile.mkdtemp(prefix="multihost-trace-stop-", dir="/tmp"))
     stop.chmod(0o755)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     args = fleet_run_args(
         ssh_fleet, stepper, logs, "ftr", f"{remote_jax['PYTHON']} stepper.py", n, "--detach",
         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--env", "JAX_PLATFORMS=cpu",
@@ -233,3 +230,26 @@ def test_fleet_hosts_are_traced_into_one_folder_each(  # type: ignore[no-untyped
     assert done.returncode == 0, done.stderr
     shutil.rmtree(stop, ignore_errors=True)
     wait_for(lambda: no_processes(ssh_fleet, n), 20, "no process left")
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_run_trace_captures_once_every_host_steps(
+    stepper: Path, tmp_path: Path, home: Path
+) -> None:
+    logs, stop = tmp_path / "logs", tmp_path / "stop"
+    stop.mkdir()
+    # the hosts stop by themselves once the capture is in: the stop file is the trace's summary
+    cmd = f"(while ! ls {logs}/rt/traces/*/summary.json >/dev/null 2>&1; do sleep 0.2; done; " \
+          f"touch {stop}/stop) & python stepper.py"  # fmt: skip
+    res = cli(["run", "--local", "2", "--run-name", "rt", "--log-dir", str(logs),
+               "--script-dir", str(stepper), "--env", f"STOP_DIR={stop}",
+               "--env", "JAX_PLATFORMS=cpu", "--trace", "1", "--trace-after", "1",
+               "--cmd", cmd], timeout=180)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "every JAX process is stepping" in res.stderr
+    summary = next((logs / "rt" / "traces").glob("*/summary.json"))
+    data = json.loads(summary.read_text())
+    assert [h["host"] for h in data["hosts"] if h["ok"] and h["steps"] > 0] == ["s0/w0", "s0/w1"]
+    assert "median step" in res.stdout  # the table after the run
+    assert oct(summary.stat().st_mode & 0o777) == "0o600"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PAYLOADS = ROOT / "payloads"
@@ -54,13 +55,6 @@ class Proc:
         results = parse_result_lines(self.stdout)
         assert len(results) == 1, self.stdout + self.stderr
         return results[0]
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def base_env(devices: int) -> dict[str, str]:

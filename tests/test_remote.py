@@ -31,7 +31,7 @@ from multihost.plan import (
 )
 from multihost.remote import staging
 from multihost.stream import parse_exit, parse_watch_end
-from tests.clitools import wait_for
+from tests.helpers import wait_for
 
 ALL = {**remote.TEMPLATES, **staging.TEMPLATES, "collect": (COLLECT, ())}
 
@@ -178,8 +178,24 @@ def test_launch_gate_held_starts_nothing_and_leaves_no_run(
     assert held.returncode == 5
     assert not (home / "b" / "runs" / "held").exists()
     assert _processes_under(home) == []  # the wrapper (up before the word) and tail ended
-    time.sleep(0.3)  # a job, had one been started, would have written by now
+    # a job, had one been started, would have written by the time nothing started is alive
+    wait_for(lambda: _started_with(home) == [], 10, "every process the launch started to end")
     assert not (home / "held.started").exists()
+
+
+def _started_with(home: Path) -> list[int]:
+    """Live processes whose environment says ``HOME=home``: whatever the launch started."""
+    want = b"HOME=" + str(home).encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            names = environ.read_bytes().split(b"\0")
+            state = (environ.parent / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and want in names:
+            found.append(int(environ.parent.name))
+    return found
 
 
 def _processes_under(home: Path) -> list[str]:
@@ -214,7 +230,9 @@ def test_launch_gate_shell_killed_before_the_word_leaves_nothing_running(tmp_pat
         proc.stdin.write(script.encode())
         proc.stdin.flush()
         assert proc.stdout.readline() == b"ready\n"
-        assert any("run.sh gate" in c for c in _processes_under(home))  # up before the word
+        # up before the word (its exec through python3, the subreaper's start, may lag "ready")
+        wait_for(lambda: any("run.sh gate" in c for c in _processes_under(home)), 10,
+                 "the wrapper, before any word")  # fmt: skip
         proc.kill()
         proc.wait(timeout=10)
     wait_for(lambda: _processes_under(home) == [], 10, "the wrapper and the tail to end")

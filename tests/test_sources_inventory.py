@@ -174,3 +174,20 @@ def test_inventory_port_range(tmp_path: Path) -> None:
     inv.write_text('[[slices]]\nhosts = [{ address = "a", port = 70000 }]\n')
     with pytest.raises(InventoryError, match="port must be 1-65535"):
         resolve_hosts(str(inv))
+
+
+@pytest.mark.parametrize(
+    ("text", "first_line"),
+    [
+        ("h[0-3],h[4-7", "unbalanced bracket in the host list: 'h[4-7' has a '[' without its ']'"),
+        ("h[0-", "unbalanced bracket in the host list: 'h[0-' has a '[' without its ']'"),
+        ("h[0-3]],g", "unbalanced bracket in the host list: 'h[0-3]]' has a ']' without its '['"),
+        ("h[0-99999999]", "'h[0-99999999]' expands to 100000000 hosts: more than 100000 in all"),
+        ("h[0-60000],g[0-60000]", "'g[0-60000]' expands to 60001 hosts: more than 100000 in all"),
+        ("h[a-b]", "bad range in 'h[a-b]' (e.g. h[0-3] or h[01-03,7])"),
+    ],
+)
+def test_a_bad_host_list_is_refused_naming_the_item(text: str, first_line: str) -> None:
+    with pytest.raises(InventoryError) as caught:
+        parse_host_list(text)
+    assert str(caught.value) == first_line

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.clitools import REPO, cli, host_logs, manifest, wait_for
+from tests.clitools import REPO, cli, host_logs, manifest
 from tests.gcloud_fixtures import make_nodes
+from tests.helpers import free_port, wait_for
 
 FAKE_GCLOUD_DIR = REPO / "tests" / "fake_gcloud"
 
@@ -147,7 +148,7 @@ def test_hosts_table_json_and_check(ssh_fleet, tmp_path: Path) -> None:  # type:
     assert rows[2]["state"] == "READY"
     table = cli(["hosts", "--prefix", "myqr"], **env)
     assert "127.0.0.4" in table.stdout
-    port = _free_port()
+    port = free_port()
     check = ["hosts", "--prefix", "myqr", "--check", "--json", "--ssh-config", str(config),
              "--host-keys", "strict", "--coordinator-port", str(port)]  # fmt: skip
     checked = cli(check, **env)
@@ -160,12 +161,6 @@ def test_hosts_table_json_and_check(ssh_fleet, tmp_path: Path) -> None:  # type:
     with socket.create_server(("127.0.0.2", port)):  # someone listening on host 0
         busy = json.loads(cli(check, **env).stdout)
     assert busy[0]["coordinator_port"].startswith("in use")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_gcloud_failures_exit_2(tmp_path: Path) -> None:

@@ -45,11 +45,10 @@ def _expected_log(i: int) -> bytes:
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Path:
+def home(tmp_path: Path, code: Path) -> Path:
+    """A private HOME beside ``code``."""
     h = tmp_path / "home"
     h.mkdir()
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "x.txt").write_text("x\n")
     return h
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multihost import report, runs
+from multihost import runs
 from multihost.bridge import Detached, blocking
+from multihost.cli import report, terminal
 from multihost.cli.wiring import (
     Display,
     execute_run,
@@ -82,15 +83,20 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_ls(args: argparse.Namespace, err: Console) -> int:
-    rows = [report.ls_row(name, record) for name, record in runs.all_runs(log_dir_of(args))]
+    found, unreadable = runs.scan_runs(log_dir_of(args))
+    rows = [report.ls_row(name, record) for name, record in found]
     if args.json:
+        rows += [{"run": name, "state": "unreadable", "error": why} for name, why in unreadable]
         print(json.dumps(rows, indent=1, default=str))
     elif rows:
         out = Console(highlight=False)
         out.print(report.fleet_table(rows, width=out.width))
-    else:
+    elif not unreadable:
         err.print(f"no runs in {log_dir_of(args)}", markup=False)
-    return 0
+    if not args.json:
+        for name, why in unreadable:
+            err.print(f"{name}: unreadable run record ({why})", markup=False, highlight=False)
+    return 1 if unreadable else 0
 
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
@@ -132,7 +138,7 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
             lines = lines[-args.tail :]
         prefix = f"[{host.name}] " if args.all else ""
         if lines:  # as on a run's terminal: colour kept, no other control sequence
-            out.write(report.safe_block(lines, prefix))
+            out.write(terminal.safe_block(lines, prefix))
     return 0
 
 
@@ -161,7 +167,7 @@ def _gather(
                   f"{host_ranges([o.host for o in cut])} had more (up to {most})",
                   style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     for line in render(segments):
-        sys.stdout.write(report.safe_text(line) + "\n")
+        sys.stdout.write(terminal.safe_text(line) + "\n")
     return 0
 
 

@@ -329,9 +329,12 @@ exit 0
 
 # Stopping. Vars: r, sig (a signal name), ticks (tenths of a second of grace). Signals the
 # run's process group, KILLs it after the grace (then records 128+9), stops what escaped the
-# group. Says finished, nopid, vanished, stopped or killed, then how many escaped.
+# group. Says finished, nopid, vanished, stopped or killed, then how many escaped; "gone N" when
+# the run directory is gone: the N processes found by their MULTIHOST_RUN_DIR were stopped.
 KILL = f"""\
 {_DESCENDANTS}{_RUN_PROCESSES}umask 077
+# the run's directory removed under a live job: its processes still carry the marker
+test -d "$r" || {{ echo gone "$(stop_run "$r" -)"; exit 0; }}
 test -e "$r"/exit && {{ echo finished 0; exit 0; }}
 i=0; while [ ! -s "$r"/pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
 pg=; {{ read -r pg < "$r"/pid; }} 2>/dev/null

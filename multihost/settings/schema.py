@@ -21,7 +21,8 @@ from multihost.defaults import DEFAULTS as D
 from multihost.settings.types import command_text, port, positive, remote_dir, size, stage_via
 from multihost.sources import IP_MODES
 
-Kind = Literal["value", "append", "switch", "bool"]  # switch: store_true; bool: --x/--no-x
+Kind = Literal["value", "append", "switch", "bool", "optional"]
+# switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Flag:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     setting: bool = True  # a key the config files may set (and `multihost config` shows)
+    const: Any = None  # kind "optional": the value of the bare flag
 
     @property
     def option(self) -> str:
@@ -116,6 +118,23 @@ CONNECT_LIMIT = Flag(
     help="handshakes in flight at once (default %(default)s)",
 )
 
+WAIT = Flag(  # issue 26: a queued resource still provisioning
+    "wait",
+    kind="optional",
+    type=positive(float),
+    const=float("inf"),
+    metavar="SECONDS",
+    setting=False,
+    help="wait (at most SECONDS; bare: no limit) until every slice of a --prefix is READY and "
+    "every host accepts connections (default: a queued resource not yet ACTIVE is exit 2)",
+)
+TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
+    "tunnel-through-iap",
+    kind="switch",
+    help="with --prefix: reach every worker through an IAP tunnel (gcloud start-iap-tunnel "
+    "as ProxyCommand, to its internal address; default: connect directly)",
+)
+
 
 def fleet(required: bool = True) -> Group:
     """``--hosts/--local/--prefix`` (one of them ``required``) and their options."""
@@ -131,6 +150,8 @@ def fleet(required: bool = True) -> Group:
         HOST_KEYS,
         CONNECT_TIMEOUT,
         CONNECT_LIMIT,
+        WAIT,
+        TUNNEL_THROUGH_IAP,
     )
 
 
@@ -218,6 +239,22 @@ ON_HANG = Flag(
     default="stop",
     help="after a hang: stop, or only report (default %(default)s)",
 )
+TRACE = Flag(
+    "trace",
+    type=positive(float),
+    metavar="N",
+    help="once every host has started stepping: a jax.profiler trace of N seconds from every "
+    "JAX process, a per-host table after the run (default: none)",
+)
+TRACE_AFTER = Flag(
+    "trace-after",
+    type=positive(float),
+    default=D.trace_after,
+    metavar="S",
+    help="with --trace: start S seconds after the last JAX process started stepping (its first "
+    "StepTraceAnnotation; without one, S s after its first JAX computation) "
+    "(default %(default)g s)",
+)
 RUN: Group = (
     SCRIPT_DIR,
     EXCLUDE,
@@ -232,6 +269,8 @@ RUN: Group = (
     RECORD_ENV,
     HANG_TIMEOUT,
     ON_HANG,
+    TRACE,
+    TRACE_AFTER,
 )
 
 # -- what `run` has beyond `sweep` -----------------------------------------------------------

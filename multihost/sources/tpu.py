@@ -12,9 +12,13 @@ from typing import Any
 
 from multihost.errors import DiscoveryError
 from multihost.model import Fleet, Host
-from multihost.sources import IP_MODES
 
+IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
 Node = Mapping[str, Any]
+INTERNAL_ONLY = (  # what a worker with no external address is told when it cannot be reached
+    "the worker has only an internal address: reach it with --tunnel-through-iap, "
+    "or run multihost from a machine in its VPC network (--ip internal)"
+)
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,7 @@ def build_fleet(slices: Sequence[Node], ip: str = "auto") -> Fleet:
                     internal_address=str(internal),
                     accelerator_type=node.get("acceleratorType"),
                     cloud_state=node.get("state"),
+                    reach_hint=None if external else INTERNAL_ONLY,
                 )
             )
         hosts.append(workers)
@@ -243,7 +248,14 @@ def discover(
     if ip not in IP_MODES:
         raise DiscoveryError(f"ip mode must be one of {', '.join(IP_MODES)}, not {ip!r}")
     nodes = list_nodes(project=project, zone=zone, gcloud=gcloud, timeout=timeout)
-    found = discover_from_nodes(nodes, prefix, ip=ip, project=project, zone=zone)
+    try:
+        found = discover_from_nodes(nodes, prefix, ip=ip, project=project, zone=zone)
+    except DiscoveryError:  # a queued resource still on its way says so itself (issue 26)
+        from multihost.sources.queued import not_ready
+
+        if (why := not_ready(nodes, prefix, project, zone, gcloud, timeout)) is not None:
+            raise why from None
+        raise
     return replace(found, command=tuple(gcloud_command(project=project, zone=zone, gcloud=gcloud)))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shlex
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -354,6 +355,9 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     if (direct := _direct(options, host, identity)) is not None:
         kwargs.update(direct)
         target = cfg.hostname
+    proxy = _proxy_argv(host, options, kwargs, cfg.hostname)
+    if proxy is not None:  # e.g. an IAP tunnel: one local process per connection
+        kwargs["proxy_command"] = proxy
     default_file = os.path.expanduser(_DEFAULT_KNOWN_HOSTS)
     files = cfg.known_hosts
     tofu: _TrustOnFirstUse | None = None
@@ -388,12 +392,62 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         raise ConnectError(host, f"authentication failed: {exc.reason}") from None
     except TimeoutError:
         raise ConnectTimeout(
-            host, f"connect timed out after {options.connect_timeout:g} s"
+            host, f"connect timed out after {options.connect_timeout:g} s" + _hint(host)
         ) from None
     except (asyncssh.Error, OSError) as exc:
         where = f"{host.address}:{host.port}" if host.port else host.address
-        raise ConnectError(host, f"cannot connect to {where}: {_describe(exc)}") from None
+        via = f" through its proxy command{_proxy_said(host)}" if proxy else ""
+        raise ConnectError(
+            host, f"cannot connect to {where}{via}: {_describe(exc)}" + _hint(host)
+        ) from None
     return SSHConnection(host, conn, cfg.hostname)
+
+
+def _hint(host: Host) -> str:
+    return f"; {host.reach_hint}" if host.reach_hint else ""
+
+
+def _proxy_argv(
+    host: Host, options: SSHOptions, kwargs: dict[str, object], hostname: str
+) -> list[str] | None:
+    """The command to reach ``host`` through, if any: the host's own (an IAP tunnel), else the
+    ssh config's ProxyCommand; ``%h``, ``%p``, ``%r``, ``%n`` and ``%%`` expanded as OpenSSH
+    expands them. None: connect directly (or the config is asyncssh's to read)."""
+    found = sshconfig.settings(options.config, host.address) or {}
+    port = kwargs.get("port") or host.port or found.get("port", "22")
+    user = kwargs.get("username") or host.user or found.get("user", "")
+    tokens = {"%h": hostname, "%p": str(port), "%r": str(user), "%n": host.address, "%%": "%"}
+    pattern = re.compile("|".join(re.escape(k) for k in tokens))
+
+    def expand(text: str) -> str:
+        return pattern.sub(lambda m: tokens[m[0]], text)
+
+    configured = found.get("proxycommand", "none")
+    if host.proxy_command:
+        argv = [expand(arg) for arg in host.proxy_command]
+    elif configured.lower() != "none":
+        argv = ["sh", "-c", "exec " + expand(configured)]  # OpenSSH: exec $SHELL -c "..."
+    else:
+        return None
+    # Its stderr into a file of ours: asyncssh reads the command's stderr pipe as part of the
+    # SSH stream (a warning after the banner would break it), and one warning per tunnel would
+    # flood the terminal. What it says comes back in the error when the connection fails. The
+    # pipe itself stays open (fd 3): asyncssh takes its end as the end of the connection.
+    return ["sh", "-c", 'exec 3>&2; exec "$@" 2>"$0"', str(_proxy_log(host)), *argv]
+
+
+def _proxy_log(host: Host) -> Path:
+    return sshconfig.scratch() / f"proxy-{host.process_id}-{host.address}.err"
+
+
+def _proxy_said(host: Host) -> str:
+    """The last error line the host's proxy command wrote, if any."""
+    try:
+        lines = _proxy_log(host).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line.strip() for line in lines if line.strip().startswith("ERROR:")]
+    return f" ({errors[-1][:300]})" if errors else ""
 
 
 async def _output(

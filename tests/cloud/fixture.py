@@ -14,9 +14,10 @@ import pytest
 
 from tests import fleet as loopback
 from tests.cloud.faults import FaultProxy, Faults
-from tests.cloud.gcs import FakeGcs, free_port
+from tests.cloud.gcs import FakeGcs
 from tests.cloud.secrets import SecretManager
 from tests.cloud.tpu_api import QueuedResource, TpuApi, Worker, run_ssh, ssh_launch_command
+from tests.helpers import free_port
 
 BUCKET = "mh-test"
 ZONE = "us-central2-b"

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-from tests.clitools import cli, manifest, spawn, wait_for
+from tests.clitools import cli, manifest, spawn
 from tests.faults.conftest import Where
 from tests.faults.harness import run_measured
+from tests.helpers import wait_for
 
 DAEMON = "setsid sleep 300 </dev/null >/dev/null 2>&1 &"
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x").write_text("x\n")
-    return d
 
 
 def _reap(proc: subprocess.Popen[str]) -> None:
@@ -204,3 +196,23 @@ def test_the_job_inherits_no_trace_of_the_subreaper_start(
         assert not ignored & (1 << (signal.SIGXFSZ - 1)), text
         assert "LC_CTYPE=unset" in text, text
         assert text.strip().endswith("0"), text
+
+
+def test_kill_finds_the_run_by_its_marker_when_its_directory_is_gone(
+    where: Where, code: Path, tmp_path: Path
+) -> None:
+    """The run's directory removed on every host under a live job (an over-eager clean-up):
+    ``kill`` still stops every process of the run, found by the marker in their environment."""
+    logs = tmp_path / "logs"
+    res = cli(where.args(code, logs, "gone", f"{DAEMON} echo up; sleep 60", "--detach"))
+    assert res.returncode == 0, res.stderr
+    wait_for(lambda: len(where.leftovers("gone")) >= 4, 30, "jobs and daemons to run")
+    for i in range(2):
+        shutil.rmtree(where.run_dir(i, "gone"))
+    assert len(where.leftovers("gone")) >= 4
+    killed = cli(["kill", "gone", "--log-dir", str(logs), "--grace", "2"])
+    print(killed.stderr)
+    assert killed.returncode == 0, killed.stderr
+    assert "Traceback" not in killed.stderr
+    wait_for(lambda: not where.leftovers("gone"), 10, "every process of the run to be gone")
+    assert [h["state"] for h in manifest(logs, "gone")["hosts"]] == ["killed"] * 2
