@@ -11,7 +11,7 @@ from multihost.cli import build_parser, parse, subparser
 from multihost.errors import SettingError, UsageError
 from multihost.keywords import plan_run
 from multihost.planner import GOOGLE_KEY, Settings, plan
-from multihost.settings.schema import SETTINGS
+from multihost.settings.schema import CONFIGURABLE, SETTINGS, flags_of
 
 
 def test_flags_and_keywords_make_the_same_plan(home: Path, tmp_path: Path) -> None:
@@ -52,4 +52,5 @@ def test_each_setting_is_one_flag_of_the_config_command() -> None:
     longs = [a.option_strings[0] for a in parser._actions]
     assert len(longs) == len(set(longs))
     assert {f"--{k}" for k in SETTINGS} <= set(longs)
-    assert set(longs) - {f"--{k}" for k in SETTINGS} == {"-h", "--profile", "--json"}
+    others = {f"--{f.name}" for f in flags_of(CONFIGURABLE) if not f.setting}
+    assert set(longs) - {f"--{k}" for k in SETTINGS} == {"-h", "--json", *others}
