@@ -23,8 +23,9 @@ _JOB = ("remote_dir", "coordinator_port", "megascale_port")
 _OPTIONS = tuple(f.name for f in fields(RunOptions))
 _SSH = ("host_keys", "connect_timeout")  # SSHOptions fields a keyword may set
 _EVENTS = ("on_event", "on_output", "stream")  # where a run's events go: not the plan's
-_OWN = ("env", "run_name", "ssh_config", "profile", "wait", *_EVENTS, *_SSH)
-_SETTINGS = tuple(f.name for f in fields(Settings) if f.name != "cmd")  # the flags' settings
+_OWN = ("env", "run_name", "ssh_config", "profile", *_EVENTS, *_SSH)
+# Every setting of the planner (every flag of `run`: --wait, --no-sync, ...) is a keyword too.
+_SETTINGS = tuple(f.name for f in fields(Settings) if f.name != "cmd")
 ACCEPTED: tuple[str, ...] = tuple(sorted({*_FLEET, *_JOB, *_OPTIONS, *_OWN, *_SETTINGS}))
 _ALIASES = {"excludes": "exclude"}  # a RunOptions field → its setting's name
 
