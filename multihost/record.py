@@ -249,7 +249,16 @@ def write_record(run_dir: Path, record: RunRecord) -> None:
 
 def read_record(run_dir: Path) -> RunRecord:
     """Load ``run_dir/run.json``; FileNotFoundError when absent, RecordError when unreadable."""
-    text = (run_dir / MANIFEST).read_text()
+    try:
+        text = (run_dir / MANIFEST).read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except IsADirectoryError:
+        raise RecordError("a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise RecordError("not text (UTF-8)") from None
+    except OSError as exc:
+        raise RecordError(exc.strerror or str(exc)) from None
     try:
         data = json.loads(text)
     except ValueError as exc:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -27,7 +28,7 @@ from multihost.core import Run
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
-from multihost.model import Fleet, Job, State
+from multihost.model import Fleet, HostResult, Job, State
 from multihost.plan import job_script, plan_hosts
 from multihost.planner import device_glob
 from multihost.runstate import RunOptions
@@ -63,12 +64,26 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
         from multihost.cli.trace import show_saved
 
         show_saved(result.log_dir, err)
+    if not result.ok and result.log_dir is not None:
+        tpu_logs(result.hosts, options, result.log_dir, err)
     if patterns:
         _, record = runs.find_run(options.log_dir, job.run_name)
         dest = args.pull_to if args.pull_to is not None else default_dest(job.run_name)
         pulled = pull_and_report(record, patterns, dest, options.ssh, D.pull_limit, err)
         code = code or pulled
     return code
+
+
+def tpu_logs(hosts: Sequence[HostResult], options: RunOptions, run_dir: Path, err: Console) -> None:
+    """Issue 26: the failing TPU hosts' runtime logs, next to their host logs, said where."""
+    from multihost.bridge import blocking
+    from multihost.diagnose.tpu_logs import failing, fetch_tpu_logs, summary
+
+    if not (which := failing(hosts)):
+        return
+    got = blocking(lambda: fetch_tpu_logs(which, options.ssh, run_dir, limit=D.pull_limit))
+    for line in summary(got, run_dir):
+        err.print(line, style="dim", markup=False, highlight=False)
 
 
 def with_payload(args: argparse.Namespace) -> dict[str, object]:

@@ -83,15 +83,20 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_ls(args: argparse.Namespace, err: Console) -> int:
-    rows = [report.ls_row(name, record) for name, record in runs.all_runs(log_dir_of(args))]
+    found, unreadable = runs.scan_runs(log_dir_of(args))
+    rows = [report.ls_row(name, record) for name, record in found]
     if args.json:
+        rows += [{"run": name, "state": "unreadable", "error": why} for name, why in unreadable]
         print(json.dumps(rows, indent=1, default=str))
     elif rows:
         out = Console(highlight=False)
         out.print(report.fleet_table(rows, width=out.width))
-    else:
+    elif not unreadable:
         err.print(f"no runs in {log_dir_of(args)}", markup=False)
-    return 0
+    if not args.json:
+        for name, why in unreadable:
+            err.print(f"{name}: unreadable run record ({why})", markup=False, highlight=False)
+    return 1 if unreadable else 0
 
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:

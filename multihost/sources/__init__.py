@@ -98,6 +98,8 @@ def resolve(spec: FleetSpec) -> Found:
     if spec.tunnel_through_iap and spec.source != "prefix":
         raise UsageError("--tunnel-through-iap goes with --prefix (for other hosts, put a "
                          "ProxyCommand or ProxyJump in your ssh config)")  # fmt: skip
+    if spec.source == "prefix" and not (spec.prefix or "").strip():
+        raise UsageError("--prefix is empty: name the queued resource (or node) to run on")
     found = SOURCES[spec.source].resolve(spec)
     if spec.user:
         fleet = Fleet(tuple(replace(h, user=spec.user) for h in found.fleet))
