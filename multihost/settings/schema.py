@@ -320,7 +320,7 @@ SECRET = Flag(
     setting=False,
     help="set KEY in every host's job to Secret Manager secret NAME's latest version, read "
     "once here and handed to the hosts on the launch channel: never on a disk, never in run.json "
-    "(repeatable; --env values are not secret)",
+    "(repeatable; default: none; --env values are not secret)",
 )
 RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON, SECRET)
 
