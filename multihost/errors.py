@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from multihost.model import Host, RunResult
+    from multihost.model import Host
+    from multihost.result import RunResult
 
 
 class MultihostError(Exception):

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from multihost.defaults import DEFAULTS
 from multihost.launch import Started
-from multihost.model import Host, HostResult, State
+from multihost.model import Host, State
 from multihost.plan import Paths
+from multihost.result import HostResult, read_result
 from multihost.stream import Exit, Line, LogSink
 from multihost.transport import Connection, Shell, SSHOptions
 
@@ -108,7 +109,8 @@ class Slot:
     started: Started | None = None  # a launch that goes on watching, until its watcher reads it
     shell: Shell | None = None  # opened while preparing, for the launch (then handed over)
 
-    def result(self) -> HostResult:
+    def result(self, *, final: bool = False) -> HostResult:
+        """The host's result so far; ``final``: with the result line read from its log."""
         code = self.exit.code if self.exit and not self.exit.problem else None
         signal = None
         if self.exit and self.state is State.KILLED:
@@ -127,4 +129,7 @@ class Slot:
             bytes_sent=self.bytes_sent,
             last_line=self.sink.last_line if self.sink else "",
             log=self.sink.path if self.sink else None,
+            reported=read_result(self.sink.path)
+            if final and self.sink and self.sink.may_have_result
+            else None,
         )

@@ -271,8 +271,8 @@ def test_import_is_light_and_results_render_without_rich() -> None:
     code = (
         "import sys, multihost; heavy = ('asyncssh', 'rich', 'cloudpickle')\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'import multihost'\n"
-        "from multihost import display_html, model\n"
-        "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'display_html'\n"
+        "from multihost import model, result\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'result'\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

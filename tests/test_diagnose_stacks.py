@@ -191,7 +191,7 @@ def test_collect_script_is_clean_sh() -> None:
 
 
 def test_status_line_names_silent_hosts() -> None:
-    from multihost import report
+    from multihost.cli import report
     from multihost.model import State
 
     hosts = [_host(w) for w in range(5)]

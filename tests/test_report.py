@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from multihost import report
+from multihost.cli import report, terminal
 from multihost.errors import UsageError
-from multihost.model import Host, HostResult, RunResult, State
+from multihost.model import Host, State
+from multihost.result import HostResult, RunResult
 from multihost.stage import list_files
 from multihost.sweep.results import PLOT_MISSING
 
@@ -73,7 +74,7 @@ def test_state_header_is_never_one_letter_per_line() -> None:
     ],
 )
 def test_safe_text_keeps_colour_only(raw: str, safe: str) -> None:
-    assert report.safe_text(raw) == safe
+    assert terminal.safe_text(raw) == safe
 
 
 def test_trailing_slash_excludes_a_directory(tmp_path: Path) -> None:
@@ -96,7 +97,7 @@ def test_stage_size_is_checked_while_listing(tmp_path: Path) -> None:
 
 def test_plot_hint_survives_markup() -> None:
     out = io.StringIO()
-    Console(file=out, width=200).print(report.warning(f"no sweep.png: {PLOT_MISSING}"))
+    Console(file=out, width=200).print(terminal.warning(f"no sweep.png: {PLOT_MISSING}"))
     assert "pip install 'multihost[plot]'" in out.getvalue()
 
 
@@ -115,5 +116,5 @@ def test_a_block_is_cleaned_as_each_of_its_lines() -> None:
     texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(4000)]
     for start in range(0, len(texts), 40):
         batch = texts[start : start + 40]
-        per_line = "".join(f"[w] {report.safe_text(t)}\n" for t in batch)
-        assert report.safe_block(batch, "[w] ") == per_line, batch
+        per_line = "".join(f"[w] {terminal.safe_text(t)}\n" for t in batch)
+        assert terminal.safe_block(batch, "[w] ") == per_line, batch

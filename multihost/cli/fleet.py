@@ -12,8 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multihost import fleetops, report, runs
+from multihost import fleetops, runs
 from multihost.bundled import payload_command, payloads_dir
+from multihost.cli import report
 from multihost.cli.pull import pull_and_report
 from multihost.cli.wiring import (
     Display,
@@ -28,9 +29,10 @@ from multihost.core import Run
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
-from multihost.model import Fleet, HostResult, Job, State
+from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_hosts
 from multihost.planner import device_glob
+from multihost.result import HostResult
 from multihost.runstate import RunOptions
 from multihost.sources.tpu import fleet_rows
 from multihost.stage import pack

@@ -11,7 +11,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from multihost import report, runs
+from multihost import runs
+from multihost.cli import report
 from multihost.cli.progress import TransferView
 from multihost.cli.wiring import log_dir_of, record_options
 from multihost.copyback import PullResult, check_dest, check_patterns, default_dest, pull_run

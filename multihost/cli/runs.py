@@ -12,8 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multihost import report, runs
+from multihost import runs
 from multihost.bridge import Detached
+from multihost.cli import report, terminal
 from multihost.cli.wiring import (
     Display,
     execute_run,
@@ -138,7 +139,7 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
             lines = lines[-args.tail :]
         prefix = f"[{host.name}] " if args.all else ""
         if lines:  # as on a run's terminal: colour kept, no other control sequence
-            out.write(report.safe_block(lines, prefix))
+            out.write(terminal.safe_block(lines, prefix))
     return 0
 
 
@@ -167,7 +168,7 @@ def _gather(
                   f"{host_ranges([o.host for o in cut])} had more (up to {most})",
                   style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     for line in render(segments):
-        sys.stdout.write(report.safe_text(line) + "\n")
+        sys.stdout.write(terminal.safe_text(line) + "\n")
     return 0
 
 

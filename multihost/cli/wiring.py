@@ -15,14 +15,16 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 
-from multihost import report, runs
+from multihost import runs
 from multihost.bridge import Interrupt, blocking
+from multihost.cli import report, terminal
 from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
 from multihost.core import Attach, Run
-from multihost.model import Fleet, Host, RunResult, State
+from multihost.model import Fleet, Host, State
 from multihost.planner import Plan, Reach, log_dir, plan, reach, ssh_config
 from multihost.record import RunRecord
+from multihost.result import RunResult
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
 from multihost.stream import Line
 
@@ -114,13 +116,13 @@ class Display:
         host = event.host if self.stream == "all" else None
         try:
             if self.tty:  # above the live status line when there is one
-                block = report.safe_block(event.texts, self._prefix(host))
+                block = terminal.safe_block(event.texts, self._prefix(host))
                 if "\x1b" in block:  # a host's colour never reaches the status line
                     block = block[:-1] + "\x1b[0m\n"
-                self.out.print(report.Raw(block), end="")
+                self.out.print(terminal.Raw(block), end="")
             else:  # a pipe or file: plain text, colour codes kept, nothing else
                 prefix = f"[{host.name}] " if host else ""
-                self.out.file.write(report.safe_block(event.texts, prefix))
+                self.out.file.write(terminal.safe_block(event.texts, prefix))
         except BrokenPipeError:
             self.quiet = True
 
@@ -128,7 +130,7 @@ class Display:
         if host is None:
             return ""
         if host.process_id not in self._prefixes:
-            self._prefixes[host.process_id] = report.ansi_prefix(host, self.out)
+            self._prefixes[host.process_id] = terminal.ansi_prefix(host, self.out)
         return self._prefixes[host.process_id]
 
     def status(self) -> RenderableType:

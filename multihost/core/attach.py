@@ -12,8 +12,9 @@ from multihost.core.watch import watch_all
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError
 from multihost.fanout import map_hosts
-from multihost.model import Host, RunResult, State
+from multihost.model import Host, State
 from multihost.record import RunRecord, watch_lock
+from multihost.result import RunResult
 from multihost.runstate import Event, RunOptions
 from multihost.stream import LogSink
 from multihost.transport import Connection, connect

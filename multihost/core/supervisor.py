@@ -20,9 +20,10 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.launch import stop
-from multihost.model import Fleet, Host, Job, RunResult, Staging, State
+from multihost.model import Fleet, Host, Job, State
 from multihost.plan import Paths
 from multihost.record import HostRecord, RunRecord, SSHRecord, write_record
+from multihost.result import RunResult, Staging
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
 from multihost.transport import Connection
 
@@ -193,7 +194,7 @@ class Supervisor:
         self.write_record(force=True)
         return RunResult(
             run_name=self.job.run_name,
-            hosts=tuple(s.result() for s in self.slots.values()),
+            hosts=tuple(s.result(final=True) for s in self.slots.values()),
             log_dir=self.log_dir,
             first_failure=self.first_failure,
             interrupted=self.interrupted,

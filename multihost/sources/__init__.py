@@ -13,8 +13,7 @@ from dataclasses import dataclass, fields, replace
 
 from multihost.errors import UsageError
 from multihost.model import Fleet
-
-IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
+from multihost.sources.tpu import IP_MODES as IP_MODES  # what --prefix connects to
 
 
 @dataclass(frozen=True)

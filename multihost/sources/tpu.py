@@ -12,8 +12,8 @@ from typing import Any
 
 from multihost.errors import DiscoveryError
 from multihost.model import Fleet, Host
-from multihost.sources import IP_MODES
 
+IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
 Node = Mapping[str, Any]
 INTERNAL_ONLY = (  # what a worker with no external address is told when it cannot be reached
     "the worker has only an internal address: reach it with --tunnel-through-iap, "

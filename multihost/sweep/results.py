@@ -13,39 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from multihost.record import private_dir
+from multihost.result import RESULT_MARKER
 from multihost.sweep.grid import RESERVED, Value
 
-RESULT_MARKER = "MULTIHOST_RESULT"
 NO_RESULT = f"no {RESULT_MARKER} line from process 0"
 PLOT_MISSING = "matplotlib not installed: pip install 'multihost[plot]' for sweep.png"
 Row = dict[str, Any]
-_PREFIX = RESULT_MARKER + " "
 # CSV columns after the grid names; the result fields go between these two groups.
 _FIRST = ("point", "repeat", "status", "run")
 _LAST = ("started", "ended", "command")
-
-
-def find_result(text: str) -> dict[str, Any] | None:
-    """The last ``MULTIHOST_RESULT {json}`` line's object; malformed lines are skipped."""
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if not line.startswith(_PREFIX):
-            continue
-        try:
-            found = json.loads(line[len(_PREFIX) :])
-        except ValueError:
-            continue
-        if isinstance(found, dict):
-            return found
-    return None
-
-
-def read_result(path: Path) -> dict[str, Any] | None:
-    """``find_result`` over a log file; a missing file has no result."""
-    try:
-        return find_result(path.read_text(errors="replace"))
-    except FileNotFoundError:
-        return None
 
 
 def point_status(run_ok: bool, reason: str, result: Mapping[str, Any] | None) -> str:
@@ -234,6 +210,24 @@ def summarize(
     for rank, row in enumerate(scored_rows, 1):
         row["rank"], row["best"] = rank, rank == 1
     return scored_rows + [s for s in summary if s["metric"] is None]
+
+
+def metric_text(value: Any) -> str:
+    """A metric as shown: floats to 6 significant digits, nothing for None."""
+    return "" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def sweep_rows(
+    summary: Sequence[Mapping[str, Any]], metric: str, names: Sequence[str]
+) -> list[tuple[str, ...]]:
+    """The one sweep table: a header and one row per point, best first (every face shows it)."""
+    rows = [("#", *names, metric, "ok", "status / reason")]
+    for row in summary:
+        rank = "" if row.get("rank") is None else str(row["rank"])
+        values = (str(row["values"].get(n, "")) for n in names)
+        rows.append((rank, *values, metric_text(row.get("metric")), f"{row['n_ok']}/{row['n']}",
+                     str(row["status"])))  # fmt: skip
+    return rows
 
 
 def _group_axis(shown: Sequence[Row], grid_names: Sequence[str]) -> str | None:

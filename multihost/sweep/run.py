@@ -18,10 +18,11 @@ from multihost.fanout import map_hosts
 from multihost.model import Fleet, Host, Job
 from multihost.plan import Paths
 from multihost.record import MANIFEST, private_dir, write_json_atomic
+from multihost.result import read_result
 from multihost.runstate import Event, RunOptions
 from multihost.stage import Archive, pack, stage
 from multihost.sweep.grid import Point
-from multihost.sweep.results import Record, ResultsStore, point_status, read_result
+from multihost.sweep.results import Record, ResultsStore, point_status
 from multihost.transport import Connection, connect
 
 # A sweep's settings over the caller's: each point is bounded by its point_timeout and fails

@@ -1,29 +1,27 @@
-"""Rich renderables as pure functions of state; the Console is always passed in."""
+"""Rich renderables as pure functions of state; the Console is always passed in. A run's
+table and verdict format the records' own row and verdict (``multihost.result``)."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.segment import Segment
-from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from multihost.model import Host, HostResult, RunResult, Staging, State
+from multihost.cli.terminal import safe_text
+from multihost.model import Host, State
+from multihost.result import COLUMNS, HostResult, RunResult, Staging, host_row, size
+from multihost.result import verdict as run_verdict
+from multihost.sweep.results import metric_text, sweep_rows
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderResult
-
     from multihost.copyback import PullResult
     from multihost.record import HostRecord, RunRecord
     from multihost.runs import HostStatus
 
-COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
-          "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")  # fmt: skip
 STATE_STYLE = {
     State.DONE: "green",
     State.FAILED: "bold red",
@@ -35,92 +33,6 @@ STATE_STYLE = {
     State.RUNNING: "cyan",
 }
 ORDER: tuple[State, ...] = tuple(s for s in State if s is not State.PENDING)
-
-
-# What a host's line may carry to the user's terminal: colour (SGR, ``ESC[...m``) and tabs.
-# Everything else that a terminal acts on — cursor moves, screen clears, titles and other OSC
-# strings, C1 codes, carriage returns, bells — is dropped (the log files keep the raw bytes).
-# Only what is dropped matches (a plain replacement: no Python call per match), and nothing
-# across a newline: one pass cleans a block of lines as it would each line.
-_ESCAPES = re.compile(
-    r"\x1b(?!\[[0-9;]*m)(?:"  # an escape that is not a colour (SGR, kept as it is):
-    r"\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC ... BEL/ST (titles, hyperlinks)
-    r"|[P^_X][^\x1b\n]*(?:\x1b\\)?"  # DCS, PM, APC, SOS strings
-    r"|\[[0-?]*[ -/]*[@-~]?"  # any other CSI
-    r"|[ -/]*[0-~]?)"  # any other escape
-    r"|[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f\x80-\x9f]"  # other C0 and C1 controls (tab, newline kept)
-)
-
-
-def safe_text(line: str) -> str:
-    """A host's output line with every control sequence but colour (SGR) removed; of a line
-    redrawn with carriage returns (a progress bar), the last drawing, as a terminal shows it."""
-    return _ESCAPES.sub("", _last_drawing(line).replace("\n", ""))
-
-
-def _last_drawing(line: str) -> str:
-    """Of a line redrawn with carriage returns, what a terminal ends up showing."""
-    if "\r" not in line:
-        return line
-    return next((part for part in reversed(line.split("\r")) if part), "")
-
-
-# Any character ``safe_text`` could change (tab aside): most output has none, and a batch of
-# lines without any is passed on as it is.
-_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def safe_block(texts: Sequence[str], prefix: str = "") -> str:
-    """``prefix + safe_text(t) + newline`` for every line, as one string; the checks run once
-    over the whole batch (in C), not once per line, and only lines redrawn with carriage
-    returns are looked at one by one."""
-    joined = "\n".join(texts)
-    if _UNSAFE.search(joined) is not None:
-        if "\r" in joined:
-            joined = "\n".join(map(_last_drawing, texts))
-        joined = _ESCAPES.sub("", joined)
-    if prefix:
-        joined = prefix + joined.replace("\n", "\n" + prefix)
-    return joined + "\n"
-
-
-class Raw:
-    """Text that rich writes as it is (no markup, wrapping or re-styling): a batch of host
-    lines already made safe (``safe_block``), printed through a console so that a live status
-    line stays below it."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield Segment(self.text)
-
-
-def ansi_prefix(host: Host, console: Console) -> str:
-    """``host_prefix`` rendered once to escape codes for ``console`` (then reset)."""
-    from rich.console import COLOR_SYSTEMS
-
-    system = COLOR_SYSTEMS.get(console.color_system or "")
-    return Style.parse(COLORS[host.process_id % len(COLORS)]).render(
-        f"[{host.name}] ", color_system=system
-    )
-
-
-def host_line(line: str, host: Host | None = None) -> Text:
-    """A host's line for the terminal: its colours kept, nothing else a terminal would act
-    on; with ``host``, prefixed ``[s0/w3]``."""
-    text = Text.from_ansi(safe_text(line), end="")
-    return text if host is None else host_prefix(host).append_text(text)
-
-
-def warning(text: str) -> Text:
-    """``multihost: TEXT`` in yellow; a Text, so brackets in it (``multihost[plot]``) are kept."""
-    return Text(f"multihost: {text}", style="yellow")
-
-
-def host_prefix(host: Host) -> Text:
-    """``[s0/w3] `` in the host's own colour."""
-    return Text(f"[{host.name}] ", style=COLORS[host.process_id % len(COLORS)])
 
 
 def status_line(
@@ -150,51 +62,31 @@ def status_line(
     return text
 
 
-def _duration(r: HostResult) -> str:
-    return "" if r.duration is None else f"{r.duration:.1f}s"
-
-
-def _outcome(r: HostResult) -> str:
-    if r.signal is not None:
-        return f"signal {r.signal}"
-    return "" if r.exit_code is None else str(r.exit_code)
-
-
 def summary_table(result: RunResult, *, all_hosts: bool = True) -> Table:
     """Per host: slice/worker, state, exit code or signal, duration, and why it failed."""
     table = Table(title=f"run {result.run_name}", title_justify="left", expand=False)
-    for col in ("host", "address", "state", "exit", "time", "sent"):
+    for col in COLUMNS[:-1]:
         table.add_column(col, no_wrap=True)
-    table.add_column("last output / reason", overflow="fold")
+    table.add_column(COLUMNS[-1], overflow="fold")
     rows: Sequence[HostResult] = result.hosts if all_hosts else result.failed
     for r in rows:
-        why = r.reason if not r.ok else ""
-        if not r.ok and r.last_line and r.state is State.FAILED:
-            why = f"{why}: {r.last_line}" if why else r.last_line
+        name, address, state, *cells, why = host_row(r)
         table.add_row(
-            r.host.name,
-            Text(r.host.target),
-            Text(str(r.state), style=STATE_STYLE.get(r.state, "")),
-            _outcome(r),
-            _duration(r),
-            _bytes(r.bytes_sent),
+            name,
+            Text(address),
+            Text(state, style=STATE_STYLE.get(r.state, "")),
+            *cells,
             Text(safe_text(why)),  # a host's own words: never rich markup
         )
     return table
-
-
-def _bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
 
 
 def staging_line(staging: Staging) -> Text:
     """What staging cost the runner's link: bytes sent, uploads, fetches and fallbacks."""
     ratio = staging.runner_bytes / staging.archive_bytes if staging.archive_bytes else 0.0
     text = Text(
-        f"code via {staging.via}: the runner sent {_bytes(staging.runner_bytes)} "
-        f"({ratio:.1f}× the {_bytes(staging.archive_bytes)} archive, "
+        f"code via {staging.via}: the runner sent {size(staging.runner_bytes)} "
+        f"({ratio:.1f}× the {size(staging.archive_bytes)} archive, "
         f"{staging.uploads} upload(s))",
         style="dim",
     )
@@ -213,17 +105,13 @@ def staging_line(staging: Staging) -> Text:
 
 def verdict(result: RunResult) -> Text:
     """The last line: all good, or who failed first and why."""
-    ok = sum(1 for r in result.hosts if r.ok)
-    total = len(result.hosts)
-    if result.ok:
-        return Text(f"all {total} hosts succeeded", style="bold green")
-    text = Text(f"{ok}/{total} hosts succeeded", style="bold red")
-    if result.interrupted:
-        text.append("; interrupted", style="bold red")
-    if result.timed_out:
-        text.append("; timed out", style="bold red")
-    if result.first_failure:
-        text.append(f"; first failure: {result.first_failure}", style="red")
+    v = run_verdict(result)
+    if v.ok:
+        return Text(v.text, style="bold green")
+    head, *rest = v.parts
+    text = Text(head, style="bold red")
+    for part in rest:
+        text.append(part, style="red" if part.startswith("; first failure") else "bold red")
     return text
 
 
@@ -308,9 +196,9 @@ def _clock(seconds: float) -> str:
 
 
 def _age(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.1f}{unit}"
     return f"{seconds:.0f}s"
 
 
@@ -333,15 +221,10 @@ def status_row(host: Host, status: HostStatus | None, error: str | None) -> dict
 
 
 def record_row(h: HostRecord) -> dict[str, object]:
-    """A row of ``multihost status`` from run.json alone."""
-    started, ended = h.started_at, h.ended_at
-    runtime = f"{ended - started:.1f}s" if started is not None and ended is not None else ""
-    outcome = "" if h.exit_code is None else str(h.exit_code)
-    if h.signal is not None:
-        outcome = f"signal {h.signal}"
-    return {"host": h.host.name, "address": h.host.address, "state": str(h.state),
-            "exit": outcome, "runtime": runtime,
-            "last line": h.error or h.last_line or ""}  # fmt: skip
+    """A row of ``multihost status`` from run.json alone: the host's own row."""
+    name, address, state, outcome, runtime, _sent, why = host_row(h.result())
+    return {"host": name, "address": address, "state": state, "exit": outcome,
+            "runtime": runtime, "last line": why}  # fmt: skip
 
 
 def ls_row(name: str, record: RunRecord) -> dict[str, object]:
@@ -355,10 +238,6 @@ def ls_row(name: str, record: RunRecord) -> dict[str, object]:
             "updated": f"{_age(age)} ago", "command": record.job.command}  # fmt: skip
 
 
-def _metric(value: Any) -> str:
-    return "" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
 def record_line(done: int, total: int, record: Any, metric: str) -> Text:
     """One completed sweep point, as it happens."""
     value = record.result.get(metric) if record.ok else None
@@ -367,7 +246,7 @@ def record_line(done: int, total: int, record: Any, metric: str) -> Text:
     text.append(f"  r{record.repeat}  ", style="dim")
     text.append(record.status, style="green" if record.ok else "red")
     if value is not None:
-        text.append(f"  {metric}={_metric(value)}", style="bold")
+        text.append(f"  {metric}={metric_text(value)}", style="bold")
     return text
 
 
@@ -375,23 +254,13 @@ def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequen
     """The sweep's points, best first; the best row highlighted."""
     title = Text(f"sweep by {metric} (median over ok repeats)")
     table = Table(title=title, title_justify="left")
-    table.add_column("#", justify="right")
-    for name in names:
-        table.add_column(name, justify="right")
-    table.add_column(Text(metric), justify="right")
-    table.add_column("ok", justify="right")
-    table.add_column("status / reason", overflow="fold")
-    for row in summary:
+    head, *rows = sweep_rows(summary, metric, names)
+    for col in head[:-1]:
+        table.add_column(Text(col), justify="right")
+    table.add_column(head[-1], overflow="fold")
+    for cells, row in zip(rows, summary, strict=True):
         style = "bold green" if row.get("best") else None
-        rank = "" if row.get("rank") is None else str(row["rank"])
-        table.add_row(
-            rank,
-            *(Text(str(row["values"].get(n, ""))) for n in names),
-            _metric(row.get("metric")),
-            f"{row['n_ok']}/{row['n']}",
-            Text(str(row["status"])),
-            style=style,
-        )
+        table.add_row(*(Text(c) for c in cells), style=style)
     return table
 
 
@@ -402,14 +271,14 @@ def pull_lines(results: Sequence[PullResult], dest: Path, *, all_hosts: bool = T
     for r in results:
         if not all_hosts and r.ok:
             continue
-        got = f"{r.files} file(s), {_bytes(r.bytes)}" + (f", {r.skipped} already there"
+        got = f"{r.files} file(s), {size(r.bytes)}" + (f", {r.skipped} already there"
                                                           if r.skipped else "")  # fmt: skip
         lines.append(f"{r.host.name}  {got}" if r.ok else f"{r.host.name}  FAILED ({got})")
         lines += [f"  {safe_text(problem)}" for problem in r.errors]
     failed = sum(1 for r in results if not r.ok)
     files, skipped = sum(r.files for r in results), sum(r.skipped for r in results)
     lines.append(
-        f"pulled {files} file(s), {_bytes(sum(r.bytes for r in results))}"
+        f"pulled {files} file(s), {size(sum(r.bytes for r in results))}"
         + (f" ({skipped} already there)" if skipped else "")
         + f" from {len(results) - failed} of {len(results)} host(s) into {dest}"
         + (f"; {failed} host(s) failed" if failed else "")
