@@ -79,6 +79,12 @@ class Settings:
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
+    # the locked environment (issue 27, multihost.envsync)
+    no_sync: bool = False
+    extra: Sequence[str] = ()
+    all_extras: bool = False
+    group: Sequence[str] = ()
+    no_dev: bool = False
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Settings:
@@ -188,6 +194,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     script_dir = Path(s.script_dir).expanduser()
     excludes = tuple(s.exclude)
     check_code_dir(script_dir, excludes, s.max_stage_bytes)
+    from multihost.envsync import request as environment
     from multihost.stagevia import parse as parse_stage_via
 
     options = RunOptions(
@@ -212,6 +219,14 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         trace_after=s.trace_after,
         stale=s.stale or ("kill" if s.kill_stale else ("warn" if where.cloud else "off")),
         device_glob=s.device_glob or device_glob(),
+        environment=environment(
+            script_dir,
+            sync=not s.no_sync,
+            extras=tuple(s.extra),
+            all_extras=s.all_extras,
+            groups=tuple(s.group),
+            no_dev=s.no_dev,
+        ),
     )
     return Plan(where.fleet, job, options, where.warnings)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS
+from multihost.envsync import EnvRequest
 from multihost.launch import Started
 from multihost.model import Host, State
 from multihost.plan import Paths
@@ -55,6 +56,7 @@ class RunOptions:
     trace_after: float = DEFAULTS.trace_after  # ... this long after the last one started
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
+    environment: EnvRequest | None = None  # issue 27: the locked env on every host
 
 
 @dataclass(frozen=True)

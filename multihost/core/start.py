@@ -24,7 +24,9 @@ async def start_all(sup: Supervisor) -> None:
     }
     scripts: dict[int, str] = {}
     watch = not sup.options.detach  # launch and watch on one channel
-    for plan in plan_hosts(sup.fleet, sup.job, sup.code_hash, internal, watch=watch):
+    for plan in plan_hosts(
+        sup.fleet, sup.job, sup.code_hash, internal, watch=watch, extra=sup.extra_env
+    ):
         slot = sup.slots[plan.host.process_id]
         slot.paths, slot.env = plan.paths, plan.env
         scripts[plan.host.process_id] = plan.launch

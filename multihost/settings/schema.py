@@ -255,6 +255,33 @@ TRACE_AFTER = Flag(
     "StepTraceAnnotation; without one, S s after its first JAX computation) "
     "(default %(default)g s)",
 )
+# -- the locked environment (issue 27, multihost.envsync): uv's own flag names -----------------
+NO_SYNC = Flag(
+    "no-sync",
+    kind="switch",
+    help="with pyproject.toml and uv.lock in the code dir: run without the locked environment "
+    "(default: build it once with uv and put it on every host; the command runs inside it)",
+)
+EXTRA = Flag(
+    "extra",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this optional extra (repeatable; default: none)",
+)
+ALL_EXTRAS = Flag(
+    "all-extras", kind="switch", help="uv: include every optional extra (default: none)"
+)
+GROUP = Flag(
+    "group",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this dependency group (repeatable; default: uv's default groups)",
+)
+NO_DEV = Flag(
+    "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
+)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV)
+
 RUN: Group = (
     SCRIPT_DIR,
     EXCLUDE,
@@ -271,6 +298,7 @@ RUN: Group = (
     ON_HANG,
     TRACE,
     TRACE_AFTER,
+    *ENVIRONMENT,
 )
 
 # -- what `run` has beyond `sweep` -----------------------------------------------------------
