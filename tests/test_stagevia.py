@@ -158,6 +158,7 @@ def test_seed_stop_ends_a_server_still_waiting(code: Path, tmp_path: Path) -> No
     assert b"refused" in refused.stderr.lower()
 
 
+@pytest.mark.usefixtures("home")  # --local workers under a private HOME, not ~/.cache
 def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
     """Three local workers: the runner sends the archive (and the token line) once."""
     res = multihost.run(
@@ -179,6 +180,7 @@ def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
     assert hashlib.sha256((code / "blob").read_bytes()).hexdigest() in logs[0]
 
 
+@pytest.mark.usefixtures("home")
 def test_local_pipeline_bucket_unusable_falls_back(
     code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
