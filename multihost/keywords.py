@@ -23,7 +23,8 @@ _JOB = ("remote_dir", "coordinator_port", "megascale_port")
 _OPTIONS = tuple(f.name for f in fields(RunOptions))
 _SSH = ("host_keys", "connect_timeout")  # SSHOptions fields a keyword may set
 _EVENTS = ("on_event", "on_output", "stream")  # where a run's events go: not the plan's
-_OWN = ("env", "run_name", "ssh_config", "profile", "wait", *_EVENTS, *_SSH)
+_ENVIRONMENT = ("no_sync", "extra", "all_extras", "group", "no_dev")  # multihost.envsync
+_OWN = ("env", "run_name", "ssh_config", "profile", "wait", *_EVENTS, *_SSH, *_ENVIRONMENT)
 ACCEPTED: tuple[str, ...] = tuple(sorted({*_FLEET, *_JOB, *_OPTIONS, *_OWN}))
 _ALIASES = {"excludes": "exclude"}  # a RunOptions field → its setting's name
 

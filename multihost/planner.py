@@ -71,6 +71,7 @@ class Settings:
     fail_fast: bool = True
     detach: bool = False
     record_env: bool = False
+    secret: Sequence[str] = ()  # KEY=NAME (run only; issue 28)
     hang_timeout: float | None = None
     on_hang: str = "stop"
     trace: float | None = None
@@ -78,6 +79,12 @@ class Settings:
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
+    # the locked environment (issue 27, multihost.envsync)
+    no_sync: bool = False
+    extra: Sequence[str] = ()
+    all_extras: bool = False
+    group: Sequence[str] = ()
+    no_dev: bool = False
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Settings:
@@ -187,6 +194,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     script_dir = Path(s.script_dir).expanduser()
     excludes = tuple(s.exclude)
     check_code_dir(script_dir, excludes, s.max_stage_bytes)
+    from multihost.envsync import request as environment
     from multihost.stagevia import parse as parse_stage_via
 
     options = RunOptions(
@@ -204,12 +212,21 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         reconnect_timeout=s.reconnect_timeout,
         detach=s.detach,
         record_env=s.record_env,
+        secrets=_secrets(s, job),
         hang_timeout=s.hang_timeout,
         on_hang=s.on_hang,
         trace=s.trace,
         trace_after=s.trace_after,
         stale=s.stale or ("kill" if s.kill_stale else ("warn" if where.cloud else "off")),
         device_glob=s.device_glob or device_glob(),
+        environment=environment(
+            script_dir,
+            sync=not s.no_sync,
+            extras=tuple(s.extra),
+            all_extras=s.all_extras,
+            groups=tuple(s.group),
+            no_dev=s.no_dev,
+        ),
     )
     return Plan(where.fleet, job, options, where.warnings)
 
@@ -226,6 +243,19 @@ def device_glob() -> str | None:
     from multihost.fleetops.stale import DEVICE_GLOB_ENV
 
     return os.environ.get(DEVICE_GLOB_ENV)
+
+
+def _secrets(s: Settings, job: Job) -> tuple[tuple[str, str], ...]:
+    """``--secret KEY=NAME`` pairs, checked (their values are read only at the launch)."""
+    from multihost.secrets import parse_secrets
+
+    pairs = parse_secrets(tuple(s.secret))
+    if pairs and s.detach:
+        raise UsageError("--secret is handed over at the gated start: not with --detach")
+    clash = sorted({k for k, _ in pairs} & set(job.env))
+    if clash:
+        raise UsageError(f"{clash[0]} is given both as --env and as --secret")
+    return pairs
 
 
 def env_of(env: Mapping[str, object] | Sequence[str]) -> dict[str, str]:

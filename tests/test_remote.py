@@ -29,11 +29,11 @@ from multihost.plan import (
     status_command,
     watch_command,
 )
-from multihost.remote import staging
+from multihost.remote import envsync, staging
 from multihost.stream import parse_exit, parse_watch_end
 from tests.helpers import wait_for
 
-ALL = {**remote.TEMPLATES, **staging.TEMPLATES, "collect": (COLLECT, ())}
+ALL = {**remote.TEMPLATES, **staging.TEMPLATES, **envsync.TEMPLATES, "collect": (COLLECT, ())}
 
 
 @pytest.mark.parametrize("name", sorted(ALL))

@@ -82,6 +82,8 @@ class Prepare:
             outcomes = await self._pipelined()
         else:
             outcomes = await self._phased(stale)
+        if opts.environment is not None and all(o.ok for o in outcomes) and not sup.interrupted:
+            outcomes = await self._environment()  # issue 27: multihost.envsync
         failed = [o for o in outcomes if not o.ok]
         if busy := [o.error for o in failed if isinstance(o.error, PortBusy)]:
             for slot in sup.slots.values():
@@ -177,6 +179,24 @@ class Prepare:
                 sup.set_state(slot, State.ERROR, "not started: the run name is taken")
             sup.write_record(force=True)
             raise name_taken(taken)
+        return outcomes
+
+    async def _environment(self) -> list[Outcome[None]]:
+        """The locked environment on every host (multihost.envsync); on a failure or a usage
+        error (a Python that does not satisfy requires-python) every claim is released."""
+        from multihost.core.envsync import sync_environment
+
+        sup = self.sup
+        assert sup.options.environment is not None
+        outcomes: list[Outcome[None]] = []
+        try:
+            outcomes = await sync_environment(sup, sup.options.environment)
+        finally:
+            if not outcomes or sup.interrupted or not all(o.ok for o in outcomes):
+                conns = sup.connections
+                paths = {h.process_id: sup.paths(h) for h in sup.fleet}
+                await release([h for h in sup.fleet if h.process_id in conns], conns, paths,
+                              sup.options.launch_timeout)  # fmt: skip
         return outcomes
 
     # -- the steps, one host each --------------------------------------------------------------

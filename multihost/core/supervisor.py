@@ -63,6 +63,10 @@ class Supervisor:
         self.stacks_wanted = asyncio.Event()
         self.hung: str | None = None
         self.staging: Staging | None = None
+        # issue 27 (multihost.envsync): per-host variables the environment phase adds to the
+        # job (MULTIHOST_ENV), and the bytes it sent from here
+        self.extra_env: dict[int, dict[str, str]] = {}
+        self.env_bytes = 0
         # attach/stop: the record being followed; what this supervisor does not own (the job,
         # the code and where it came from, the run's settings, staging) is kept from it
         self.recorded: RunRecord | None = None

@@ -255,6 +255,33 @@ TRACE_AFTER = Flag(
     "StepTraceAnnotation; without one, S s after its first JAX computation) "
     "(default %(default)g s)",
 )
+# -- the locked environment (issue 27, multihost.envsync): uv's own flag names -----------------
+NO_SYNC = Flag(
+    "no-sync",
+    kind="switch",
+    help="with pyproject.toml and uv.lock in the code dir: run without the locked environment "
+    "(default: build it once with uv and put it on every host; the command runs inside it)",
+)
+EXTRA = Flag(
+    "extra",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this optional extra (repeatable; default: none)",
+)
+ALL_EXTRAS = Flag(
+    "all-extras", kind="switch", help="uv: include every optional extra (default: none)"
+)
+GROUP = Flag(
+    "group",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this dependency group (repeatable; default: uv's default groups)",
+)
+NO_DEV = Flag(
+    "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
+)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV)
+
 RUN: Group = (
     SCRIPT_DIR,
     EXCLUDE,
@@ -271,6 +298,7 @@ RUN: Group = (
     ON_HANG,
     TRACE,
     TRACE_AFTER,
+    *ENVIRONMENT,
 )
 
 # -- what `run` has beyond `sweep` -----------------------------------------------------------
@@ -313,7 +341,16 @@ PYTHON = Flag(
     metavar="EXE",
     help="interpreter for --payload (default: python3; with --local this Python)",
 )
-RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON)
+SECRET = Flag(
+    "secret",
+    kind="append",
+    metavar="KEY=NAME",
+    setting=False,
+    help="set KEY in every host's job to Secret Manager secret NAME's latest version, read "
+    "once here and handed to the hosts on the launch channel: never on a disk, never in run.json "
+    "(repeatable; default: none; --env values are not secret)",
+)
+RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON, SECRET)
 
 # -- flags that are no settings: what a command does, not how --------------------------------
 CMD = Flag("cmd", type=command_text, setting=False, help="command to run under sh -c on every host")
