@@ -73,7 +73,7 @@ def run(command: str, **options: Any) -> RunResult:
 
     The fleet: ``hosts=`` (``"h0,h1"``, an inventory path or a Fleet), ``local=N`` or
     ``prefix=`` (with ``project=``, ``zone=``, ``ip=``); ``user=``, ``ssh_config=``. The job:
-    ``env=``, ``run_name=``, ``script_dir=``, ``stage_via=`` ("direct", "peer",
+    ``env=``, ``run_name=``, ``script_dir=``, ``stage_via=`` ("auto", "direct", "peer",
     "gs://BUCKET"). Output: ``stream=`` ("all", "host0", "none")
     and ``on_output=(host_name, line)``. Any :class:`RunOptions` field (``timeout=``,
     ``fail_fast=``, ``log_dir=``, ``detach=``, ...). ``profile=`` layers the config files

@@ -104,6 +104,7 @@ class Staging:
     fetched: int = 0  # hosts that got it from a seed or the bucket
     present: int = 0  # hosts that had it already
     fallbacks: tuple[str, ...] = ()  # "host: why its fetch failed" (then sent directly)
+    why: str = ""  # why --stage-via auto chose ``via`` ("" when it was asked for)
 
 
 @dataclass(frozen=True)

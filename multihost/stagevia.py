@@ -1,6 +1,8 @@
 """``--stage-via``: the code leaves the runner once, through one seed per slice or a bucket.
 
-- ``direct`` (the default): the runner sends the archive to every host (``stage.stage``).
+- ``auto`` (the default): :func:`choose` picks ``direct`` or ``peer`` for the run (never a
+  bucket), and says why.
+- ``direct``: the runner sends the archive to every host (``stage.stage``).
 - ``peer``: per slice, the runner sends the archive to one seed (the slice's first host). The
   seed unpacks it and serves it, for a bounded time, on its internal address (the one the
   JAX coordinator uses) to holders of a random token; the slice's other hosts fetch it there.
@@ -19,6 +21,8 @@ the archive from the runner instead, and the run's :class:`~multihost.model.Stag
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import os
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +41,10 @@ from multihost.transport import Connection
 
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 FETCH_TIMEOUT = 30.0  # s a fetching host waits on a silent seed before it falls back
+# auto: peer staging once (hosts in multi-host slices) × archive bytes exceeds this. Not yet
+# measured: conservative, from benchmarks/RESULTS.md (64 hosts × 20 MB: peer 0.54× direct).
+AUTO_THRESHOLD = 256 * 2**20
+THRESHOLD_ENV = "MULTIHOST_STAGE_AUTO_THRESHOLD"  # bytes; overrides AUTO_THRESHOLD
 Note = Callable[[str, str], None]
 
 
@@ -44,7 +52,7 @@ Note = Callable[[str, str], None]
 class StageVia:
     """How the code reaches the hosts: ``direct``, ``peer``, or a bucket ``url``."""
 
-    kind: Literal["direct", "peer", "gs"]
+    kind: Literal["auto", "direct", "peer", "gs"]
     url: str = ""  # gs://BUCKET[/PREFIX], for "gs"
 
     def __str__(self) -> str:
@@ -52,8 +60,8 @@ class StageVia:
 
 
 def parse(text: str) -> StageVia:
-    """``direct``, ``peer`` or ``gs://BUCKET[/PREFIX]``; anything else is a usage error."""
-    if text in ("direct", "peer"):
+    """``auto``, ``direct``, ``peer`` or ``gs://BUCKET[/PREFIX]``; else a usage error."""
+    if text in ("auto", "direct", "peer"):
         return StageVia(text)  # type: ignore[arg-type]
     if text.startswith("gs://"):
         from multihost.job.record import check_bucket
@@ -65,7 +73,69 @@ def parse(text: str) -> StageVia:
         if prefix and (not _PREFIX.match(prefix) or ".." in prefix.split("/")):
             raise UsageError(f"bad --stage-via {text!r}: the path after the bucket has odd names")
         return StageVia("gs", f"gs://{bucket}" + (f"/{prefix}" if prefix else ""))
-    raise UsageError(f"bad --stage-via {text!r}: expected direct, peer or gs://BUCKET[/PREFIX]")
+    raise UsageError(
+        f"bad --stage-via {text!r}: expected auto, direct, peer or gs://BUCKET[/PREFIX]"
+    )
+
+
+def auto_threshold() -> int:
+    """The hosts × archive bytes above which ``auto`` stages through peers."""
+    text = os.environ.get(THRESHOLD_ENV, "")
+    return int(text) if text.isdigit() else AUTO_THRESHOLD
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def choose(
+    requested: StageVia,
+    hosts: Sequence[Host],
+    archive_bytes: int,
+    *,
+    threshold: int,
+    seed_addresses: Mapping[int, str] | None = None,
+) -> tuple[StageVia, str]:
+    """The way the code goes, and why (``""`` when it was asked for, not chosen).
+
+    ``auto``: ``peer`` when the hosts of multi-host slices × the archive exceed ``threshold``
+    (a one-host slice has nothing to gain), else ``direct``. ``seed_addresses`` (each slice's
+    seed's process id → the address it would bind; ``None``: not known yet) must all be
+    private or loopback IPs, else ``direct``: a seed never serves on a public address.
+    """
+    if requested.kind != "auto":
+        return requested, ""
+    slices: dict[int, list[Host]] = {}
+    for h in hosts:
+        slices.setdefault(h.slice_id, []).append(h)
+    n = sum(len(m) for m in slices.values() if len(m) > 1)
+    load = f"{n} hosts × {_mib(archive_bytes)}"
+    if n * archive_bytes <= threshold:
+        return StageVia("direct"), f"auto: {load} under the {_mib(threshold)} threshold"
+    for members in slices.values():
+        if len(members) < 2 or seed_addresses is None:
+            continue
+        seed = members[0]
+        addr = seed_addresses.get(seed.process_id, "")
+        if not _private(addr):
+            why = f"seed {seed.name}'s internal address {addr or '?'} is not private"
+            return StageVia("direct"), f"auto: {load} over the threshold, but {why}"
+    return StageVia("peer"), f"auto: {load} over the {_mib(threshold)} threshold"
+
+
+def bind_address(host: Host, conn: Connection) -> str:
+    """The address a seed serves on: the one its peers use (inventory ``internal_address``, a
+    TPU worker's internal IP), else the one SSH reached; never a wildcard."""
+    return host.internal_address or conn.peer_address
+
+
+def _private(addr: str) -> bool:
+    """A private or loopback IP; a hostname (not an IP) counts as unknown: no."""
+    try:
+        ip = ipaddress.ip_address(addr.strip("[]"))
+    except ValueError:
+        return False
+    return ip.is_private or ip.is_loopback
 
 
 @dataclass(frozen=True)
@@ -78,11 +148,18 @@ class Staged:
 
 
 def summarize(
-    via: StageVia, archive: Archive, staged: Sequence[Staged], runner_bytes: int, uploads: int = 0
+    via: StageVia,
+    archive: Archive,
+    staged: Sequence[Staged],
+    runner_bytes: int,
+    uploads: int = 0,
+    why: str = "",
 ) -> Staging:
-    """The run's staging summary; ``uploads``: archive uploads outside the hosts (a bucket)."""
+    """The run's staging summary; ``uploads``: archive uploads outside the hosts (a bucket);
+    ``why``: why ``auto`` chose ``via``."""
     return Staging(
         via=str(via),
+        why=why,
         archive_bytes=len(archive.data),
         runner_bytes=runner_bytes,
         uploads=uploads + sum(1 for s in staged if s.sent),
@@ -200,12 +277,13 @@ class _Work:
         self, host: Host, token: str, fetches: int
     ) -> tuple[Staged, _Source, tuple[str, str] | None]:
         conn, paths = self.conns[host.process_id], self.paths[host.process_id]
-        addr = host.internal_address or conn.peer_address
+        addr = bind_address(host, conn)
         lifetime = self.timeout + FETCH_TIMEOUT
         command = script(
             SEED, paths={"b": paths.base, "c": paths.code}, done=COMPLETE,
             stage=stage_command(paths), serve=python_source("seed_serve"), addr=addr,
             lifetime=f"{lifetime:g}", fetches=fetches, stale=int(lifetime // 60) + 2,
+            name=f"/{self.archive.digest}.tar.gz",
         )  # fmt: skip
         data = token.encode() + b"\n" + self.archive.data
         done, sent = await conn.offer(command, b"absent", data)

@@ -15,12 +15,13 @@ import pytest
 
 import multihost
 from multihost.errors import UsageError
+from multihost.model import Host
 from multihost.plan import COMPLETE, Paths, stage_command
 from multihost.record import read_record
 from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
 from multihost.stage import pack
-from multihost.stagevia import StageVia, parse
+from multihost.stagevia import StageVia, choose, parse
 from tests.clitools import cli
 from tests.helpers import wait_for
 
@@ -38,6 +39,46 @@ TOKEN = "s3cret-token"
 )
 def test_parse(text: str, want: StageVia) -> None:
     assert parse(text) == want
+
+
+def _hosts(*slices: int) -> list[Host]:
+    """Hosts h0.. with these slice sizes, one slice after another."""
+    ids = [(s, w) for s, n in enumerate(slices) for w in range(n)]
+    return [Host(address=f"h{i}", process_id=i, slice_id=s, worker_id=w)
+            for i, (s, w) in enumerate(ids)]  # fmt: skip
+
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("requested", "slices", "size", "seeds", "want", "why"),
+    [
+        ("direct", (64,), 20 * MIB, None, "direct", ""),  # forced: no reason given
+        ("peer", (2,), 1, None, "peer", ""),
+        ("gs://my-b", (64,), 20 * MIB, None, "gs://my-b", ""),
+        ("auto", (8,), MIB // 5, None, "direct", "auto: 8 hosts × 0.2 MiB under the 256.0 MiB"),
+        ("auto", (64,), 20 * MIB, None, "peer", "auto: 64 hosts × 20.0 MiB over the 256.0 MiB"),
+        ("auto", (1,) * 64, 20 * MIB, None, "direct", "auto: 0 hosts"),  # one-host slices
+        ("auto", (32, 32), 20 * MIB, {0: "10.1.2.3", 32: "127.0.0.1"}, "peer", "over"),
+        ("auto", (32, 32), 20 * MIB, {0: "10.1.2.3", 32: "34.1.2.3"}, "direct", "s1/w0's"),
+        ("auto", (64,), 20 * MIB, {0: "seed.example"}, "direct", "not private"),  # a hostname
+        ("auto", (64,), 20 * MIB, {}, "direct", "address ? is not private"),
+        ("auto", (64,), 20 * MIB, {0: "fd00::1"}, "peer", "over"),
+    ],
+)
+def test_choose(
+    requested: str,
+    slices: tuple[int, ...],
+    size: int,
+    seeds: dict[int, str] | None,
+    want: str,
+    why: str,
+) -> None:
+    via, said = choose(parse(requested), _hosts(*slices), size, threshold=256 * MIB,
+                       seed_addresses=seeds)  # fmt: skip
+    assert str(via) == want
+    assert why in said if why else said == ""
 
 
 @pytest.mark.parametrize("text", ["ftp://x", "gs://", "gs:///x", "gs://B", "gs://b/../x", "Peer"])
@@ -81,6 +122,7 @@ def serving(
     command = script(
         SEED, paths={"b": paths.base, "c": paths.code}, done=COMPLETE, stage=stage_command(paths),
         serve=python_source("seed_serve"), addr=addr, lifetime="30", fetches=fetches, stale=5,
+        name="/x.tar.gz",
     )  # fmt: skip
     done = sh(command, TOKEN.encode() + b"\n" + data)
     assert done.returncode == 0, done.stderr
@@ -128,6 +170,10 @@ def test_seed_serves_token_holders_and_a_wrong_sha256_is_refused(
     wrong = fetch(local_sh, f"{tmp_path}/h1/code/x", url, archive.digest, token="guess")
     assert wrong.returncode != 0
     assert b"403" in wrong.stderr
+    other = fetch(local_sh, f"{tmp_path}/h1/code/x", url.replace("/x.tar.gz", "/etc/passwd"),
+                  archive.digest)  # fmt: skip
+    assert other.returncode != 0  # the token is right, the path is not its one archive
+    assert b"404" in other.stderr
 
     # the bytes served are not the archive the runner packed: refused, never unpacked
     (Path(folder) / "archive").write_bytes(archive.data[:-10] + b"corrupted!")
@@ -178,6 +224,29 @@ def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
     logs = [h.log.read_text() for h in res.hosts if h.log]
     assert len(set(logs)) == 1
     assert hashlib.sha256((code / "blob").read_bytes()).hexdigest() in logs[0]
+
+
+@pytest.mark.usefixtures("home")
+def test_local_auto_picks_peer_over_the_threshold(
+    code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto`` (the default): direct under the threshold; peer over it, and the summary says
+    why."""
+    small = multihost.run("true", local=3, script_dir=code, log_dir=tmp_path / "logs",
+                          stream="none")  # fmt: skip
+    assert small.ok
+    assert small.staging is not None
+    assert small.staging.via == "direct"
+    assert small.staging.why.startswith("auto: 3 hosts × 0.")
+    monkeypatch.setenv("MULTIHOST_STAGE_AUTO_THRESHOLD", "1000")
+    code.joinpath("blob").write_bytes(os.urandom(50_000))  # a new hash: staged again
+    res = multihost.run("true", local=3, script_dir=code, log_dir=tmp_path / "logs",
+                        stream="none")  # fmt: skip
+    assert res.ok
+    assert res.staging is not None
+    assert res.staging.via == "peer"
+    assert "over the 0.0 MiB threshold" in res.staging.why
+    assert (res.staging.uploads, res.staging.fetched, res.staging.fallbacks) == (1, 2, ())
 
 
 @pytest.mark.usefixtures("home")

@@ -85,7 +85,8 @@ def staging_line(staging: Staging) -> Text:
     """What staging cost the runner's link: bytes sent, uploads, fetches and fallbacks."""
     ratio = staging.runner_bytes / staging.archive_bytes if staging.archive_bytes else 0.0
     text = Text(
-        f"code via {staging.via}: the runner sent {size(staging.runner_bytes)} "
+        f"code via {staging.via}{f' ({safe_text(staging.why)})' if staging.why else ''}: "
+        f"the runner sent {size(staging.runner_bytes)} "
         f"({ratio:.1f}× the {size(staging.archive_bytes)} archive, "
         f"{staging.uploads} upload(s))",
         style="dim",

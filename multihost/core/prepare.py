@@ -72,12 +72,20 @@ class Prepare:
     ) -> None:
         self.sup, self.archive, self.staged, self.steps = sup, archive, staged, tuple(steps)
         self.stage_done: set[int] = set()  # process ids whose staging finished
+        # --stage-via auto: the way chosen (again once the seeds' addresses are known), and why
+        self.via, self.why = stagevia.StageVia("direct"), ""
 
     async def __call__(self) -> bool:
         """Connect to and stage code on every host; launch nothing unless all succeed."""
         sup, opts = self.sup, self.sup.options
         stale = opts.stale != "off" and not sup.fleet.local
-        direct = stagevia.parse(opts.stage_via).kind == "direct"
+        self.via, self.why = stagevia.choose(
+            stagevia.parse(opts.stage_via), list(sup.fleet), len(self.archive.data),
+            threshold=stagevia.auto_threshold(),
+        )  # fmt: skip
+        direct = self.via.kind == "direct"
+        if self.why and direct and not self.staged:
+            sup.note(f"code via direct ({self.why})")
         if not self.staged and direct and not stale:
             outcomes = await self._pipelined()
         else:
@@ -163,8 +171,7 @@ class Prepare:
         outcomes = await sup.phase(one, None, None, "prepare")
         staged = self._finished()
         sent = sum(c.bytes_out for c in sup.connections.values())
-        via = stagevia.parse(opts.stage_via)
-        sup.staging = stagevia.summarize(via, self.archive, staged, sent, 0)
+        sup.staging = stagevia.summarize(self.via, self.archive, staged, sent, 0, self.why)
         if all(o.ok for o in outcomes) and not sup.interrupted:
             return outcomes
         taken = [o.host for o in outcomes if isinstance(o.error, RunNameTaken)]
@@ -274,8 +281,16 @@ class Prepare:
         """The code on every host: from the runner to each, or ``--stage-via`` a seed per
         slice or a bucket (multihost.stagevia); counts what leaves the runner."""
         sup = self.sup
-        via = stagevia.parse(sup.options.stage_via)
         conns = sup.connections
+        if self.why and self.via.kind == "peer":  # auto: can every seed serve privately?
+            seeds = {h.process_id: stagevia.bind_address(h, conns[h.process_id])
+                     for h in sup.fleet if h.process_id in conns}  # fmt: skip
+            self.via, self.why = stagevia.choose(
+                stagevia.StageVia("auto"), list(sup.fleet), len(self.archive.data),
+                threshold=stagevia.auto_threshold(), seed_addresses=seeds,
+            )  # fmt: skip
+            sup.note(f"code via {self.via} ({self.why})")
+        via = self.via
         before = sum(c.bytes_out for c in conns.values())
         if via.kind == "direct":
             outcomes = await sup.phase(self._stage_one, None, sup.options.stage_timeout, "staging")
@@ -295,7 +310,9 @@ class Prepare:
                 sup.slots[o.host.process_id].bytes_sent = o.value.sent if o.value else 0
             outcomes = [Outcome[None](o.host, error=o.error) for o in results]
         sent = sum(c.bytes_out for c in conns.values()) - before + uploaded
-        sup.staging = stagevia.summarize(via, self.archive, staged, sent, int(uploaded > 0))
+        sup.staging = stagevia.summarize(
+            via, self.archive, staged, sent, int(uploaded > 0), self.why
+        )
         return outcomes
 
     async def _stale_one(self, host: Host) -> None:

@@ -1,8 +1,9 @@
 """A seed's short-lived file server for ``--stage-via peer`` (stdlib only; the host's python3).
 
-``python3 -c SOURCE ADDR DIR LIFETIME FETCHES``: reads the token from ``DIR/token`` (then
+``python3 -c SOURCE ADDR DIR LIFETIME FETCHES NAME``: reads the token from ``DIR/token`` (then
 deletes it), binds ADDR on a free port, prints ``port N`` (or ``error WHY``) on stdout, and
-serves ``DIR/archive`` to requests that carry the token in the ``X-Multihost-Token`` header.
+serves ``DIR/archive`` at the path NAME (any other path: 404) to requests that carry the token
+in the ``X-Multihost-Token`` header.
 It exits after FETCHES complete transfers, after LIFETIME seconds, or on SIGTERM, and removes
 DIR on its way out.
 """
@@ -24,6 +25,7 @@ HEADER = "X-Multihost-Token"
 
 def main(argv: list[str]) -> int:
     addr, folder, lifetime, fetches = argv[1], argv[2], float(argv[3]), int(argv[4])
+    name = argv[5]
     archive = os.path.join(folder, "archive")
     finished = threading.Event()
     try:
@@ -31,7 +33,7 @@ def main(argv: list[str]) -> int:
             token = f.read().strip().encode()
         os.unlink(os.path.join(folder, "token"))
         size = os.path.getsize(archive)
-        server = _server(addr, archive, size, token, fetches, finished)
+        server = _server(addr, archive, name, size, token, fetches, finished)
     except (OSError, ValueError) as exc:
         print(f"error {exc}", flush=True)
         shutil.rmtree(folder, ignore_errors=True)
@@ -51,7 +53,13 @@ def main(argv: list[str]) -> int:
 
 
 def _server(
-    addr: str, archive: str, size: int, token: bytes, fetches: int, finished: threading.Event
+    addr: str,
+    archive: str,
+    name: str,
+    size: int,
+    token: bytes,
+    fetches: int,
+    finished: threading.Event,
 ) -> http.server.ThreadingHTTPServer:
     served = [0]
     lock = threading.Lock()
@@ -61,6 +69,9 @@ def _server(
             given = (self.headers.get(HEADER) or "").encode()
             if not hmac.compare_digest(given, token):
                 self.send_error(403)
+                return
+            if self.path != name:  # its one archive, nothing else
+                self.send_error(404)
                 return
             self.send_response(200)
             self.send_header("Content-Type", "application/gzip")

@@ -11,10 +11,11 @@ import functools
 from pathlib import Path
 
 # The seed, through ``offer``. Vars: b, c, done, stage, serve (seed_serve.py), addr, lifetime
-# (s), fetches, stale (minutes). Says "present" if the code is unpacked already (nothing is
-# sent, nothing served). Else says "absent" and reads the token line then the archive from
-# stdin, unpacks it, and starts the server detached; then "serving PORT PID DIR", or
-# "noserver WHY" when it could not serve (the code is staged on the seed either way).
+# (s), fetches, stale (minutes), name (the one URL path it serves). Says "present" if the code
+# is unpacked already (nothing is sent, nothing served). Else says "absent" and reads the token
+# line then the archive from stdin, unpacks it, and starts the server detached; then
+# "serving PORT PID DIR", or "noserver WHY" when it could not serve (the code is staged on the
+# seed either way).
 SEED = """\
 set -e
 test -e "$c/$done" && { echo present; exit 0; }
@@ -27,7 +28,7 @@ s=$(mktemp -d "$b"/seed/XXXXXX)
 cat > "$s"/archive
 sh -c "$stage" < "$s"/archive > /dev/null
 printf '%s\\n' "$token" > "$s"/token
-setsid python3 -c "$serve" "$addr" "$s" "$lifetime" "$fetches" \\
+setsid python3 -c "$serve" "$addr" "$s" "$lifetime" "$fetches" "$name" \\
   </dev/null >"$s".out 2>"$s".err &
 p=$!
 i=0

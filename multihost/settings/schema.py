@@ -332,9 +332,10 @@ STAGE_VIA = Flag(
     type=stage_via,
     default=D.stage_via,
     metavar="HOW",
-    help="how the code reaches the hosts: direct (from here to each), peer (once "
-    "per slice to a seed host, the others fetch it from there) or "
-    "gs://BUCKET[/PREFIX] (uploaded once, the hosts pull it); default %(default)s",
+    help="how the code reaches the hosts: auto (direct or peer, by hosts × archive "
+    "size), direct (from here to each), peer (once per slice to a seed host, the others "
+    "fetch it from there) or gs://BUCKET[/PREFIX] (uploaded once, the hosts pull it); "
+    "default %(default)s",
 )
 PYTHON = Flag(
     "python",

@@ -56,7 +56,7 @@ def remote_dir(text: str) -> str:
 
 
 def stage_via(text: str) -> str:
-    """``--stage-via``: direct, peer or gs://BUCKET[/PREFIX], normalised (a bad one: exit 2)."""
+    """``--stage-via``: auto, direct, peer or gs://BUCKET[/PREFIX], normalised (bad: exit 2)."""
     from multihost.stagevia import parse
 
     return str(parse(text))
