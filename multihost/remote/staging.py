@@ -84,7 +84,10 @@ echo fetched
 """
 
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "seed": (SEED, ("b", "c", "done", "stage", "serve", "addr", "lifetime", "fetches", "stale")),
+    "seed": (
+        SEED,
+        ("b", "c", "done", "stage", "serve", "addr", "lifetime", "fetches", "stale", "name"),
+    ),
     "seed-stop": (SEED_STOP, ("p", "s")),
     "fetch": (FETCH, ("b", "c", "done", "stage", "how", "url", "digest", "fetch", "timeout")),
 }
