@@ -71,6 +71,7 @@ class Settings:
     fail_fast: bool = True
     detach: bool = False
     record_env: bool = False
+    secret: Sequence[str] = ()  # KEY=NAME (run only; issue 28)
     hang_timeout: float | None = None
     on_hang: str = "stop"
     trace: float | None = None
@@ -212,6 +213,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         reconnect_timeout=s.reconnect_timeout,
         detach=s.detach,
         record_env=s.record_env,
+        secrets=_secrets(s, job),
         hang_timeout=s.hang_timeout,
         on_hang=s.on_hang,
         trace=s.trace,
@@ -243,6 +245,19 @@ def device_glob() -> str | None:
     from multihost.fleetops.stale import DEVICE_GLOB_ENV
 
     return os.environ.get(DEVICE_GLOB_ENV)
+
+
+def _secrets(s: Settings, job: Job) -> tuple[tuple[str, str], ...]:
+    """``--secret KEY=NAME`` pairs, checked (their values are read only at the launch)."""
+    from multihost.secrets import parse_secrets
+
+    pairs = parse_secrets(tuple(s.secret))
+    if pairs and s.detach:
+        raise UsageError("--secret is handed over at the gated start: not with --detach")
+    clash = sorted({k for k, _ in pairs} & set(job.env))
+    if clash:
+        raise UsageError(f"{clash[0]} is given both as --env and as --secret")
+    return pairs
 
 
 def env_of(env: Mapping[str, object] | Sequence[str]) -> dict[str, str]:

@@ -49,6 +49,7 @@ class RunOptions:
     reconnect_timeout: float = DEFAULTS.reconnect_timeout
     detach: bool = False
     record_env: bool = False  # keep --env values in run.json (default: their names only)
+    secrets: tuple[tuple[str, str], ...] = ()  # (KEY, Secret Manager NAME): read at the launch
     hang_timeout: float | None = None  # no output from any host this long: take stacks, then
     on_hang: str = "stop"  # "stop" the run (exit 1) or only "report" and go on
     trace: float | None = None  # seconds of jax.profiler trace once every host steps

@@ -7,6 +7,7 @@ the relay in ``tests/cloud/iap.py``, which knows the instance names' fleet hosts
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def test_internal_only_workers_through_iap(
     assert gone.returncode == 1
     assert "cannot connect to 127.1.0.2 through its proxy command" in gone.stderr
     assert "ERROR:" in gone.stderr
+    assert "Unknown child process" not in gone.stderr
 
 
 def test_ssh_config_proxy_command_is_honoured(
@@ -109,3 +111,29 @@ def test_ssh_config_proxy_command_is_honoured(
     assert host_logs(tmp_path / "logs", "pc") == {"slice_0000_worker_0000": "hi from h0\n"}
     assert relay.tunnels == [("t1v-n-myqr-w-0-0", 2222)]
     wait_for(lambda: not tunnels_left(relay), timeout=10, what="the tunnel closed")
+
+
+def test_ssh_config_proxy_jump_is_honoured(ssh_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A host reached through another (``ProxyJump``): asyncssh's own tunnel; a jump host that
+    cannot be reached fails the host, so the jump is really taken."""
+    h0, h1 = ssh_fleet.hosts[0], ssh_fleet.hosts[1]
+    code = tmp_path / "code"
+    code.mkdir()
+
+    def run(jump: str, name: str) -> subprocess.CompletedProcess[str]:
+        config = tmp_path / f"ssh_config_{name}"
+        config.write_text(
+            f"Host behind\n  HostName {h1.address}\n  Port {h1.port}\n  User {h1.user}\n"
+            f"  ProxyJump {jump}\n  UserKnownHostsFile {ssh_fleet.known_hosts}\n\n"
+            "Host nowhere\n  HostName 127.1.0.9\n  Port 2222\n\n" + ssh_fleet.ssh_config.read_text()
+        )
+        return cli(["run", "--hosts", "behind", "--ssh-config", str(config), "--script-dir",
+                    str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", name,
+                    "--cmd", "echo hi from $MULTIHOST_TEST_HOST"])  # fmt: skip
+
+    res = run(h0.alias, "pj")
+    assert res.returncode == 0, res.stderr
+    assert host_logs(tmp_path / "logs", "pj") == {"slice_0000_worker_0000": "hi from h1\n"}
+    broken = run("nowhere", "pj2")
+    assert broken.returncode == 1
+    assert "behind" in broken.stderr

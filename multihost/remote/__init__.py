@@ -135,7 +135,11 @@ echo $$ > pid
 reaper=${{MULTIHOST_SUBREAPER:-}}
 unset MULTIHOST_SUBREAPER
 if [ "${{1:-}}" = gate ]; then
-  go=; read -r go || :
+  go=; n=0; read -r go n || :
+  case $n in '' | *[!0-9]*) n=0 ;; esac
+  # run --secret: "go N", then N lines KEY=VALUE, exported for the job alone (a pipe: no file)
+  while [ "$n" -gt 0 ] && read -r l; do export "${{l%%=*}}=${{l#*=}}"; n=$((n - 1)); done
+  l=
   exec </dev/null
   [ "$go" = go ] || exit 5
 fi
@@ -233,7 +237,7 @@ setsid "$@" "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
 w=$!
 exec 4<&-
 echo ready
-go=; read -r go || :
+go=; n=0; read -r go n || :
 if [ "$go" != go ]; then
   exec 3>&-
   wait $w
@@ -241,8 +245,15 @@ if [ "$go" != go ]; then
   rm -rf "$r"
   exit 5
 fi
+case $n in '' | *[!0-9]*) n=0 ;; esac
+# run --secret: N lines KEY=VALUE after the word, passed on to the wrapper in memory only
+# (shell variables and the pipe; printf is a builtin: no command line shows them)
+i=0; sec=
+while [ "$i" -lt "$n" ] && read -r l; do sec="$sec$l
+"; i=$((i + 1)); done
 echo $w
-echo go >&3
+printf 'go %s\n%s' "$i" "$sec" >&3
+sec=; l=
 exec 3>&-
 """
 )

@@ -349,7 +349,16 @@ PYTHON = Flag(
     metavar="EXE",
     help="interpreter for --payload (default: python3; with --local this Python)",
 )
-RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON)
+SECRET = Flag(
+    "secret",
+    kind="append",
+    metavar="KEY=NAME",
+    setting=False,
+    help="set KEY in every host's job to Secret Manager secret NAME's latest version, read "
+    "once here and handed to the hosts on the launch channel: never on a disk, never in run.json "
+    "(repeatable; default: none; --env values are not secret)",
+)
+RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON, SECRET)
 
 # -- flags that are no settings: what a command does, not how --------------------------------
 CMD = Flag("cmd", type=command_text, setting=False, help="command to run under sh -c on every host")

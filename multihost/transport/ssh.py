@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import shlex
@@ -434,6 +435,15 @@ def _proxy_argv(
     # flood the terminal. What it says comes back in the error when the connection fails. The
     # pipe itself stays open (fd 3): asyncssh takes its end as the end of the connection.
     return ["sh", "-c", 'exec 3>&2; exec "$@" 2>"$0"', str(_proxy_log(host)), *argv]
+
+
+def _reaped_twice(record: logging.LogRecord) -> bool:
+    """asyncio's child watcher warns when a proxy command that exited at once (a tunnel that
+    failed) was already reaped by the transport's close: its exit is ours to report, once."""
+    return not str(record.msg).startswith("Unknown child process pid")
+
+
+logging.getLogger("asyncio").addFilter(_reaped_twice)
 
 
 def _proxy_log(host: Host) -> Path:
