@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from dataclasses import asdict
 
@@ -11,6 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from multihost import runs
+from multihost.bridge import blocking
 from multihost.cli.wiring import log_dir_of, record_options
 from multihost.diagnose.collect import take
 from multihost.diagnose.stacks import StackReport
@@ -24,9 +24,9 @@ def cmd_stack(args: argparse.Namespace, err: Console) -> int:
         raise UsageError(f"run {args.run} is {record.state}: there are no stacks to take")
     options = record_options(args, record)
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
-    report, folder = asyncio.run(
-        take(record.fleet.hosts, dirs, options.ssh, run_dir, native=args.native,
-             all_threads=args.all, limit=options.connect_limit)
+    report, folder = blocking(
+        lambda: take(record.fleet.hosts, dirs, options.ssh, run_dir, native=args.native,
+                     all_threads=args.all, limit=options.connect_limit)
     )  # fmt: skip
     if args.json:
         print(json.dumps({

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import shlex
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from multihost import fleetops, runs
+from multihost.bridge import blocking
 from multihost.bundled import payload_command, payloads_dir
 from multihost.cli import report
 from multihost.cli.pull import pull_and_report
@@ -127,8 +127,8 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
     rows: list[dict[str, object]] = [dict(r) for r in fleet_rows(fleet)]
     code = 0
     if args.check:
-        outcomes = asyncio.run(
-            fleetops.check(
+        outcomes = blocking(
+            lambda: fleetops.check(
                 fleet,
                 where.ssh,
                 args.remote_dir,
@@ -163,10 +163,12 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
 def cmd_kill_stale(args: argparse.Namespace, err: Console) -> int:
     where = reach_args(args, err)
     code = 0
-    stale = fleetops.kill_stale(
-        where.fleet, where.ssh, device_glob=device_glob(), limit=args.connect_limit
-    )
-    for o in asyncio.run(stale):
+    glob = device_glob()
+    for o in blocking(
+        lambda: fleetops.kill_stale(
+            where.fleet, where.ssh, device_glob=glob, limit=args.connect_limit
+        )
+    ):
         if o.value is not None:
             print(f"{o.host.name} ({o.host.target}): {o.value.summary()}")
             code = code or (1 if o.value.remaining else 0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from rich.console import Console
 from rich.live import Live
 
 from multihost import runs
+from multihost.bridge import blocking
 from multihost.cli import report
 from multihost.cli.progress import TransferView
 from multihost.cli.wiring import log_dir_of, record_options
@@ -47,9 +47,9 @@ def pull_and_report(
     if err.is_terminal and not json_out:
         with Live(get_renderable=view.renderable, console=err, refresh_per_second=4,
                   transient=True, redirect_stdout=False, redirect_stderr=False):  # fmt: skip
-            results = asyncio.run(go())
+            results = blocking(go)
     else:
-        results = asyncio.run(go())
+        results = blocking(go)
     if json_out:
         print(json.dumps([_row(r) for r in results], indent=1))
     else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from multihost import runs
-from multihost.bridge import Detached
+from multihost.bridge import Detached, blocking
 from multihost.cli import report, terminal
 from multihost.cli.wiring import (
     Display,
@@ -66,7 +65,7 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
     asked = args.refresh or record.state == "running"
     if asked:
         options = record_options(args, record)
-        statuses = asyncio.run(runs.host_statuses(record, options.ssh))
+        statuses = blocking(lambda: runs.host_statuses(record, options.ssh))
         runs.mark_states(run_dir, record, statuses)
         for o in statuses:
             rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
@@ -117,7 +116,7 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         what = f"stopped following; the run goes on (stop it with: multihost kill {args.run})"
         result = execute_run(follow, display, what=what)
         return 0 if not result.interrupted else 130
-    for o in asyncio.run(runs.sync_logs(run_dir, record, options.ssh)):
+    for o in blocking(lambda: runs.sync_logs(run_dir, record, options.ssh)):
         if o.error:
             err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
     hosts = {h.host.name: (h.host, run_dir / h.log) for h in record.hosts}
@@ -190,7 +189,7 @@ def _read_lines(path: Path) -> list[str]:
 
 def cmd_clean(args: argparse.Namespace, err: Console) -> int:
     age = runs.parse_age(args.older_than)
-    said = asyncio.run(runs.clean(log_dir_of(args), age, None, dry_run=args.dry_run))
+    said = blocking(lambda: runs.clean(log_dir_of(args), age, None, dry_run=args.dry_run))
     for line in said or [f"nothing older than {args.older_than} in {log_dir_of(args)}"]:
         print(line)
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from multihost import runs
+from multihost.bridge import blocking
 from multihost.cli.wiring import log_dir_of, record_options
 from multihost.diagnose.capture import Capture, capture, summary
 from multihost.errors import UsageError
@@ -95,8 +95,8 @@ def cmd_trace(args: argparse.Namespace, err: Console) -> int:
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
     err.print(f"tracing {len(record.hosts)} host(s) for {args.seconds:g} s…", style="dim",
               markup=False, highlight=False)  # fmt: skip
-    result = asyncio.run(
-        capture(record.fleet.hosts, dirs, run_dir, seconds=args.seconds, name=args.name,
-                ssh=options.ssh, limit=options.connect_limit)
+    result = blocking(
+        lambda: capture(record.fleet.hosts, dirs, run_dir, seconds=args.seconds, name=args.name,
+                        ssh=options.ssh, limit=options.connect_limit)
     )  # fmt: skip
     return report(result, args.json, err)

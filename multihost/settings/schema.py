@@ -393,10 +393,10 @@ PULL_TO = Flag(
 )
 
 
-def _flags(group: Group) -> tuple[Flag, ...]:
+def flags_of(group: Group) -> tuple[Flag, ...]:
     return tuple(f for item in group for f in (item.flags if isinstance(item, OneOf) else (item,)))
 
 
 CONFIGURABLE: Group = (*fleet(required=False), *RUN, *RUN_ONLY)  # `multihost config`'s flags
-SETTINGS: dict[str, Flag] = {f.name: f for f in _flags(CONFIGURABLE) if f.setting}
+SETTINGS: dict[str, Flag] = {f.name: f for f in flags_of(CONFIGURABLE) if f.setting}
 """The config files' keys, in the order `multihost config` shows them."""
