@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from multihost.defaults import DEFAULTS as D
+from multihost.defaults import IP_MODES
 from multihost.settings.types import command_text, port, positive, remote_dir, size, stage_via
-from multihost.sources import IP_MODES
 
 Kind = Literal["value", "append", "switch", "bool", "optional"]
 # switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare

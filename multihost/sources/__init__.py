@@ -11,9 +11,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
+from multihost.defaults import IP_MODES as IP_MODES  # what --prefix connects to
 from multihost.errors import UsageError
 from multihost.model import Fleet
-from multihost.sources.tpu import IP_MODES as IP_MODES  # what --prefix connects to
 
 
 @dataclass(frozen=True)
