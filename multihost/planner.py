@@ -85,6 +85,7 @@ class Settings:
     all_extras: bool = False
     group: Sequence[str] = ()
     no_dev: bool = False
+    setup: str | None = None
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Settings:
@@ -227,6 +228,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
             groups=tuple(s.group),
             no_dev=s.no_dev,
         ),
+        setup=s.setup,
     )
     return Plan(where.fleet, job, options, where.warnings)
 

@@ -280,7 +280,15 @@ GROUP = Flag(
 NO_DEV = Flag(
     "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
 )
-ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV)
+SETUP = Flag(
+    "setup",
+    type=command_text,
+    metavar="CMD",
+    setting=False,
+    help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
+    "succeeded before for the same command and code (default: none)",
+)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, SETUP)
 
 RUN: Group = (
     SCRIPT_DIR,
