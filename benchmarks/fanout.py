@@ -427,16 +427,26 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b else "–"
 
 
-def before_lines(rows: Sequence[Row], checkout: Path) -> list[str]:
-    """This checkout against ``--before`` at each size: wall, skew and CPU ratios."""
-    out = []
-    for n in sorted({r.n for r in rows}):
-        mh, old = _row(rows, n, "multihost"), _row(rows, n, "before")
-        if mh and old:
-            wall, skew = _ratio(mh.median("wall"), old.median("wall")), _ratio(mh.skew, old.skew)
-            cpu = _ratio(mh.cpu_ms_per_host, old.cpu_ms_per_host)
-            out.append(f"N={n}: wall {wall}, start skew {skew}, runner CPU {cpu} × before's")
-    return ["", f"This checkout against `--before {checkout}`: " + "; ".join(out) + "."]
+def before_method(checkouts: Sequence[Path], checkout: Path) -> str:
+    """The method's name for a ``--before`` checkout: ``before``, or ``before:NAME`` for each
+    of several."""
+    return "before" if len(checkouts) == 1 else f"before:{checkout.name}"
+
+
+def before_lines(rows: Sequence[Row], checkouts: Sequence[Path]) -> list[str]:
+    """This checkout against each ``--before`` at each size: wall, skew and CPU ratios."""
+    lines = []
+    for checkout in checkouts:
+        method, out = before_method(checkouts, checkout), []
+        for n in sorted({r.n for r in rows}):
+            mh, old = _row(rows, n, "multihost"), _row(rows, n, method)
+            if mh and old:
+                wall = _ratio(mh.median("wall"), old.median("wall"))
+                skew = _ratio(mh.skew, old.skew)
+                cpu = _ratio(mh.cpu_ms_per_host, old.cpu_ms_per_host)
+                out.append(f"N={n}: wall {wall}, start skew {skew}, runner CPU {cpu} × its")
+        lines += ["", f"This checkout against `--before {checkout}`: " + "; ".join(out) + "."]
+    return lines
 
 
 def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
@@ -446,7 +456,8 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
     return "\n".join(
         [
             begin,
-            "## Fan-out: launching a trivial command on N loopback hosts",
+            "## Fan-out: launching a trivial command on N loopback hosts"
+            + (f" ({args.section})" if args.section != "fanout" else ""),
             "",
             f"Machine: {machine()}; load average before/after: {args.load_before:.1f} / "
             f"{os.getloadavg()[0]:.1f} (other work on the machine inflates every column).",
@@ -473,7 +484,7 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
             + (f"--large-repeat {args.large_repeat} " if args.large_repeat is not None else "")
             + f"--methods {args.methods} --seq-max {args.seq_max} "
             f"--seq-repeat {args.seq_repeat}"
-            + (f" --before {args.before}" if args.before else "")
+            + "".join(f" --before {b}" for b in args.before)
             + (f" --section {args.section}" if args.section != "fanout" else "")
             + "`",
             "",
@@ -563,9 +574,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seq-repeat", type=int, default=1, help="trials for the sequential one")
     p.add_argument("--dir", type=Path, default=loopback.DEFAULT_DIR, help="fleet dir")
     p.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
-    p.add_argument("--before", type=Path, default=None,
+    p.add_argument("--before", type=Path, action="append", default=[],
                    help="another checkout's multihost, measured as method 'before' beside "
-                   "this one's")  # fmt: skip
+                   "this one's (again for more: 'before:DIRNAME' each)")  # fmt: skip
     p.add_argument(
         "--section",
         default="fanout",
@@ -582,10 +593,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Bring up the fleet, measure every size, write the table, restore the fleet."""
     args = parse_args(argv)
     args.load_before = os.getloadavg()[0]
-    if args.before is not None:
-        METHODS["before"] = functools.partial(launch_multihost, root=args.before.resolve())
-        if "before" not in args.methods.split(","):
-            args.methods = args.methods.replace("multihost", "multihost,before", 1)
+    olds = [before_method(args.before, b) for b in args.before]
+    for b, method in zip(args.before, olds, strict=True):
+        METHODS[method] = functools.partial(launch_multihost, root=b.resolve())
+    if olds and not set(olds) & set(args.methods.split(",")):
+        args.methods = args.methods.replace("multihost", ",".join(["multihost", *olds]), 1)
     sizes = [int(s) for s in args.sizes.split(",")]
     before = set(loopback.running(args.dir))
     fleet = loopback.up(max(sizes), args.dir)

@@ -165,7 +165,8 @@ esac
 """
 
 
-_TICK = re.compile(rb"tick (\d+\.\d+)\D")
+# a streamed host line ("[s0/w7] tick ..."), not the summary's last-output cell
+_TICK = re.compile(rb"\] (?:\x1b\[[0-9;]*m)*tick (\d+\.\d+)\D")
 
 
 def flood_delays(root: Path, where: Where, flooders: int, output: str, work: Path) -> list[float]:
@@ -310,8 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = f"{output}: echoing {echo:.2f} µs/line (≤ {TARGET_US:g}: {ok}), {total:.2f} in all"
         if args.before:
             b_total, b_echo = per[("before", output)]
-            times = f"{b_echo / echo:.0f}× less" if echo >= 0.05 else "now within noise of none"
-            ratio = f"echoing {times}, all {b_total / total:.0f}× less"
+            if b_total / total >= 2:
+                times = f"{b_echo / echo:.0f}× less" if echo >= 0.05 else "now within noise of none"
+                ratio = f"echoing {times}, all {b_total / total:.0f}× less"
+            else:  # a before of the same speed: the plain ratio
+                ratio = f"this / before: echoing {echo / b_echo:.2f}, all {total / b_total:.2f}"
             line += f" (before: {b_echo:.2f} and {b_total:.2f}: {ratio})"
         verdicts.append(line)
     flood_rows = [
@@ -330,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = "\n".join([
         begin,
         "## Streaming: runner CPU per line of host output echoed (benchmarks/streaming.py"
-        + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")"),
+        + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")")
+        + (f" ({args.section})" if args.section else ""),
         "",
         f"Machine: {machine()}; load average before/after: {load_before:.1f} / "
         f"{os.getloadavg()[0]:.1f} (the machine is shared).",

@@ -49,3 +49,4 @@ class Defaults:
 
 
 DEFAULTS = Defaults()
+IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to

@@ -84,6 +84,7 @@ class Settings:
     all_extras: bool = False
     group: Sequence[str] = ()
     no_dev: bool = False
+    setup: str | None = None
     no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
     add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
 
@@ -263,6 +264,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
             groups=tuple(s.group),
             no_dev=s.no_dev,
         ),
+        setup=s.setup,
     )
     return Plan(where.fleet, job, options, where.warnings, where.notes)
 

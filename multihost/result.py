@@ -145,14 +145,17 @@ class RunResult:
     def __str__(self) -> str:
         rows = [COLUMNS, *(host_row(r) for r in self.hosts)]
         logs = [f"logs: {self.log_dir}"] if self.log_dir else []
-        return "\n".join([f"run {self.run_name}", *aligned(rows), verdict(self).text, *logs])
+        words = list(payload_lines(self))
+        return "\n".join([f"run {self.run_name}", *aligned(rows), *words, verdict(self).text,
+                          *logs])  # fmt: skip
 
     def _repr_html_(self) -> str:
         color = _GOOD if self.ok else _BAD
         logs = f"<br><small>logs: {escape(str(self.log_dir))}</small>" if self.log_dir else ""
+        words = "".join(f"{escape(line)}<br>" for line in payload_lines(self))
         return (
             f"<div class='multihost-run'><b>run {escape(self.run_name)}</b>"
-            f"{_html_table(self.hosts)}<span style='color:{color}'>"
+            f"{_html_table(self.hosts)}{words}<span style='color:{color}'>"
             f"{escape(verdict(self).text)}</span>{logs}</div>"
         )
 
@@ -166,11 +169,58 @@ def host_row(r: HostResult) -> tuple[str, ...]:
     or its last line): a face that shows it to a terminal makes it safe first."""
     outcome = f"signal {r.signal}" if r.signal is not None else (
         "" if r.exit_code is None else str(r.exit_code))  # fmt: skip
-    why = r.reason if not r.ok else r.last_line
+    step = step_time(r)
+    why = r.reason if not r.ok else (f"{step:.3g} s/step" if step is not None else r.last_line)
     if not r.ok and r.last_line and r.state is State.FAILED:
         why = f"{why}: {r.last_line}" if why else r.last_line
     time = "" if r.duration is None else f"{r.duration:.1f}s"
     return (r.host.name, r.host.target, str(r.state), outcome, time, size(r.bytes_sent), why)
+
+
+def step_time(r: HostResult) -> float | None:
+    """The mean step time a payload reported (``step_time_s``), or None."""
+    value = (r.reported or {}).get("step_time_s")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+SPREAD_NAMED = 0.03  # the slowest host is named when its step time is this far over the median
+
+
+def payload_lines(result: RunResult) -> tuple[str, ...]:
+    """A payload run in words: the headline of process 0's result, as the seed prints it
+    (``0.79 s/step (mean of 5), 0.0081 TFLOP/s per device, utilization 12.3%``), and the
+    step time's spread across hosts (the slowest named when it stands out). Empty when no
+    host reported a step time."""
+    lines = []
+    first = result.result() or {}
+    step = first.get("step_time_s")
+    if isinstance(step, int | float) and step > 0:
+        timed = first.get("timings_s") or first.get("step_times_s") or ()
+        head = f"{step:.3g} s/step" + (f" (mean of {len(timed)})" if timed else "")
+        tflops = first.get("tflops_per_device")
+        if isinstance(tflops, int | float):
+            head += f", {tflops:.3g} TFLOP/s per device"
+        util = first.get("utilization")
+        if isinstance(util, int | float):
+            head += f", utilization {util:.1%}"
+        elif first.get("device_kind"):
+            head += f" (no peak known for {first['device_kind']}: no utilization)"
+        lines.append(head)
+    steps = [(r.host.name, t) for r in result.hosts if (t := step_time(r)) is not None]
+    if len(steps) > 1:
+        ordered = sorted(t for _, t in steps)
+        mid = len(ordered) // 2
+        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        name, slowest = max(steps, key=lambda nt: nt[1])
+        gap = (slowest - median) / median
+        if gap > SPREAD_NAMED:
+            lines.append(f"slowest: {name} at {slowest:.3g} s/step, {gap:.1%} over the median "
+                         f"{median:.3g} s of {len(steps)} hosts")  # fmt: skip
+        else:
+            spread = (slowest - ordered[0]) / median
+            lines.append(f"step time within {spread:.1%} across {len(steps)} hosts "
+                         f"(median {median:.3g} s)")  # fmt: skip
+    return tuple(lines)
 
 
 def size(n: int) -> str:

@@ -152,3 +152,31 @@ def test_ctrl_c_on_attach_at_a_terminal_detaches(workdir: Path) -> None:
     assert status.before.count('"running"') == 2, status.before
     kill = spawn(["kill", "cc", "--log-dir", "logs", "--grace", "2"], workdir / "home", workdir)
     kill.expect(pexpect.EOF)
+
+
+RESULT = ('MULTIHOST_RESULT {"step_time_s": STEP, "timings_s": [1, 1, 1, 1, 1], '
+          '"tflops_per_device": 0.0081, "utilization": 0.0123, "device_kind": "cpu"}')  # fmt: skip
+
+
+def test_a_payload_result_is_said_in_words_on_a_terminal(workdir: Path) -> None:
+    """The raw MULTIHOST_RESULT line is not echoed at 80 columns; the summary gives each
+    host's step time, the slowest host and the headline; the log keeps the line."""
+    cmd = ('echo step done; S=0.79; [ "$JAX_PROCESS_ID" = 1 ] && S=0.91; '
+           f"echo '{RESULT}' | sed \"s/STEP/$S/\"")  # fmt: skip
+    child = spawn(["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs",
+                   "--run-name", "words", "--stream", "all", "--cmd", cmd], workdir / "home",
+                  workdir)  # fmt: skip
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    shown = screen(raw)
+    assert "MULTIHOST_RESULT" not in raw
+    assert any("step done" in r for r in shown), shown
+    assert any("0.79 s/step" in r and "s0/w0" in r for r in shown), shown
+    assert any("0.91 s/step" in r and "s0/w1" in r for r in shown), shown
+    assert "0.79 s/step (mean of 5), 0.0081 TFLOP/s per device, utilization 1.2%" in shown
+    assert any(r.startswith("slowest: s0/w1 at 0.91 s/step") for r in shown), shown
+    assert all(len(r) <= 80 for r in shown), shown
+    log = (workdir / "logs" / "words" / "slice_0000_worker_0000.log").read_text()
+    assert 'MULTIHOST_RESULT {"step_time_s": 0.79' in log

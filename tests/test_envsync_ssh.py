@@ -168,3 +168,54 @@ def test_failing_build(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) 
         assert not runs.exists() or not any(runs.iterdir())
         assert not list(_envs(ssh_fleet, i).glob(".build.*"))
     shutil.rmtree(tmp_path / "logs", ignore_errors=True)
+
+
+# -- --setup CMD (item 11) ---------------------------------------------------------------------
+def test_setup_runs_once_then_skips_then_reruns(
+    ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
+) -> None:
+    mark = f"setup-{tmp_path.name}-{os.getpid()}"
+    setup = f'echo "set up $MULTIHOST_TEST_HOST"; echo x >> "$HOME/{mark}"'
+
+    def counts() -> list[int]:
+        files = [ssh_fleet.hosts[i].home / mark for i in range(N)]
+        return [len(f.read_text().splitlines()) if f.exists() else 0 for f in files]
+
+    try:
+        res, lines, notes = _run(ssh_fleet, code, tmp_path, cmd="cat x.txt", setup=setup)
+        assert res.ok
+        assert lines == ["staged"] * N
+        assert counts() == [1] * N
+        assert f"setup: ran on {N} host(s)" in notes
+        log = next((tmp_path / "logs").glob(f"*/{res.hosts[1].host.file_stem}.setup.log"))
+        assert log.read_text() == "set up h1\n"
+        res, _, notes = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup)
+        assert res.ok
+        assert counts() == [1] * N
+        assert any(n.startswith(f"setup: skipped on all {N} host(s)") for n in notes)
+        res, _, _ = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup + " # changed")
+        assert counts() == [2] * N
+        (code / "setup.sh").write_text("echo new\n")  # new code: runs again
+        res, _, _ = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup)
+        assert res.ok
+        assert counts() == [3] * N
+    finally:
+        for i in range(N):
+            (ssh_fleet.hosts[i].home / mark).unlink(missing_ok=True)
+
+
+def test_failing_setup_starts_nothing(
+    ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
+) -> None:
+    setup = '[ "$MULTIHOST_TEST_HOST" != h2 ] || { echo step one; echo broken thing; exit 3; }'
+    res, lines, _ = _run(ssh_fleet, code, tmp_path, cmd="echo started", setup=setup)
+    assert not res.ok
+    assert lines == []
+    failed = [h for h in res.hosts if h.error and "setup failed" in h.error]
+    assert [h.host.name for h in failed] == ["s0/w2"]
+    assert "setup failed (exit 3): step one | broken thing" in (failed[0].error or "")
+    assert all(h.exit_code is None for h in res.hosts)
+    for i in range(N):
+        runs = ssh_fleet.hosts[i].home / ".multihost" / "runs"
+        assert not runs.exists() or not any(runs.iterdir())
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")

@@ -59,3 +59,31 @@ def test_the_result_line_is_noticed_across_chunks_and_read_once(tmp_path: Path) 
     again = LogSink(HOST, log, lambda line: None)  # attach: the log so far may hold one
     assert again.may_have_result
     again.close()
+
+
+def _payload_run(*steps: float, **first: object) -> RunResult:
+    hosts = tuple(
+        HostResult(Host(f"h{i}", worker_id=i), State.DONE, exit_code=0,
+                   reported={"step_time_s": t, **(first if i == 0 else {})})
+        for i, t in enumerate(steps)
+    )  # fmt: skip
+    return RunResult("p", hosts)
+
+
+def test_a_payload_run_in_words() -> None:
+    from multihost.result import payload_lines
+
+    run = _payload_run(0.5, 0.51, 0.5, timings_s=[1, 1, 1], tflops_per_device=2.0,
+                       device_kind="cpu")  # fmt: skip
+    assert payload_lines(run) == (
+        "0.5 s/step (mean of 3), 2 TFLOP/s per device (no peak known for cpu: no utilization)",
+        "step time within 2.0% across 3 hosts (median 0.5 s)",
+    )
+    assert host_row(run.hosts[1])[-1] == "0.51 s/step"
+    slow = _payload_run(1.0, 1.0, 1.2, utilization=0.25)
+    assert payload_lines(slow) == (
+        "1 s/step, utilization 25.0%",
+        "slowest: s0/w2 at 1.2 s/step, 20.0% over the median 1 s of 3 hosts",
+    )
+    assert payload_lines(_run()) == ()  # no payload: nothing more said
+    assert "slowest: s0/w2" in str(slow)

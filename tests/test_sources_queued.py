@@ -37,10 +37,11 @@ def test_wait_stops_at_a_final_state_and_says_each_new_one() -> None:
 
     with pytest.raises(NotReady, match="is FAILED"):
         wait_until_ready(find, 60, said.append, poll=0.01)
-    assert [s.split(" (")[0] for s in said] == [
-        "waiting: queued resource q is ACCEPTED: 0/1 slices ready",
-        "waiting: queued resource q is PROVISIONING: 0/1 slices ready",
+    assert [s.split(": ", 1)[1] for s in said] == [
+        "queued resource q is ACCEPTED: 0/1 slices ready",
+        "queued resource q is PROVISIONING: 0/1 slices ready",
     ]
+    assert said[0].startswith("waiting (0 s): ")
 
 
 def test_wait_gives_up_after_its_seconds() -> None:

@@ -64,7 +64,7 @@ def test_provisioning_is_named_then_wait_runs(cloud: Cloud, tmp_path: Path) -> N
             env=e | {"COLUMNS": "200"}, stdout=subprocess.PIPE, stderr=f, text=True,
         )  # fmt: skip
     try:
-        wait_for(lambda: "waiting: queued resource myqr is PROVISIONING" in err.read_text(),
+        wait_for(lambda: "s): queued resource myqr is PROVISIONING" in err.read_text(),
                  timeout=60, what="the waiting line")  # fmt: skip
         cloud.tpu.release("myqr")
         proc.communicate(timeout=120)

@@ -24,9 +24,11 @@ from multihost.core import Attach, Run
 from multihost.model import Fleet, Host, State
 from multihost.planner import Plan, Reach, log_dir, plan, reach, ssh_config
 from multihost.record import RunRecord
-from multihost.result import RunResult
+from multihost.result import RESULT_MARKER, RunResult, payload_lines
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
 from multihost.stream import Line
+
+RESULT_LINE = RESULT_MARKER + " "
 
 
 def plan_args(settings: Mapping[str, Any], err: Console) -> Plan:
@@ -124,7 +126,12 @@ class Display:
         host = event.host if self.stream == "all" else None
         try:
             if self.tty:  # above the live status line when there is one
-                block = terminal.safe_block(event.texts, self._prefix(host))
+                # the payload's MULTIHOST_RESULT line is for machines (logs, --json, the API);
+                # the summary says it in words
+                texts = [t for t in event.texts if not t.lstrip().startswith(RESULT_LINE)]
+                if not texts:
+                    return
+                block = terminal.safe_block(texts, self._prefix(host))
                 if "\x1b" in block:  # a host's colour never reaches the status line
                     block = block[:-1] + "\x1b[0m\n"
                 self.out.print(terminal.Raw(block), end="")
@@ -194,6 +201,8 @@ def finish(result: RunResult, err: Console, n: int) -> int:
     err.print(report.summary_table(result, all_hosts=n <= 32 or not result.ok))
     if result.staging is not None:
         err.print(report.staging_line(result.staging))
+    for line in payload_lines(result):  # a payload's result in words (its line is in the log)
+        err.print(line, markup=False, highlight=False)
     err.print(report.verdict(result))
     err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)
     return result.exit_code

@@ -116,9 +116,28 @@ mv -f "$t"/archive "$e/$key".tar.gz
 echo installed
 """
 
+# ``--setup CMD`` (issue 27, item 11). Vars: b, c (the staged code dir), key (of the command
+# and the code), cmd. Says "skipped" when this key succeeded here before; else "ran", then
+# CMD's output (stdout and stderr together) with the locked environment's bin first on PATH
+# when there is one (MULTIHOST_ENV), in the code dir; success is recorded under the key, a
+# failure is CMD's exit status.
+SETUP = """\
+test -e "$b/setup/$key".ok && { echo skipped; exit 0; }
+echo ran
+mkdir -p "$b"/setup
+cd "$c" || exit 126
+if [ -n "${MULTIHOST_ENV:-}" ]; then
+  export VIRTUAL_ENV="$MULTIHOST_ENV"
+  export PATH="$MULTIHOST_ENV/bin:$PATH"
+fi
+sh -c "$cmd" < /dev/null 2>&1 || exit $?
+: > "$b/setup/$key".ok
+"""
+
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "env-probe": (PROBE, ("b", "lock", "ruv", "probe")),
     "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "ship")),
     "env-pack": (PACK, ("b", "key")),
     "env-install": (INSTALL, ("b", "key", "digest")),
+    "setup": (SETUP, ("b", "c", "key", "cmd")),
 }

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from multihost.defaults import DEFAULTS as D
+from multihost.defaults import IP_MODES
 from multihost.settings.types import command_text, port, positive, remote_dir, size, stage_via
-from multihost.sources import IP_MODES
 
 Kind = Literal["value", "append", "switch", "bool", "optional"]
 # switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
@@ -288,7 +288,15 @@ GROUP = Flag(
 NO_DEV = Flag(
     "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
 )
-ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV)
+SETUP = Flag(
+    "setup",
+    type=command_text,
+    metavar="CMD",
+    setting=False,
+    help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
+    "succeeded before for the same command and code (default: none)",
+)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, SETUP)
 
 RUN: Group = (
     SCRIPT_DIR,

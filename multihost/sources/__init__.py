@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from multihost.defaults import IP_MODES as IP_MODES  # what --prefix connects to
 from multihost.errors import UsageError
 from multihost.model import Fleet
-from multihost.sources.tpu import IP_MODES as IP_MODES  # what --prefix connects to
 
 
 @dataclass(frozen=True)

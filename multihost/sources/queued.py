@@ -168,6 +168,6 @@ def wait_until_ready(
                 raise NotReady(exc.state, f"; gave up waiting after {waited:.0f} s") from None
             text = exc.state.describe()
             if text != last or waited - said >= 60:
-                say(f"waiting: {text} ({waited:.0f} s)")
+                say(f"waiting ({waited:.0f} s): {text}")
                 last, said = text, waited
             time.sleep(poll)

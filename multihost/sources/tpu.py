@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from multihost.defaults import IP_MODES
 from multihost.errors import DiscoveryError
 from multihost.model import Fleet, Host
 
-IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
 Node = Mapping[str, Any]
 INTERNAL_ONLY = (  # what a worker with no external address is told when it cannot be reached
     "the worker has only an internal address: reach it with --tunnel-through-iap, "
