@@ -115,8 +115,10 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
         said += f" ({summary.repaired} repaired)"
     if summary.present:
         said += f"; present on {summary.present} host(s)"
+    sup.env_bytes += summary.runner_bytes
+    if sup.env_bytes:
+        said += f"; the runner sent {sup.env_bytes / (1 << 20):.1f} MiB"
     sup.note(said)
-    sup.env_bytes = summary.runner_bytes
     return [Outcome(p.host, error=errors.get(p.host.process_id)) for p in probes]
 
 
