@@ -135,6 +135,13 @@ TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
     "as ProxyCommand, to its internal address; default: connect directly)",
 )
 
+NO_ADD_KEY = Flag(  # issue 26: first contact
+    "no-add-key",
+    kind="switch",
+    help="with --prefix: never add your key (~/.ssh/google_compute_engine) to the nodes' "
+    "metadata or your OS Login profile (default: add it where it is missing, as gcloud does)",
+)
+
 
 def fleet(required: bool = True) -> Group:
     """``--hosts/--local/--prefix`` (one of them ``required``) and their options."""
@@ -152,6 +159,7 @@ def fleet(required: bool = True) -> Group:
         CONNECT_LIMIT,
         WAIT,
         TUNNEL_THROUGH_IAP,
+        NO_ADD_KEY,
     )
 
 

@@ -1,0 +1,112 @@
+"""Issue 26, first contact: the user's key accepted, as gcloud does, on the real sshd fleet.
+
+A fresh HOME (no ``~/.ssh/google_compute_engine``) and hosts that do not know it: ``run
+--prefix`` creates the key, adds it to the node's metadata through the real gcloud CLI (merged:
+every other key survives), waits for the stand-in's guest agent to install it, and runs. A
+second run pushes nothing; ``--no-add-key`` never touches metadata; OS Login puts the key in the
+profile and logs in as its POSIX user.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import fleet as loopback
+from tests.cloud.fixture import ZONE, Cloud
+
+pytestmark = pytest.mark.usefixtures("fresh_runs")
+
+EXPIRY = 'google-ssh {"userName":"a@b.c","expireOn":"2030-01-01T00:00:00+0000"}'
+OTHER = (
+    f"other:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtherKeyOtherKeyOtherKeyOtherKeyOther1 {EXPIRY}"
+)
+
+
+def ssh_config(fleet: loopback.Fleet, tmp_path: Path, users: bool = True) -> Path:
+    """Host blocks for the workers' addresses, with no identity: only gcloud's key is tried."""
+    lines = []
+    for h in fleet.hosts:
+        lines += [f"Host 127.0.0.{2 + h.index}", f"  Port {h.port}"]
+        lines += [f"  User {h.user}"] if users else []
+    path = tmp_path / "ssh_config"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def multihost(
+    cloud: Cloud, tmp_path: Path, home: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    home.mkdir(exist_ok=True)
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    env = cloud.env | {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
+                       "CLOUDSDK_CORE_ACCOUNT": "me@example.com", "COLUMNS": "200"}  # fmt: skip
+    argv = [sys.executable, "-m", "multihost", "run", "--prefix", "myqr", "--zone", ZONE,
+            "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), *args,
+            "--cmd", "echo hi from $MULTIHOST_TEST_HOST"]  # fmt: skip
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
+def patches(cloud: Cloud) -> int:
+    return len(cloud.requests("PATCH"))
+
+
+def test_first_contact_adds_the_key_once_and_keeps_the_metadata(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    cloud.tpu.add("myqr", "v4-16")
+    qr = cloud.tpu.wait_state("myqr", "ACTIVE")
+    kept = {"startup-script": "#!/bin/sh\necho up", "team": "a,b", "ssh-keys": OTHER}
+    qr.metadata[0] = dict(kept)
+    config = str(ssh_config(cloud.fleet, tmp_path))
+    home = tmp_path / "home"
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "k1")
+    assert res.returncode == 0, res.stderr
+    assert (home / ".ssh" / "google_compute_engine").is_file()
+    assert "adding your key to 1 node…" in res.stderr
+    assert "accepted by 2/2 workers in" in res.stderr
+    assert "was added to the metadata of myqr" in res.stderr
+    assert patches(cloud) == 1
+    meta = qr.metadata[0]
+    for key in ("startup-script", "team"):
+        assert meta[key] == kept[key]  # the CLI merged: nothing else replaced
+    pub = (home / ".ssh" / "google_compute_engine.pub").read_text().split()
+    lines = meta["ssh-keys"].split("\n")
+    assert lines[0] == OTHER  # the comma-holding line survived whole (gcloud's ^DELIM^)
+    assert lines[1].split(":", 1)[1].split()[:2] == pub[:2]
+    assert len(lines) == 2
+    # a second run pushes nothing and says nothing about keys
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "k2")
+    assert res.returncode == 0, res.stderr
+    assert "key" not in res.stderr
+    assert patches(cloud) == 1
+    # --no-add-key: another user's fresh HOME is refused, metadata untouched
+    res = multihost(cloud, tmp_path, tmp_path / "home2", "--ssh-config", config,
+                    "--run-name", "k3", "--no-add-key", "--connect-timeout", "5")  # fmt: skip
+    assert res.returncode != 0
+    assert "authentication failed" in res.stderr
+    assert patches(cloud) == 1
+
+
+def test_oslogin_key_goes_to_the_profile(cloud: Cloud, tmp_path: Path) -> None:
+    user = cloud.fleet.hosts[0].user
+    cloud.tpu.oslogin_profile = {
+        "name": "me@example.com",
+        "posixAccounts": [{"primary": True, "username": user, "uid": "1001"}],
+    }
+    cloud.tpu.project_metadata["enable-oslogin"] = "TRUE"  # the project's, not the node's
+    cloud.tpu.add("myqr", "v4-8")
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    config = str(ssh_config(cloud.fleet, tmp_path, users=False))
+    home = tmp_path / "home"
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "o1")
+    assert res.returncode == 0, res.stderr
+    assert f"OS Login: your key is in your profile; logging in as {user}" in res.stderr
+    assert patches(cloud) == 0  # nothing in any node's metadata
+    pub = (home / ".ssh" / "google_compute_engine.pub").read_text().split()
+    keys = cloud.tpu.oslogin_profile["sshPublicKeys"].values()
+    assert [k["key"].split()[:2] for k in keys] == [pub[:2]]
