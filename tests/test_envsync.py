@@ -80,12 +80,38 @@ def test_install_checks_sha256_then_probe_sees_damage(tmp_path: Path) -> None:
     data = _packed_env()
     digest = hashlib.sha256(data).hexdigest()
     key = "k" * 32
-    bad = _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, digest="0" * 64), tmp_path, data)
+    bad = _sh(
+        script(
+            INSTALL,
+            paths={"b": "~/.mh"},
+            key=key,
+            digest="0" * 64,
+            how="stdin",
+            url="",
+            fetch="",
+            timeout=0,
+        ),
+        tmp_path,
+        data,
+    )
     assert bad.returncode == 3
     assert b"sha256 mismatch" in bad.stderr
     assert not (tmp_path / ".mh" / "envs" / key).exists()
     assert not list((tmp_path / ".mh" / "envs").glob(".incoming.*"))
-    good = _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, digest=digest), tmp_path, data)
+    good = _sh(
+        script(
+            INSTALL,
+            paths={"b": "~/.mh"},
+            key=key,
+            digest=digest,
+            how="stdin",
+            url="",
+            fetch="",
+            timeout=0,
+        ),
+        tmp_path,
+        data,
+    )
     assert good.returncode == 0, good.stderr
     assert good.stdout.split() == [b"absent", b"installed"]
     assert (tmp_path / ".mh" / "envs" / key / "bin" / "x").read_bytes() == b"abc"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import multihost
+from multihost.envsync import uv_binary
 from multihost.errors import UsageError
 from multihost.result import RunResult
 from multihost.runstate import Note
@@ -219,3 +220,21 @@ def test_failing_setup_starts_nothing(
         runs = ssh_fleet.hosts[i].home / ".multihost" / "runs"
         assert not runs.exists() or not any(runs.iterdir())
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
+def test_peer_the_builder_serves_the_others(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    proj = _project(tmp_path / "proj", index)
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path, stage_via="peer")
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    assert index.downloads() == len(index.files())
+    said = _said(notes)
+    assert f"installed on {N - 1} host(s)" in said
+    # the pack went host to host: the runner sent at most uv (to a builder without one)
+    uv = uv_binary()
+    assert uv is not None
+    shipped = f"the runner sent {os.path.getsize(uv) / (1 << 20):.1f} MiB"
+    assert "the runner sent" not in said or said.endswith(shipped), said
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end (the seed's server)")
