@@ -5,6 +5,7 @@ fleet, one after the other, for each host count:
 
 - ``multihost cold``: ``multihost run`` on hosts without the environment (one host builds it
   with uv, the runner carries the pack to the others);
+- ``multihost cold, --stage-via peer``: the same, the builder serving the pack to the others;
 - ``multihost warm``: the same run again;
 - ``uv sync (every host)``: every host runs ``uv sync --frozen`` at once, each with an empty
   uv cache (uv pre-placed on every host, not timed);
@@ -137,6 +138,17 @@ def bench(n: int, repeat: int, work: Path) -> list[tuple[str, float, int, int, s
             sent = _sent(said)
         pages, files = requests()
         rows.append(("multihost cold", statistics.median(walls), pages, files, sent))
+        walls = []
+        for _ in range(repeat):
+            _clear(fleet, n, "envs", "uv-cache", "bin")
+            idx.hits.clear()
+            wall, said = _run(fleet, n, proj, "python -c 'import big, small0'", logs,
+                              stage_via="peer")  # fmt: skip
+            walls.append(wall)
+            sent = _sent(said)
+        pages, files = requests()
+        rows.append(("multihost cold, --stage-via peer", statistics.median(walls), pages, files,
+                     sent))  # fmt: skip
         walls = []
         idx.hits.clear()
         for _ in range(repeat):
