@@ -153,3 +153,23 @@ def test_host_keys_pinned_from_guest_attributes(cloud: Cloud, tmp_path: Path) ->
     assert res.returncode == 0, res.stderr
     assert "myqr publishes no host keys" in res.stderr
     assert "trusting their workers' keys on first use" in res.stderr
+
+
+def test_hosts_check_adds_the_key_and_hosts_alone_does_not(cloud: Cloud, tmp_path: Path) -> None:
+    cloud.tpu.add("myqr", "v4-8")
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    config = str(ssh_config(cloud.fleet, tmp_path))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = cloud.env | {"HOME": str(home), "XDG_STATE_HOME": str(home / "state")}
+    base = [sys.executable, "-m", "multihost", "hosts", "--prefix", "myqr", "--zone", ZONE,
+            "--ssh-config", config, "--json"]  # fmt: skip
+    listed = subprocess.run(base, env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert patches(cloud) == 0  # listing logs in nowhere: no key made, none pushed
+    assert not (home / ".ssh").exists()
+    checked = subprocess.run([*base, "--check"], env=env, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    assert "accepted by 1/1 workers" in checked.stderr
+    assert patches(cloud) == 1
