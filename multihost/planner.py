@@ -122,6 +122,7 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     warnings: tuple[str, ...] = ()
     added: KeyAdded | None = None
+    found_cloud: CloudFound | None = None
     started = time.monotonic()
     if isinstance(s.hosts, Fleet):
         if s.local is not None or s.prefix is not None:
@@ -133,6 +134,7 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
                          tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
+        found_cloud = found.cloud
         if found.cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
             added = _add_key(found.cloud, s)
             if added.user is not None:
@@ -143,6 +145,16 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     )
     if s.host_keys is not None:
         ssh = replace(ssh, host_keys=s.host_keys)
+    if found_cloud is not None and s.add_key and ssh.host_keys == "accept-new":  # issue 26
+        from multihost.sources.tpuhostkeys import pin
+
+        pins = pin(fleet, [str(n.get("name", "")).rsplit("/", 1)[-1] for n in found_cloud.nodes],
+                   found_cloud.project, found_cloud.zone, found_cloud.gcloud)  # fmt: skip
+        ssh = replace(ssh, pinned=pins.keys)
+        if pins.unpublished:
+            verb = "publishes" if len(pins.unpublished) == 1 else "publish"
+            warnings += (f"{', '.join(pins.unpublished)} {verb} no host keys (guest attributes "
+                         "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
     if s.connect_timeout is not None:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
     if s.ssh_config is not None:

@@ -38,7 +38,7 @@ def ssh_config(fleet: loopback.Fleet, tmp_path: Path, users: bool = True) -> Pat
 
 
 def multihost(
-    cloud: Cloud, tmp_path: Path, home: Path, *args: str
+    cloud: Cloud, tmp_path: Path, home: Path, *args: str, cmd: str = "echo hi"
 ) -> subprocess.CompletedProcess[str]:
     home.mkdir(exist_ok=True)
     code = tmp_path / "code"
@@ -47,7 +47,7 @@ def multihost(
                        "CLOUDSDK_CORE_ACCOUNT": "me@example.com", "COLUMNS": "200"}  # fmt: skip
     argv = [sys.executable, "-m", "multihost", "run", "--prefix", "myqr", "--zone", ZONE,
             "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), *args,
-            "--cmd", "echo hi from $MULTIHOST_TEST_HOST"]  # fmt: skip
+            "--cmd", cmd]  # fmt: skip
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -110,3 +110,46 @@ def test_oslogin_key_goes_to_the_profile(cloud: Cloud, tmp_path: Path) -> None:
     pub = (home / ".ssh" / "google_compute_engine.pub").read_text().split()
     keys = cloud.tpu.oslogin_profile["sshPublicKeys"].values()
     assert [k["key"].split()[:2] for k in keys] == [pub[:2]]
+
+
+def test_host_keys_pinned_from_guest_attributes(cloud: Cloud, tmp_path: Path) -> None:
+    """A worker whose key differs from its published one is refused, named, with both
+    fingerprints, and nothing starts on any host; a node publishing none is TOFU, said."""
+    cloud.tpu.add("myqr", "v4-16")
+    qr = cloud.tpu.wait_state("myqr", "ACTIVE")
+    bad = qr.workers[1].host
+    cloud.tpu.wrong_host_keys.add(bad)
+    config = str(ssh_config(cloud.fleet, tmp_path))
+    home = tmp_path / "home"
+    marks = [Path(f"/tmp/mh-pin-{h.alias}") for h in cloud.fleet.hosts]
+    for m in marks:
+        m.unlink(missing_ok=True)
+    argv = ["--ssh-config", config, "--no-add-key", "--run-name", "p1"]
+    cmd = "touch /tmp/mh-pin-$MULTIHOST_TEST_HOST; exec sleep 30"
+    env_home = home / ".ssh"
+    env_home.mkdir(parents=True)
+    key = env_home / "google_compute_engine"  # the fleet's key: only host keys are at stake
+    key.write_bytes(cloud.fleet.key.read_bytes())
+    key.chmod(0o600)
+    res = multihost(cloud, tmp_path, home, *argv, cmd=cmd)
+    assert res.returncode != 0
+    assert "s0/w1" in res.stderr
+    assert "host key differs from the one its TPU node publishes" in res.stderr
+    assert res.stderr.count("SHA256:") >= 2  # expected and presented
+    assert not [m for m in marks if m.exists()]  # nothing started on any host
+    for h in (w.host for w in qr.workers):
+        assert not [p for p in cloud.fleet.user_processes(h) if "sleep" in p[1]]
+    # the right keys: pinned and accepted (no trust-on-first-use file written)
+    cloud.tpu.wrong_host_keys.clear()
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--no-add-key",
+                    "--run-name", "p2")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "trusting" not in res.stderr
+    assert not (home / "state" / "multihost" / "known_hosts").exists()
+    # a node that publishes none: trust on first use, said
+    cloud.tpu.no_host_keys.add("myqr")
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--no-add-key",
+                    "--run-name", "p3")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "myqr publishes no host keys" in res.stderr
+    assert "trusting their workers' keys on first use" in res.stderr

@@ -120,6 +120,8 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
     )
     holder.append(tpu)
     guest = GuestAgent(ssh_fleet.dir / "authorized_keys")
+    keys = ssh_fleet.dir / "hosts"
+    tpu.host_key = lambda i: (keys / ssh_fleet.hosts[i].alias / "host_key.pub").read_text()
     tpu.guest_agent = guest
     (tmp / "gcloud").mkdir()
     env = dict(os.environ) | gcloud_env(

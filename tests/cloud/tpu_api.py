@@ -29,6 +29,8 @@ _ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
 WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v5litepod-16": 4}
 _QR = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$")
 _OP = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
+# a real ed25519 public key that no fleet host has (served as a worker's "wrong" host key)
+WRONG_ED25519 = "AAAAC3NzaC1lZDI1NTE5AAAAIKgn1VTkT+8EQ8A/x51qiEooVwZIE5MYAk3dVp/EC14C"
 _PROJECT = re.compile(r"^/compute/v1/projects/([^/]+)$")
 _NODE = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes(?:/([^/:?]+))?(:\w+)?$")
 
@@ -139,6 +141,11 @@ class TpuApi:
         self.project_metadata: dict[str, str] = {}
         self.guest_agent: Callable[[list[Worker], str], None] = lambda workers, keys: None
         self.oslogin_profile: dict[str, Any] | None = None  # set by the OS Login stand-in
+        # guest attributes hostkeys/*: a fleet host's real host key ("<type> <base64>"),
+        # a wrong one for the hosts in ``wrong_host_keys``, none for ``no_host_keys`` resources
+        self.host_key: Callable[[int], str | None] = lambda host: None
+        self.wrong_host_keys: set[int] = set()
+        self.no_host_keys: set[str] = set()
         self.lock = threading.RLock()
         api = self
 
@@ -339,7 +346,14 @@ class TpuApi:
 
     def guest_attributes(self, qr: QueuedResource, w: Worker) -> list[dict[str, str]]:
         """What the guest agent publishes for one worker (items of ``queryValue``)."""
-        return [{"namespace": "deviceInfo", "key": "hostname", "value": self.instance_name(qr, w)}]
+        items = [{"namespace": "deviceInfo", "key": "hostname", "value": self.instance_name(qr, w)}]
+        key = None if qr.name in self.no_host_keys else self.host_key(w.host)
+        if key is not None:
+            kind, b64 = key.split()[:2]
+            if w.host in self.wrong_host_keys:
+                b64 = WRONG_ED25519 if kind == "ssh-ed25519" else b64[:-8] + "AAAAAAAA"
+            items.append({"namespace": "hostkeys", "key": kind, "value": b64})
+        return items
 
     def _nodes(
         self, method: str, project: str, zone: str, name: str | None, verb: str | None,
@@ -486,6 +500,8 @@ class TpuApi:
             self.faults.clear()
             self.project_metadata.clear()
             self.oslogin_profile = None
+            self.wrong_host_keys.clear()
+            self.no_host_keys.clear()
 
     def stop(self) -> None:
         self.reset()
