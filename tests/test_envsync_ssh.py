@@ -32,6 +32,16 @@ CHECK = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_envs_left(ssh_fleet: loopback.Fleet) -> Iterator[None]:
+    """Each test's environments (a new key per test: a new index port) go afterwards."""
+    before = [set(_envs(ssh_fleet, i).glob("*")) for i in range(N)]
+    yield
+    for i in range(N):
+        for p in set(_envs(ssh_fleet, i).glob("*")) - before[i]:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[Index]:
     idx = Index(tmp_path / "index")
