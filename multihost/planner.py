@@ -151,6 +151,10 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         pins = pin(fleet, [str(n.get("name", "")).rsplit("/", 1)[-1] for n in found_cloud.nodes],
                    found_cloud.project, found_cloud.zone, found_cloud.gcloud)  # fmt: skip
         ssh = replace(ssh, pinned=pins.keys)
+        from multihost.transport.hostkeys import record_pins
+
+        ports = {h.address: h.port for h in fleet}
+        record_pins([(a, ports.get(a), k) for a, k in pins.keys], ssh.trust_file)
         if pins.unpublished:
             verb = "publishes" if len(pins.unpublished) == 1 else "publish"
             warnings += (f"{', '.join(pins.unpublished)} {verb} no host keys (guest attributes "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from multihost.sources.tpukeys import has_key, key_line, merged, oslogin_on, update_command
 
 
@@ -30,3 +32,19 @@ def test_oslogin_node_first_then_project() -> None:
     assert not oslogin_on({"metadata": {"enable-oslogin": "FALSE"}}, {"enable-oslogin": "TRUE"})
     assert oslogin_on({"metadata": {}}, {"enable-oslogin": "True"})
     assert not oslogin_on({}, {})
+
+
+def test_published_keys_replace_what_was_recorded(tmp_path: Path) -> None:
+    from multihost.transport.hostkeys import record_pins
+
+    trust = tmp_path / "state" / "known_hosts"
+    trust.parent.mkdir()
+    trust.write_text("10.0.0.2 ssh-ed25519 OLD\nother ssh-ed25519 KEEP\n")
+    n = record_pins([("10.0.0.2", None, ("ssh-ed25519 NEW",)),
+                     ("10.0.0.3", 2222, ("ssh-rsa R", "bad"))], trust)  # fmt: skip
+    assert n == 2
+    assert trust.read_text().splitlines() == [
+        "other ssh-ed25519 KEEP",
+        "10.0.0.2 ssh-ed25519 NEW",
+        "[10.0.0.3]:2222 ssh-rsa R",
+    ]

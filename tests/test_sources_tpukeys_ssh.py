@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests import fleet as loopback
+from tests.clitools import cli
 from tests.cloud.fixture import ZONE, Cloud
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
@@ -139,13 +140,21 @@ def test_host_keys_pinned_from_guest_attributes(cloud: Cloud, tmp_path: Path) ->
     assert not [m for m in marks if m.exists()]  # nothing started on any host
     for h in (w.host for w in qr.workers):
         assert not [p for p in cloud.fleet.user_processes(h) if "sleep" in p[1]]
-    # the right keys: pinned and accepted (no trust-on-first-use file written)
+    # the right keys: pinned, accepted, and recorded in multihost's own known-hosts file in
+    # place of what was there (the wrong key published a run ago), for attach/status/kill
     cloud.tpu.wrong_host_keys.clear()
     res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--no-add-key",
                     "--run-name", "p2")  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert "trusting" not in res.stderr
-    assert not (home / "state" / "multihost" / "known_hosts").exists()
+    trust = home / "state" / "multihost" / "known_hosts"
+    recorded = [line.split() for line in trust.read_text().splitlines()]
+    names = [r[0] for r in recorded]
+    assert len(names) == len(set(names)) >= len(qr.workers)  # one key per worker: replaced
+    assert oct(trust.stat().st_mode & 0o777) == "0o600"
+    status = cli(["status", "p2", "--log-dir", str(tmp_path / "logs"), "--refresh"],
+                 HOME=str(home), XDG_STATE_HOME=str(home / "state"))  # fmt: skip
+    assert "host key" not in status.stderr, status.stderr
     # a node that publishes none: trust on first use, said
     cloud.tpu.no_host_keys.add("myqr")
     res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--no-add-key",
