@@ -35,6 +35,7 @@ class Defaults:
     pull_limit: int = 16  # hosts copying files back at once (multihost pull --limit)
     pull_files: int = 8  # files in flight at once on one host's connection
     wait_poll: float = 5.0  # s between gcloud polls while --wait waits ($MULTIHOST_WAIT_POLL)
+    key_wait: float = 50.0  # s a key just added may take to be accepted ($MULTIHOST_KEY_WAIT)
     # The supervisor's own bounds (not flags).
     connect_slack: float = 10.0  # beyond connect_timeout, for a whole connect step
     command_timeout: float = 120.0  # one command on every host (status, check, kill-stale)

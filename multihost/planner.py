@@ -23,10 +23,9 @@ from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
 from multihost.plan import check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
-from multihost.sources import FleetSpec, Found, resolve
+from multihost.sources import CloudFound, FleetSpec, Found, resolve
+from multihost.sources.tpukeys import GOOGLE_KEY, KeyAdded
 from multihost.transport import HostKeyPolicy, SSHOptions
-
-GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take
 
 
 @dataclass(frozen=True)
@@ -85,6 +84,9 @@ class Settings:
     all_extras: bool = False
     group: Sequence[str] = ()
     no_dev: bool = False
+    setup: str | None = None
+    no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
+    add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Settings:
@@ -101,6 +103,7 @@ class Reach:
     ssh: SSHOptions
     cloud: bool = False
     warnings: tuple[str, ...] = ()  # what the fleet's source had to say
+    notes: tuple[str, ...] = ()  # what first contact did (a key added, and where)
 
 
 @dataclass(frozen=True)
@@ -111,12 +114,15 @@ class Plan:
     job: Job
     options: RunOptions
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what first contact did (said in the run's header)
 
 
 def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     warnings: tuple[str, ...] = ()
+    added: KeyAdded | None = None
+    found_cloud: CloudFound | None = None
     started = time.monotonic()
     if isinstance(s.hosts, Fleet):
         if s.local is not None or s.prefix is not None:
@@ -128,12 +134,31 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
                          tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
+        found_cloud = found.cloud
+        if found.cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
+            added = _add_key(found.cloud, s)
+            if added.user is not None:
+                fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
     ssh = s.ssh or SSHOptions(
         host_keys="accept-new" if cloud else "strict",
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
     if s.host_keys is not None:
         ssh = replace(ssh, host_keys=s.host_keys)
+    if found_cloud is not None and s.add_key and ssh.host_keys == "accept-new":  # issue 26
+        from multihost.sources.tpuhostkeys import pin
+
+        pins = pin(fleet, [str(n.get("name", "")).rsplit("/", 1)[-1] for n in found_cloud.nodes],
+                   found_cloud.project, found_cloud.zone, found_cloud.gcloud)  # fmt: skip
+        ssh = replace(ssh, pinned=pins.keys)
+        from multihost.transport.hostkeys import record_pins
+
+        ports = {h.address: h.port for h in fleet}
+        record_pins([(a, ports.get(a), k) for a, k in pins.keys], ssh.trust_file)
+        if pins.unpublished:
+            verb = "publishes" if len(pins.unpublished) == 1 else "publish"
+            warnings += (f"{', '.join(pins.unpublished)} {verb} no host keys (guest attributes "
+                         "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
     if s.connect_timeout is not None:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
     if s.ssh_config is not None:
@@ -144,9 +169,35 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         loop = include_loop(ssh.config)
         if loop is not None:
             raise SettingError(f"ssh config: an Include loop: {loop}")
+    notes: tuple[str, ...] = ()
+    if added is not None and (added.nodes or added.profile):
+        say = s.progress or (lambda _: None)
+        n = len(added.nodes)
+        say(f"adding your key to {n} node{'s' * (n != 1)}…" if n else
+            "adding your key to your OS Login profile…")  # fmt: skip
+        _wait_reachable(fleet, ssh, s, _key_wait(), auth=True)
+        if n:
+            notes = (f"your key ({GOOGLE_KEY}.pub) was added to the metadata of "
+                     f"{', '.join(added.nodes)}",)  # fmt: skip
+    if added is not None and added.oslogin:
+        notes += (f"OS Login: your key is in your profile"
+                  f"{'' if added.user is None else f'; logging in as {added.user}'}",)  # fmt: skip
     if s.wait is not None and not fleet.local:
         _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
-    return Reach(fleet, ssh, cloud, warnings)
+    return Reach(fleet, ssh, cloud, warnings, notes)
+
+
+# -- first contact (issue 26): the user's key accepted, as gcloud does --------------------------
+def _add_key(where: CloudFound, s: Settings) -> KeyAdded:
+    from multihost.sources.tpukeys import add_key
+
+    return add_key(where.nodes, project=where.project, zone=where.zone, user=s.user,
+                   gcloud=where.gcloud)  # fmt: skip
+
+
+def _key_wait() -> float:
+    """How long a pushed key may take to be accepted (gcloud: 10 tries, 5 s apart)."""
+    return float(os.environ.get("MULTIHOST_KEY_WAIT", D.key_wait))
 
 
 # -- --wait (issue 26): slices READY, then hosts answering -----------------------------------
@@ -163,13 +214,15 @@ def _waited(spec: FleetSpec, s: Settings) -> Found:
     return found
 
 
-def _wait_reachable(fleet: Fleet, ssh: SSHOptions, s: Settings, seconds: float) -> None:
+def _wait_reachable(
+    fleet: Fleet, ssh: SSHOptions, s: Settings, seconds: float, *, auth: bool = False
+) -> None:
     from multihost.bridge import blocking
     from multihost.fleetops.reachable import wait_reachable
 
     say = s.progress or (lambda _: None)
     blocking(lambda: wait_reachable(fleet, ssh, seconds, say, limit=s.connect_limit,
-                                    poll=min(_poll(), 2.0)))  # fmt: skip
+                                    poll=min(_poll(), 2.0), auth=auth))  # fmt: skip
 
 
 def plan(settings: Settings | Mapping[str, Any]) -> Plan:
@@ -178,7 +231,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     check_port("coordinator_port", s.coordinator_port)
     check_port("megascale_port", s.megascale_port)
-    where = reach(s)
+    where = reach(replace(s, add_key=True))  # a run connects: the user's key accepted first
     job = Job(
         command=s.cmd,
         run_name=check_run_name(s.run_name or default_run_name()),
@@ -227,8 +280,9 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
             groups=tuple(s.group),
             no_dev=s.no_dev,
         ),
+        setup=s.setup,
     )
-    return Plan(where.fleet, job, options, where.warnings)
+    return Plan(where.fleet, job, options, where.warnings, where.notes)
 
 
 def check_port(name: str, value: object) -> None:

@@ -57,6 +57,7 @@ class RunOptions:
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
     environment: EnvRequest | None = None  # issue 27: the locked env on every host
+    setup: str | None = None  # issue 27: --setup CMD on every host before the gate
 
 
 @dataclass(frozen=True)

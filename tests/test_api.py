@@ -254,8 +254,9 @@ def test_prefix_keywords_reach_discovery_and_cloud_defaults(
     monkeypatch.setenv("PATH", f"{FAKE_GCLOUD_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("FAKE_GCLOUD_LOG", str(tmp_path / "gcloud.log"))
     monkeypatch.setenv("FAKE_GCLOUD_NODES", str(FIXTURE_DIR / "myqr.json"))
+    # no_add_key: the fake gcloud only lists (first contact: test_sources_tpukeys_ssh)
     plan = plan_run("true", {"prefix": "myqr", "project": "p", "zone": "z", "ip": "internal",
-                             "user": "ml", "script_dir": tmp_path})  # fmt: skip
+                             "user": "ml", "script_dir": tmp_path, "no_add_key": True})  # fmt: skip
     assert len(plan.fleet) == 4
     assert plan.fleet.num_slices == 2
     assert {h.user for h in plan.fleet} == {"ml"}

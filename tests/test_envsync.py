@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import subprocess
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import multihost
 from multihost.core.envsync import Probe
 from multihost.envsync import Selection, request, satisfies
 from multihost.errors import SettingError
@@ -18,6 +21,8 @@ from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import INSTALL, PACK, PROBE
 from multihost.remote.staging import python_source
+from tests.clitools import cli
+from tests.pyindex import Index
 
 
 @pytest.mark.parametrize(
@@ -75,12 +80,38 @@ def test_install_checks_sha256_then_probe_sees_damage(tmp_path: Path) -> None:
     data = _packed_env()
     digest = hashlib.sha256(data).hexdigest()
     key = "k" * 32
-    bad = _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, digest="0" * 64), tmp_path, data)
+    bad = _sh(
+        script(
+            INSTALL,
+            paths={"b": "~/.mh"},
+            key=key,
+            digest="0" * 64,
+            how="stdin",
+            url="",
+            fetch="",
+            timeout=0,
+        ),
+        tmp_path,
+        data,
+    )
     assert bad.returncode == 3
     assert b"sha256 mismatch" in bad.stderr
     assert not (tmp_path / ".mh" / "envs" / key).exists()
     assert not list((tmp_path / ".mh" / "envs").glob(".incoming.*"))
-    good = _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, digest=digest), tmp_path, data)
+    good = _sh(
+        script(
+            INSTALL,
+            paths={"b": "~/.mh"},
+            key=key,
+            digest=digest,
+            how="stdin",
+            url="",
+            fetch="",
+            timeout=0,
+        ),
+        tmp_path,
+        data,
+    )
     assert good.returncode == 0, good.stderr
     assert good.stdout.split() == [b"absent", b"installed"]
     assert (tmp_path / ".mh" / "envs" / key / "bin" / "x").read_bytes() == b"abc"
@@ -104,3 +135,43 @@ def test_probe_reports_key_and_state(tmp_path: Path) -> None:
     assert Probe.parse(host, _sh(probe, tmp_path).stdout.decode()).state == "present"
     (env / "bin" / "x").write_bytes(b"ab")
     assert Probe.parse(host, _sh(probe, tmp_path).stdout.decode()).state == "damaged"
+
+
+# -- the whole path with --local workers (no SSH): real uv, an index served here --------------
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[tuple[Path, Index]]:
+    idx = Index(tmp_path / "index")
+    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"})
+    with idx.serving():
+        root = tmp_path / "proj"
+        root.mkdir()
+        (root / "pyproject.toml").write_text(
+            '[project]\nname = "demo"\nversion = "0.1"\nrequires-python = ">=3.9"\n'
+            'dependencies = ["tinya"]\n[tool.uv]\npackage = false\n'
+            f'[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
+        )
+        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
+        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+        idx.hits.clear()
+        yield root, idx
+
+
+def test_local_workers_share_one_build(home: Path, project: tuple[Path, Index]) -> None:
+    root, idx = project
+    res = multihost.run(
+        'python -c "import tinya, sys; print(tinya.X, sys.prefix.endswith(tinya.__name__) or 1)"',
+        local=2, script_dir=root, log_dir=home / "logs", stream="none",
+    )  # fmt: skip
+    assert res.ok, res
+    assert idx.downloads() == 1  # both workers share one home: one build, one download
+
+
+def test_cli_stale_lock_is_one_line_exit_2(home: Path, project: tuple[Path, Index]) -> None:
+    root, idx = project
+    text = (root / "pyproject.toml").read_text()
+    (root / "pyproject.toml").write_text(text.replace('["tinya"]', '["tinya", "tinyz"]'))
+    out = cli(["run", "--local", "1", "--script-dir", str(root), "--cmd", "true"], HOME=str(home))
+    assert out.returncode == 2
+    assert "out of date with pyproject.toml: run `uv lock`" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not idx.hits

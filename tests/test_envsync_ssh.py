@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import multihost
+from multihost.envsync import uv_binary
 from multihost.errors import UsageError
 from multihost.result import RunResult
 from multihost.runstate import Note
@@ -29,6 +30,16 @@ CHECK = (
     'python -c "import os, sys, tinya, tinyb; '
     "print(sys.prefix == os.environ['VIRTUAL_ENV'], tinya.X + tinyb.Y)\""
 )
+
+
+@pytest.fixture(autouse=True)
+def _no_envs_left(ssh_fleet: loopback.Fleet) -> Iterator[None]:
+    """Each test's environments (a new key per test: a new index port) go afterwards."""
+    before = [set(_envs(ssh_fleet, i).glob("*")) for i in range(N)]
+    yield
+    for i in range(N):
+        for p in set(_envs(ssh_fleet, i).glob("*")) - before[i]:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -168,3 +179,72 @@ def test_failing_build(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) 
         assert not runs.exists() or not any(runs.iterdir())
         assert not list(_envs(ssh_fleet, i).glob(".build.*"))
     shutil.rmtree(tmp_path / "logs", ignore_errors=True)
+
+
+# -- --setup CMD (item 11) ---------------------------------------------------------------------
+def test_setup_runs_once_then_skips_then_reruns(
+    ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
+) -> None:
+    mark = f"setup-{tmp_path.name}-{os.getpid()}"
+    setup = f'echo "set up $MULTIHOST_TEST_HOST"; echo x >> "$HOME/{mark}"'
+
+    def counts() -> list[int]:
+        files = [ssh_fleet.hosts[i].home / mark for i in range(N)]
+        return [len(f.read_text().splitlines()) if f.exists() else 0 for f in files]
+
+    try:
+        res, lines, notes = _run(ssh_fleet, code, tmp_path, cmd="cat x.txt", setup=setup)
+        assert res.ok
+        assert lines == ["staged"] * N
+        assert counts() == [1] * N
+        assert f"setup: ran on {N} host(s)" in notes
+        log = next((tmp_path / "logs").glob(f"*/{res.hosts[1].host.file_stem}.setup.log"))
+        assert log.read_text() == "set up h1\n"
+        res, _, notes = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup)
+        assert res.ok
+        assert counts() == [1] * N
+        assert any(n.startswith(f"setup: skipped on all {N} host(s)") for n in notes)
+        res, _, _ = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup + " # changed")
+        assert counts() == [2] * N
+        (code / "setup.sh").write_text("echo new\n")  # new code: runs again
+        res, _, _ = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup)
+        assert res.ok
+        assert counts() == [3] * N
+    finally:
+        for i in range(N):
+            (ssh_fleet.hosts[i].home / mark).unlink(missing_ok=True)
+
+
+def test_failing_setup_starts_nothing(
+    ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
+) -> None:
+    setup = '[ "$MULTIHOST_TEST_HOST" != h2 ] || { echo step one; echo broken thing; exit 3; }'
+    res, lines, _ = _run(ssh_fleet, code, tmp_path, cmd="echo started", setup=setup)
+    assert not res.ok
+    assert lines == []
+    failed = [h for h in res.hosts if h.error and "setup failed" in h.error]
+    assert [h.host.name for h in failed] == ["s0/w2"]
+    assert "setup failed (exit 3): step one | broken thing" in (failed[0].error or "")
+    assert all(h.exit_code is None for h in res.hosts)
+    for i in range(N):
+        runs = ssh_fleet.hosts[i].home / ".multihost" / "runs"
+        assert not runs.exists() or not any(runs.iterdir())
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
+def test_peer_the_builder_serves_the_others(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    proj = _project(tmp_path / "proj", index)
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path, stage_via="peer")
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    assert index.downloads() == len(index.files())
+    said = _said(notes)
+    assert f"installed on {N - 1} host(s)" in said
+    # the pack went host to host: the runner sent at most uv (to a builder without one)
+    uv = uv_binary()
+    assert uv is not None
+    shipped = f"the runner sent {os.path.getsize(uv) / (1 << 20):.1f} MiB"
+    assert "the runner sent" not in said or said.endswith(shipped), said
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end (the seed's server)")

@@ -36,7 +36,7 @@ def run_args(config: Path, tmp_path: Path, run: str, *extra: str) -> list[str]:
     code.mkdir(exist_ok=True)
     return ["run", "--prefix", "myqr", "--zone", ZONE, "--ssh-config", str(config),
             "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", run,
-            *extra, "--cmd", "echo hi from $MULTIHOST_TEST_HOST"]  # fmt: skip
+            "--no-add-key", *extra, "--cmd", "echo hi from $MULTIHOST_TEST_HOST"]  # fmt: skip
 
 
 def env(cloud: Cloud, tmp_path: Path) -> dict[str, str]:

@@ -46,8 +46,10 @@ def _run_args(config: Path, tmp_path: Path, run: str, cmd: str) -> list[str]:
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
     (code / "x.txt").write_text("x\n")
+    # --no-add-key: the fake gcloud only lists (first contact: test_sources_tpukeys_ssh)
     return ["run", "--prefix", "myqr", "--ssh-config", str(config), "--script-dir", str(code),
-            "--log-dir", str(tmp_path / "logs"), "--run-name", run, "--cmd", cmd]  # fmt: skip
+            "--log-dir", str(tmp_path / "logs"), "--run-name", run, "--no-add-key",
+            "--cmd", cmd]  # fmt: skip
 
 
 ENV_CMD = (
@@ -150,7 +152,7 @@ def test_hosts_table_json_and_check(ssh_fleet, tmp_path: Path) -> None:  # type:
     assert "127.0.0.4" in table.stdout
     port = free_port()
     check = ["hosts", "--prefix", "myqr", "--check", "--json", "--ssh-config", str(config),
-             "--host-keys", "strict", "--coordinator-port", str(port)]  # fmt: skip
+             "--host-keys", "strict", "--coordinator-port", str(port), "--no-add-key"]  # fmt: skip
     checked = cli(check, **env)
     assert checked.returncode == 0, checked.stderr
     facts = json.loads(checked.stdout)

@@ -122,7 +122,7 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
-    where = reach_args(args, err)
+    where = reach_args(args, err, add_key=bool(args.check))
     fleet = where.fleet
     rows: list[dict[str, object]] = [dict(r) for r in fleet_rows(fleet)]
     code = 0

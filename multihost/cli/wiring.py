@@ -35,13 +35,16 @@ def plan_args(settings: Mapping[str, Any], err: Console) -> Plan:
     """The run the flags ask for (``multihost.planner``), the source's warnings said."""
     found = plan({**settings, "progress": _progress(err)})
     _warn(err, found.warnings)
+    _note(err, found.notes)
     return found
 
 
-def reach_args(args: argparse.Namespace, err: Console) -> Reach:
-    """The fleet the flags name and how to reach it, the source's warnings said."""
-    found = reach({**vars(args), "progress": _progress(err)})
+def reach_args(args: argparse.Namespace, err: Console, *, add_key: bool = False) -> Reach:
+    """The fleet the flags name and how to reach it, the source's warnings said; ``add_key``:
+    a command that logs in (``hosts --check``) makes sure a --prefix fleet takes the key."""
+    found = reach({**vars(args), "progress": _progress(err), "add_key": add_key})
     _warn(err, found.warnings)
+    _note(err, found.notes)
     return found
 
 
@@ -49,6 +52,11 @@ def _progress(err: Console) -> Callable[[str], None]:
     """Where a --wait says how it goes."""
     return lambda text: err.print(f"multihost: {text}", style="dim", markup=False,
                                   highlight=False)  # fmt: skip
+
+
+def _note(err: Console, notes: tuple[str, ...]) -> None:
+    for note in notes:
+        err.print(f"multihost: {note}", markup=False, highlight=False)
 
 
 def _warn(err: Console, warnings: tuple[str, ...]) -> None:

@@ -14,19 +14,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import platform
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from multihost import stagevia
 from multihost.core.supervisor import Supervisor
 from multihost.envsync import EnvRequest, satisfies, uv_binary, uv_version
 from multihost.errors import HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
 from multihost.remote import script
-from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE
-from multihost.remote.staging import python_source
+from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE, SERVE
+from multihost.remote.staging import SEED_STOP, python_source
 
 PROBE_TIMEOUT = 60.0
 
@@ -115,8 +118,10 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
         said += f" ({summary.repaired} repaired)"
     if summary.present:
         said += f"; present on {summary.present} host(s)"
+    sup.env_bytes += summary.runner_bytes
+    if sup.env_bytes:
+        said += f"; the runner sent {sup.env_bytes / (1 << 20):.1f} MiB"
     sup.note(said)
-    sup.env_bytes = summary.runner_bytes
     return [Outcome(p.host, error=errors.get(p.host.process_id)) for p in probes]
 
 
@@ -156,6 +161,10 @@ async def _one_key(
     if not need:
         return
     size, digest = _packed(source.host, packed)
+    if stagevia.parse(sup.options.stage_via).kind == "peer":
+        need = await _from_peer(sup, source, need, key, digest, summary)
+    if not need:
+        return
     data = bytearray()
     conn = sup.slots[source.host.process_id].conn
     assert conn is not None
@@ -168,7 +177,8 @@ async def _one_key(
         p = next(m for m in need if m.host is host)
         c = sup.slots[host.process_id].conn
         assert c is not None
-        command = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest)
+        command = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest,
+                         how="stdin", url="", fetch="", timeout=0)  # fmt: skip
         res, _sent = await c.offer(command, b"absent", archive)
         if res.exit_status != 0:
             raise RemoteError(host, f"environment install failed: {_said(res.stderr)}")
@@ -181,6 +191,56 @@ async def _one_key(
     for o in outcomes:
         if o.error is not None:
             errors[o.host.process_id] = o.error
+
+
+async def _from_peer(
+    sup: Supervisor, source: Probe, need: list[Probe], key: str, digest: str,
+    summary: EnvSummary,
+) -> list[Probe]:  # fmt: skip
+    """``--stage-via peer``: the source serves the pack to the others (token on stdin); returns
+    the hosts whose fetch failed (the runner then sends them the pack itself)."""
+    conn = sup.slots[source.host.process_id].conn
+    assert conn is not None
+    token = secrets.token_urlsafe(32)
+    addr = source.host.internal_address or conn.peer_address
+    lifetime = sup.options.stage_timeout + stagevia.FETCH_TIMEOUT
+    command = script(SERVE, paths={"b": _base(sup, source)}, key=key,
+                     serve=python_source("seed_serve"), addr=addr, lifetime=f"{lifetime:g}",
+                     fetches=len(need))  # fmt: skip
+    res = await conn.run(command, stdin=(token + "\n").encode())
+    word, _, rest = res.stdout.decode(errors="replace").strip().partition(" ")
+    if res.exit_status != 0 or word != "serving":
+        sup.note(f"{source.host.name}: cannot serve the environment ({rest or _said(res.stderr)});"
+                 " the runner sends it", "warning")  # fmt: skip
+        return need
+    port, pid, folder = rest.split(" ", 2)
+    host_part = f"[{addr}]" if ":" in addr else addr
+    url = f"http://{host_part}:{port}/{digest}.tar.gz"
+    failed: list[Probe] = []
+
+    async def fetch(host: Host) -> None:
+        p = next(m for m in need if m.host is host)
+        c = sup.slots[host.process_id].conn
+        assert c is not None
+        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest, how="peer",
+                      url=url, fetch=python_source("seed_fetch"),
+                      timeout=f"{stagevia.FETCH_TIMEOUT:g}")  # fmt: skip
+        done = await c.run(text, stdin=(token + "\n").encode())
+        if done.exit_status != 0:
+            failed.append(p)
+            return
+        summary.installed += 1
+        summary.repaired += p.state == "damaged"
+
+    try:
+        await map_hosts(fetch, [p.host for p in need], timeout=sup.options.stage_timeout,
+                        what="environment fetch")  # fmt: skip
+    finally:
+        with contextlib.suppress(HostError, TimeoutError):
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                await conn.run(script(SEED_STOP, p=pid, s=folder))
+    done = {p.host.process_id for p in failed}
+    return [p for p in need if p.host.process_id in done]
 
 
 async def _build(sup: Supervisor, p: Probe, key: str, uv: str | None) -> str:

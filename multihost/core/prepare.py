@@ -90,8 +90,8 @@ class Prepare:
             outcomes = await self._pipelined()
         else:
             outcomes = await self._phased(stale)
-        if opts.environment is not None and all(o.ok for o in outcomes) and not sup.interrupted:
-            outcomes = await self._environment()  # issue 27: multihost.envsync
+        if (opts.environment or opts.setup) and all(o.ok for o in outcomes) and not sup.interrupted:
+            outcomes = await self._environment()  # issue 27: multihost.envsync, --setup
         failed = [o for o in outcomes if not o.ok]
         if busy := [o.error for o in failed if isinstance(o.error, PortBusy)]:
             for slot in sup.slots.values():
@@ -189,15 +189,19 @@ class Prepare:
         return outcomes
 
     async def _environment(self) -> list[Outcome[None]]:
-        """The locked environment on every host (multihost.envsync); on a failure or a usage
-        error (a Python that does not satisfy requires-python) every claim is released."""
+        """The locked environment on every host (multihost.envsync), then ``--setup``
+        (multihost.core.setup); on a failure or a usage error (a Python that does not satisfy
+        requires-python) every claim is released."""
         from multihost.core.envsync import sync_environment
+        from multihost.core.setup import run_setup
 
-        sup = self.sup
-        assert sup.options.environment is not None
+        sup, opts = self.sup, self.sup.options
         outcomes: list[Outcome[None]] = []
         try:
-            outcomes = await sync_environment(sup, sup.options.environment)
+            if opts.environment is not None:
+                outcomes = await sync_environment(sup, opts.environment)
+            if opts.setup and all(o.ok for o in outcomes) and not sup.interrupted:
+                outcomes = await run_setup(sup, opts.setup)
         finally:
             if not outcomes or sup.interrupted or not all(o.ok for o in outcomes):
                 conns = sup.connections

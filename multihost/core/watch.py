@@ -13,7 +13,6 @@ from collections.abc import Mapping
 
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
-from multihost.diagnose.capture import capture, save_rows, when_stepping
 from multihost.diagnose.collect import collect_over, save
 from multihost.diagnose.stacks import StackReport, group, summary_lines
 from multihost.errors import HostError, RunDirGone
@@ -187,6 +186,8 @@ async def _take_stacks(sup: Supervisor, slots: list[Slot], why: str) -> StackRep
 async def _tracer(sup: Supervisor, slots: list[Slot], tracing: asyncio.Event) -> None:
     """``run --trace``: once every JAX process of the run steps, one capture over the run's
     connections; its rows go to ``traces/<capture>/summary.json`` for the CLI's table."""
+    from multihost.diagnose.capture import capture, save_rows, when_stepping  # only if asked
+
     seconds = sup.options.trace
     assert seconds is not None
     conns = {s.host.process_id: s.conn for s in slots if s.conn is not None}

@@ -26,6 +26,11 @@ def _socket_level(exc: ConnectError) -> bool:
     )
 
 
+def _auth_failed(exc: ConnectError) -> bool:
+    """The key is not (yet) accepted."""
+    return not isinstance(exc, HostKeyError) and exc.message.startswith("authentication failed")
+
+
 async def wait_reachable(
     fleet: Fleet,
     ssh: SSHOptions,
@@ -34,9 +39,11 @@ async def wait_reachable(
     *,
     limit: int,
     poll: float = 2.0,
+    auth: bool = False,
 ) -> int:
     """Try every host until it answers or ``seconds`` pass; says how many answered. Returns
-    how many did (the run then reports those that did not, by name)."""
+    how many did (the run then reports those that did not, by name). ``auth``: a key was just
+    added, so an authentication failure is retried too (the guest agent installs it late)."""
     start = time.monotonic()
     deadline = start + seconds
     gate = asyncio.Semaphore(limit)
@@ -50,7 +57,7 @@ async def wait_reachable(
                     conn = await connect(host, ssh)
                 await conn.close()
             except ConnectError as exc:
-                if _socket_level(exc):
+                if _socket_level(exc) or (auth and _auth_failed(exc)):
                     if time.monotonic() + poll > deadline:
                         return
                     await asyncio.sleep(poll)

@@ -10,93 +10,8 @@ from __future__ import annotations
 
 import shlex
 
-# -- shared fragments (constants; concatenated into the templates below) ----------------------
-
-# Sets $exit $started $ended $stopped $escaped from run dir $r's files ("-" when missing; $exit
-# is "empty" when the exit file exists but says nothing). An empty started file (the wrapper's
-# builtin ``: >``, no fork on the way to the job) says when by its mtime.
-_READ_STATE = """\
-started=-; { read -r started < "$r"/started; } 2>/dev/null
-[ -n "$started" ] || started=$(date -r "$r"/started +%s.%N 2>/dev/null) || started=-
-ended=-; { read -r ended < "$r"/ended; } 2>/dev/null
-stopped=-; { read -r stopped < "$r"/stopped; } 2>/dev/null
-escaped=-; { read -r escaped < "$r"/escaped; } 2>/dev/null
-exit=-
-if [ -e "$r"/exit ]; then read -r exit < "$r"/exit; [ -n "$exit" ] || exit=empty; fi
-"""
-
-# Containment by ancestry. The wrapper is a child subreaper (PR_SET_CHILD_SUBREAPER, set by
-# _REAPER before it execs sh), so a process that leaves the job's group (setsid, a double
-# fork) is re-parented to the wrapper, not to init: its descendants are the whole job.
-# ``kids PID`` sets $all to " pid:pgrp ..." for every live descendant of PID, walking
-# /proc/PID/task/*/children with builtins only (a fork here would find itself; no other
-# process's environment is read). ``stop_own GROUP`` (GROUP: the wrapper's pid and process
-# group) TERMs every descendant, KILLs what is left after about 2 s (JAX, for one, catches
-# SIGTERM) and sets $out to how many had left the group. Called as is, never in $( ).
-_DESCENDANTS = """\
-kids() {
-  all=
-  _kids "$1"
-}
-_kids() {
-  for t in /proc/"$1"/task/*; do
-    l=; { read -r l < "$t"/children; } 2>/dev/null || :
-    for k in $l; do
-      s=; { read -r s < /proc/"$k"/stat; } 2>/dev/null || continue
-      s=${s##*) }; z=${s%% *}; s=${s#* }; s=${s#* }
-      [ "$z" = Z ] || all="$all $k:${s%% *}"
-      _kids "$k"
-    done
-  done
-}
-stop_own() {
-  kids "$1"
-  out=0
-  for e in $all; do
-    kill -TERM "${e%%:*}" 2>/dev/null || continue
-    [ "${e#*:}" = "$1" ] || out=$((out+1))
-  done
-  if [ -n "$all" ]; then
-    i=0
-    while [ $i -lt 20 ]; do kids "$1"; [ -n "$all" ] || break; sleep 0.1; i=$((i+1)); done
-    for e in $all; do kill -KILL "${e%%:*}" 2>/dev/null; done
-  fi
-}
-"""
-
-# The fallback where the wrapper is no subreaper (no python3 on the host) or is gone (its whole
-# group SIGKILLed: what it adopted went to init), and for ``multihost kill`` of a run whose
-# directory is gone. ``marked DIR`` prints "pid pgrp" for every live process of the run whose
-# directory is DIR, found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has
-# none). ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s, and prints
-# how many had escaped the process group GROUP (setsid daemons).
-_RUN_PROCESSES = """\
-marked() {
-  grep -lsxzF "MULTIHOST_RUN_DIR=$1" /proc/[0-9]*/environ | while read -r e; do
-    p=${e#/proc/}; p=${p%/environ}
-    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    s=${s##*) }
-    # shellcheck disable=SC2086 # the stat fields, split on purpose: state ppid pgrp
-    set -- $s
-    [ "$1" = Z ] || echo "$p $3"
-  done
-}
-stop_run() {
-  out=0 found=
-  for e in $(marked "$1" | tr ' ' :); do
-    found=1
-    kill -TERM "${e%%:*}" 2>/dev/null || continue
-    [ "${e#*:}" = "$2" ] || out=$((out+1))
-  done
-  # nothing found: no second and third scan of /proc (the common end of a job)
-  if [ -n "$found" ]; then
-    i=0
-    while [ $i -lt 20 ] && [ -n "$(marked "$1")" ]; do sleep 0.1; i=$((i+1)); done
-    for e in $(marked "$1" | tr ' ' :); do kill -KILL "${e%%:*}" 2>/dev/null; done
-  fi
-  echo $out
-}
-"""
+# the shared fragments (reading a run's state, finding and stopping its processes)
+from multihost.remote.processes import DESCENDANTS, READ_STATE, RUN_PROCESSES
 
 # -- the templates --------------------------------------------------------------------------
 
@@ -127,7 +42,7 @@ trap - EXIT
 # Started as ``run.sh gate`` (LAUNCH_WATCH), it is up before the word and waits for "go" on
 # stdin (anything else or the end: exit 5, nothing run): after the word, no fork stands
 # between the host and its job's start but the job's own. Its start time is the mtime of an
-# empty started file (a builtin ``: >``; _READ_STATE reads it).
+# empty started file (a builtin ``: >``; READ_STATE reads it).
 WRAPPER = f"""\
 cd "${{0%/*}}" || exit 1
 r=$PWD
@@ -149,7 +64,7 @@ MULTIHOST_RUN_DIR=$r MULTIHOST_STACK_DIR=$r/hook sh ./job.sh </dev/null >>log 2>
 rc=$?
 trap '' TERM
 kill -TERM -$$ 2>/dev/null
-{_DESCENDANTS}{_RUN_PROCESSES}
+{DESCENDANTS}{RUN_PROCESSES}
 if [ -n "$reaper" ]; then stop_own $$; else out=$(stop_run "$r" $$); fi
 [ "$out" = 0 ] || echo "$out" > escaped
 date +%s.%N > ended
@@ -285,7 +200,7 @@ while [ ! -e "$r"/exit ]; do
   case $n in 3) s=0.5 d=5 ;; 8) s=1 d=10 ;; esac
 done
 kill $t 2>/dev/null; wait $t 2>/dev/null
-{_READ_STATE}[ -e "$r"/exit ] || exit=vanished
+{READ_STATE}[ -e "$r"/exit ] || exit=vanished
 size=$(wc -c < "$r"/log)
 echo "end $exit $started $ended $stopped $size $escaped" >&2
 exit 0
@@ -302,7 +217,7 @@ LAUNCH_WATCH = "{\n" + _WRITE_RUN + _GATE + "n=8; s=1; d=10\n" + _POLL + "}\n"
 # missing); then the log from byte o. "missing" when the run's directory is gone.
 FINISH = f"""\
 test -d "$r" || {{ echo missing; exit 0; }}
-{_READ_STATE}echo "$exit $started $ended $stopped $escaped"
+{READ_STATE}echo "$exit $started $ended $stopped $escaped"
 tail -c +$((o + 1)) "$r"/log
 """
 
@@ -310,7 +225,7 @@ tail -c +$((o + 1)) "$r"/log
 # the log's last line (mtime: when the log last grew, host clock).
 STATUS = f"""\
 test -d "$r" || {{ echo missing; exit 0; }}
-{_READ_STATE}pg=-; {{ read -r pg < "$r"/pid; }} 2>/dev/null
+{READ_STATE}pg=-; {{ read -r pg < "$r"/pid; }} 2>/dev/null
 alive=no
 [ "$pg" = - ] || ! kill -0 -"$pg" 2>/dev/null || alive=yes
 mt=$(date -r "$r"/log +%s 2>/dev/null) || mt=-
@@ -343,7 +258,7 @@ exit 0
 # group. Says finished, nopid, vanished, stopped or killed, then how many escaped; "gone N" when
 # the run directory is gone: the N processes found by their MULTIHOST_RUN_DIR were stopped.
 KILL = f"""\
-{_DESCENDANTS}{_RUN_PROCESSES}umask 077
+{DESCENDANTS}{RUN_PROCESSES}umask 077
 # the run's directory removed under a live job: its processes still carry the marker
 test -d "$r" || {{ echo gone "$(stop_run "$r" -)"; exit 0; }}
 test -e "$r"/exit && {{ echo finished 0; exit 0; }}

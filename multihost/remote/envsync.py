@@ -93,18 +93,24 @@ test -e "$e/$key"/.multihost-complete || { echo "environment $key is not here" >
     + _PACK
 )
 
-# A host taking the packed environment on stdin. Vars: b, key, digest (sha256). Says "absent",
-# reads the archive, refuses a wrong sha256 (exit 3, nothing unpacked), unpacks beside and
-# moves into place atomically (a damaged one is replaced), keeps the archive; says "installed".
+# A host taking the packed environment. Vars: b, key, digest (sha256), how ("stdin": says
+# "absent" and reads it on stdin; "peer": fetches url from a seed with fetch (seed_fetch.py),
+# the token on stdin, waiting at most timeout s). Refuses a wrong sha256 (exit 3, nothing
+# unpacked), unpacks beside and moves into place atomically (a damaged one is replaced), keeps
+# the archive; says "installed".
 INSTALL = """\
 set -e
-echo absent
+[ "$how" = peer ] || echo absent
 umask 022
 e="$b"/envs
 test -d "$e" || { mkdir -p "$e"; chmod 700 "$b"; }
 t=$(mktemp -d "$e"/.incoming.XXXXXX)
 trap 'rm -rf "$t"' EXIT
-cat > "$t"/archive
+if [ "$how" = peer ]; then
+  python3 -c "$fetch" "$url" "$t"/archive "$digest" "$timeout"
+else
+  cat > "$t"/archive
+fi
 h=$(sha256sum "$t"/archive); h=${h%% *}
 [ "$h" = "$digest" ] || { echo "sha256 mismatch: got $h, want $digest" >&2; exit 3; }
 mkdir "$t"/env
@@ -116,9 +122,59 @@ mv -f "$t"/archive "$e/$key".tar.gz
 echo installed
 """
 
+# ``--setup CMD`` (issue 27, item 11). Vars: b, c (the staged code dir), key (of the command
+# and the code), cmd. Says "skipped" when this key succeeded here before; else "ran", then
+# CMD's output (stdout and stderr together) with the locked environment's bin first on PATH
+# when there is one (MULTIHOST_ENV), in the code dir; success is recorded under the key, a
+# failure is CMD's exit status.
+SETUP = """\
+test -e "$b/setup/$key".ok && { echo skipped; exit 0; }
+echo ran
+mkdir -p "$b"/setup
+cd "$c" || exit 126
+if [ -n "${MULTIHOST_ENV:-}" ]; then
+  export VIRTUAL_ENV="$MULTIHOST_ENV"
+  export PATH="$MULTIHOST_ENV/bin:$PATH"
+fi
+sh -c "$cmd" < /dev/null 2>&1 || exit $?
+: > "$b/setup/$key".ok
+"""
+
+# A host that has the packed environment serving it to its peers for a bounded time (the
+# server of ``--stage-via peer``, seed_serve.py). Vars: b, key, serve, addr, lifetime (s),
+# fetches. Reads the token line on stdin; says "serving PORT PID DIR" or "noserver WHY".
+SERVE = """\
+umask 077
+IFS= read -r token
+e="$b"/envs
+test -s "$e/$key".tar.gz || { echo "noserver no archive of $key here"; exit 0; }
+mkdir -p "$b"/seed
+s=$(mktemp -d "$b"/seed/XXXXXX) || { echo "noserver no seed dir"; exit 0; }
+ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
+printf '%s\\n' "$token" > "$s"/token
+setsid python3 -c "$serve" "$addr" "$s" "$lifetime" "$fetches" \\
+  </dev/null >"$s".out 2>"$s".err &
+p=$!
+i=0
+while [ ! -s "$s".out ] && [ ! -s "$s".err ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+said=; { read -r said < "$s".out; } 2>/dev/null || :
+case $said in
+  port\\ *) echo "serving ${said#port } $p $s" ;;
+  *)
+    kill "$p" 2>/dev/null || :
+    why=${said#error }; [ -n "$why" ] || why=$(tail -n 1 "$s".err)
+    echo "noserver ${why:-the server did not start}"
+    rm -rf "$s"
+    ;;
+esac
+rm -f "$s".out "$s".err
+"""
+
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "env-probe": (PROBE, ("b", "lock", "ruv", "probe")),
     "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "ship")),
     "env-pack": (PACK, ("b", "key")),
-    "env-install": (INSTALL, ("b", "key", "digest")),
+    "env-install": (INSTALL, ("b", "key", "digest", "how", "url", "fetch", "timeout")),
+    "env-serve": (SERVE, ("b", "key", "serve", "addr", "lifetime", "fetches")),
+    "setup": (SETUP, ("b", "c", "key", "cmd")),
 }

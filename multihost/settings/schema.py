@@ -135,6 +135,13 @@ TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
     "as ProxyCommand, to its internal address; default: connect directly)",
 )
 
+NO_ADD_KEY = Flag(  # issue 26: first contact
+    "no-add-key",
+    kind="switch",
+    help="with --prefix: never add your key (~/.ssh/google_compute_engine) to the nodes' "
+    "metadata or your OS Login profile (default: add it where it is missing, as gcloud does)",
+)
+
 
 def fleet(required: bool = True) -> Group:
     """``--hosts/--local/--prefix`` (one of them ``required``) and their options."""
@@ -152,6 +159,7 @@ def fleet(required: bool = True) -> Group:
         CONNECT_LIMIT,
         WAIT,
         TUNNEL_THROUGH_IAP,
+        NO_ADD_KEY,
     )
 
 
@@ -280,7 +288,15 @@ GROUP = Flag(
 NO_DEV = Flag(
     "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
 )
-ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV)
+SETUP = Flag(
+    "setup",
+    type=command_text,
+    metavar="CMD",
+    setting=False,
+    help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
+    "succeeded before for the same command and code (default: none)",
+)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, SETUP)
 
 RUN: Group = (
     SCRIPT_DIR,

@@ -8,8 +8,9 @@ the :class:`FleetSpec` field that selects it. A new source is a module here, a f
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from multihost.defaults import IP_MODES as IP_MODES  # what --prefix connects to
 from multihost.errors import UsageError
@@ -50,6 +51,17 @@ class Found:
 
     fleet: Fleet
     warnings: tuple[str, ...] = ()
+    cloud: CloudFound | None = None  # a --prefix fleet: where it is and its nodes
+
+
+@dataclass(frozen=True)
+class CloudFound:
+    """Where a --prefix fleet lives and its nodes as discovery listed them (issue 26)."""
+
+    project: str | None
+    zone: str | None
+    nodes: tuple[Mapping[str, Any], ...]
+    gcloud: str = "gcloud"
 
 
 @dataclass(frozen=True)
@@ -77,12 +89,13 @@ def _prefix(spec: FleetSpec) -> Found:
     found = discover(
         str(spec.prefix), project=spec.project, zone=spec.zone, ip=spec.ip, gcloud=gcloud,
     )  # fmt: skip
+    where = CloudFound(found.project, found.zone, found.nodes, gcloud)
     if spec.tunnel_through_iap:
         from multihost.sources.iap import through_iap
 
         fleet = through_iap(found.fleet, found.slice_names, found.project, found.zone, gcloud)
-        return Found(fleet, found.warnings)
-    return Found(found.fleet, found.warnings)
+        return Found(fleet, found.warnings, where)
+    return Found(found.fleet, found.warnings, where)
 
 
 SOURCES: dict[str, Source] = {

@@ -32,6 +32,7 @@ class Discovery:
     slice_names: tuple[str, ...] = ()
     queued_resource: str | None = None
     command: tuple[str, ...] = ()
+    nodes: tuple[Node, ...] = ()  # the slices' nodes as listed (their metadata: issue 26)
 
 
 def node_name(node: Node) -> str:
@@ -232,6 +233,7 @@ def discover_from_nodes(
         zone=zone or _segment(first, "locations"),
         slice_names=tuple(node_name(n) for n in slices),
         queued_resource=_segment(slices[0].get("queuedResource"), "queuedResources"),
+        nodes=tuple(slices),
     )
 
 

@@ -197,6 +197,30 @@ class _TrustOnFirstUse(asyncssh.SSHClient):
         return True
 
 
+class _Pinned(asyncssh.SSHClient):
+    """Refuses any key but the pinned ones (those are in ``known_hosts``), noting the key
+    the host presented so that the refusal can show both fingerprints."""
+
+    def __init__(self) -> None:
+        self.presented: str | None = None
+
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
+        self.presented = key.get_fingerprint()
+        return False
+
+
+def _fingerprints(keys: Sequence[str]) -> str:
+    out = []
+    for k in keys:
+        try:
+            out.append(asyncssh.import_public_key(k).get_fingerprint())
+        except (asyncssh.KeyImportError, ValueError):
+            continue
+    return " or ".join(out) or "none readable"
+
+
 # AES-GCM costs asyncssh far less CPU per packet than chacha20-poly1305 (its default first
 # choice); the same set of ciphers, only the preference changes, and a configured Ciphers wins.
 _CIPHERS = (
@@ -362,7 +386,19 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     default_file = os.path.expanduser(_DEFAULT_KNOWN_HOSTS)
     files = cfg.known_hosts
     tofu: _TrustOnFirstUse | None = None
-    if options.host_keys == "accept-new":
+    pinned = dict(options.pinned).get(host.address)
+    pin: _Pinned | None = None
+    if pinned:  # the keys the cloud publishes for this host, and no other (issue 26)
+        pin = _Pinned()
+        kwargs["client_factory"] = lambda: pin
+        keys = []
+        for k in pinned:
+            try:
+                keys.append(asyncssh.import_public_key(k))
+            except (asyncssh.KeyImportError, ValueError):
+                continue
+        kwargs["known_hosts"] = (keys, [], [])
+    elif options.host_keys == "accept-new":
         tofu = _TrustOnFirstUse(
             [f for f in files if os.path.isfile(f)], options.trust_file, host.address
         )
@@ -375,10 +411,17 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
             "or use --host-keys accept-new to trust keys on first use",
         )
     # Never None: to asyncssh that would mean "check nothing" (``UserKnownHostsFile none``).
-    kwargs["known_hosts"] = _trusted(files)
+    if pin is None:
+        kwargs["known_hosts"] = _trusted(files)
     try:
         conn = await asyncssh.connect(target, **kwargs)
     except asyncssh.HostKeyNotVerifiable as exc:
+        if pin is not None and pinned:
+            raise HostKeyError(
+                host, f"host key differs from the one its TPU node publishes (guest attributes "
+                f"hostkeys/*): expected {_fingerprints(pinned)}, presented "
+                f"{pin.presented or 'an unreadable key'}; refused",
+            ) from None  # fmt: skip
         if tofu is not None and tofu.changed_in is not None:
             raise HostKeyError(
                 host, f"host key CHANGED since it was recorded in {tofu.changed_in} ({exc}); "

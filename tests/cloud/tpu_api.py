@@ -29,6 +29,9 @@ _ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
 WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v5litepod-16": 4}
 _QR = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$")
 _OP = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
+# a real ed25519 public key that no fleet host has (served as a worker's "wrong" host key)
+WRONG_ED25519 = "AAAAC3NzaC1lZDI1NTE5AAAAIKgn1VTkT+8EQ8A/x51qiEooVwZIE5MYAk3dVp/EC14C"
+_PROJECT = re.compile(r"^/compute/v1/projects/([^/]+)$")
 _NODE = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes(?:/([^/:?]+))?(:\w+)?$")
 
 
@@ -56,6 +59,13 @@ class QueuedResource:
     history: list[str] = field(default_factory=lambda: ["ACCEPTED"])
     internal_only: bool = False  # its workers' addresses: 127.1.x.y, where nothing listens
     reason: dict[str, Any] = field(default_factory=dict)  # e.g. {"failedData": {"error": ...}}
+    metadata: dict[int, dict[str, str]] = field(default_factory=dict)  # slice -> node metadata
+
+    def node_metadata(self, slice_id: int) -> dict[str, str]:
+        """The node's metadata map (from the create request, then as PATCHed)."""
+        if slice_id not in self.metadata:
+            self.metadata[slice_id] = dict(self.node_spec["node"].get("metadata", {}))
+        return self.metadata[slice_id]
 
     @property
     def path(self) -> str:
@@ -127,6 +137,15 @@ class TpuApi:
         self.held: set[str] = set()  # resources that stay ACCEPTED (no capacity for them)
         self.held_provisioning: set[str] = set()  # resources that stay PROVISIONING (release)
         self.internal_only: set[str] = set()  # resources created with internal-only workers
+        # project metadata (``commonInstanceMetadata``, compute API) and the guest agent
+        self.project_metadata: dict[str, str] = {}
+        self.guest_agent: Callable[[list[Worker], str], None] = lambda workers, keys: None
+        self.oslogin_profile: dict[str, Any] | None = None  # set by the OS Login stand-in
+        # guest attributes hostkeys/*: a fleet host's real host key ("<type> <base64>"),
+        # a wrong one for the hosts in ``wrong_host_keys``, none for ``no_host_keys`` resources
+        self.host_key: Callable[[int], str | None] = lambda host: None
+        self.wrong_host_keys: set[int] = set()
+        self.no_host_keys: set[str] = set()
         self.lock = threading.RLock()
         api = self
 
@@ -182,7 +201,17 @@ class TpuApi:
         if m := _OP.match(path):
             return 200, _operation(f"projects/{m[1]}/locations/{m[2]}/operations/{m[3]}")
         if m := _NODE.match(path):
-            return self._nodes(method, m[1], m[2], m[3], m[4], body)
+            return self._nodes(method, m[1], m[2], m[3], m[4], body, query)
+        if (m := _PROJECT.match(path)) and method == "GET":
+            items = [{"key": k, "value": v} for k, v in self.project_metadata.items()]
+            return 200, {
+                "kind": "compute#project",
+                "name": m[1],
+                "id": "1",
+                "commonInstanceMetadata": {"kind": "compute#metadata", "items": items},
+            }
+        if path.startswith("/v1/users/"):
+            return self._oslogin(method, path, body)
         m = _QR.match(path)
         if not m:
             return _error(404, f"no such API path {path}")
@@ -286,7 +315,7 @@ class TpuApi:
             "runtimeVersion": qr.node_spec["node"].get("runtimeVersion", ""),
             "state": "READY" if qr.state == "ACTIVE" else "CREATING",
             "queuedResource": qr.path,
-            "metadata": dict(qr.node_spec["node"].get("metadata", {})),
+            "metadata": dict(qr.node_metadata(slice_id)),
             "networkConfig": {"enableExternalIps": False},
         }
         if qr.state == "ACTIVE":
@@ -317,11 +346,18 @@ class TpuApi:
 
     def guest_attributes(self, qr: QueuedResource, w: Worker) -> list[dict[str, str]]:
         """What the guest agent publishes for one worker (items of ``queryValue``)."""
-        return [{"namespace": "deviceInfo", "key": "hostname", "value": self.instance_name(qr, w)}]
+        items = [{"namespace": "deviceInfo", "key": "hostname", "value": self.instance_name(qr, w)}]
+        key = None if qr.name in self.no_host_keys else self.host_key(w.host)
+        if key is not None:
+            kind, b64 = key.split()[:2]
+            if w.host in self.wrong_host_keys:
+                b64 = WRONG_ED25519 if kind == "ssh-ed25519" else b64[:-8] + "AAAAAAAA"
+            items.append({"namespace": "hostkeys", "key": kind, "value": b64})
+        return items
 
     def _nodes(
         self, method: str, project: str, zone: str, name: str | None, verb: str | None,
-        body: dict[str, Any] | None,
+        body: dict[str, Any] | None, query: dict[str, list[str]] | None = None,
     ) -> tuple[int, dict[str, Any]]:  # fmt: skip
         found = [
             (qr, s) for qr in self.resources.values()
@@ -336,6 +372,8 @@ class TpuApi:
         qr, s = picked[0]
         if method == "GET" and verb is None:
             return 200, self.node_json(qr, s)
+        if method == "PATCH" and verb is None:
+            return self._patch(qr, s, body or {}, (query or {}).get("updateMask", [""])[0])
         if method == "POST" and verb == ":getGuestAttributes":
             workers = [w for w in qr.workers if w.slice_id == s] if qr.state == "ACTIVE" else []
             return 200, {"guestAttributes": [
@@ -343,6 +381,43 @@ class TpuApi:
                  "queryValue": {"items": self.guest_attributes(qr, w)}} for w in workers
             ]}  # fmt: skip
         return _error(405, f"{method} {verb or ''} not supported on nodes")
+
+    def _patch(
+        self, qr: QueuedResource, s: int, body: dict[str, Any], mask: str
+    ) -> tuple[int, dict[str, Any]]:
+        """``nodes.patch``: only ``metadata`` here, replaced whole (as the API does: the CLI
+        sends the merged map); the guest agent installs ``ssh-keys`` on the workers soon."""
+        if set(mask.split(",")) != {"metadata"}:
+            return _error(400, f"updateMask {mask!r} not supported by the stand-in")
+        meta = body.get("metadata")
+        if not isinstance(meta, dict):
+            return _error(400, "metadata must be a map")
+        qr.metadata[s] = {str(k): str(v) for k, v in meta.items()}
+        workers = [w for w in qr.workers if w.slice_id == s]
+        keys = qr.metadata[s].get("ssh-keys", "")
+        threading.Thread(target=self.guest_agent, args=(workers, keys), daemon=True).start()
+        ops = f"projects/{qr.project}/locations/{qr.zone}/operations/"
+        return 200, _operation(ops + uuid.uuid4().hex) | {"response": self.node_json(qr, s)}
+
+    def _oslogin(
+        self, method: str, path: str, body: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
+        """The OS Login API: ``users/EMAIL/loginProfile`` and ``users/EMAIL:importSshPublicKey``
+        (the key also handed to the guest agent, as the OS Login NSS module would accept it)."""
+        profile = self.oslogin_profile
+        if profile is None:
+            return _error(403, "OS Login is not enabled here", "PERMISSION_DENIED")
+        if method == "GET" and path.endswith("/loginProfile"):
+            return 200, profile
+        if method == "POST" and ":importSshPublicKey" in path:
+            key = str((body or {}).get("key", "")).strip()
+            fp = uuid.uuid5(uuid.NAMESPACE_OID, key).hex
+            profile.setdefault("sshPublicKeys", {})[fp] = {"key": key, "fingerprint": fp}
+            workers = [w for qr in self.resources.values() for w in qr.workers]
+            line = f"oslogin:{key}"
+            threading.Thread(target=self.guest_agent, args=(workers, line), daemon=True).start()
+            return 200, {"loginProfile": profile}
+        return _error(405, f"{method} {path} not supported by the OS Login stand-in")
 
     def release(self, name: str) -> None:
         """A resource held in PROVISIONING goes on to ACTIVE."""
@@ -423,6 +498,10 @@ class TpuApi:
             self.held_provisioning.clear()
             self.internal_only.clear()
             self.faults.clear()
+            self.project_metadata.clear()
+            self.oslogin_profile = None
+            self.wrong_host_keys.clear()
+            self.no_host_keys.clear()
 
     def stop(self) -> None:
         self.reset()
