@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
+from multihost.core.slot import Slot
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.fanout import Outcome, map_hosts
@@ -23,7 +24,7 @@ from multihost.launch import stop
 from multihost.model import Fleet, Host, Job, RunResult, Staging, State
 from multihost.plan import Paths
 from multihost.record import HostRecord, RunRecord, SSHRecord, write_record
-from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
+from multihost.runstate import Event, HostEvent, Note, RunOptions
 from multihost.transport import Connection
 
 T = TypeVar("T")
