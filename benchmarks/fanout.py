@@ -13,6 +13,7 @@ directly. Methods:
 - maxtext: like MaxText's multihost_runner.py: tar.gz once, one ``scp`` per host (all at
   once), then one ``ssh`` per host doing mkdir/untar/command (all at once).
 - sequential: the same scp + ssh, one host after the other.
+- before: multihost from another checkout (``--before DIR``), side by side with this one.
 
 Methods are interleaved within each trial (A B C, A B C, …) so that load changes on the shared
 machine hit them alike. Usage: ``python benchmarks/fanout.py [--sizes 16,64,256] [--repeat 3]``
@@ -48,7 +49,6 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results import markers, write_section  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 
-BEGIN, END = markers("fanout")
 TRIAL_TIMEOUT = 300.0
 TARGET_RATIO, TARGET_CPU_MS, TARGET_N = 0.2, 3.0, 256  # issue 14: vs MaxText-arch at 256
 TARGET_SKEW = 1.0  # s, last host start minus first, at 256
@@ -160,10 +160,10 @@ def multihost_argv() -> list[str]:
     return [sys.executable, "-m", "multihost"]
 
 
-def _env() -> dict[str, str]:
-    """This checkout's package first on the path, whatever is installed."""
+def _env(root: Path = ROOT) -> dict[str, str]:
+    """This checkout's package (or ``root``'s) first on the path, whatever is installed."""
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else str(root)}
 
 
 @functools.cache
@@ -189,8 +189,10 @@ def hosts_arg(fleet: loopback.Fleet, work: Path) -> str:
     return str(inventory)
 
 
-def launch_multihost(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> int:
-    """One ``multihost run`` on every host."""
+def launch_multihost(
+    fleet: loopback.Fleet, src: Path, tag: str, cmd: str, root: Path = ROOT
+) -> int:
+    """One ``multihost run`` on every host (multihost from the checkout ``root``)."""
     with tempfile.TemporaryDirectory(prefix="fanout-logs-") as logs:
         argv = [
             *multihost_argv(),
@@ -210,7 +212,9 @@ def launch_multihost(fleet: loopback.Fleet, src: Path, tag: str, cmd: str) -> in
             "--cmd",
             cmd,
         ]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT, env=_env())
+        r = subprocess.run(
+            argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT, env=_env(root)
+        )
         if r.returncode != 0:
             raise RuntimeError(f"multihost rc={r.returncode}: {(r.stdout + r.stderr)[-800:]}")
         record = json.loads((Path(logs) / f"fanout-{tag}" / "run.json").read_text())
@@ -419,13 +423,41 @@ def verdict(rows: Sequence[Row]) -> str:
     return ("Targets: " + "; ".join(out) + ".") if out else "Targets: not measured."
 
 
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "–"
+
+
+def before_method(checkouts: Sequence[Path], checkout: Path) -> str:
+    """The method's name for a ``--before`` checkout: ``before``, or ``before:NAME`` for each
+    of several."""
+    return "before" if len(checkouts) == 1 else f"before:{checkout.name}"
+
+
+def before_lines(rows: Sequence[Row], checkouts: Sequence[Path]) -> list[str]:
+    """This checkout against each ``--before`` at each size: wall, skew and CPU ratios."""
+    lines = []
+    for checkout in checkouts:
+        method, out = before_method(checkouts, checkout), []
+        for n in sorted({r.n for r in rows}):
+            mh, old = _row(rows, n, "multihost"), _row(rows, n, method)
+            if mh and old:
+                wall = _ratio(mh.median("wall"), old.median("wall"))
+                skew = _ratio(mh.skew, old.skew)
+                cpu = _ratio(mh.cpu_ms_per_host, old.cpu_ms_per_host)
+                out.append(f"N={n}: wall {wall}, start skew {skew}, runner CPU {cpu} × its")
+        lines += ["", f"This checkout against `--before {checkout}`: " + "; ".join(out) + "."]
+    return lines
+
+
 def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
-    """The RESULTS.md section this script owns."""
+    """The RESULTS.md section this script owns (``--section``: another one of its own)."""
     notes = [f"- {r.method} at N={r.n}: {r.note}" for r in rows if r.note]
+    begin, end = markers(args.section)
     return "\n".join(
         [
-            BEGIN,
-            "## Fan-out: launching a trivial command on N loopback hosts",
+            begin,
+            "## Fan-out: launching a trivial command on N loopback hosts"
+            + (f" ({args.section})" if args.section != "fanout" else ""),
             "",
             f"Machine: {machine()}; load average before/after: {args.load_before:.1f} / "
             f"{os.getloadavg()[0]:.1f} (other work on the machine inflates every column).",
@@ -451,14 +483,18 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
             f"Command: `python benchmarks/fanout.py --sizes {args.sizes} --repeat {args.repeat} "
             + (f"--large-repeat {args.large_repeat} " if args.large_repeat is not None else "")
             + f"--methods {args.methods} --seq-max {args.seq_max} "
-            f"--seq-repeat {args.seq_repeat}`",
+            f"--seq-repeat {args.seq_repeat}"
+            + "".join(f" --before {b}" for b in args.before)
+            + (f" --section {args.section}" if args.section != "fanout" else "")
+            + "`",
             "",
             table(rows, args.repeat),
             "",
             *notes,
             *([""] if notes else []),
             verdict(rows),
-            END,
+            *(before_lines(rows, args.before) if args.before else []),
+            end,
         ]
     )
 
@@ -538,6 +574,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seq-repeat", type=int, default=1, help="trials for the sequential one")
     p.add_argument("--dir", type=Path, default=loopback.DEFAULT_DIR, help="fleet dir")
     p.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    p.add_argument("--before", type=Path, action="append", default=[],
+                   help="another checkout's multihost, measured as method 'before' beside "
+                   "this one's (again for more: 'before:DIRNAME' each)")  # fmt: skip
+    p.add_argument(
+        "--section",
+        default="fanout",
+        help="the RESULTS.md section to write (default: fanout, the headline table)",
+    )
     p.add_argument(
         "--lock", type=Path, default=None,
         help="flock this file during each round of trials (e.g. /tmp/multihost-fleet.lock)",
@@ -549,6 +593,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Bring up the fleet, measure every size, write the table, restore the fleet."""
     args = parse_args(argv)
     args.load_before = os.getloadavg()[0]
+    olds = [before_method(args.before, b) for b in args.before]
+    for b, method in zip(args.before, olds, strict=True):
+        METHODS[method] = functools.partial(launch_multihost, root=b.resolve())
+    if olds and not set(olds) & set(args.methods.split(",")):
+        args.methods = args.methods.replace("multihost", ",".join(["multihost", *olds]), 1)
     sizes = [int(s) for s in args.sizes.split(",")]
     before = set(loopback.running(args.dir))
     fleet = loopback.up(max(sizes), args.dir)
@@ -569,7 +618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = section(rows, args)
     print(text)
     if not args.no_write:
-        write_section("fanout", text)
+        write_section(args.section, text)
     return 0
 
 

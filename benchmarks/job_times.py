@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results import write_section  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 from tests.cloud.fixture import Cloud, standin  # noqa: E402
-from tests.test_job_cloud import started_times, submit_args, wait_for  # noqa: E402
+from tests.helpers import wait_for  # noqa: E402
+from tests.test_job_cloud import started_times, submit_args  # noqa: E402
 
 CMD = 'echo "attempt=$MULTIHOST_ATTEMPT"; if [ "$MULTIHOST_ATTEMPT" = 0 ]; then sleep 300; fi'
 

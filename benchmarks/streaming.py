@@ -165,7 +165,8 @@ esac
 """
 
 
-_TICK = re.compile(rb"tick (\d+\.\d+)\D")
+# a streamed host line ("[s0/w7] tick ..."), not the summary's last-output cell
+_TICK = re.compile(rb"\] (?:\x1b\[[0-9;]*m)*tick (\d+\.\d+)\D")
 
 
 def flood_delays(root: Path, where: Where, flooders: int, output: str, work: Path) -> list[float]:
@@ -260,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="hosts h0.. of the loopback sshd fleet (tests/fleet.py; hold its lock) "
                    "instead of --local")  # fmt: skip
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--section", default=None,
+                   help="the RESULTS.md section to write (default: streaming, or streaming-ssh "
+                   "with --ssh: the headline tables)")  # fmt: skip
     args = p.parse_args(argv)
     where = Where.of(args.hosts, args.ssh)
     load_before = os.getloadavg()[0]
@@ -307,8 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         line = f"{output}: echoing {echo:.2f} µs/line (≤ {TARGET_US:g}: {ok}), {total:.2f} in all"
         if args.before:
             b_total, b_echo = per[("before", output)]
-            times = f"{b_echo / echo:.0f}× less" if echo >= 0.05 else "now within noise of none"
-            ratio = f"echoing {times}, all {b_total / total:.0f}× less"
+            if b_total / total >= 2:
+                times = f"{b_echo / echo:.0f}× less" if echo >= 0.05 else "now within noise of none"
+                ratio = f"echoing {times}, all {b_total / total:.0f}× less"
+            else:  # a before of the same speed: the plain ratio
+                ratio = f"this / before: echoing {echo / b_echo:.2f}, all {total / b_total:.2f}"
             line += f" (before: {b_echo:.2f} and {b_total:.2f}: {ratio})"
         verdicts.append(line)
     flood_rows = [
@@ -321,13 +328,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts.append(f"a flooding host delays another host's line by at most {worst:.2f} s "
                     f"(≤ 1: {'met' if worst <= 1 else 'MISSED'})")  # fmt: skip
     before = f" --before {args.before} --before-lines {args.before_lines}" if args.before else ""
-    name = SSH_SECTION if args.ssh else SECTION
+    name = args.section or (SSH_SECTION if args.ssh else SECTION)
     begin, end = markers(name)
     hosts = f"--local {args.hosts}" if not args.ssh else f"--hosts h0..h{args.hosts - 1}"
     text = "\n".join([
         begin,
         "## Streaming: runner CPU per line of host output echoed (benchmarks/streaming.py"
-        + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")"),
+        + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")")
+        + (f" ({args.section})" if args.section else ""),
         "",
         f"Machine: {machine()}; load average before/after: {load_before:.1f} / "
         f"{os.getloadavg()[0]:.1f} (the machine is shared).",
@@ -342,7 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "that every log file is byte-exact.",
         "",
         f"Command: `python benchmarks/streaming.py --hosts {args.hosts} --lines {args.lines} "
-        f"--repeat {args.repeat}{before}{' --ssh' if args.ssh else ''}`",
+        f"--repeat {args.repeat}{before}{' --ssh' if args.ssh else ''}"
+        + (f" --section {args.section}" if args.section else "")
+        + "`",
         "",
         *rows,
         "",

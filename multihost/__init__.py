@@ -80,9 +80,8 @@ _WHERE = {
         ),
         "multihost.errors",
     ),
-    **dict.fromkeys(
-        ("Fleet", "Host", "HostResult", "Job", "RunResult", "State"), "multihost.model"
-    ),
+    **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
+    **dict.fromkeys(("HostResult", "RunResult"), "multihost.result"),
     "HostStatus": "multihost.runs",
     "PullResult": "multihost.copyback",
     "StackReport": "multihost.diagnose.stacks",
@@ -117,8 +116,9 @@ if TYPE_CHECKING:
         RemoteError,
         UsageError,
     )
-    from multihost.model import Fleet, Host, HostResult, Job, RunResult, State
+    from multihost.model import Fleet, Host, Job, State
     from multihost.remote_call import CallResult, call
+    from multihost.result import HostResult, RunResult
     from multihost.runs import HostStatus
     from multihost.runstate import RunOptions
     from multihost.sweep.api import SweepResult, run_sweep

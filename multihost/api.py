@@ -20,7 +20,8 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.keywords import OnOutput, Stream, check_options, events_of, output_events
 from multihost.keywords import plan_run as plan_run
-from multihost.model import Fleet, RunResult
+from multihost.model import Fleet
+from multihost.result import RunResult
 from multihost.runs import (
     HostStatus,
     find_run,

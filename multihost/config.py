@@ -4,9 +4,9 @@ either (``[tool.multihost.profiles.NAME]``, ``[profiles.NAME]``).
 
 Precedence, lowest first: ``defaults.py`` < user file < project table < profile (the user's,
 then the project's) < flags. Keys are flag names without the dashes (``remote-dir``); this
-module reads and layers the tables, the CLI checks each value with its flag's own type and
-makes it that flag's default (``multihost.cli.config``), so ``--help`` shows it and the run is
-built from the same options either way.
+module reads and layers the tables; ``multihost.settings.layers`` checks each value with its
+flag's own type, the CLI makes it that flag's default (``--help`` shows it) and the API layers
+it under its keywords, so the run is planned from the same settings either way.
 """
 
 from __future__ import annotations

@@ -264,6 +264,21 @@ async def pull_host(
     return PullResult(host, dest, tally.files, tally.skipped, tally.copied, tuple(problems))
 
 
+def check_dest(dest: Path) -> Path:
+    """Make the pull's destination (a private directory, parents too) before anything is
+    fetched or started; a path that cannot be one is a usage error naming it and why."""
+    try:
+        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError:
+        raise UsageError(f"pull destination {dest}: exists and is not a directory") from None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise UsageError(f"pull destination {dest}: cannot be created ({why})") from None
+    if not os.access(dest, os.W_OK | os.X_OK):
+        raise UsageError(f"pull destination {dest}: not writable")
+    return dest
+
+
 def default_dest(run_name: str) -> Path:
     """``./multihost-pull/RUN``."""
     return Path("multihost-pull") / run_name
@@ -283,7 +298,7 @@ async def pull_run(
     patterns = check_patterns(patterns)
     work_dirs = {pid: paths.code for pid, paths in record_paths(record).items()}
     emit = on_event or (lambda _e: None)
-    dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_dest(dest)
 
     async def one(host: Host) -> PullResult:
         conn = await connect(host, ssh)

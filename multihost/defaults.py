@@ -31,8 +31,11 @@ class Defaults:
     gather_lines: int = 2000  # last lines of each host's log that logs --gather compares
     trace_seconds: float = 5.0  # how long `multihost trace` and `run --trace` trace by default
     trace_after: float = 10.0  # run --trace: seconds after every host started stepping
+    trace_max: float = 3600.0  # the longest capture (trace --seconds, run --trace)
     pull_limit: int = 16  # hosts copying files back at once (multihost pull --limit)
     pull_files: int = 8  # files in flight at once on one host's connection
+    wait_poll: float = 5.0  # s between gcloud polls while --wait waits ($MULTIHOST_WAIT_POLL)
+    key_wait: float = 50.0  # s a key just added may take to be accepted ($MULTIHOST_KEY_WAIT)
     # The supervisor's own bounds (not flags).
     connect_slack: float = 10.0  # beyond connect_timeout, for a whole connect step
     command_timeout: float = 120.0  # one command on every host (status, check, kill-stale)
@@ -46,3 +49,4 @@ class Defaults:
 
 
 DEFAULTS = Defaults()
+IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to

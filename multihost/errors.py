@@ -10,7 +10,8 @@ MultihostError
       │    ├── HostKeyError    the host key is unknown or does not match
       │    └── ConnectTimeout  (also a TimeoutError)
       ├── RemoteError          a step the runner ran on the host failed
-      │    └── RunNameTaken    the run's directory already exists there
+      │    ├── RunNameTaken    the run's directory already exists there
+      │    └── RunDirGone      the run's directory was removed under it
       ├── RemoteCallError      a function sent by multihost.call raised there (.results)
       └── HostLost             the connection went away and did not come back
 """
@@ -20,7 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from multihost.model import Host, RunResult
+    from multihost.model import Host
+    from multihost.result import RunResult
 
 
 class MultihostError(Exception):
@@ -67,6 +69,11 @@ class ConnectTimeout(ConnectError, TimeoutError):
 
 class RemoteError(HostError):
     """A command the runner itself ran on the host failed."""
+
+
+class RunDirGone(RemoteError):
+    """The run's directory is gone from the host (its processes may live on: ``kill`` finds
+    them by the ``MULTIHOST_RUN_DIR`` in their environment)."""
 
 
 class PortBusy(RemoteError):

@@ -10,7 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
-from multihost.planner import Plan, plan
+from multihost.planner import Plan, Settings, plan
 from multihost.runstate import Event, Note, RunOptions
 from multihost.sources import spec_fields
 from multihost.stream import Line
@@ -24,7 +24,9 @@ _OPTIONS = tuple(f.name for f in fields(RunOptions))
 _SSH = ("host_keys", "connect_timeout")  # SSHOptions fields a keyword may set
 _EVENTS = ("on_event", "on_output", "stream")  # where a run's events go: not the plan's
 _OWN = ("env", "run_name", "ssh_config", "profile", *_EVENTS, *_SSH)
-ACCEPTED: tuple[str, ...] = tuple(sorted({*_FLEET, *_JOB, *_OPTIONS, *_OWN}))
+# Every setting of the planner (every flag of `run`: --wait, --no-sync, ...) is a keyword too.
+_SETTINGS = tuple(f.name for f in fields(Settings) if f.name != "cmd")
+ACCEPTED: tuple[str, ...] = tuple(sorted({*_FLEET, *_JOB, *_OPTIONS, *_OWN, *_SETTINGS}))
 _ALIASES = {"excludes": "exclude"}  # a RunOptions field → its setting's name
 
 

@@ -95,8 +95,11 @@ class Ready:
     stderr: bytearray
     head: bytes  # output that came after the ready line (none, normally)
 
-    def go(self) -> None:
-        self.shell.send(b"go\n")
+    def go(self, secrets: Sequence[tuple[str, str]] = ()) -> None:
+        """The word; ``secrets`` (KEY, VALUE) follow it on the same channel, to the wrapper's
+        stdin and the job's environment only (``remote.WRAPPER``)."""
+        lines = "".join(f"{k}={v}\n" for k, v in secrets)
+        self.shell.send(f"go {len(secrets)}\n{lines}".encode() if secrets else b"go\n")
 
     def hold(self) -> None:
         """Nothing starts here: the script removes the run's directory and ends."""

@@ -1,4 +1,5 @@
-"""Frozen data that the pipeline passes around: hosts, fleets, jobs and results. No I/O here."""
+"""Frozen data that the pipeline passes around: hosts, fleets, jobs and the one State enum.
+No I/O here; how a run ended is in :mod:`multihost.result`."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import enum
 import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
 
 from multihost.defaults import DEFAULTS
 
@@ -62,6 +61,14 @@ class Host:
     local: bool = False
     accelerator_type: str | None = None
     cloud_state: str | None = None
+    # how to reach it when not directly (issue 26): a ProxyCommand (``%h``/``%p`` expanded by
+    # the transport), and what to suggest when its address cannot be reached
+    proxy_command: tuple[str, ...] | None = None
+    reach_hint: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.proxy_command is not None and not isinstance(self.proxy_command, tuple):
+            object.__setattr__(self, "proxy_command", tuple(self.proxy_command))  # from JSON
 
     @property
     def name(self) -> str:
@@ -133,125 +140,9 @@ class Job:
     megascale_port: int = DEFAULTS.megascale_port
 
 
-@dataclass(frozen=True)
-class HostResult:
-    """How one host's part of a run ended. Every host yields one; none raises."""
-
-    host: Host
-    state: State
-    exit_code: int | None = None
-    signal: int | None = None
-    error: str | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    bytes_sent: int = 0
-    last_line: str = ""
-    log: Path | None = field(default=None, compare=False)  # the local copy of its output
-
-    @property
-    def ok(self) -> bool:
-        return self.state is State.DONE
-
-    def result(self) -> dict[str, Any] | None:
-        """The last ``MULTIHOST_RESULT {json}`` object in this host's local log (reads it)."""
-        from multihost.sweep.results import read_result
-
-        return None if self.log is None else read_result(self.log)
-
-    def __repr__(self) -> str:
-        outcome = f" {self.reason}" if self.reason else ""
-        return f"<HostResult {self.host.name} {self.state}{outcome}>"
-
-    def _repr_html_(self) -> str:
-        from multihost.display_html import host_html
-
-        return host_html(self)
-
-    @property
-    def duration(self) -> float | None:
-        if self.started_at is None or self.ended_at is None:
-            return None
-        return self.ended_at - self.started_at
-
-    @property
-    def reason(self) -> str:
-        """One line saying why this host did not succeed (empty when it did)."""
-        if self.error:
-            return self.error
-        if self.signal is not None:
-            killed = f"killed by signal {self.signal} ({signal_name(self.signal)})"
-            if self.exit_code == 128 + self.signal:  # what a shell reports for such a child
-                return f"exited with code {self.exit_code}: {killed}"
-            return killed
-        if self.exit_code:
-            return f"exited with code {self.exit_code}"
-        return ""
-
-
 def signal_name(number: int) -> str:
     """``SIGKILL`` for 9; ``signal 77`` for a number with no name here."""
     try:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-@dataclass(frozen=True)
-class Staging:
-    """How the code reached the hosts (``--stage-via``) and what it cost the runner's link."""
-
-    via: str  # "direct", "peer" or the gs:// URL
-    archive_bytes: int
-    runner_bytes: int  # what left the runner: stdin through the transport, plus a bucket upload
-    uploads: int  # whole-archive uploads by the runner: to hosts (seeds, fallbacks) or a bucket
-    fetched: int = 0  # hosts that got it from a seed or the bucket
-    present: int = 0  # hosts that had it already
-    fallbacks: tuple[str, ...] = ()  # "host: why its fetch failed" (then sent directly)
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """Every host's result plus what the run as a whole saw."""
-
-    run_name: str
-    hosts: tuple[HostResult, ...]
-    log_dir: Path | None = None
-    first_failure: str | None = None
-    interrupted: bool = False
-    timed_out: bool = False
-    staging: Staging | None = None  # None when this run staged nothing (a sweep's later runs)
-
-    @property
-    def failed(self) -> tuple[HostResult, ...]:
-        return tuple(r for r in self.hosts if not r.ok)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and not self.interrupted and not self.timed_out
-
-    @property
-    def exit_code(self) -> int:
-        """0 all succeeded, 1 any failed, 130 interrupted."""
-        if self.interrupted:
-            return 130
-        return 0 if self.ok else 1
-
-    def result(self) -> dict[str, Any] | None:
-        """Process 0's last ``MULTIHOST_RESULT {json}`` object (read from its local log), or
-        None when it printed none."""
-        first = min(self.hosts, key=lambda r: r.host.process_id, default=None)
-        return None if first is None else first.result()
-
-    def __repr__(self) -> str:
-        hosts = ", ".join(f"{r.host.name} {r.state}" for r in self.hosts)
-        return f"<RunResult {self.run_name}: exit {self.exit_code}; {hosts}>"
-
-    def __str__(self) -> str:
-        from multihost.display_html import run_text
-
-        return run_text(self)
-
-    def _repr_html_(self) -> str:
-        from multihost.display_html import run_html
-
-        return run_html(self)

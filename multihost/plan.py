@@ -112,6 +112,9 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
         # the stack hook (multihost stack) first on the path, the user's PYTHONPATH kept after it
         '[ -z "${MULTIHOST_STACK_DIR:-}" ] || '
         'export PYTHONPATH="$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}"',
+        # the locked environment (multihost.envsync): its bin first on the path, VIRTUAL_ENV set
+        '[ -z "${MULTIHOST_ENV:-}" ] || '
+        '{ export VIRTUAL_ENV="$MULTIHOST_ENV"; export PATH="$MULTIHOST_ENV/bin:$PATH"; }',
         f"exec sh -c {shlex.quote(command)}",
     ]
     return "\n".join(lines) + "\n"
@@ -218,13 +221,16 @@ def plan_hosts(
     internal: Mapping[int, str] | None = None,
     *,
     watch: bool = False,
+    extra: Mapping[int, Mapping[str, str]] | None = None,
 ) -> list[HostPlan]:
     """Per-host paths, env and launch script for the whole fleet (``watch``: launch scripts
-    that go on to stream the log, see ``launch_script``)."""
+    that go on to stream the log, see ``launch_script``; ``extra``: more variables per
+    process id)."""
     plans = []
     for host in fleet:
         paths = Paths.for_host(host, job, code_hash)
         env = host_env(host, fleet, job, internal or {})
+        env |= (extra or {}).get(host.process_id, {})  # e.g. MULTIHOST_ENV (multihost.envsync)
         launch = launch_script(paths, env, job.command, watch=watch)
         plans.append(HostPlan(host, paths, env, launch))
     return plans

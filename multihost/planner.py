@@ -12,7 +12,8 @@ be free); the ssh config, the log dir and the code dir are checked before anythi
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,9 @@ from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
 from multihost.plan import check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
-from multihost.sources import FleetSpec, resolve
+from multihost.sources import CloudFound, FleetSpec, Found, resolve
+from multihost.sources.tpukeys import GOOGLE_KEY, KeyAdded
 from multihost.transport import HostKeyPolicy, SSHOptions
-
-GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,15 @@ class Settings:
     zone: str | None = None
     ip: str = "auto"
     user: str | None = None
+    tunnel_through_iap: bool = False
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
     host_keys: HostKeyPolicy | None = None
     connect_timeout: float | None = None
     connect_limit: int = D.connect_limit
+    wait: float | None = None  # s to wait for slices READY and hosts answering (inf: no limit)
+    progress: Callable[[str], None] | None = None  # told how a --wait goes, in words
     # the job and its code
     script_dir: str | Path = Path(".")
     exclude: Sequence[str] = ()
@@ -67,11 +70,23 @@ class Settings:
     fail_fast: bool = True
     detach: bool = False
     record_env: bool = False
+    secret: Sequence[str] = ()  # KEY=NAME (run only; issue 28)
     hang_timeout: float | None = None
     on_hang: str = "stop"
+    trace: float | None = None
+    trace_after: float = D.trace_after
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
+    # the locked environment (issue 27, multihost.envsync)
+    no_sync: bool = False
+    extra: Sequence[str] = ()
+    all_extras: bool = False
+    group: Sequence[str] = ()
+    no_dev: bool = False
+    setup: str | None = None
+    no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
+    add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Settings:
@@ -88,6 +103,7 @@ class Reach:
     ssh: SSHOptions
     cloud: bool = False
     warnings: tuple[str, ...] = ()  # what the fleet's source had to say
+    notes: tuple[str, ...] = ()  # what first contact did (a key added, and where)
 
 
 @dataclass(frozen=True)
@@ -98,39 +114,124 @@ class Plan:
     job: Job
     options: RunOptions
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what first contact did (said in the run's header)
 
 
 def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     warnings: tuple[str, ...] = ()
+    added: KeyAdded | None = None
+    found_cloud: CloudFound | None = None
+    started = time.monotonic()
     if isinstance(s.hosts, Fleet):
         if s.local is not None or s.prefix is not None:
             raise ValueError("give exactly one of hosts=, local= or prefix=")
         fleet, cloud = s.hosts, False
     else:
         spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
-                         zone=s.zone, ip=s.ip, user=s.user)  # fmt: skip
-        found = resolve(spec)
+                         zone=s.zone, ip=s.ip, user=s.user,
+                         tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
+        found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
+        found_cloud = found.cloud
+        if found.cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
+            added = _add_key(found.cloud, s)
+            if added.user is not None:
+                fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
     ssh = s.ssh or SSHOptions(
         host_keys="accept-new" if cloud else "strict",
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
     if s.host_keys is not None:
         ssh = replace(ssh, host_keys=s.host_keys)
+    if found_cloud is not None and s.add_key and ssh.host_keys == "accept-new":  # issue 26
+        from multihost.sources.tpuhostkeys import pin
+
+        pins = pin(fleet, [str(n.get("name", "")).rsplit("/", 1)[-1] for n in found_cloud.nodes],
+                   found_cloud.project, found_cloud.zone, found_cloud.gcloud)  # fmt: skip
+        ssh = replace(ssh, pinned=pins.keys)
+        from multihost.transport.hostkeys import record_pins
+
+        ports = {h.address: h.port for h in fleet}
+        record_pins([(a, ports.get(a), k) for a, k in pins.keys], ssh.trust_file)
+        if pins.unpublished:
+            verb = "publishes" if len(pins.unpublished) == 1 else "publish"
+            warnings += (f"{', '.join(pins.unpublished)} {verb} no host keys (guest attributes "
+                         "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
     if s.connect_timeout is not None:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
     if s.ssh_config is not None:
         ssh = replace(ssh, config=ssh_config(s.ssh_config))
-    return Reach(fleet, ssh, cloud, warnings)
+    if not fleet.local:
+        from multihost.transport.sshconfig import include_loop
+
+        loop = include_loop(ssh.config)
+        if loop is not None:
+            raise SettingError(f"ssh config: an Include loop: {loop}")
+    notes: tuple[str, ...] = ()
+    if added is not None and (added.nodes or added.profile):
+        say = s.progress or (lambda _: None)
+        n = len(added.nodes)
+        say(f"adding your key to {n} node{'s' * (n != 1)}…" if n else
+            "adding your key to your OS Login profile…")  # fmt: skip
+        _wait_reachable(fleet, ssh, s, _key_wait(), auth=True)
+        if n:
+            notes = (f"your key ({GOOGLE_KEY}.pub) was added to the metadata of "
+                     f"{', '.join(added.nodes)}",)  # fmt: skip
+    if added is not None and added.oslogin:
+        notes += (f"OS Login: your key is in your profile"
+                  f"{'' if added.user is None else f'; logging in as {added.user}'}",)  # fmt: skip
+    if s.wait is not None and not fleet.local:
+        _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
+    return Reach(fleet, ssh, cloud, warnings, notes)
+
+
+# -- first contact (issue 26): the user's key accepted, as gcloud does --------------------------
+def _add_key(where: CloudFound, s: Settings) -> KeyAdded:
+    from multihost.sources.tpukeys import add_key
+
+    return add_key(where.nodes, project=where.project, zone=where.zone, user=s.user,
+                   gcloud=where.gcloud)  # fmt: skip
+
+
+def _key_wait() -> float:
+    """How long a pushed key may take to be accepted (gcloud: 10 tries, 5 s apart)."""
+    return float(os.environ.get("MULTIHOST_KEY_WAIT", D.key_wait))
+
+
+# -- --wait (issue 26): slices READY, then hosts answering -----------------------------------
+def _poll() -> float:
+    """Seconds between gcloud polls (each call costs ~1 s of CPU); tests shorten it."""
+    return float(os.environ.get("MULTIHOST_WAIT_POLL", D.wait_poll))
+
+
+def _waited(spec: FleetSpec, s: Settings) -> Found:
+    from multihost.sources.queued import wait_until_ready
+
+    say = s.progress or (lambda _: None)
+    found: Found = wait_until_ready(lambda: resolve(spec), s.wait or 0.0, say, _poll())
+    return found
+
+
+def _wait_reachable(
+    fleet: Fleet, ssh: SSHOptions, s: Settings, seconds: float, *, auth: bool = False
+) -> None:
+    from multihost.bridge import blocking
+    from multihost.fleetops.reachable import wait_reachable
+
+    say = s.progress or (lambda _: None)
+    blocking(lambda: wait_reachable(fleet, ssh, seconds, say, limit=s.connect_limit,
+                                    poll=min(_poll(), 2.0), auth=auth))  # fmt: skip
 
 
 def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     """The fleet, the job and the options of a run; bad input is refused before anything
     starts (a UsageError; a SettingError is also a ValueError)."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
-    where = reach(s)
+    check_port("coordinator_port", s.coordinator_port)
+    check_port("megascale_port", s.megascale_port)
+    where = reach(replace(s, add_key=True))  # a run connects: the user's key accepted first
     job = Job(
         command=s.cmd,
         run_name=check_run_name(s.run_name or default_run_name()),
@@ -139,11 +240,14 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
     )
+    if s.trace is not None and s.trace > D.trace_max:
+        raise UsageError(f"--trace {s.trace:g}: at most {D.trace_max:g} seconds")
     logs = log_dir(s.log_dir)
     check_log_dir(logs)
     script_dir = Path(s.script_dir).expanduser()
     excludes = tuple(s.exclude)
     check_code_dir(script_dir, excludes, s.max_stage_bytes)
+    from multihost.envsync import request as environment
     from multihost.stagevia import parse as parse_stage_via
 
     options = RunOptions(
@@ -161,12 +265,31 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         reconnect_timeout=s.reconnect_timeout,
         detach=s.detach,
         record_env=s.record_env,
+        secrets=_secrets(s, job),
         hang_timeout=s.hang_timeout,
         on_hang=s.on_hang,
+        trace=s.trace,
+        trace_after=s.trace_after,
         stale=s.stale or ("kill" if s.kill_stale else ("warn" if where.cloud else "off")),
         device_glob=s.device_glob or device_glob(),
+        environment=environment(
+            script_dir,
+            sync=not s.no_sync,
+            extras=tuple(s.extra),
+            all_extras=s.all_extras,
+            groups=tuple(s.group),
+            no_dev=s.no_dev,
+        ),
+        setup=s.setup,
     )
-    return Plan(where.fleet, job, options, where.warnings)
+    return Plan(where.fleet, job, options, where.warnings, where.notes)
+
+
+def check_port(name: str, value: object) -> None:
+    """A port is a whole number 1-65535 (the flags' type checks the CLI's; this, the API's)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
+    if value is not None and not ok:
+        raise SettingError(f"{name}={value!r}: not a port (1-65535)")
 
 
 def device_glob() -> str | None:
@@ -174,6 +297,19 @@ def device_glob() -> str | None:
     from multihost.fleetops.stale import DEVICE_GLOB_ENV
 
     return os.environ.get(DEVICE_GLOB_ENV)
+
+
+def _secrets(s: Settings, job: Job) -> tuple[tuple[str, str], ...]:
+    """``--secret KEY=NAME`` pairs, checked (their values are read only at the launch)."""
+    from multihost.secrets import parse_secrets
+
+    pairs = parse_secrets(tuple(s.secret))
+    if pairs and s.detach:
+        raise UsageError("--secret is handed over at the gated start: not with --detach")
+    clash = sorted({k for k, _ in pairs} & set(job.env))
+    if clash:
+        raise UsageError(f"{clash[0]} is given both as --env and as --secret")
+    return pairs
 
 
 def env_of(env: Mapping[str, object] | Sequence[str]) -> dict[str, str]:

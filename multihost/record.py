@@ -22,7 +22,8 @@ from typing import Any
 
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
-from multihost.model import Fleet, Host, HostResult, Job, Staging, State
+from multihost.model import Fleet, Host, Job, State
+from multihost.result import HostResult, Staging
 
 MANIFEST = "run.json"
 SCHEMA = 2  # 1: the untyped record of multihost 0.1 (read as well)
@@ -249,7 +250,16 @@ def write_record(run_dir: Path, record: RunRecord) -> None:
 
 def read_record(run_dir: Path) -> RunRecord:
     """Load ``run_dir/run.json``; FileNotFoundError when absent, RecordError when unreadable."""
-    text = (run_dir / MANIFEST).read_text()
+    try:
+        text = (run_dir / MANIFEST).read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except IsADirectoryError:
+        raise RecordError("a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise RecordError("not text (UTF-8)") from None
+    except OSError as exc:
+        raise RecordError(exc.strerror or str(exc)) from None
     try:
         data = json.loads(text)
     except ValueError as exc:

@@ -22,9 +22,10 @@ from multihost.core import Run
 from multihost.errors import RemoteCallError
 from multihost.fanout import on_every_host
 from multihost.keywords import check_options, events_of, plan_run
-from multihost.model import Host, RunResult
+from multihost.model import Host
 from multihost.plan import Paths, shell_path
 from multihost.planner import Plan
+from multihost.result import RunResult
 from multihost.runstate import default_run_name
 from multihost.transport import Connection
 

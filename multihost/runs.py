@@ -40,14 +40,25 @@ def find_run(log_dir: Path, name: str) -> tuple[Path, RunRecord]:
 
 
 def all_runs(log_dir: Path) -> list[tuple[str, RunRecord]]:
-    """Every run under the log dir (sweep points included), newest first."""
-    found = []
+    """Every readable run under the log dir (sweep points included), newest first."""
+    return scan_runs(log_dir)[0]
+
+
+def scan_runs(log_dir: Path) -> tuple[list[tuple[str, RunRecord]], list[tuple[str, str]]]:
+    """The runs under the log dir, newest first, and the ones whose record cannot be read
+    (name, why): ``ls`` lists those too, never hides them."""
+    if log_dir.exists() and not log_dir.is_dir():
+        raise UsageError(f"log dir {log_dir} is not a directory")
+    found, unreadable = [], []
     for manifest in log_dir.rglob(MANIFEST):
+        name = str(manifest.parent.relative_to(log_dir))
         try:
-            found.append((str(manifest.parent.relative_to(log_dir)), read_record(manifest.parent)))
-        except (OSError, RecordError):
-            continue
-    return sorted(found, key=lambda item: -item[1].updated)
+            found.append((name, read_record(manifest.parent)))
+        except RecordError as exc:
+            unreadable.append((name, str(exc)))
+        except OSError as exc:
+            unreadable.append((name, exc.strerror or str(exc)))
+    return sorted(found, key=lambda item: -item[1].updated), sorted(unreadable)
 
 
 def options_from_record(record: RunRecord, log_dir: Path, **overrides: Any) -> RunOptions:

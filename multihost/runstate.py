@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS
+from multihost.envsync import EnvRequest
 from multihost.model import Host, State
 from multihost.stream import Line
 from multihost.transport import SSHOptions
@@ -45,10 +46,15 @@ class RunOptions:
     reconnect_timeout: float = DEFAULTS.reconnect_timeout
     detach: bool = False
     record_env: bool = False  # keep --env values in run.json (default: their names only)
+    secrets: tuple[tuple[str, str], ...] = ()  # (KEY, Secret Manager NAME): read at the launch
     hang_timeout: float | None = None  # no output from any host this long: take stacks, then
     on_hang: str = "stop"  # "stop" the run (exit 1) or only "report" and go on
+    trace: float | None = None  # seconds of jax.profiler trace once every host steps
+    trace_after: float = DEFAULTS.trace_after  # ... this long after the last one started
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
+    environment: EnvRequest | None = None  # issue 27: the locked env on every host
+    setup: str | None = None  # issue 27: --setup CMD on every host before the gate
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from typing import Literal
 
 from multihost.errors import HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
-from multihost.model import Host, Staging
+from multihost.model import Host
 from multihost.plan import COMPLETE, Paths, stage_command
 from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
+from multihost.result import Staging
 from multihost.stage import Archive, _cause, stage
 from multihost.transport import Connection
 

@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS
-from multihost.errors import HostError, HostLost, RemoteError
+from multihost.errors import HostError, HostLost, RemoteError, RunDirGone
 from multihost.launch import Started
 from multihost.model import Host, State
 from multihost.plan import Paths, finish_command, watch_command
+from multihost.result import RESULT_MARKER
 from multihost.transport import Connection, SSHOptions, connect
 
 MAX_LINE = 16 * 1024  # bytes of one line passed on as an event; the log file keeps them all
 LAST_LINE = 512  # characters of the last line kept for the summary and run.json
+_MARK = RESULT_MARKER.encode()
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,9 @@ class LogSink:
         self._cut = 0  # bytes of the current line beyond those
         self.last_line = _last_line(path) if self.offset else ""
         self.last_output = time.monotonic()  # when bytes last arrived (or the sink opened)
+        # whether the log may hold a result line (read when the run's results are collected)
+        self.may_have_result = self.offset > 0
+        self._seam = b""  # the last bytes of the previous chunk: a marker may straddle two
 
     def feed(self, data: bytes) -> None:
         if not data:
@@ -88,6 +93,9 @@ class LogSink:
         self._file.flush()
         self.offset += len(data)
         self.last_output = time.monotonic()
+        if _MARK in data or _MARK in self._seam + data[: len(_MARK)]:
+            self.may_have_result = True
+        self._seam = data[-len(_MARK) :]
         end = data.rfind(b"\n")
         if end < 0:
             self._keep(data)
@@ -236,7 +244,7 @@ async def fetch_rest(
                 raise RemoteError(conn.host, "unreadable run state on the host")
             continue
         if line.strip() == b"missing":
-            raise RemoteError(conn.host, f"run directory {paths.run} is gone from the host")
+            raise RunDirGone(conn.host, f"run directory {paths.run} is gone from the host")
         header = line.decode(errors="replace")
         write(rest)
     if header is None:

@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+# one wait_for for every test (tests/helpers.py); also importable from here, where it lived before
+from tests.helpers import wait_for as wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,15 +47,6 @@ def spawn(args: Sequence[str], *, cwd: Path | None = None) -> subprocess.Popen[s
 def manifest(log_dir: Path, run: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((log_dir / run / "run.json").read_text())
     return data
-
-
-def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def host_logs(log_dir: Path, run: str) -> dict[str, str]:

@@ -17,18 +17,48 @@ from tests import fleet as loopback
 pytest_plugins = ["tests.cloud.fixture"]
 
 
+_SCRATCH: list[Path] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The developer's own ~/.config/multihost/config.toml must not change what the CLI tests
-    see: every test (and every CLI it starts) reads an empty user config dir unless it sets one."""
+    see: every test (and every CLI it starts) reads an empty user config dir unless it sets
+    one; it is removed when the session ends."""
     import tempfile
 
-    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="multihost-test-xdg-")
+    scratch = Path(tempfile.mkdtemp(prefix="multihost-test-xdg-"))
+    _SCRATCH.append(scratch)
+    os.environ["XDG_CONFIG_HOME"] = str(scratch)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for scratch in _SCRATCH:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _install_sshd() -> str | None:
+    """As root on a Debian/Ubuntu machine without sshd, install openssh-server (what .ci/run
+    does), so that ``python -m pytest`` alone runs the SSH tier; the reason when it cannot."""
+    if os.access(loopback.SSHD, os.X_OK) or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return None
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "openssh-server"],
+    ):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+        if done.returncode != 0:
+            return f"{' '.join(cmd[:2])} failed: {done.stderr.strip()[-300:]}"
+    return None
 
 
 def _unavailable() -> str | None:
     """Why this machine cannot run the fleet, or None."""
+    failed = _install_sshd()
     if not os.access(loopback.SSHD, os.X_OK):
-        return f"{loopback.SSHD} missing (apt-get install openssh-server)"
+        why = f": {failed}" if failed else ""
+        return f"{loopback.SSHD} missing (apt-get install openssh-server){why}"
     if os.geteuid() != 0:
         return "the OpenSSH fleet needs root (one Unix user and one sshd per host)"
     return None
@@ -58,6 +88,16 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(h))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     return h
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    """A fresh code dir to stage: ``tmp_path/code`` holding one small file, ``x.txt``. A module
+    whose jobs need files of their own asks for this fixture in its own ``code`` and adds them."""
+    d = tmp_path / "code"
+    d.mkdir()
+    (d / "x.txt").write_text("staged\n")
+    return d
 
 
 @pytest.fixture

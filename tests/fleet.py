@@ -37,6 +37,8 @@ DEAD_ADDRESS = "127.0.0.254"
 START_TIMEOUT = 15.0
 _START_FAILED = re.compile(r"Cannot bind|fatal|Bad configuration|terminating")
 STOP_TIMEOUT = 5.0
+# what the test session installs for the fleet's users (tests/conftest.py REMOTE_SITES)
+PURGED = (Path("/opt/multihost-test-site"), Path("/opt/multihost-test-site-flax"))
 
 
 @dataclass(frozen=True)
@@ -584,6 +586,12 @@ def down(d: Path = DEFAULT_DIR, purge: bool = False) -> None:
         if purge:
             shutil.rmtree(d / "hosts", ignore_errors=True)
             (d / "fleet.json").unlink(missing_ok=True)
+    if purge:  # everything the tests set up: the users and their homes, the test sites
+        for i in indices:
+            subprocess.run(["userdel", "-r", user(i)], capture_output=True, check=False)
+        for site in PURGED:
+            shutil.rmtree(site, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def kill_user_processes(indices: Sequence[int]) -> None:
@@ -651,7 +659,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("n", nargs="?", type=int, default=8, help="hosts for 'up' (default 8)")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="fleet dir")
-    parser.add_argument("--purge", action="store_true", help="down: also delete host keys")
+    parser.add_argument("--purge", action="store_true",
+                        help="down: also delete the host keys, the fleet's Unix users and their "
+                        "homes, the JAX test sites under /opt and the fleet dir")  # fmt: skip
     args = parser.parse_args(argv)
     if args.action == "up":
         t0 = time.monotonic()

@@ -28,13 +28,12 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(tmp_path: Path, code: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     h = tmp_path / "home"
     h.mkdir()
     monkeypatch.setenv("HOME", str(h))
     monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
-    (tmp_path / "code").mkdir()
-    monkeypatch.chdir(tmp_path / "code")
+    monkeypatch.chdir(code)
     return h
 
 
@@ -255,8 +254,9 @@ def test_prefix_keywords_reach_discovery_and_cloud_defaults(
     monkeypatch.setenv("PATH", f"{FAKE_GCLOUD_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setenv("FAKE_GCLOUD_LOG", str(tmp_path / "gcloud.log"))
     monkeypatch.setenv("FAKE_GCLOUD_NODES", str(FIXTURE_DIR / "myqr.json"))
+    # no_add_key: the fake gcloud only lists (first contact: test_sources_tpukeys_ssh)
     plan = plan_run("true", {"prefix": "myqr", "project": "p", "zone": "z", "ip": "internal",
-                             "user": "ml", "script_dir": tmp_path})  # fmt: skip
+                             "user": "ml", "script_dir": tmp_path, "no_add_key": True})  # fmt: skip
     assert len(plan.fleet) == 4
     assert plan.fleet.num_slices == 2
     assert {h.user for h in plan.fleet} == {"ml"}
@@ -272,8 +272,8 @@ def test_import_is_light_and_results_render_without_rich() -> None:
     code = (
         "import sys, multihost; heavy = ('asyncssh', 'rich', 'cloudpickle')\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'import multihost'\n"
-        "from multihost import display_html, model\n"
-        "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'display_html'\n"
+        "from multihost import model, result\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'result'\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

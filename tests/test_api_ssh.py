@@ -72,11 +72,10 @@ def test_call_over_ssh(hosts_env: dict[str, object], capsys: pytest.CaptureFixtu
     assert "remote traceback (s0/w1)" in str(info.value)
 
 
-def test_run_refuses_a_busy_coordinator_port(hosts_env: dict[str, object], tmp_path: Path) -> None:
+def test_run_refuses_a_busy_coordinator_port(
+    hosts_env: dict[str, object], code: Path, tmp_path: Path
+) -> None:
     """The API checks host 0's coordinator port as the CLI does: UsageError, nothing made."""
-    code = tmp_path / "code"
-    code.mkdir()
-
     with socket.socket() as s:  # the loopback hosts share this machine's ports
         s.bind(("", 0))
         s.listen()

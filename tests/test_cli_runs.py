@@ -11,15 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.clitools import cli, host_logs, manifest, wait_for
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x.txt").write_text("staged\n")
-    return d
+from tests.clitools import cli, host_logs, manifest
+from tests.helpers import wait_for
 
 
 def _run(code: Path, logs: Path, *extra: str, n: int = 2) -> list[str]:
@@ -48,7 +41,7 @@ def _states(logs: Path, run: str) -> list[str]:
 def test_signal_on_attach_detaches_and_the_run_goes_on(
     home: Path, code: Path, tmp_path: Path, sig: signal.Signals
 ) -> None:
-    """SIGHUP (the terminal went away) as Ctrl-C; test_terminal types Ctrl-C at a terminal."""
+    """SIGHUP (the terminal went away) as Ctrl-C; test_cli_terminal types Ctrl-C at a terminal."""
     logs = tmp_path / "logs"
     cmd = 'while :; do echo "tick $JAX_PROCESS_ID"; sleep 0.2; done'
     res = cli([*_run(code, logs, "--detach", "--run-name", "bg"), "--cmd", cmd])
@@ -145,3 +138,30 @@ def test_two_local_runs_get_their_own_coordinator_ports(
     assert len(addresses) == 2
     assert all(a.startswith("127.0.0.1:") for a in addresses)
     assert "8476" not in "".join(addresses)
+
+
+def test_rewriting_run_json_keeps_every_recorded_field(
+    code: Path, tmp_path: Path, home: Path
+) -> None:
+    """status --refresh, attach and kill rewrite run.json: every field they do not own stays
+    as the run recorded it (script dir, staging, the job and its env, settings)."""
+    logs = tmp_path / "logs"
+    res = cli(["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
+               "--run-name", "rt", "--detach", "--record-env", "--env", "A=1", "--grace", "3",
+               "--no-fail-fast", "--cmd", "sleep 30"], cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    before = manifest(logs, "rt")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for args in (["status", "rt", "--refresh"], ["kill", "rt"], ["attach", "rt"]):
+        done = cli([*args, "--log-dir", str(logs)], cwd=elsewhere)
+        assert "Traceback" not in done.stderr, done.stderr
+        after = manifest(logs, "rt")
+        owned = {"hosts", "updated", "first_failure", "interrupted"}
+        assert {k: v for k, v in after.items() if k not in owned} == {
+            k: v for k, v in before.items() if k not in owned
+        }, args
+        for old, new in zip(before["hosts"], after["hosts"], strict=True):
+            for key in ("host", "log", "env", "bytes_sent"):  # state and times are theirs
+                assert new[key] == old[key], (args, key)
+    assert [h["state"] for h in manifest(logs, "rt")["hosts"]] == ["killed", "killed"]

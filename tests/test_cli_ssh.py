@@ -13,12 +13,11 @@ pytestmark = pytest.mark.usefixtures("fresh_runs")
 
 
 @pytest.mark.parametrize("via", ["direct", "peer"])
-def test_busy_coordinator_port_on_host0_is_refused(ssh_fleet, tmp_path: Path, via: str) -> None:  # type: ignore[no-untyped-def]
+def test_busy_coordinator_port_on_host0_is_refused(
+    ssh_fleet, code: Path, tmp_path: Path, via: str
+) -> None:  # type: ignore[no-untyped-def]
     """Checked on host 0 while the hosts are prepared (no round trip before the run); nothing
     starts, no claim is left on any host (the same name runs next), no local log dir."""
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "x.txt").write_text("x\n")
     logs = tmp_path / "logs"
     args = fleet_run_args(ssh_fleet, code, logs, "busy", "true", 3, "--stage-via", via)
     with socket.socket() as s:  # the loopback hosts share this machine's ports

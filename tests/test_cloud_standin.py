@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import pytest
 
 from tests.cloud.fixture import BUCKET, ZONE, Cloud
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -47,9 +47,7 @@ def test_queued_resource_lifecycle(cloud: Cloud, tmp_path) -> None:
     assert spec["node"]["metadata"]["startup-script"] == SCRIPT
     qr = cloud.tpu.wait_state("qr1", "ACTIVE", 30)
     hosts = [w.host for w in qr.workers]
-    deadline = time.monotonic() + 60
-    while len(cloud.objects("standin/")) < 4 and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_for(lambda: len(cloud.objects("standin/")) >= 4, 60, "every worker's startup script")
     texts = [cloud.read(f"standin/{cloud.fleet.hosts[h].user}.txt") for h in hosts]
     assert all("home=unset" in t for t in texts)
     assert [t.split()[1] for t in texts] == ["0", "1", "0", "1"]
@@ -63,7 +61,7 @@ def test_queued_resource_lifecycle(cloud: Cloud, tmp_path) -> None:
     assert not any(cloud.fleet.user_processes(h) for h in hosts)
     gcloud(cloud, "compute", "tpus", "queued-resources", "delete", "qr1", "--zone", ZONE,
            "--force", "--async", "--quiet")  # fmt: skip
-    time.sleep(0.5)
+    wait_for(lambda: "qr1" not in cloud.tpu.resources, 10, "qr1 to be deleted")
     gone = gcloud(cloud, "compute", "tpus", "queued-resources", "describe", "qr1",
                   "--zone", ZONE, check=False)  # fmt: skip
     assert gone.returncode != 0

@@ -8,8 +8,8 @@ import time
 import asyncssh
 import pytest
 
-from tests.clitools import wait_for
 from tests.fleet import Fleet
+from tests.helpers import wait_for
 
 
 def _ssh(fleet: Fleet, host: str, cmd: str) -> subprocess.CompletedProcess[str]:

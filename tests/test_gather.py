@@ -67,14 +67,11 @@ def test_read_tail_keeps_the_last_lines_and_counts_them(tmp_path: Path) -> None:
     assert read_tail(HOSTS[0], tmp_path / "missing", 3, 40) == Output(HOSTS[0], (), 0)
 
 
-def test_cli_logs_gather(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_logs_gather(code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "x.txt").write_text("x\n")
     cmd = 'echo start; echo "rank $((JAX_PROCESS_ID % 2))"; echo end'
     result = multihost.run(cmd, local=4, script_dir=code, log_dir=tmp_path / "logs",
                            run_name="g", stream="none")  # fmt: skip

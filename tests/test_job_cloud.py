@@ -14,6 +14,7 @@ import pytest
 from multihost.model import Fleet, Host, Job
 from multihost.plan import host_env
 from tests.cloud.fixture import BUCKET, Cloud
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -47,16 +48,6 @@ def submit_args(name: str, script_dir: Path, cmd: str, *extra: str) -> list[str]
 
 def parse_env(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
-def wait_for(predicate, timeout: float = 60, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def started_times(cloud: Cloud, job: str, attempt: int, n: int) -> list[float] | None:

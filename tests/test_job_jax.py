@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -20,24 +19,12 @@ import pytest
 from multihost.stage import pack
 from tests.clitools import REPO, cli, host_logs
 from tests.cloud.fixture import Cloud
-from tests.test_job_cloud import (
-    multihost,
-    record,
-    started_times,
-    submit_args,
-    wait_for,
-    watch_proc,
-)
+from tests.helpers import free_port, wait_for
+from tests.test_job_cloud import multihost, record, started_times, submit_args, watch_proc
 
 pytestmark = [pytest.mark.jax, pytest.mark.slow]
 PAYLOADS = REPO / "payloads"  # the code dir the jobs stage (small: fetched quickly)
 SHARDINGS = "shardings.py -if 4 -d 256 -b 16 -n 2 --tries 2"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _result(text: str) -> dict[str, object]:
@@ -53,7 +40,7 @@ def test_shardings_job_matches_run(
         "jaxjob", PAYLOADS, f"{remote_jax['PYTHON']} {SHARDINGS}",
         "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}",
-        "--coordinator-port", str(_port()), "--watch"), timeout=300)  # fmt: skip
+        "--coordinator-port", str(free_port()), "--watch"), timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert record(cloud, "jaxjob")["code_hash"] == pack(PAYLOADS).digest  # the hash `run` stages
     job = [_result(cloud.read(f"multihost/jobs/jaxjob/attempt-0/slice-0-worker-{w}.log"))
@@ -63,7 +50,7 @@ def test_shardings_job_matches_run(
     local = cli(
         ["run", "--local", "2", "--script-dir", str(PAYLOADS), "--log-dir", str(tmp_path),
          "--run-name", "loc", "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
-         "--coordinator-port", str(_port()), "--timeout", "240",
+         "--coordinator-port", str(free_port()), "--timeout", "240",
          "--cmd", f"{sys.executable} {SHARDINGS}"],
         timeout=300, HOME=str(tmp_path / "home"),
     )  # fmt: skip
@@ -103,7 +90,7 @@ def test_preempted_training_resumes_from_its_checkpoint(
     cmd = f'echo "attempt=$MULTIHOST_ATTEMPT"; exec {train} {slow}'
     first = watch_proc(cloud, *submit_args(
         "tr", PAYLOADS, cmd, "--env", "JAX_NUM_CPU_DEVICES=1", "--env", "JAX_PLATFORMS=cpu",
-        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(_port()),
+        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(free_port()),
         "--max-restarts", "1", "--watch"))  # fmt: skip
     second = None
     try:

@@ -174,3 +174,18 @@ def test_submit_refuses_bad_secrets_before_any_cloud_call(tmp_path: Path) -> Non
         done = cli([*base, *extra], MULTIHOST_LOG_DIR=str(tmp_path), MULTIHOST_GCLOUD="/bin/false")
         assert done.returncode == 2, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_sweep_results_and_stacks_are_private(tmp_path: Path) -> None:
+    from multihost.diagnose.collect import parse_collect, save
+    from multihost.model import Host
+    from multihost.sweep.results import ResultsStore
+
+    store = ResultsStore(tmp_path / "logs" / "sweep-1")
+    store.append({"point": "p0", "repeat": 0, "status": "ok"})
+    store.write_csv(store.load())
+    folder = save([parse_collect(Host("h0"), "")], tmp_path / "logs")
+    files = [store.path, store.csv_path, *folder.iterdir()]
+    dirs = [tmp_path / "logs", store.directory, folder.parent, folder]
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {"0o600"}
+    assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in dirs} == {"0o700"}

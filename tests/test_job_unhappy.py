@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.cloud.fixture import Cloud
-from tests.test_job_cloud import code_dir, multihost, record, started_times, submit_args, wait_for
+from tests.helpers import wait_for
+from tests.test_job_cloud import code_dir, multihost, record, started_times, submit_args
 
 pytestmark = pytest.mark.slow
 

@@ -41,10 +41,9 @@ def _text(outputs: list[Any]) -> str:
     return "".join(parts)
 
 
-def test_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook(code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    (tmp_path / "code").mkdir()
     monkeypatch.setenv("HOME", str(home))  # the kernel and its local workers inherit these
     monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))

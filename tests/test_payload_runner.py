@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from multihost.sweep.results import RESULT_MARKER
+from multihost.result import RESULT_MARKER
 from tests.clitools import REPO, cli, host_logs
+from tests.helpers import free_port
 
 pytestmark = [pytest.mark.jax, pytest.mark.slow]
 SHARDINGS = "payloads/shardings.py -dd 2 -if 4 -d 256 -b 16 -n 2 --tries 2"
 VERIFY = "payloads/shardings.py -dd 2 -if -1 -it 2 -d 128 -b 8 -n 2 --verify --impl"
 TRAIN = "payloads/train.py --model mlp -dd 2 -if 4 --d_model 64 --d_ff 128 --steps 4 --warmup 1"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _results(logs: Path, run: str) -> list[dict[str, Any]]:
@@ -47,7 +41,7 @@ def _local(tmp_path: Path, run: str, cmd: str, n: int = 4) -> list[dict[str, Any
     res = cli(
         ["run", "--local", str(n), "--script-dir", str(REPO), "--log-dir", str(tmp_path),
          "--run-name", run, "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
-         "--coordinator-port", str(_port()), "--timeout", "240", "--cmd", cmd],
+         "--coordinator-port", str(free_port()), "--timeout", "240", "--cmd", cmd],
         timeout=300, HOME=str(tmp_path / "home"),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
@@ -80,7 +74,7 @@ def test_shardings_over_ssh(ssh_fleet, remote_jax: dict[str, str], tmp_path: Pat
         ["run", "--hosts", ",".join(ssh_fleet.aliases[:4]), "--ssh-config",
          str(ssh_fleet.ssh_config), "--script-dir", str(REPO), "--log-dir", str(tmp_path),
          "--run-name", "ssh-sh", "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
-         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(_port()),
+         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(free_port()),
          "--timeout", "240", "--cmd", f"{remote_jax['PYTHON']} {SHARDINGS}"],
         timeout=300,
     )  # fmt: skip

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 try:
-    from tests.test_payloads import (
+    from tests.test_payload_shardings import (
         LAYOUTS,
         ROOT,
         base_env,
@@ -19,7 +19,7 @@ try:
         run_payload,
     )
 except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    from test_payloads import (  # type: ignore[no-redef]
+    from test_payload_shardings import (  # type: ignore[no-redef]
         LAYOUTS,
         ROOT,
         base_env,
@@ -28,7 +28,7 @@ except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.
         run_payload,
     )
 
-# test_payloads put payloads/ on sys.path; the payload is a script, not a package.
+# test_payload_shardings put payloads/ on sys.path; the payload is a script, not a package.
 train = importlib.import_module("train")
 
 TINY = [

@@ -5,20 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.clitools import (
-    cli,
-    fleet_run_args,
-    host_logs,
-    manifest,
-    no_processes,
-    spawn,
-    wait_for,
-)
+from tests.clitools import cli, fleet_run_args, host_logs, manifest, no_processes, spawn
+from tests.helpers import wait_for
 
 N = 4
 COUNT = 50  # numbered lines per host, one every 0.1 s
@@ -26,14 +18,6 @@ NUMBERED = f'for i in $(seq 1 {COUNT}); do echo "$JAX_PROCESS_ID line $i"; sleep
 
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x.txt").write_text("x\n")
-    return d
 
 
 def _args(fleet, code: Path, logs: Path, run: str, cmd: str, n: int = N) -> list[str]:  # type: ignore[no-untyped-def]
@@ -48,6 +32,13 @@ def _exactly_once(text: str, pid: int) -> None:
     assert text == "".join(f"{pid} line {i}\n" for i in range(1, COUNT + 1))
 
 
+def _unseen_lines(fleet, logs: Path, run: str, i: int) -> int:  # type: ignore[no-untyped-def]
+    """Lines host ``i``'s job has written that the runner has not received yet."""
+    remote = fleet.hosts[i].home / ".multihost" / "runs" / run / "log"
+    local = host_logs(logs, run).get(f"slice_0000_worker_{i:04d}", "")
+    return remote.read_text().count("\n") - local.count("\n")
+
+
 def _no_processes(fleet, n: int = N) -> bool:  # type: ignore[no-untyped-def]
     return no_processes(fleet, n)
 
@@ -60,8 +51,9 @@ def test_sigkilled_runner_then_attach(ssh_fleet, code: Path, tmp_path: Path) -> 
              and all("line 5\n" in t for t in host_logs(logs, "k9").values()), 60)  # fmt: skip
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
-    time.sleep(1)
-    assert not _no_processes(ssh_fleet)  # the jobs outlive the runner
+    # the hosts saw the runner go (its watchers' pipes closed) ...
+    wait_for(lambda: not _watchers(ssh_fleet), 10, "the remote watchers to exit")
+    assert not _no_processes(ssh_fleet)  # ... and the jobs outlive the runner
     res = cli(["attach", "k9", "--log-dir", str(logs), "--stream", "all"])
     assert res.returncode == 1, res.stderr  # host 3 exits 3
     for i, text in enumerate(host_logs(logs, "k9").values()):
@@ -96,7 +88,8 @@ def test_sshd_restart_resumes_without_gap(ssh_fleet, code: Path, tmp_path: Path)
         ssh_fleet.stop_host(2)
         wait_for(lambda: manifest(logs, "blip")["hosts"][2]["state"] == "reconnecting", 20,
                  "the host to show as reconnecting")  # fmt: skip
-        time.sleep(1.5)
+        wait_for(lambda: _unseen_lines(ssh_fleet, logs, "blip", 2) >= 10, 20,
+                 "10 lines written on the host while it cannot be reached")  # fmt: skip
         ssh_fleet.start_host(2)
         _, err = proc.communicate(timeout=120)
     finally:

@@ -21,7 +21,8 @@ from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
 from multihost.stage import pack
 from multihost.stagevia import StageVia, parse
-from tests.clitools import cli, wait_for
+from tests.clitools import cli
+from tests.helpers import wait_for
 
 TOKEN = "s3cret-token"
 
@@ -56,12 +57,12 @@ def test_cli_bad_value_is_one_line_exit_2(value: str, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    (d / "pkg").mkdir(parents=True)
-    (d / "pkg" / "m.py").write_text("X = 1\n")
-    (d / "blob").write_bytes(os.urandom(50_000))
-    return d
+def code(code: Path) -> Path:
+    """The shared code dir plus a package and a blob (a new content hash every test)."""
+    (code / "pkg").mkdir()
+    (code / "pkg" / "m.py").write_text("X = 1\n")
+    (code / "blob").write_bytes(os.urandom(50_000))
+    return code
 
 
 Sh = Callable[[str, bytes], "subprocess.CompletedProcess[bytes]"]
@@ -157,6 +158,7 @@ def test_seed_stop_ends_a_server_still_waiting(code: Path, tmp_path: Path) -> No
     assert b"refused" in refused.stderr.lower()
 
 
+@pytest.mark.usefixtures("home")  # --local workers under a private HOME, not ~/.cache
 def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
     """Three local workers: the runner sends the archive (and the token line) once."""
     res = multihost.run(
@@ -178,6 +180,7 @@ def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
     assert hashlib.sha256((code / "blob").read_bytes()).hexdigest() in logs[0]
 
 
+@pytest.mark.usefixtures("home")
 def test_local_pipeline_bucket_unusable_falls_back(
     code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,9 +14,10 @@ import pytest
 import multihost
 from multihost.stage import pack
 from tests import fleet as loopback
-from tests.clitools import cli, manifest, no_processes, wait_for
+from tests.clitools import cli, manifest, no_processes
 from tests.cloud.fixture import gcloud_env
 from tests.cloud.gcs import FakeGcs
+from tests.helpers import wait_for
 from tests.test_stagevia import Sh, fetch, serving, stop
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
@@ -24,14 +25,15 @@ BUCKET = "mh-stage"
 
 
 @pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    (d / "pkg").mkdir(parents=True)
-    (d / "pkg" / "m.py").write_text("X = 1\n")
-    (d / "run.sh").write_text("#!/bin/sh\necho hi\n")
-    (d / "run.sh").chmod(0o755)
-    (d / "blob").write_bytes(os.urandom(200_000))  # a new content hash every test
-    return d
+def code(code: Path) -> Path:
+    """The shared code dir plus a package, a script and a blob (a new content hash every
+    test)."""
+    (code / "pkg").mkdir()
+    (code / "pkg" / "m.py").write_text("X = 1\n")
+    (code / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (code / "run.sh").chmod(0o755)
+    (code / "blob").write_bytes(os.urandom(200_000))
+    return code
 
 
 def _tree(root: Path) -> dict[str, tuple[bytes, bool]]:

@@ -10,16 +10,15 @@ from typing import Any
 
 import pytest
 
+from multihost.result import find_result, read_result
 from multihost.sweep.grid import Point, expand
 from multihost.sweep.results import (
     NO_RESULT,
     PLOT_MISSING,
     Record,
     ResultsStore,
-    find_result,
     latest,
     point_status,
-    read_result,
     summarize,
     write_chart,
 )
@@ -302,7 +301,7 @@ def test_chart_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_payloads_print_the_marker_sweeps_read() -> None:
     """Payloads are standalone scripts (no multihost import on the hosts), so they keep their
     own copy of the marker; it must be the one the runner reads."""
-    from multihost.sweep.results import RESULT_MARKER
+    from multihost.result import RESULT_MARKER
 
     text = (Path(__file__).resolve().parent.parent / "payloads" / "meshing.py").read_text()
     assert f'RESULT_PREFIX = "{RESULT_MARKER} "' in text

@@ -57,9 +57,7 @@ def test_sharding_sweep_local(tmp_path: Path) -> None:
     assert "reproduce: multihost run --local 4" in res.stdout
 
 
-def test_failures_recorded_then_resume(tmp_path: Path) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
+def test_failures_recorded_then_resume(code: Path, tmp_path: Path) -> None:
     (code / "sq.py").write_text(SCRIPT)
     base = ["sweep", "--local", "2", "--script-dir", str(code), "--log-dir", str(tmp_path),
             "--run-name", "sq", "--cmd", f"{sys.executable} sq.py {{a}} {{b}}",
@@ -81,15 +79,13 @@ def test_failures_recorded_then_resume(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("fresh_runs")  # the sweep name is fixed, the hosts are shared
-def test_parallel_slices_over_ssh(ssh_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_parallel_slices_over_ssh(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     inventory = tmp_path / "fleet.toml"
     aliases = ssh_fleet.aliases
     inventory.write_text(
         f'[[slices]]\nhosts = ["{aliases[0]}", "{aliases[1]}"]\n'
         f'[[slices]]\nhosts = ["{aliases[2]}", "{aliases[3]}"]\n'
     )
-    code = tmp_path / "code"
-    code.mkdir()
     (code / "p.sh").write_text(
         "start=$(date +%s.%N); sleep 2\n"
         'if [ "$JAX_PROCESS_ID" = 0 ]; then\n'

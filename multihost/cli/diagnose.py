@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from dataclasses import asdict
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
 
 from multihost import runs
+from multihost.bridge import blocking
 from multihost.cli.wiring import log_dir_of, record_options
 from multihost.diagnose.collect import take
-from multihost.diagnose.render import stack_report
+from multihost.diagnose.stacks import StackReport
 from multihost.errors import UsageError
 from multihost.gather import host_ranges
 
@@ -23,9 +24,9 @@ def cmd_stack(args: argparse.Namespace, err: Console) -> int:
         raise UsageError(f"run {args.run} is {record.state}: there are no stacks to take")
     options = record_options(args, record)
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
-    report, folder = asyncio.run(
-        take(record.fleet.hosts, dirs, options.ssh, run_dir, native=args.native,
-             all_threads=args.all, limit=options.connect_limit)
+    report, folder = blocking(
+        lambda: take(record.fleet.hosts, dirs, options.ssh, run_dir, native=args.native,
+                     all_threads=args.all, limit=options.connect_limit)
     )  # fmt: skip
     if args.json:
         print(json.dumps({
@@ -40,3 +41,31 @@ def cmd_stack(args: argparse.Namespace, err: Console) -> int:
         Console(highlight=False).print(stack_report(report, title=title))
         err.print(f"raw dumps: {folder}", style="dim", markup=False, highlight=False)
     return 1 if report.errors else 0
+
+
+def stack_report(report: StackReport, *, title: str = "", max_frames: int = 40) -> Group:
+    """Odd ones out first, each group headed ``[hosts] ×N``, frames most recent first."""
+    parts: list[RenderableType] = []
+    if title:
+        parts.append(Text(title, style="bold"))
+    stragglers = report.stragglers
+    if stragglers:
+        parts.append(Text(f"straggler(s): {host_ranges(stragglers)}", style="bold red"))
+    for group in report.groups:
+        odd = bool(stragglers) and group is not report.groups[-1]
+        head = Text(
+            f"[{host_ranges(group.hosts)}] ×{group.size}", style="bold red" if odd else "bold"
+        )
+        if group.label:
+            head.append(f"  {group.label}", style="dim")
+        parts.append(head)
+        frames = group.frames[:max_frames]
+        for frame in frames:
+            parts.append(Text(f"  {frame}"))
+        if len(group.frames) > max_frames:
+            parts.append(Text(f"  … {len(group.frames) - max_frames} more frames", style="dim"))
+        if not group.frames:
+            parts.append(Text("  (no Python frames)", style="dim"))
+    for item in report.errors:
+        parts.append(Text(f"{item.host.name}: {item.error}", style="yellow"))
+    return Group(*parts)

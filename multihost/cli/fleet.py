@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 
-from multihost import fleetops, report, runs
+from multihost import fleetops, runs
+from multihost.bridge import blocking
 from multihost.bundled import payload_command, payloads_dir
+from multihost.cli import report
 from multihost.cli.pull import pull_and_report
 from multihost.cli.wiring import (
     Display,
@@ -22,7 +24,7 @@ from multihost.cli.wiring import (
     raise_nofile_limit,
     reach_args,
 )
-from multihost.copyback import check_patterns, default_dest
+from multihost.copyback import check_dest, check_patterns, default_dest
 from multihost.core import Run
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
@@ -30,6 +32,7 @@ from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_hosts
 from multihost.planner import device_glob
+from multihost.result import HostResult
 from multihost.runstate import RunOptions
 from multihost.sources.tpu import fleet_rows
 from multihost.stage import pack
@@ -45,6 +48,8 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
         raise UsageError("--pull copies files back after the run ends; with --detach it does "
                          "not end here (use multihost pull RUN PATH later)")  # fmt: skip
     patterns = check_patterns(args.pull) if args.pull else ()
+    if patterns:  # checked, and made, before anything starts
+        check_dest(args.pull_to if args.pull_to is not None else default_dest(job.run_name))
     raise_nofile_limit()
     display = Display(fleet, job.run_name, args.stream, err)
     result = execute_run(Run(fleet, job, options, display), display)
@@ -57,12 +62,30 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
         err.print(report.summary_table(result, all_hosts=False))
         return 1
     code = finish(result, err, len(fleet))
+    if options.trace and result.log_dir is not None:
+        from multihost.cli.trace import show_saved
+
+        show_saved(result.log_dir, err)
+    if not result.ok and result.log_dir is not None:
+        tpu_logs(result.hosts, options, result.log_dir, err)
     if patterns:
         _, record = runs.find_run(options.log_dir, job.run_name)
         dest = args.pull_to if args.pull_to is not None else default_dest(job.run_name)
         pulled = pull_and_report(record, patterns, dest, options.ssh, D.pull_limit, err)
         code = code or pulled
     return code
+
+
+def tpu_logs(hosts: Sequence[HostResult], options: RunOptions, run_dir: Path, err: Console) -> None:
+    """Issue 26: the failing TPU hosts' runtime logs, next to their host logs, said where."""
+    from multihost.bridge import blocking
+    from multihost.diagnose.tpu_logs import failing, fetch_tpu_logs, summary
+
+    if not (which := failing(hosts)):
+        return
+    got = blocking(lambda: fetch_tpu_logs(which, options.ssh, run_dir, limit=D.pull_limit))
+    for line in summary(got, run_dir):
+        err.print(line, style="dim", markup=False, highlight=False)
 
 
 def with_payload(args: argparse.Namespace) -> dict[str, object]:
@@ -99,13 +122,13 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
-    where = reach_args(args, err)
+    where = reach_args(args, err, add_key=bool(args.check))
     fleet = where.fleet
     rows: list[dict[str, object]] = [dict(r) for r in fleet_rows(fleet)]
     code = 0
     if args.check:
-        outcomes = asyncio.run(
-            fleetops.check(
+        outcomes = blocking(
+            lambda: fleetops.check(
                 fleet,
                 where.ssh,
                 args.remote_dir,
@@ -140,10 +163,12 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
 def cmd_kill_stale(args: argparse.Namespace, err: Console) -> int:
     where = reach_args(args, err)
     code = 0
-    stale = fleetops.kill_stale(
-        where.fleet, where.ssh, device_glob=device_glob(), limit=args.connect_limit
-    )
-    for o in asyncio.run(stale):
+    glob = device_glob()
+    for o in blocking(
+        lambda: fleetops.kill_stale(
+            where.fleet, where.ssh, device_glob=glob, limit=args.connect_limit
+        )
+    ):
         if o.value is not None:
             print(f"{o.host.name} ({o.host.target}): {o.value.summary()}")
             code = code or (1 if o.value.remaining else 0)

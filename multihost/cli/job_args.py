@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from multihost.defaults import DEFAULTS as D
+from multihost.settings.types import count, port
 
 Positive = Callable[[type[int] | type[float]], Callable[[str], int | float]]
 
@@ -28,7 +29,7 @@ def add_job_parser(sub: Any, positive: Positive) -> None:
     cap = submit.add_mutually_exclusive_group()
     for flag in ("spot", "reserved", "best-effort"):
         cap.add_argument(f"--{flag}", dest="capacity", action="store_const", const=flag)
-    submit.add_argument("--max-restarts", type=int, default=0, metavar="K",
+    submit.add_argument("--max-restarts", type=count, default=0, metavar="K",
                         help="re-create after up to K preemptions (default 0)")  # fmt: skip
     submit.add_argument("--script-dir", type=Path, default=Path("."))
     submit.add_argument("--exclude", action="append", default=[], metavar="PATTERN")
@@ -40,8 +41,10 @@ def add_job_parser(sub: Any, positive: Positive) -> None:
                         "each host at start; the value is never stored")  # fmt: skip
     submit.add_argument("--log-interval", type=positive(int), default=10, metavar="S")
     submit.add_argument("--start-timeout", type=positive(float), default=600.0, metavar="S")
-    submit.add_argument("--coordinator-port", type=int, default=D.coordinator_port)
-    submit.add_argument("--megascale-port", type=int, default=D.megascale_port)
+    submit.add_argument("--coordinator-port", type=port, default=D.coordinator_port,
+                        metavar="PORT")  # fmt: skip
+    submit.add_argument("--megascale-port", type=port, default=D.megascale_port,
+                        metavar="PORT")  # fmt: skip
     submit.add_argument("--cmd", required=True, help="command run under sh -c on every worker")
     submit.add_argument("--watch", action="store_true", help="follow the job at once")
     _watch_flags(submit, positive)
@@ -56,7 +59,7 @@ def add_job_parser(sub: Any, positive: Positive) -> None:
 
     logs = jsub.add_parser("logs", help="print (or --follow) a worker's log from the bucket")
     logs.add_argument("name", metavar="NAME")
-    logs.add_argument("--attempt", type=int, help="default: the current attempt")
+    logs.add_argument("--attempt", type=count, help="default: the current attempt")
     which = logs.add_mutually_exclusive_group()
     which.add_argument("--host", default="0/0", metavar="SLICE/WORKER")
     which.add_argument("--all", action="store_true")

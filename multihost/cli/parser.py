@@ -94,6 +94,8 @@ def add(p: argparse.ArgumentParser | argparse._ActionsContainer, *items: s.Item)
             kw["action"] = argparse.BooleanOptionalAction
         elif item.kind == "append":
             kw["action"] = "append"
+        elif item.kind == "optional":
+            kw["nargs"], kw["const"] = "?", item.const
         if item.kind != "switch":
             kw["default"] = item.initial
         for name in ("type", "choices", "metavar"):

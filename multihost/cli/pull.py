@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,10 +10,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from multihost import report, runs
+from multihost import runs
+from multihost.bridge import blocking
+from multihost.cli import report
 from multihost.cli.progress import TransferView
 from multihost.cli.wiring import log_dir_of, record_options
-from multihost.copyback import PullResult, check_patterns, default_dest, pull_run
+from multihost.copyback import PullResult, check_dest, check_patterns, default_dest, pull_run
 from multihost.record import RunRecord
 from multihost.runstate import Event, Transfer
 from multihost.transport import SSHOptions
@@ -24,7 +25,7 @@ def cmd_pull(args: argparse.Namespace, err: Console) -> int:
     patterns = check_patterns(args.paths)
     _, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record)
-    dest = args.to if args.to is not None else default_dest(args.run)
+    dest = check_dest(args.to if args.to is not None else default_dest(args.run))
     return pull_and_report(record, patterns, dest, options.ssh, args.limit, err, json_out=args.json)
 
 
@@ -46,9 +47,9 @@ def pull_and_report(
     if err.is_terminal and not json_out:
         with Live(get_renderable=view.renderable, console=err, refresh_per_second=4,
                   transient=True, redirect_stdout=False, redirect_stderr=False):  # fmt: skip
-            results = asyncio.run(go())
+            results = blocking(go)
     else:
-        results = asyncio.run(go())
+        results = blocking(go)
     if json_out:
         print(json.dumps([_row(r) for r in results], indent=1))
     else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
 import sys
@@ -12,8 +11,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multihost import report, runs
-from multihost.bridge import Detached
+from multihost import runs
+from multihost.bridge import Detached, blocking
+from multihost.cli import report, terminal
 from multihost.cli.wiring import (
     Display,
     execute_run,
@@ -65,7 +65,7 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
     asked = args.refresh or record.state == "running"
     if asked:
         options = record_options(args, record)
-        statuses = asyncio.run(runs.host_statuses(record, options.ssh))
+        statuses = blocking(lambda: runs.host_statuses(record, options.ssh))
         runs.mark_states(run_dir, record, statuses)
         for o in statuses:
             rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
@@ -83,15 +83,20 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_ls(args: argparse.Namespace, err: Console) -> int:
-    rows = [report.ls_row(name, record) for name, record in runs.all_runs(log_dir_of(args))]
+    found, unreadable = runs.scan_runs(log_dir_of(args))
+    rows = [report.ls_row(name, record) for name, record in found]
     if args.json:
+        rows += [{"run": name, "state": "unreadable", "error": why} for name, why in unreadable]
         print(json.dumps(rows, indent=1, default=str))
     elif rows:
         out = Console(highlight=False)
         out.print(report.fleet_table(rows, width=out.width))
-    else:
+    elif not unreadable:
         err.print(f"no runs in {log_dir_of(args)}", markup=False)
-    return 0
+    if not args.json:
+        for name, why in unreadable:
+            err.print(f"{name}: unreadable run record ({why})", markup=False, highlight=False)
+    return 1 if unreadable else 0
 
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
@@ -111,7 +116,7 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         what = f"stopped following; the run goes on (stop it with: multihost kill {args.run})"
         result = execute_run(follow, display, what=what)
         return 0 if not result.interrupted else 130
-    for o in asyncio.run(runs.sync_logs(run_dir, record, options.ssh)):
+    for o in blocking(lambda: runs.sync_logs(run_dir, record, options.ssh)):
         if o.error:
             err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
     hosts = {h.host.name: (h.host, run_dir / h.log) for h in record.hosts}
@@ -133,7 +138,7 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
             lines = lines[-args.tail :]
         prefix = f"[{host.name}] " if args.all else ""
         if lines:  # as on a run's terminal: colour kept, no other control sequence
-            out.write(report.safe_block(lines, prefix))
+            out.write(terminal.safe_block(lines, prefix))
     return 0
 
 
@@ -162,7 +167,7 @@ def _gather(
                   f"{host_ranges([o.host for o in cut])} had more (up to {most})",
                   style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
     for line in render(segments):
-        sys.stdout.write(report.safe_text(line) + "\n")
+        sys.stdout.write(terminal.safe_text(line) + "\n")
     return 0
 
 
@@ -184,7 +189,7 @@ def _read_lines(path: Path) -> list[str]:
 
 def cmd_clean(args: argparse.Namespace, err: Console) -> int:
     age = runs.parse_age(args.older_than)
-    said = asyncio.run(runs.clean(log_dir_of(args), age, None, dry_run=args.dry_run))
+    said = blocking(lambda: runs.clean(log_dir_of(args), age, None, dry_run=args.dry_run))
     for line in said or [f"nothing older than {args.older_than} in {log_dir_of(args)}"]:
         print(line)
     return 0

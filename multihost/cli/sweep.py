@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multihost import report
 from multihost.bridge import blocking
+from multihost.cli import report, terminal
 from multihost.cli.wiring import plan_args, raise_nofile_limit, signals
 from multihost.errors import UsageError
 from multihost.plan import check_run_name
@@ -93,7 +93,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
     problem = write_chart(sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names,
                           spec.higher_is_better)  # fmt: skip
     if problem:
-        err.print(report.warning(f"no sweep.png: {problem}"))
+        err.print(terminal.warning(f"no sweep.png: {problem}"))
     top = summary[0] if summary and summary[0]["best"] else None
     if top is not None:
         print(f"best: {top['label']}  {spec.metric}={top['metric']}")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -12,9 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from multihost import runs
+from multihost.bridge import blocking
 from multihost.cli.wiring import log_dir_of, record_options
-from multihost.diagnose.capture import Capture, capture
-from multihost.diagnose.traces import slowest
+from multihost.diagnose.capture import Capture, capture, summary
 from multihost.errors import UsageError
 
 OPEN_HINT = (
@@ -29,37 +29,16 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.3f} s"
 
 
-def rows(result: Capture) -> list[dict[str, Any]]:
-    """One dict per host (the --json rows and what the table shows)."""
-    out = []
-    for h in result.hosts:
-        row = h.row
-        stats = row.stats if row is not None else None
-        out.append({
-            "host": h.host.name,
-            "ok": stats is not None,
-            "span_s": stats.span_s if stats else None,
-            "step_name": stats.step_name if stats else None,
-            "steps": stats.steps if stats else 0,
-            "median_step_s": stats.median_step_s if stats else None,
-            "xla_busy": stats.busy if stats else None,
-            "files": list(row.files) if row else [],
-            "error": row.error if row else h.error,
-            "skipped": [{"pid": p.pid, "command": p.detail}
-                        for p in h.processes if p.state == "nojax"],
-        })  # fmt: skip
-    return out
-
-
-def table(result: Capture) -> Table:
-    """The per-host table of one capture."""
-    t = Table(title=f"trace {result.name}: {result.seconds:g} s on {len(result.hosts)} host(s)",
+def table(data: dict[str, Any]) -> Table:
+    """The per-host table of one capture (its :func:`summary` data)."""
+    hosts = data["hosts"]
+    t = Table(title=f"trace {data['capture']}: {data['seconds']:g} s on {len(hosts)} host(s)",
               title_justify="left", box=None, pad_edge=False)  # fmt: skip
     t.add_column("host")
     for name in ("span", "steps", "median step", "XLA busy"):
         t.add_column(name, justify="right")
     t.add_column("")
-    for r in rows(result):
+    for r in hosts:
         busy = "-" if r["xla_busy"] is None else f"{r['xla_busy']:.0%}"
         note = Text(r["error"], style="red") if r["error"] else Text("")
         if r["skipped"] and not r["error"]:
@@ -69,30 +48,43 @@ def table(result: Capture) -> Table:
     return t
 
 
-def summary_lines(result: Capture) -> list[str]:
+def summary_lines(data: dict[str, Any]) -> list[str]:
     """The slowest host (when it stands out), and how to open the traces."""
     lines = []
-    worst = slowest([h.row for h in result.hosts if h.row is not None])
-    if worst is not None:
-        lines.append(f"slowest: {worst[0]}, median step {worst[1]:.0%} over the hosts' median")
-    lines.append(OPEN_HINT.format(folder=result.folder))
+    worst = data.get("slowest")
+    if worst:
+        lines.append(f"slowest: {worst['host']}, median step {worst['gap']:.0%} over the "
+                     "hosts' median")  # fmt: skip
+    lines.append(OPEN_HINT.format(folder=data["folder"]))
     return lines
+
+
+def show(data: dict[str, Any], err: Console) -> None:
+    """The table on stdout, the hints on stderr."""
+    Console(highlight=False).print(table(data))
+    for line in summary_lines(data):
+        err.print(line, style="dim", markup=False, highlight=False)
 
 
 def report(result: Capture, as_json: bool, err: Console) -> int:
     """Print a capture (table or JSON); 1 when any host has no trace."""
-    failed = any(h.row is None or h.row.stats is None for h in result.hosts)
+    data = summary(result)
     if as_json:
-        worst = slowest([h.row for h in result.hosts if h.row is not None])
-        print(json.dumps({"capture": result.name, "folder": str(result.folder),
-                          "seconds": result.seconds, "hosts": rows(result),
-                          "slowest": {"host": worst[0], "gap": worst[1]} if worst else None},
-                         indent=1))  # fmt: skip
-        return 1 if failed else 0
-    Console(highlight=False).print(table(result))
-    for line in summary_lines(result):
-        err.print(line, style="dim", markup=False, highlight=False)
-    return 1 if failed else 0
+        print(json.dumps(data, indent=1))
+    else:
+        show(data, err)
+    return 1 if any(not h["ok"] for h in data["hosts"]) else 0
+
+
+def show_saved(log_dir: Path, err: Console) -> None:
+    """After ``run --trace``: the tables of the run's captures (their ``summary.json``)."""
+    for path in sorted((log_dir / "traces").glob("*/summary.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            err.print(f"trace: {path} is unreadable: {e}", markup=False, highlight=False)
+            continue
+        show(data, err)
 
 
 def cmd_trace(args: argparse.Namespace, err: Console) -> int:
@@ -103,8 +95,8 @@ def cmd_trace(args: argparse.Namespace, err: Console) -> int:
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
     err.print(f"tracing {len(record.hosts)} host(s) for {args.seconds:g} s…", style="dim",
               markup=False, highlight=False)  # fmt: skip
-    result = asyncio.run(
-        capture(record.fleet.hosts, dirs, run_dir, seconds=args.seconds, name=args.name,
-                ssh=options.ssh, limit=options.connect_limit)
+    result = blocking(
+        lambda: capture(record.fleet.hosts, dirs, run_dir, seconds=args.seconds, name=args.name,
+                        ssh=options.ssh, limit=options.connect_limit)
     )  # fmt: skip
     return report(result, args.json, err)

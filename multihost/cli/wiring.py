@@ -15,30 +15,48 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 
-from multihost import report, runs
+from multihost import runs
 from multihost.bridge import Interrupt, blocking
+from multihost.cli import report, terminal
 from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
 from multihost.core import Attach, Run
-from multihost.model import Fleet, Host, RunResult, State
+from multihost.model import Fleet, Host, State
 from multihost.planner import Plan, Reach, log_dir, plan, reach, ssh_config
 from multihost.record import RunRecord
+from multihost.result import RESULT_MARKER, RunResult, payload_lines
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
 from multihost.stream import Line
+
+RESULT_LINE = RESULT_MARKER + " "
 
 
 def plan_args(settings: Mapping[str, Any], err: Console) -> Plan:
     """The run the flags ask for (``multihost.planner``), the source's warnings said."""
-    found = plan(settings)
+    found = plan({**settings, "progress": _progress(err)})
     _warn(err, found.warnings)
+    _note(err, found.notes)
     return found
 
 
-def reach_args(args: argparse.Namespace, err: Console) -> Reach:
-    """The fleet the flags name and how to reach it, the source's warnings said."""
-    found = reach(vars(args))
+def reach_args(args: argparse.Namespace, err: Console, *, add_key: bool = False) -> Reach:
+    """The fleet the flags name and how to reach it, the source's warnings said; ``add_key``:
+    a command that logs in (``hosts --check``) makes sure a --prefix fleet takes the key."""
+    found = reach({**vars(args), "progress": _progress(err), "add_key": add_key})
     _warn(err, found.warnings)
+    _note(err, found.notes)
     return found
+
+
+def _progress(err: Console) -> Callable[[str], None]:
+    """Where a --wait says how it goes."""
+    return lambda text: err.print(f"multihost: {text}", style="dim", markup=False,
+                                  highlight=False)  # fmt: skip
+
+
+def _note(err: Console, notes: tuple[str, ...]) -> None:
+    for note in notes:
+        err.print(f"multihost: {note}", markup=False, highlight=False)
 
 
 def _warn(err: Console, warnings: tuple[str, ...]) -> None:
@@ -108,13 +126,18 @@ class Display:
         host = event.host if self.stream == "all" else None
         try:
             if self.tty:  # above the live status line when there is one
-                block = report.safe_block(event.texts, self._prefix(host))
+                # the payload's MULTIHOST_RESULT line is for machines (logs, --json, the API);
+                # the summary says it in words
+                texts = [t for t in event.texts if not t.lstrip().startswith(RESULT_LINE)]
+                if not texts:
+                    return
+                block = terminal.safe_block(texts, self._prefix(host))
                 if "\x1b" in block:  # a host's colour never reaches the status line
                     block = block[:-1] + "\x1b[0m\n"
-                self.out.print(report.Raw(block), end="")
+                self.out.print(terminal.Raw(block), end="")
             else:  # a pipe or file: plain text, colour codes kept, nothing else
                 prefix = f"[{host.name}] " if host else ""
-                self.out.file.write(report.safe_block(event.texts, prefix))
+                self.out.file.write(terminal.safe_block(event.texts, prefix))
         except BrokenPipeError:
             self.quiet = True
 
@@ -122,7 +145,7 @@ class Display:
         if host is None:
             return ""
         if host.process_id not in self._prefixes:
-            self._prefixes[host.process_id] = report.ansi_prefix(host, self.out)
+            self._prefixes[host.process_id] = terminal.ansi_prefix(host, self.out)
         return self._prefixes[host.process_id]
 
     def status(self) -> RenderableType:
@@ -178,6 +201,8 @@ def finish(result: RunResult, err: Console, n: int) -> int:
     err.print(report.summary_table(result, all_hosts=n <= 32 or not result.ok))
     if result.staging is not None:
         err.print(report.staging_line(result.staging))
+    for line in payload_lines(result):  # a payload's result in words (its line is in the log)
+        err.print(line, markup=False, highlight=False)
     err.print(report.verdict(result))
     err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)
     return result.exit_code

@@ -12,8 +12,9 @@ from multihost.core.watch import watch_all
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError
 from multihost.fanout import map_hosts
-from multihost.model import Host, RunResult, State
+from multihost.model import Host, State
 from multihost.record import RunRecord, watch_lock
+from multihost.result import RunResult
 from multihost.runstate import Event, RunOptions
 from multihost.stream import LogSink
 from multihost.transport import Connection, connect
@@ -40,6 +41,7 @@ class Attach:
         )  # fmt: skip
         sup.first_failure = record.first_failure
         sup.env_names = record.env_names
+        sup.recorded = record
         for data, slot in zip(record.hosts, sup.slots.values(), strict=True):
             slot.paths = sup.paths(slot.host)
             slot.env = dict(data.env) if data.env is not None else None

@@ -71,6 +71,7 @@ class Prepare:
         steps: Sequence[HostStep] = (),
     ) -> None:
         self.sup, self.archive, self.staged, self.steps = sup, archive, staged, tuple(steps)
+        self.stage_done: set[int] = set()  # process ids whose staging finished
 
     async def __call__(self) -> bool:
         """Connect to and stage code on every host; launch nothing unless all succeed."""
@@ -81,6 +82,8 @@ class Prepare:
             outcomes = await self._pipelined()
         else:
             outcomes = await self._phased(stale)
+        if (opts.environment or opts.setup) and all(o.ok for o in outcomes) and not sup.interrupted:
+            outcomes = await self._environment()  # issue 27: multihost.envsync, --setup
         failed = [o for o in outcomes if not o.ok]
         if busy := [o.error for o in failed if isinstance(o.error, PortBusy)]:
             for slot in sup.slots.values():
@@ -158,8 +161,7 @@ class Prepare:
                 await self._timed(step, host)
 
         outcomes = await sup.phase(one, None, None, "prepare")
-        staged = [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
-                  for s in sup.slots.values()]  # fmt: skip
+        staged = self._finished()
         sent = sum(c.bytes_out for c in sup.connections.values())
         via = stagevia.parse(opts.stage_via)
         sup.staging = stagevia.summarize(via, self.archive, staged, sent, 0)
@@ -177,6 +179,28 @@ class Prepare:
                 sup.set_state(slot, State.ERROR, "not started: the run name is taken")
             sup.write_record(force=True)
             raise name_taken(taken)
+        return outcomes
+
+    async def _environment(self) -> list[Outcome[None]]:
+        """The locked environment on every host (multihost.envsync), then ``--setup``
+        (multihost.core.setup); on a failure or a usage error (a Python that does not satisfy
+        requires-python) every claim is released."""
+        from multihost.core.envsync import sync_environment
+        from multihost.core.setup import run_setup
+
+        sup, opts = self.sup, self.sup.options
+        outcomes: list[Outcome[None]] = []
+        try:
+            if opts.environment is not None:
+                outcomes = await sync_environment(sup, opts.environment)
+            if opts.setup and all(o.ok for o in outcomes) and not sup.interrupted:
+                outcomes = await run_setup(sup, opts.setup)
+        finally:
+            if not outcomes or sup.interrupted or not all(o.ok for o in outcomes):
+                conns = sup.connections
+                paths = {h.process_id: sup.paths(h) for h in sup.fleet}
+                await release([h for h in sup.fleet if h.process_id in conns], conns, paths,
+                              sup.options.launch_timeout)  # fmt: skip
         return outcomes
 
     # -- the steps, one host each --------------------------------------------------------------
@@ -240,8 +264,15 @@ class Prepare:
 
         try:
             slot.bytes_sent = await stage(slot.conn, self.archive, paths, progress, claim=claim)
+            self.stage_done.add(host.process_id)  # only a finished staging is counted
         finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over
             sup.emit(Transfer(host, "stage", slot.bytes_sent, slot.bytes_sent, finished=True))
+
+    def _finished(self) -> list[stagevia.Staged]:
+        """How each host whose staging finished got the code: a host never reached, or
+        whose staging failed, is no "had it"."""
+        return [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
+                for pid, s in self.sup.slots.items() if pid in self.stage_done]  # fmt: skip
 
     async def _stage_all(self) -> list[Outcome[None]]:
         """The code on every host: from the runner to each, or ``--stage-via`` a seed per
@@ -252,8 +283,7 @@ class Prepare:
         before = sum(c.bytes_out for c in conns.values())
         if via.kind == "direct":
             outcomes = await sup.phase(self._stage_one, None, sup.options.stage_timeout, "staging")
-            staged = [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
-                      for s in sup.slots.values()]  # fmt: skip
+            staged = self._finished()
             uploaded = 0
         else:
             for slot in sup.slots.values():

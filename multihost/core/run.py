@@ -14,8 +14,9 @@ from multihost.core.start import start_all
 from multihost.core.supervisor import Supervisor
 from multihost.core.watch import watch_all
 from multihost.errors import PortBusy, UsageError
-from multihost.model import Fleet, Job, RunResult
+from multihost.model import Fleet, Job
 from multihost.record import MANIFEST, private_dir, watch_lock
+from multihost.result import RunResult
 from multihost.runstate import Event, RunOptions
 from multihost.stage import Archive, pack
 from multihost.transport import Connection

@@ -7,8 +7,9 @@ import signal as signals
 from dataclasses import dataclass
 
 from multihost.launch import Started
-from multihost.model import Host, HostResult, State
+from multihost.model import Host, State
 from multihost.plan import Paths
+from multihost.result import HostResult, read_result
 from multihost.stream import Exit, LogSink
 from multihost.transport import Connection, Shell
 
@@ -31,7 +32,8 @@ class Slot:
     started: Started | None = None  # a launch that goes on watching, until its watcher reads it
     shell: Shell | None = None  # opened while preparing, for the launch (then handed over)
 
-    def result(self) -> HostResult:
+    def result(self, *, final: bool = False) -> HostResult:
+        """The host's result so far; ``final``: with the result line read from its log."""
         code = self.exit.code if self.exit and not self.exit.problem else None
         signal = None
         if self.exit and self.state is State.KILLED:
@@ -50,4 +52,7 @@ class Slot:
             bytes_sent=self.bytes_sent,
             last_line=self.sink.last_line if self.sink else "",
             log=self.sink.path if self.sink else None,
+            reported=read_result(self.sink.path)
+            if final and self.sink and self.sink.may_have_result
+            else None,
         )

@@ -3,9 +3,11 @@ behind a gate (the run is watched) or each as soon as it can (``--detach``)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from multihost.core.supervisor import Supervisor
+from multihost.errors import MultihostError
 from multihost.fanout import map_hosts
 from multihost.launch import Ready, launch, launch_ready
 from multihost.model import Host, State
@@ -22,7 +24,9 @@ async def start_all(sup: Supervisor) -> None:
     }
     scripts: dict[int, str] = {}
     watch = not sup.options.detach  # launch and watch on one channel
-    for plan in plan_hosts(sup.fleet, sup.job, sup.code_hash, internal, watch=watch):
+    for plan in plan_hosts(
+        sup.fleet, sup.job, sup.code_hash, internal, watch=watch, extra=sup.extra_env
+    ):
         slot = sup.slots[plan.host.process_id]
         slot.paths, slot.env = plan.paths, plan.env
         scripts[plan.host.process_id] = plan.launch
@@ -34,6 +38,21 @@ async def start_all(sup: Supervisor) -> None:
     else:
         await start_gated(sup, scripts)
     sup.write_record(force=True)
+
+
+async def _read_secrets(sup: Supervisor) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """``run --secret``: each value read once here, in memory only (issue 28); or why not."""
+    if not sup.options.secrets:
+        return (), None
+    from multihost.secrets import read_value
+
+    try:
+        values = [
+            (key, await asyncio.to_thread(read_value, name)) for key, name in sup.options.secrets
+        ]
+    except MultihostError as exc:
+        return (), str(exc)
+    return tuple(values), None
 
 
 async def start_detached(sup: Supervisor, scripts: Mapping[int, str]) -> None:
@@ -70,7 +89,8 @@ async def start_gated(sup: Supervisor, scripts: Mapping[int, str]) -> None:
 
     outcomes = await map_hosts(ready_one, list(sup.fleet), timeout=timeout, what="launch")
     failed = [o for o in outcomes if not o.ok]
-    if failed or sup.interrupted:
+    secrets, unread = await _read_secrets(sup) if not failed else ((), None)
+    if failed or sup.interrupted or unread:
         for gate in ready.values():
             gate.hold()
         await map_hosts(
@@ -79,12 +99,13 @@ async def start_gated(sup: Supervisor, scripts: Mapping[int, str]) -> None:
         )  # fmt: skip
         for o in failed:
             sup.fail(o.host, State.ERROR, o.error.message if o.error else "failed")
-        sup.not_started(f"{failed[0].host.name} could not be launched" if failed else "interrupted")
+        why = f"{failed[0].host.name} could not be launched" if failed else unread
+        sup.not_started(why or "interrupted")
         return
     # the word to every host before any reply is read, all of it out at once
     with burst(s.conn for s in sup.slots.values() if s.conn is not None):
         for gate in ready.values():
-            gate.go()
+            gate.go(secrets)
 
     async def started_one(host: Host) -> None:
         slot = sup.slots[host.process_id]

@@ -21,9 +21,10 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.launch import stop
-from multihost.model import Fleet, Host, Job, RunResult, Staging, State
+from multihost.model import Fleet, Host, Job, State
 from multihost.plan import Paths
 from multihost.record import HostRecord, RunRecord, SSHRecord, write_record
+from multihost.result import RunResult, Staging
 from multihost.runstate import Event, HostEvent, Note, RunOptions
 from multihost.transport import Connection
 
@@ -63,6 +64,13 @@ class Supervisor:
         self.stacks_wanted = asyncio.Event()
         self.hung: str | None = None
         self.staging: Staging | None = None
+        # issue 27 (multihost.envsync): per-host variables the environment phase adds to the
+        # job (MULTIHOST_ENV), and the bytes it sent from here
+        self.extra_env: dict[int, dict[str, str]] = {}
+        self.env_bytes = 0
+        # attach/stop: the record being followed; what this supervisor does not own (the job,
+        # the code and where it came from, the run's settings, staging) is kept from it
+        self.recorded: RunRecord | None = None
         self._last_write = 0.0
 
     def interrupt(self) -> None:
@@ -191,7 +199,7 @@ class Supervisor:
         self.write_record(force=True)
         return RunResult(
             run_name=self.job.run_name,
-            hosts=tuple(s.result() for s in self.slots.values()),
+            hosts=tuple(s.result(final=True) for s in self.slots.values()),
             log_dir=self.log_dir,
             first_failure=self.first_failure,
             interrupted=self.interrupted,
@@ -209,7 +217,10 @@ class Supervisor:
         self._last_write = now
         opts = self.options
         job, hidden = self.job, self.env_names
-        if not opts.record_env and job.env:  # values may be secrets: names only
+        was = self.recorded
+        if was is not None:  # following a run: its record says what was kept
+            job, hidden = was.job, was.env_names
+        elif not opts.record_env and job.env:  # values may be secrets: names only
             job, hidden = replace(job, env={}), (*hidden, *job.env)
 
         def env(slot: Slot) -> dict[str, str] | None:
@@ -217,25 +228,31 @@ class Supervisor:
                 return None
             return {k: v for k, v in slot.env.items() if k not in hidden}
 
-        write_record(
-            self.log_dir,
-            RunRecord(
-                run_name=self.job.run_name,
-                job=job,
-                env_names=hidden,
-                hosts=tuple(HostRecord.of(s.result(), env(s)) for s in self.slots.values()),
-                code_hash=self.code_hash,
-                script_dir=str(opts.script_dir.resolve()),
-                fail_fast=opts.fail_fast,
-                grace=opts.grace,
-                ssh=SSHRecord(
-                    config=tuple(str(p) for p in opts.ssh.config),
-                    host_keys=opts.ssh.host_keys,
-                    connect_timeout=opts.ssh.connect_timeout,
-                ),
-                first_failure=self.first_failure,
-                interrupted=self.interrupted,
-                timed_out=self.timed_out,
-                staging=self.staging,
+        record = RunRecord(
+            run_name=self.job.run_name,
+            job=job,
+            env_names=hidden,
+            hosts=tuple(HostRecord.of(s.result(), env(s)) for s in self.slots.values()),
+            code_hash=self.code_hash,
+            script_dir=str(opts.script_dir.resolve()),
+            fail_fast=opts.fail_fast,
+            grace=opts.grace,
+            ssh=SSHRecord(
+                config=tuple(str(p) for p in opts.ssh.config),
+                host_keys=opts.ssh.host_keys,
+                connect_timeout=opts.ssh.connect_timeout,
             ),
+            first_failure=self.first_failure,
+            interrupted=self.interrupted,
+            timed_out=self.timed_out,
+            staging=self.staging,
         )
+        if was is not None:
+            record = replace(
+                record, code_hash=was.code_hash,
+                script_dir=was.script_dir, fail_fast=was.fail_fast, grace=was.grace, ssh=was.ssh,
+                staging=was.staging, timed_out=was.timed_out or record.timed_out,
+                interrupted=was.interrupted or record.interrupted,
+                first_failure=was.first_failure or record.first_failure,
+            )  # fmt: skip
+        write_record(self.log_dir, record)

@@ -16,8 +16,9 @@ from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
 from multihost.diagnose.stacks import StackReport, group, summary_lines
-from multihost.errors import HostError
+from multihost.errors import HostError, RunDirGone
 from multihost.gather import host_ranges
+from multihost.launch import stop
 from multihost.model import State
 from multihost.stream import Follower, classify
 
@@ -28,8 +29,14 @@ async def watch_all(sup: Supervisor, started: float) -> None:
     async with asyncio.TaskGroup() as tg:
         workers = {tg.create_task(watch_one(sup, s)): s for s in slots}
         dog = tg.create_task(_watchdog(sup))
+        tracing = asyncio.Event()
+        tracer = tg.create_task(_tracer(sup, slots, tracing)) if sup.options.trace else None
         await _police(sup, tg, workers, started)
         dog.cancel()
+        if tracer is not None and not tracing.is_set():
+            tracer.cancel()  # a capture under way ends by itself, bounded; else none is taken
+            sup.note("trace: none taken, the run ended before every JAX process started "
+                     "stepping", "warning")  # fmt: skip
 
 
 async def watch_one(sup: Supervisor, slot: Slot) -> None:
@@ -48,6 +55,11 @@ async def watch_one(sup: Supervisor, slot: Slot) -> None:
     slot.started = None
     try:
         slot.exit = await follower.follow()
+    except RunDirGone as exc:  # issue 28: kill finds the run by its marker
+        slot.conn = follower.conn
+        slot.sink.close()
+        await _run_dir_gone(sup, slot, exc)
+        return
     except HostError as exc:
         sup.fail(slot.host, State.LOST, exc.message)
         return
@@ -70,6 +82,21 @@ async def watch_one(sup: Supervisor, slot: Slot) -> None:
         sup.set_state(slot, state, slot.error)
     else:
         sup.fail(slot.host, state, slot.result().reason)
+
+
+async def _run_dir_gone(sup: Supervisor, slot: Slot, exc: RunDirGone) -> None:
+    """The run's directory was removed under its job. Stopping: the job's processes are found
+    by the MULTIHOST_RUN_DIR in their environment and stopped; else the host is lost."""
+    if sup.stop_reason() is None or slot.conn is None or slot.paths is None:
+        sup.fail(slot.host, State.LOST, f"{exc.message} (multihost kill stops what runs)")
+        return
+    # the stop under way does the same on this host: whichever comes first finds them
+    await stop(slot.conn, slot.paths, sup.stop_signal, sup.options.grace)
+    slot.error = (
+        "stopped by multihost: its run directory was gone; its processes were found by "
+        "their MULTIHOST_RUN_DIR and stopped"
+    )
+    sup.set_state(slot, State.KILLED, slot.error)
 
 
 async def _police(
@@ -154,3 +181,29 @@ async def _take_stacks(sup: Supervisor, slots: list[Slot], why: str) -> StackRep
     lines = "\n".join(summary_lines(report))
     sup.note(f"stacks ({why}), saved in {folder}:\n{lines}", "warning")
     return report
+
+
+async def _tracer(sup: Supervisor, slots: list[Slot], tracing: asyncio.Event) -> None:
+    """``run --trace``: once every JAX process of the run steps, one capture over the run's
+    connections; its rows go to ``traces/<capture>/summary.json`` for the CLI's table."""
+    from multihost.diagnose.capture import capture, save_rows, when_stepping  # only if asked
+
+    seconds = sup.options.trace
+    assert seconds is not None
+    conns = {s.host.process_id: s.conn for s in slots if s.conn is not None}
+    dirs = {s.host.process_id: s.paths.run for s in slots if s.paths is not None}
+    hosts = [s.host for s in slots if s.host.process_id in conns]
+    if not await when_stepping(hosts, conns, dirs, sup.options.trace_after):
+        return
+    tracing.set()
+    sup.note(f"trace: every JAX process is stepping; tracing {seconds:g} s on every host")
+    try:
+        result = await capture(hosts, dirs, sup.log_dir, seconds=seconds, conns=conns)
+        save_rows(result)
+    except OSError as exc:
+        sup.note(f"trace: could not be saved: {exc}", "error")
+        return
+    traced = sum(1 for h in result.hosts if h.row is not None and h.row.stats is not None)
+    level = "info" if traced == len(result.hosts) else "warning"
+    sup.note(f"trace {result.name}: {traced}/{len(result.hosts)} host(s) traced, in "
+             f"{result.folder}", level)  # fmt: skip

@@ -10,24 +10,27 @@ done or failed (or is gone), prints one line per process, and the runner pulls
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import os
 import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from multihost.copyback import pull_host
 from multihost.defaults import DEFAULTS
-from multihost.diagnose.traces import HostTrace, host_trace
+from multihost.diagnose.traces import HostTrace, host_trace, slowest
 from multihost.errors import UsageError
 from multihost.fanout import map_hosts
 from multihost.model import Host
 from multihost.transport import Connection, SSHOptions, connect
 
 START_MARGIN_S = 1.5  # the request reaches every host before the common start time
-END_MARGIN_S = 30.0
-MAX_SECONDS = 3600  # after start + seconds, a process that has not said it is done is late
+END_MARGIN_S = 30.0  # after start + seconds, a process that has not said it is done is late
 
 TRACE = r"""
 r=$1 capture=$2 start_at=$3 seconds=$4 deadline=$5
@@ -78,6 +81,57 @@ while [ -n "$left" ]; do
 done
 echo "end"
 """
+
+# Vars: $1 run dir. Prints "now T" (host clock), then "p PID STEPPING BACKEND" for every
+# process of the run that imported jax ("-" for a mark not yet there): what ``run --trace``
+# waits for. Builtins only, but for the environ check of each process.
+STEPPING = r"""
+r=$1
+# shellcheck disable=SC2088 # a literal ~ from the runner, expanded here on purpose
+case $r in "~") r=$HOME ;; "~/"*) r=$HOME/${r#"~/"} ;; esac
+d=$r/hook
+echo "now $(date +%s.%N)"
+if [ -e "$r/exit" ]; then echo finished; exit 0; fi
+for m in "$d"/*.trace-ready; do
+  [ -e "$m" ] || continue
+  p=${m##*/}; p=${p%.trace-ready}
+  [ -d "/proc/$p" ] || continue
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qxF "MULTIHOST_STACK_DIR=$d" || continue
+  s=; b=
+  { read -r s < "$d/$p.stepping"; } 2>/dev/null
+  { read -r b < "$d/$p.backend"; } 2>/dev/null
+  echo "p $p ${s:--} ${b:--}"
+done
+"""
+
+
+def started_ago(text: str, after: float) -> float | None:
+    """From a host's STEPPING answer: how many seconds ago its last JAX process started
+    stepping (its first annotated step; one that annotates nothing, ``after`` seconds past its
+    first JAX computation); None while any has not, or none imported jax; infinity when the
+    host's job has ended (nothing to wait for there)."""
+    now, moments = None, []
+    for line in text.splitlines():
+        word, *rest = line.split() or [""]
+        try:
+            if word == "finished":  # this host's job has ended: nothing to wait for here
+                return math.inf
+            if word == "now" and rest:
+                now = float(rest[0])
+            elif word == "p" and len(rest) == 3:
+                step, backend = rest[1], rest[2]
+                if step != "-":
+                    moments.append(float(step))
+                elif backend != "-":
+                    moments.append(float(backend) + after)
+                else:
+                    return None
+        except ValueError:
+            return None
+    if now is None or not moments or max(moments) > now:
+        return None
+    return now - max(moments)
+
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -185,8 +239,10 @@ async def capture(
     """Trace every host's JAX processes for ``seconds`` from one common start, pull the traces
     back and read them; every host yields a row (a failure is a row with its reason). Over a
     live run's connections (``conns``) or new ones (``ssh``, ``limit`` handshakes at a time)."""
-    if not 0 < seconds <= MAX_SECONDS:
-        raise UsageError(f"--seconds must be over 0 and at most {MAX_SECONDS}, not {seconds:g}")
+    if not 0 < seconds <= DEFAULTS.trace_max:
+        raise UsageError(
+            f"--seconds must be over 0 and at most {DEFAULTS.trace_max:g}, not {seconds:g}"
+        )
     chosen, folder = new_folder(local_run_dir, name or capture_name())
     start_at = time.time() + START_MARGIN_S
     gate = asyncio.Semaphore(limit)
@@ -229,3 +285,75 @@ async def _one(conn: Connection, host: Host, run_dir: str, chosen: str, folder: 
             answer = HostCapture(host, processes, "; ".join(pulled.errors))
     row = host_trace(host.name, dest, host_error(answer))
     return HostCapture(host, answer.processes, answer.error, row)
+
+
+async def when_stepping(
+    hosts: Sequence[Host],
+    conns: Mapping[int, Connection],
+    run_dirs: Mapping[int, str],
+    after: float,
+    *,
+    poll: float = 1.0,
+) -> bool:
+    """Return ``after`` seconds after the last JAX process of the run started stepping (see
+    :func:`started_ago`), asking every host each ``poll`` seconds (a host that cannot answer
+    is asked again); False at once when every host's job has ended. The run's end cancels it."""
+
+    async def ask(host: Host) -> float | None:
+        script = f"sh -c {shlex.quote(STEPPING)} sh {shlex.quote(run_dirs[host.process_id])}"
+        res = await conns[host.process_id].run(script)
+        return started_ago(res.stdout.decode(errors="replace"), after)
+
+    while True:
+        outcomes = await map_hosts(ask, list(hosts), timeout=DEFAULTS.command_timeout,
+                                   what="trace readiness")  # fmt: skip
+        ages = [o.value for o in outcomes if o.value is not None]
+        if len(ages) == len(hosts):
+            if all(math.isinf(a) for a in ages):
+                return False
+            youngest = min(ages)
+            if youngest < after:
+                await asyncio.sleep(after - youngest)
+            return True
+        await asyncio.sleep(poll)
+
+
+def save_rows(result: Capture) -> Path:
+    """The capture's rows as ``summary.json`` in its folder (``run --trace`` shows them after
+    the run); returns the file."""
+    data = summary(result)
+    path = result.folder / "summary.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    return path
+
+
+def rows(result: Capture) -> list[dict[str, object]]:
+    """One dict per host: what the table shows and ``--json`` prints."""
+    out: list[dict[str, object]] = []
+    for h in result.hosts:
+        row = h.row
+        stats = row.stats if row is not None else None
+        out.append({
+            "host": h.host.name,
+            "ok": stats is not None,
+            "span_s": stats.span_s if stats else None,
+            "step_name": stats.step_name if stats else None,
+            "steps": stats.steps if stats else 0,
+            "median_step_s": stats.median_step_s if stats else None,
+            "xla_busy": stats.busy if stats else None,
+            "files": list(row.files) if row else [],
+            "error": row.error if row else h.error,
+            "skipped": [{"pid": p.pid, "command": p.detail}
+                        for p in h.processes if p.state == "nojax"],
+        })  # fmt: skip
+    return out
+
+
+def summary(result: Capture) -> dict[str, Any]:
+    """The capture as data (``--json``, ``summary.json``)."""
+    worst = slowest([h.row for h in result.hosts if h.row is not None])
+    return {"capture": result.name, "folder": str(result.folder), "seconds": result.seconds,
+            "hosts": rows(result),
+            "slowest": {"host": worst[0], "gap": worst[1]} if worst else None}  # fmt: skip

@@ -8,6 +8,7 @@ and prints them. With ``native`` it adds ``py-spy dump --native`` where py-spy i
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 from multihost.diagnose.stacks import HostStacks, ProcessStack, StackReport, group, parse_dump
 from multihost.fanout import Outcome, map_hosts, on_every_host
 from multihost.model import Fleet, Host
+from multihost.record import private_dir
 from multihost.transport import Connection, SSHOptions
 
 HOOK_DIR = "hook"  # under the run's directory on each host
@@ -159,10 +161,13 @@ def save(dumps: Sequence[Dump], log_dir: Path) -> Path:
     while folder.exists():
         n += 1
         folder = log_dir / "stacks" / f"{stamp}.{n}"
-    folder.mkdir(parents=True, mode=0o700)
+    private_dir(folder)
     for d in dumps:
         text = d.raw or f"error: {d.stacks.error}\n"
-        (folder / f"{d.stacks.host.file_stem}.txt").write_text(text)
+        path = folder / f"{d.stacks.host.file_stem}.txt"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
     return folder
 
 

@@ -247,7 +247,7 @@ class _Progress:
         import time
 
         with open(f"{self.mark}.{what}", "w") as f:
-            f.write(repr(time.time()))
+            f.write(f"{time.time()!r}\n")
         return True
 
 

@@ -10,52 +10,8 @@ from __future__ import annotations
 
 import shlex
 
-# -- shared fragments (constants; concatenated into the templates below) ----------------------
-
-# Sets $exit $started $ended $stopped $escaped from run dir $r's files ("-" when missing; $exit
-# is "empty" when the exit file exists but says nothing). An empty started file (the wrapper's
-# builtin ``: >``, no fork on the way to the job) says when by its mtime.
-_READ_STATE = """\
-started=-; { read -r started < "$r"/started; } 2>/dev/null
-[ -n "$started" ] || started=$(date -r "$r"/started +%s.%N 2>/dev/null) || started=-
-ended=-; { read -r ended < "$r"/ended; } 2>/dev/null
-stopped=-; { read -r stopped < "$r"/stopped; } 2>/dev/null
-escaped=-; { read -r escaped < "$r"/escaped; } 2>/dev/null
-exit=-
-if [ -e "$r"/exit ]; then read -r exit < "$r"/exit; [ -n "$exit" ] || exit=empty; fi
-"""
-
-# ``marked DIR`` prints "pid pgrp" for every live process of the run whose directory is DIR,
-# found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has none).
-# ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s (JAX, for one,
-# catches SIGTERM), and prints how many had escaped the process group GROUP (setsid daemons).
-_RUN_PROCESSES = """\
-marked() {
-  grep -lsxzF "MULTIHOST_RUN_DIR=$1" /proc/[0-9]*/environ | while read -r e; do
-    p=${e#/proc/}; p=${p%/environ}
-    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    s=${s##*) }
-    # shellcheck disable=SC2086 # the stat fields, split on purpose: state ppid pgrp
-    set -- $s
-    [ "$1" = Z ] || echo "$p $3"
-  done
-}
-stop_run() {
-  out=0 found=
-  for e in $(marked "$1" | tr ' ' :); do
-    found=1
-    kill -TERM "${e%%:*}" 2>/dev/null || continue
-    [ "${e#*:}" = "$2" ] || out=$((out+1))
-  done
-  # nothing found: no second and third scan of /proc (the common end of a job)
-  if [ -n "$found" ]; then
-    i=0
-    while [ $i -lt 20 ] && [ -n "$(marked "$1")" ]; do sleep 0.1; i=$((i+1)); done
-    for e in $(marked "$1" | tr ' ' :); do kill -KILL "${e%%:*}" 2>/dev/null; done
-  fi
-  echo $out
-}
-"""
+# the shared fragments (reading a run's state, finding and stopping its processes)
+from multihost.remote.processes import DESCENDANTS, READ_STATE, RUN_PROCESSES
 
 # -- the templates --------------------------------------------------------------------------
 
@@ -86,13 +42,19 @@ trap - EXIT
 # Started as ``run.sh gate`` (LAUNCH_WATCH), it is up before the word and waits for "go" on
 # stdin (anything else or the end: exit 5, nothing run): after the word, no fork stands
 # between the host and its job's start but the job's own. Its start time is the mtime of an
-# empty started file (a builtin ``: >``; _READ_STATE reads it).
+# empty started file (a builtin ``: >``; READ_STATE reads it).
 WRAPPER = f"""\
 cd "${{0%/*}}" || exit 1
 r=$PWD
 echo $$ > pid
+reaper=${{MULTIHOST_SUBREAPER:-}}
+unset MULTIHOST_SUBREAPER
 if [ "${{1:-}}" = gate ]; then
-  go=; read -r go || :
+  go=; n=0; read -r go n || :
+  case $n in '' | *[!0-9]*) n=0 ;; esac
+  # run --secret: "go N", then N lines KEY=VALUE, exported for the job alone (a pipe: no file)
+  while [ "$n" -gt 0 ] && read -r l; do export "${{l%%=*}}=${{l#*=}}"; n=$((n - 1)); done
+  l=
   exec </dev/null
   [ "$go" = go ] || exit 5
 fi
@@ -102,9 +64,9 @@ MULTIHOST_RUN_DIR=$r MULTIHOST_STACK_DIR=$r/hook sh ./job.sh </dev/null >>log 2>
 rc=$?
 trap '' TERM
 kill -TERM -$$ 2>/dev/null
-{_RUN_PROCESSES}
-esc=$(stop_run "$r" $$)
-[ "$esc" = 0 ] || echo "$esc" > escaped
+{DESCENDANTS}{RUN_PROCESSES}
+if [ -n "$reaper" ]; then stop_own $$; else out=$(stop_run "$r" $$); fi
+[ "$out" = 0 ] || echo "$out" > escaped
 date +%s.%N > ended
 echo $rc > exit.tmp && mv -f exit.tmp exit
 """
@@ -125,10 +87,36 @@ printf '%s' "$job" > "$r"/job.sh
 printf '%s' "$wrapper" > "$r"/run.sh
 : > "$r"/log
 """
-_START = """\
-setsid sh "$r"/run.sh </dev/null >/dev/null 2>&1 &
+# The wrapper's start: through python3 (where there is one), which makes itself a child
+# subreaper and execs sh (the setting survives exec; the pid, the session and the group stay).
+# What Python changes on its way in is put back first, so the job inherits exactly what it
+# would from sh: SIGPIPE and SIGXFSZ (ignored by Python) to their defaults, LC_CTYPE (which
+# Python's locale coercion sets in a C locale) as the shell had it.
+_REAPER = """\
+set -- sh
+if command -v python3 >/dev/null 2>&1; then
+  set -- python3 -S -c 'import ctypes, os, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+if sys.argv[1]:
+    os.environ["LC_CTYPE"] = sys.argv[2]
+else:
+    os.environ.pop("LC_CTYPE", None)
+if ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0:
+    os.environ["MULTIHOST_SUBREAPER"] = "1"
+os.execvp("sh", ["sh"] + sys.argv[3:])' "${LC_CTYPE+set}" "${LC_CTYPE:-}"
+fi
+"""
+_START = (
+    _REAPER
+    + """\
+setsid "$@" "$r"/run.sh </dev/null >/dev/null 2>&1 &
+# the wrapper writes the same pid once sh runs; written here too, so that a status asked at
+# once never finds the run without one while python3 starts
+echo $! > "$r"/pid
 echo $!
 """
+)
 LAUNCH = _WRITE_RUN + _START
 
 # The log from byte o to stdout as it grows, while this shell lives (t: the tail's pid).
@@ -157,11 +145,14 @@ set +e
 # shellcheck disable=SC2094 # one FIFO, both ends on purpose: a pipe this shell holds
 exec 3<>"$r"/gate 4<"$r"/gate
 rm -f "$r"/gate
-setsid sh "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
+"""
+    + _REAPER
+    + """\
+setsid "$@" "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
 w=$!
 exec 4<&-
 echo ready
-go=; read -r go || :
+go=; n=0; read -r go n || :
 if [ "$go" != go ]; then
   exec 3>&-
   wait $w
@@ -169,8 +160,15 @@ if [ "$go" != go ]; then
   rm -rf "$r"
   exit 5
 fi
+case $n in '' | *[!0-9]*) n=0 ;; esac
+# run --secret: N lines KEY=VALUE after the word, passed on to the wrapper in memory only
+# (shell variables and the pipe; printf is a builtin: no command line shows them)
+i=0; sec=
+while [ "$i" -lt "$n" ] && read -r l; do sec="$sec$l
+"; i=$((i + 1)); done
 echo $w
-echo go >&3
+printf 'go %s\n%s' "$i" "$sec" >&3
+sec=; l=
 exec 3>&-
 """
 )
@@ -202,7 +200,7 @@ while [ ! -e "$r"/exit ]; do
   case $n in 3) s=0.5 d=5 ;; 8) s=1 d=10 ;; esac
 done
 kill $t 2>/dev/null; wait $t 2>/dev/null
-{_READ_STATE}[ -e "$r"/exit ] || exit=vanished
+{READ_STATE}[ -e "$r"/exit ] || exit=vanished
 size=$(wc -c < "$r"/log)
 echo "end $exit $started $ended $stopped $size $escaped" >&2
 exit 0
@@ -219,7 +217,7 @@ LAUNCH_WATCH = "{\n" + _WRITE_RUN + _GATE + "n=8; s=1; d=10\n" + _POLL + "}\n"
 # missing); then the log from byte o. "missing" when the run's directory is gone.
 FINISH = f"""\
 test -d "$r" || {{ echo missing; exit 0; }}
-{_READ_STATE}echo "$exit $started $ended $stopped $escaped"
+{READ_STATE}echo "$exit $started $ended $stopped $escaped"
 tail -c +$((o + 1)) "$r"/log
 """
 
@@ -227,7 +225,7 @@ tail -c +$((o + 1)) "$r"/log
 # the log's last line (mtime: when the log last grew, host clock).
 STATUS = f"""\
 test -d "$r" || {{ echo missing; exit 0; }}
-{_READ_STATE}pg=-; {{ read -r pg < "$r"/pid; }} 2>/dev/null
+{READ_STATE}pg=-; {{ read -r pg < "$r"/pid; }} 2>/dev/null
 alive=no
 [ "$pg" = - ] || ! kill -0 -"$pg" 2>/dev/null || alive=yes
 mt=$(date -r "$r"/log +%s 2>/dev/null) || mt=-
@@ -257,9 +255,12 @@ exit 0
 
 # Stopping. Vars: r, sig (a signal name), ticks (tenths of a second of grace). Signals the
 # run's process group, KILLs it after the grace (then records 128+9), stops what escaped the
-# group. Says finished, nopid, vanished, stopped or killed, then how many escaped.
+# group. Says finished, nopid, vanished, stopped or killed, then how many escaped; "gone N" when
+# the run directory is gone: the N processes found by their MULTIHOST_RUN_DIR were stopped.
 KILL = f"""\
-{_RUN_PROCESSES}umask 077
+{DESCENDANTS}{RUN_PROCESSES}umask 077
+# the run's directory removed under a live job: its processes still carry the marker
+test -d "$r" || {{ echo gone "$(stop_run "$r" -)"; exit 0; }}
 test -e "$r"/exit && {{ echo finished 0; exit 0; }}
 i=0; while [ ! -s "$r"/pid ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
 pg=; {{ read -r pg < "$r"/pid; }} 2>/dev/null
@@ -277,11 +278,21 @@ if [ -e "$r"/exit ]; then
   esc=-; {{ read -r esc < "$r"/escaped; }} 2>/dev/null; echo stopped "$esc"; exit 0
 fi
 echo KILL > "$r"/stopped
-kill -KILL -"$pg" 2>/dev/null
-sleep 0.2
-esc=$(stop_run "$r" "$pg")
+# the wrapper's descendants (its group and what it adopted), but not the wrapper: it then
+# writes the exit file itself, as at any end
+kids "$pg"
+esc=0
+for e in $all; do [ "${{e#*:}}" = "$pg" ] || esc=$((esc+1)); done
 [ "$esc" = 0 ] || echo "$esc" > "$r"/escaped
+for e in $all; do kill -KILL "${{e%%:*}}" 2>/dev/null; done
+i=0; while [ -n "$all" ] && [ ! -e "$r"/exit ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i + 1)); done
 if [ ! -e "$r"/exit ]; then
+  # the wrapper does not answer: the whole group, and the run's processes by their marker
+  kill -KILL -"$pg" 2>/dev/null
+  sleep 0.2
+  more=$(stop_run "$r" "$pg")
+  esc=$((esc + more))
+  [ "$esc" = 0 ] || echo "$esc" > "$r"/escaped
   date +%s.%N > "$r"/ended; echo 137 > "$r"/exit.tmp; mv -f "$r"/exit.tmp "$r"/exit
 fi
 echo killed "$esc"

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from multihost.defaults import DEFAULTS as D
+from multihost.defaults import IP_MODES
 from multihost.settings.types import command_text, port, positive, remote_dir, size, stage_via
-from multihost.sources import IP_MODES
 
-Kind = Literal["value", "append", "switch", "bool"]  # switch: store_true; bool: --x/--no-x
+Kind = Literal["value", "append", "switch", "bool", "optional"]
+# switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Flag:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     setting: bool = True  # a key the config files may set (and `multihost config` shows)
+    const: Any = None  # kind "optional": the value of the bare flag
 
     @property
     def option(self) -> str:
@@ -116,6 +118,30 @@ CONNECT_LIMIT = Flag(
     help="handshakes in flight at once (default %(default)s)",
 )
 
+WAIT = Flag(  # issue 26: a queued resource still provisioning
+    "wait",
+    kind="optional",
+    type=positive(float),
+    const=float("inf"),
+    metavar="SECONDS",
+    setting=False,
+    help="wait (at most SECONDS; bare: no limit) until every slice of a --prefix is READY and "
+    "every host accepts connections (default: a queued resource not yet ACTIVE is exit 2)",
+)
+TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
+    "tunnel-through-iap",
+    kind="switch",
+    help="with --prefix: reach every worker through an IAP tunnel (gcloud start-iap-tunnel "
+    "as ProxyCommand, to its internal address; default: connect directly)",
+)
+
+NO_ADD_KEY = Flag(  # issue 26: first contact
+    "no-add-key",
+    kind="switch",
+    help="with --prefix: never add your key (~/.ssh/google_compute_engine) to the nodes' "
+    "metadata or your OS Login profile (default: add it where it is missing, as gcloud does)",
+)
+
 
 def fleet(required: bool = True) -> Group:
     """``--hosts/--local/--prefix`` (one of them ``required``) and their options."""
@@ -131,6 +157,9 @@ def fleet(required: bool = True) -> Group:
         HOST_KEYS,
         CONNECT_TIMEOUT,
         CONNECT_LIMIT,
+        WAIT,
+        TUNNEL_THROUGH_IAP,
+        NO_ADD_KEY,
     )
 
 
@@ -218,6 +247,57 @@ ON_HANG = Flag(
     default="stop",
     help="after a hang: stop, or only report (default %(default)s)",
 )
+TRACE = Flag(
+    "trace",
+    type=positive(float),
+    metavar="N",
+    help="once every host has started stepping: a jax.profiler trace of N seconds from every "
+    "JAX process, a per-host table after the run (default: none)",
+)
+TRACE_AFTER = Flag(
+    "trace-after",
+    type=positive(float),
+    default=D.trace_after,
+    metavar="S",
+    help="with --trace: start S seconds after the last JAX process started stepping (its first "
+    "StepTraceAnnotation; without one, S s after its first JAX computation) "
+    "(default %(default)g s)",
+)
+# -- the locked environment (issue 27, multihost.envsync): uv's own flag names -----------------
+NO_SYNC = Flag(
+    "no-sync",
+    kind="switch",
+    help="with pyproject.toml and uv.lock in the code dir: run without the locked environment "
+    "(default: build it once with uv and put it on every host; the command runs inside it)",
+)
+EXTRA = Flag(
+    "extra",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this optional extra (repeatable; default: none)",
+)
+ALL_EXTRAS = Flag(
+    "all-extras", kind="switch", help="uv: include every optional extra (default: none)"
+)
+GROUP = Flag(
+    "group",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this dependency group (repeatable; default: uv's default groups)",
+)
+NO_DEV = Flag(
+    "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
+)
+SETUP = Flag(
+    "setup",
+    type=command_text,
+    metavar="CMD",
+    setting=False,
+    help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
+    "succeeded before for the same command and code (default: none)",
+)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, SETUP)
+
 RUN: Group = (
     SCRIPT_DIR,
     EXCLUDE,
@@ -232,6 +312,9 @@ RUN: Group = (
     RECORD_ENV,
     HANG_TIMEOUT,
     ON_HANG,
+    TRACE,
+    TRACE_AFTER,
+    *ENVIRONMENT,
 )
 
 # -- what `run` has beyond `sweep` -----------------------------------------------------------
@@ -274,7 +357,16 @@ PYTHON = Flag(
     metavar="EXE",
     help="interpreter for --payload (default: python3; with --local this Python)",
 )
-RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON)
+SECRET = Flag(
+    "secret",
+    kind="append",
+    metavar="KEY=NAME",
+    setting=False,
+    help="set KEY in every host's job to Secret Manager secret NAME's latest version, read "
+    "once here and handed to the hosts on the launch channel: never on a disk, never in run.json "
+    "(repeatable; default: none; --env values are not secret)",
+)
+RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON, SECRET)
 
 # -- flags that are no settings: what a command does, not how --------------------------------
 CMD = Flag("cmd", type=command_text, setting=False, help="command to run under sh -c on every host")
@@ -309,10 +401,10 @@ PULL_TO = Flag(
 )
 
 
-def _flags(group: Group) -> tuple[Flag, ...]:
+def flags_of(group: Group) -> tuple[Flag, ...]:
     return tuple(f for item in group for f in (item.flags if isinstance(item, OneOf) else (item,)))
 
 
 CONFIGURABLE: Group = (*fleet(required=False), *RUN, *RUN_ONLY)  # `multihost config`'s flags
-SETTINGS: dict[str, Flag] = {f.name: f for f in _flags(CONFIGURABLE) if f.setting}
+SETTINGS: dict[str, Flag] = {f.name: f for f in flags_of(CONFIGURABLE) if f.setting}
 """The config files' keys, in the order `multihost config` shows them."""

@@ -20,6 +20,13 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    if not text.isdigit():
+        raise ArgumentTypeError(f"not a whole number (0 or more): {text!r}")
+    return int(text)
+
+
 def port(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 65535:
         raise ArgumentTypeError(f"not a port (1-65535): {text!r}")

@@ -8,13 +8,13 @@ the :class:`FleetSpec` field that selects it. A new source is a module here, a f
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
+from multihost.defaults import IP_MODES as IP_MODES  # what --prefix connects to
 from multihost.errors import UsageError
 from multihost.model import Fleet
-
-IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class FleetSpec:
     zone: str | None = None  # with prefix: gcloud zone
     ip: str = "auto"  # with prefix: internal | external | auto
     user: str | None = None  # ssh user for every host (overrides the source's)
+    tunnel_through_iap: bool = False  # with prefix: every worker through an IAP tunnel
 
     @property
     def source(self) -> str:
@@ -50,6 +51,17 @@ class Found:
 
     fleet: Fleet
     warnings: tuple[str, ...] = ()
+    cloud: CloudFound | None = None  # a --prefix fleet: where it is and its nodes
+
+
+@dataclass(frozen=True)
+class CloudFound:
+    """Where a --prefix fleet lives and its nodes as discovery listed them (issue 26)."""
+
+    project: str | None
+    zone: str | None
+    nodes: tuple[Mapping[str, Any], ...]
+    gcloud: str = "gcloud"
 
 
 @dataclass(frozen=True)
@@ -73,11 +85,17 @@ def _local(spec: FleetSpec) -> Found:
 def _prefix(spec: FleetSpec) -> Found:
     from multihost.sources.tpu import discover
 
+    gcloud = os.environ.get("MULTIHOST_GCLOUD", "gcloud")
     found = discover(
-        str(spec.prefix), project=spec.project, zone=spec.zone, ip=spec.ip,
-        gcloud=os.environ.get("MULTIHOST_GCLOUD", "gcloud"),
+        str(spec.prefix), project=spec.project, zone=spec.zone, ip=spec.ip, gcloud=gcloud,
     )  # fmt: skip
-    return Found(found.fleet, found.warnings)
+    where = CloudFound(found.project, found.zone, found.nodes, gcloud)
+    if spec.tunnel_through_iap:
+        from multihost.sources.iap import through_iap
+
+        fleet = through_iap(found.fleet, found.slice_names, found.project, found.zone, gcloud)
+        return Found(fleet, found.warnings, where)
+    return Found(found.fleet, found.warnings, where)
 
 
 SOURCES: dict[str, Source] = {
@@ -89,6 +107,11 @@ SOURCES: dict[str, Source] = {
 
 def resolve(spec: FleetSpec) -> Found:
     """The fleet a spec names, numbered slice-major, with ``user`` applied to every host."""
+    if spec.tunnel_through_iap and spec.source != "prefix":
+        raise UsageError("--tunnel-through-iap goes with --prefix (for other hosts, put a "
+                         "ProxyCommand or ProxyJump in your ssh config)")  # fmt: skip
+    if spec.source == "prefix" and not (spec.prefix or "").strip():
+        raise UsageError("--prefix is empty: name the queued resource (or node) to run on")
     found = SOURCES[spec.source].resolve(spec)
     if spec.user:
         fleet = Fleet(tuple(replace(h, user=spec.user) for h in found.fleet))

@@ -17,6 +17,7 @@ from multihost.model import Fleet, Host
 _TARGET = re.compile(
     r"^(?:(?P<user>[^@\s:/]+)@)?(?P<host>\[[0-9a-fA-F:.]+\]|[^@\s:/\[\]]+)(?::(?P<port>\d+))?$"
 )
+MAX_HOSTS = 100_000  # a host list or range that names more is refused before it is expanded
 _RANGE = re.compile(r"\[([0-9][0-9,\s-]*)\]")  # h[01-03,7]; an IPv6 literal has colons
 _HOST_KEYS = {"address", "user", "port", "identity", "internal_address", "remote_dir"}
 
@@ -33,13 +34,22 @@ def parse_target(text: str) -> Host:
 
 
 def split_host_list(text: str) -> list[str]:
-    """Split at commas outside brackets (``h[1,3],g`` is two items); an empty item is an error."""
+    """Split at commas outside brackets (``h[1,3],g`` is two items); an empty item or an
+    unbalanced bracket is an error naming the item."""
     items, depth, start = [], 0, 0
     for i, ch in enumerate(text + ","):
         depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth < 0:
+            item = text[start:].split(",", 1)[0].strip()
+            raise InventoryError(f"unbalanced bracket in the host list: {item!r} has a ']' "
+                                 "without its '['")  # fmt: skip
         if ch == "," and depth == 0:
             items.append(text[start:i].strip())
             start = i + 1
+    if depth > 0:
+        item = text[start:].strip()
+        raise InventoryError(f"unbalanced bracket in the host list: {item!r} has a '[' "
+                             "without its ']'")  # fmt: skip
     if all(not t for t in items):
         raise InventoryError("the host list is empty")
     if "" in items:
@@ -47,29 +57,50 @@ def split_host_list(text: str) -> list[str]:
     return items
 
 
-def expand_ranges(pattern: str) -> list[str]:
+def expand_ranges(pattern: str, limit: int = MAX_HOSTS) -> list[str]:
     """``h[0-3]``, ``10.0.0.[2-9]``, ``h[01-03,7]`` → the names in order, zero padding kept
-    (pdsh/ClusterShell NodeSet syntax); several ranges expand as a product."""
+    (pdsh/ClusterShell NodeSet syntax); several ranges expand as a product. More than
+    ``limit`` names is refused before any is made."""
     parts = _RANGE.split(pattern)
     if len(parts) == 1:
+        if any(":" not in body for body in re.findall(r"\[([^\]]*)\]", pattern)):
+            # a bracket that holds no range and no IPv6 literal (which has colons)
+            raise InventoryError(f"bad range in {pattern!r} (e.g. h[0-3] or h[01-03,7])")
         return [pattern]
+    bodies = parts[1::2]
+    count = 1
+    for body in bodies:
+        count *= _range_size(body, pattern)
+    if count > limit:
+        raise InventoryError(f"{pattern!r} expands to {count} hosts: more than {MAX_HOSTS} in all")
     choices: list[list[str]] = []
     for i, part in enumerate(parts):
         choices.append([part] if i % 2 == 0 else _range_values(part, pattern))
     return ["".join(p) for p in itertools.product(*choices)]
 
 
-def _range_values(body: str, pattern: str) -> list[str]:
-    values: list[str] = []
+def _range_items(body: str, pattern: str) -> list[tuple[str, str, str]]:
+    items = []
     for item in (x.strip() for x in body.split(",")):
         lo, sep, hi = item.partition("-")
         if not lo.isdigit() or (sep and not hi.isdigit()):
             raise InventoryError(f"bad range [{body}] in {pattern!r} (e.g. h[0-3] or h[01-03,7])")
+        if sep and int(hi) < int(lo):
+            raise InventoryError(f"bad range [{body}] in {pattern!r}: {hi} < {lo}")
+        items.append((lo, sep, hi))
+    return items
+
+
+def _range_size(body: str, pattern: str) -> int:
+    return sum(int(hi) - int(lo) + 1 if sep else 1 for lo, sep, hi in _range_items(body, pattern))
+
+
+def _range_values(body: str, pattern: str) -> list[str]:
+    values: list[str] = []
+    for lo, sep, hi in _range_items(body, pattern):
         if not sep:
             values.append(lo)
             continue
-        if int(hi) < int(lo):
-            raise InventoryError(f"bad range [{body}] in {pattern!r}: {hi} < {lo}")
         width = len(lo) if lo.startswith("0") else 0
         values += [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
     return values
@@ -77,8 +108,16 @@ def _range_values(body: str, pattern: str) -> list[str]:
 
 def parse_host_list(text: str) -> Fleet:
     """A comma list (ranges expanded): one slice, workers in the given order."""
-    items = [name for t in split_host_list(text) for name in expand_ranges(t)]
+    items = expand_all(split_host_list(text))
     return check_unique(Fleet.from_slices([[parse_target(t) for t in items]]))
+
+
+def expand_all(entries: list[str], so_far: int = 0) -> list[str]:
+    """Every entry's names, in order; more than MAX_HOSTS in all is refused as it grows."""
+    names: list[str] = []
+    for entry in entries:
+        names += expand_ranges(entry, MAX_HOSTS - so_far - len(names))
+    return names
 
 
 def parse_hosts_file(text: str, source: str) -> Fleet:
@@ -89,7 +128,7 @@ def parse_hosts_file(text: str, source: str) -> Fleet:
         if not entry:
             continue
         try:
-            items += [name for t in split_host_list(entry) for name in expand_ranges(t)]
+            items += expand_all(split_host_list(entry), len(items))
         except InventoryError as exc:
             raise InventoryError(f"{source}:{n}: {exc}") from None
     if not items:

@@ -10,11 +10,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from multihost.defaults import IP_MODES
 from multihost.errors import DiscoveryError
 from multihost.model import Fleet, Host
-from multihost.sources import IP_MODES
 
 Node = Mapping[str, Any]
+INTERNAL_ONLY = (  # what a worker with no external address is told when it cannot be reached
+    "the worker has only an internal address: reach it with --tunnel-through-iap, "
+    "or run multihost from a machine in its VPC network (--ip internal)"
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class Discovery:
     slice_names: tuple[str, ...] = ()
     queued_resource: str | None = None
     command: tuple[str, ...] = ()
+    nodes: tuple[Node, ...] = ()  # the slices' nodes as listed (their metadata: issue 26)
 
 
 def node_name(node: Node) -> str:
@@ -191,6 +196,7 @@ def build_fleet(slices: Sequence[Node], ip: str = "auto") -> Fleet:
                     internal_address=str(internal),
                     accelerator_type=node.get("acceleratorType"),
                     cloud_state=node.get("state"),
+                    reach_hint=None if external else INTERNAL_ONLY,
                 )
             )
         hosts.append(workers)
@@ -227,6 +233,7 @@ def discover_from_nodes(
         zone=zone or _segment(first, "locations"),
         slice_names=tuple(node_name(n) for n in slices),
         queued_resource=_segment(slices[0].get("queuedResource"), "queuedResources"),
+        nodes=tuple(slices),
     )
 
 
@@ -243,7 +250,14 @@ def discover(
     if ip not in IP_MODES:
         raise DiscoveryError(f"ip mode must be one of {', '.join(IP_MODES)}, not {ip!r}")
     nodes = list_nodes(project=project, zone=zone, gcloud=gcloud, timeout=timeout)
-    found = discover_from_nodes(nodes, prefix, ip=ip, project=project, zone=zone)
+    try:
+        found = discover_from_nodes(nodes, prefix, ip=ip, project=project, zone=zone)
+    except DiscoveryError:  # a queued resource still on its way says so itself (issue 26)
+        from multihost.sources.queued import not_ready
+
+        if (why := not_ready(nodes, prefix, project, zone, gcloud, timeout)) is not None:
+            raise why from None
+        raise
     return replace(found, command=tuple(gcloud_command(project=project, zone=zone, gcloud=gcloud)))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,10 @@ from multihost.bridge import blocking, ctrl_c
 from multihost.errors import UsageError
 from multihost.keywords import events_of, plan_run
 from multihost.plan import check_run_name
+from multihost.result import aligned
 from multihost.runstate import default_run_name
 from multihost.sweep.grid import Where, _check_axis, check_template, expand
-from multihost.sweep.results import Record, Row, latest, summarize, write_chart
+from multihost.sweep.results import Record, Row, latest, summarize, sweep_rows, write_chart
 from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec
 
 SWEEP_OPTIONS = ("where", "metric", "minimize", "repeat", "point_timeout", "parallel", "resume")
@@ -46,14 +48,24 @@ class SweepResult:
         return f"<SweepResult {self.name}: {len(self.summary)} point(s); {top}>"
 
     def __str__(self) -> str:
-        from multihost.display_html import sweep_text
-
-        return sweep_text(self)
+        lines = aligned(sweep_rows(self.summary, self.metric, self.grid_names))
+        return "\n".join([f"sweep {self.name} by {self.metric}", *lines, f"results: {self.dir}"])
 
     def _repr_html_(self) -> str:
-        from multihost.display_html import sweep_html
-
-        return sweep_html(self)
+        """The ranked points as a table, the best row in bold."""
+        head, *rows = sweep_rows(self.summary, self.metric, self.grid_names)
+        th = "".join(f"<th style='text-align:left'>{escape(c)}</th>" for c in head)
+        body = []
+        for row, data in zip(rows, self.summary, strict=True):
+            weight = "font-weight:bold;" if data.get("best") else ""
+            tds = "".join(f"<td style='text-align:left;{weight}'>{escape(c)}</td>" for c in row)
+            body.append(f"<tr>{tds}</tr>")
+        return (
+            f"<div class='multihost-sweep'><b>sweep {escape(self.name)}</b> by "
+            f"{escape(self.metric)}<table><thead><tr>{th}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table><small>results: {escape(str(self.dir))}"
+            "</small></div>"
+        )
 
 
 def run_sweep(

@@ -12,39 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from multihost.record import private_dir
+from multihost.result import RESULT_MARKER
 from multihost.sweep.grid import RESERVED, Value
 
-RESULT_MARKER = "MULTIHOST_RESULT"
 NO_RESULT = f"no {RESULT_MARKER} line from process 0"
 PLOT_MISSING = "matplotlib not installed: pip install 'multihost[plot]' for sweep.png"
 Row = dict[str, Any]
-_PREFIX = RESULT_MARKER + " "
 # CSV columns after the grid names; the result fields go between these two groups.
 _FIRST = ("point", "repeat", "status", "run")
 _LAST = ("started", "ended", "command")
-
-
-def find_result(text: str) -> dict[str, Any] | None:
-    """The last ``MULTIHOST_RESULT {json}`` line's object; malformed lines are skipped."""
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if not line.startswith(_PREFIX):
-            continue
-        try:
-            found = json.loads(line[len(_PREFIX) :])
-        except ValueError:
-            continue
-        if isinstance(found, dict):
-            return found
-    return None
-
-
-def read_result(path: Path) -> dict[str, Any] | None:
-    """``find_result`` over a log file; a missing file has no result."""
-    try:
-        return find_result(path.read_text(errors="replace"))
-    except FileNotFoundError:
-        return None
 
 
 def point_status(run_ok: bool, reason: str, result: Mapping[str, Any] | None) -> str:
@@ -100,8 +77,9 @@ class ResultsStore:
         """Add one row and make it durable before returning."""
         row = record.to_json() if isinstance(record, Record) else dict(record)
         data = (json.dumps(row, default=str) + "\n").encode()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a+b") as f:
+        private_dir(self.directory)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a+b") as f:
             if f.seek(0, os.SEEK_END) > 0:
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":  # a crash tore the last line; don't glue onto it
@@ -143,9 +121,11 @@ class ResultsStore:
         fixed = {*grid, *_FIRST, *_LAST}
         extra = sorted({k for row in rows for k in row} - fixed)
         columns = [*grid, *_FIRST, *extra, *_LAST]
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         tmp = self.csv_path.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as f:
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(columns)
             writer.writerows([_cell(row.get(c)) for c in columns] for row in rows)
@@ -230,6 +210,24 @@ def summarize(
     for rank, row in enumerate(scored_rows, 1):
         row["rank"], row["best"] = rank, rank == 1
     return scored_rows + [s for s in summary if s["metric"] is None]
+
+
+def metric_text(value: Any) -> str:
+    """A metric as shown: floats to 6 significant digits, nothing for None."""
+    return "" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def sweep_rows(
+    summary: Sequence[Mapping[str, Any]], metric: str, names: Sequence[str]
+) -> list[tuple[str, ...]]:
+    """The one sweep table: a header and one row per point, best first (every face shows it)."""
+    rows = [("#", *names, metric, "ok", "status / reason")]
+    for row in summary:
+        rank = "" if row.get("rank") is None else str(row["rank"])
+        values = (str(row["values"].get(n, "")) for n in names)
+        rows.append((rank, *values, metric_text(row.get("metric")), f"{row['n_ok']}/{row['n']}",
+                     str(row["status"])))  # fmt: skip
+    return rows
 
 
 def _group_axis(shown: Sequence[Row], grid_names: Sequence[str]) -> str | None:

@@ -21,7 +21,7 @@ from multihost.record import MANIFEST, private_dir, write_json_atomic
 from multihost.runstate import Event, RunOptions
 from multihost.stage import Archive, pack, stage
 from multihost.sweep.grid import Point
-from multihost.sweep.results import Record, ResultsStore, point_status, read_result
+from multihost.sweep.results import Record, ResultsStore, point_status
 from multihost.transport import Connection, connect
 
 # A sweep's settings over the caller's: each point is bounded by its point_timeout and fails
@@ -192,7 +192,7 @@ class Sweep:
             reason = f"timed out after {self.spec.point_timeout:g} s"
         else:
             reason = f"failed: {result.first_failure}" if result.first_failure else "failed"
-        found = read_result(run.log_dir / f"{group.hosts[0].file_stem}.log")
+        found = result.result()  # process 0's result line, read as the run ended
         return Record(
             point=point.id,
             repeat=repeat,

@@ -56,6 +56,9 @@ class SSHOptions:
     fallback_identity: str | None = None
     keepalive_interval: float = DEFAULTS.keepalive_interval
     keepalive_count_max: int = DEFAULTS.keepalive_count_max
+    # host keys pinned per address ("<type> <base64>", e.g. a TPU node's guest attributes):
+    # such a host must present one of them, whatever the policy (issue 26)
+    pinned: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def default_state_dir() -> Path:

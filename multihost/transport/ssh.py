@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
+import re
 import shlex
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -195,6 +197,30 @@ class _TrustOnFirstUse(asyncssh.SSHClient):
         return True
 
 
+class _Pinned(asyncssh.SSHClient):
+    """Refuses any key but the pinned ones (those are in ``known_hosts``), noting the key
+    the host presented so that the refusal can show both fingerprints."""
+
+    def __init__(self) -> None:
+        self.presented: str | None = None
+
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
+        self.presented = key.get_fingerprint()
+        return False
+
+
+def _fingerprints(keys: Sequence[str]) -> str:
+    out = []
+    for k in keys:
+        try:
+            out.append(asyncssh.import_public_key(k).get_fingerprint())
+        except (asyncssh.KeyImportError, ValueError):
+            continue
+    return " or ".join(out) or "none readable"
+
+
 # AES-GCM costs asyncssh far less CPU per packet than chacha20-poly1305 (its default first
 # choice); the same set of ciphers, only the preference changes, and a configured Ciphers wins.
 _CIPHERS = (
@@ -354,10 +380,25 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     if (direct := _direct(options, host, identity)) is not None:
         kwargs.update(direct)
         target = cfg.hostname
+    proxy = _proxy_argv(host, options, kwargs, cfg.hostname)
+    if proxy is not None:  # e.g. an IAP tunnel: one local process per connection
+        kwargs["proxy_command"] = proxy
     default_file = os.path.expanduser(_DEFAULT_KNOWN_HOSTS)
     files = cfg.known_hosts
     tofu: _TrustOnFirstUse | None = None
-    if options.host_keys == "accept-new":
+    pinned = dict(options.pinned).get(host.address)
+    pin: _Pinned | None = None
+    if pinned:  # the keys the cloud publishes for this host, and no other (issue 26)
+        pin = _Pinned()
+        kwargs["client_factory"] = lambda: pin
+        keys = []
+        for k in pinned:
+            try:
+                keys.append(asyncssh.import_public_key(k))
+            except (asyncssh.KeyImportError, ValueError):
+                continue
+        kwargs["known_hosts"] = (keys, [], [])
+    elif options.host_keys == "accept-new":
         tofu = _TrustOnFirstUse(
             [f for f in files if os.path.isfile(f)], options.trust_file, host.address
         )
@@ -370,10 +411,17 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
             "or use --host-keys accept-new to trust keys on first use",
         )
     # Never None: to asyncssh that would mean "check nothing" (``UserKnownHostsFile none``).
-    kwargs["known_hosts"] = _trusted(files)
+    if pin is None:
+        kwargs["known_hosts"] = _trusted(files)
     try:
         conn = await asyncssh.connect(target, **kwargs)
     except asyncssh.HostKeyNotVerifiable as exc:
+        if pin is not None and pinned:
+            raise HostKeyError(
+                host, f"host key differs from the one its TPU node publishes (guest attributes "
+                f"hostkeys/*): expected {_fingerprints(pinned)}, presented "
+                f"{pin.presented or 'an unreadable key'}; refused",
+            ) from None  # fmt: skip
         if tofu is not None and tofu.changed_in is not None:
             raise HostKeyError(
                 host, f"host key CHANGED since it was recorded in {tofu.changed_in} ({exc}); "
@@ -388,12 +436,71 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         raise ConnectError(host, f"authentication failed: {exc.reason}") from None
     except TimeoutError:
         raise ConnectTimeout(
-            host, f"connect timed out after {options.connect_timeout:g} s"
+            host, f"connect timed out after {options.connect_timeout:g} s" + _hint(host)
         ) from None
     except (asyncssh.Error, OSError) as exc:
         where = f"{host.address}:{host.port}" if host.port else host.address
-        raise ConnectError(host, f"cannot connect to {where}: {_describe(exc)}") from None
+        via = f" through its proxy command{_proxy_said(host)}" if proxy else ""
+        raise ConnectError(
+            host, f"cannot connect to {where}{via}: {_describe(exc)}" + _hint(host)
+        ) from None
     return SSHConnection(host, conn, cfg.hostname)
+
+
+def _hint(host: Host) -> str:
+    return f"; {host.reach_hint}" if host.reach_hint else ""
+
+
+def _proxy_argv(
+    host: Host, options: SSHOptions, kwargs: dict[str, object], hostname: str
+) -> list[str] | None:
+    """The command to reach ``host`` through, if any: the host's own (an IAP tunnel), else the
+    ssh config's ProxyCommand; ``%h``, ``%p``, ``%r``, ``%n`` and ``%%`` expanded as OpenSSH
+    expands them. None: connect directly (or the config is asyncssh's to read)."""
+    found = sshconfig.settings(options.config, host.address) or {}
+    port = kwargs.get("port") or host.port or found.get("port", "22")
+    user = kwargs.get("username") or host.user or found.get("user", "")
+    tokens = {"%h": hostname, "%p": str(port), "%r": str(user), "%n": host.address, "%%": "%"}
+    pattern = re.compile("|".join(re.escape(k) for k in tokens))
+
+    def expand(text: str) -> str:
+        return pattern.sub(lambda m: tokens[m[0]], text)
+
+    configured = found.get("proxycommand", "none")
+    if host.proxy_command:
+        argv = [expand(arg) for arg in host.proxy_command]
+    elif configured.lower() != "none":
+        argv = ["sh", "-c", "exec " + expand(configured)]  # OpenSSH: exec $SHELL -c "..."
+    else:
+        return None
+    # Its stderr into a file of ours: asyncssh reads the command's stderr pipe as part of the
+    # SSH stream (a warning after the banner would break it), and one warning per tunnel would
+    # flood the terminal. What it says comes back in the error when the connection fails. The
+    # pipe itself stays open (fd 3): asyncssh takes its end as the end of the connection.
+    return ["sh", "-c", 'exec 3>&2; exec "$@" 2>"$0"', str(_proxy_log(host)), *argv]
+
+
+def _reaped_twice(record: logging.LogRecord) -> bool:
+    """asyncio's child watcher warns when a proxy command that exited at once (a tunnel that
+    failed) was already reaped by the transport's close: its exit is ours to report, once."""
+    return not str(record.msg).startswith("Unknown child process pid")
+
+
+logging.getLogger("asyncio").addFilter(_reaped_twice)
+
+
+def _proxy_log(host: Host) -> Path:
+    return sshconfig.scratch() / f"proxy-{host.process_id}-{host.address}.err"
+
+
+def _proxy_said(host: Host) -> str:
+    """The last error line the host's proxy command wrote, if any."""
+    try:
+        lines = _proxy_log(host).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    errors = [line.strip() for line in lines if line.strip().startswith("ERROR:")]
+    return f" ({errors[-1][:300]})" if errors else ""
 
 
 async def _output(

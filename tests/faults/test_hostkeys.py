@@ -13,14 +13,6 @@ from tests.clitools import cli
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 
 
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x").write_text("x\n")
-    return d
-
-
 def _config(fleet, tmp_path: Path, known: Path) -> Path:  # type: ignore[no-untyped-def]
     h0 = fleet.hosts[0]
     config = tmp_path / "ssh_config"

@@ -8,18 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.clitools import cli, fleet_run_args, host_logs, manifest, no_processes, spawn, wait_for
+from tests.clitools import cli, fleet_run_args, host_logs, manifest, no_processes, spawn
+from tests.helpers import wait_for
 
 N = 3
 pytestmark = pytest.mark.usefixtures("fresh_runs")
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x").write_text("x\n")
-    return d
 
 
 def _started(logs: Path, run: str) -> bool:
@@ -69,15 +62,12 @@ def test_refused_connection_starts_nothing(ssh_fleet, code: Path, tmp_path: Path
     assert no_processes(ssh_fleet, N)
 
 
-def test_silent_tcp_times_out_and_starts_nothing(tmp_path: Path) -> None:
+def test_silent_tcp_times_out_and_starts_nothing(code: Path, tmp_path: Path) -> None:
     """A host that accepts TCP but never speaks SSH (a hung sshd, a black-holed port)."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     port = listener.getsockname()[1]
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "x").write_text("x\n")
     logs = tmp_path / "logs"
     try:
         started = time.monotonic()

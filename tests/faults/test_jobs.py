@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
-from tests.clitools import cli, manifest, spawn, wait_for
+from tests.clitools import cli, manifest, spawn
 from tests.faults.conftest import Where
 from tests.faults.harness import run_measured
+from tests.helpers import wait_for
 
 DAEMON = "setsid sleep 300 </dev/null >/dev/null 2>&1 &"
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x").write_text("x\n")
-    return d
 
 
 def _reap(proc: subprocess.Popen[str]) -> None:
@@ -111,6 +103,59 @@ def test_escaped_daemon_stopped_on_ctrl_c(where: Where, code: Path, tmp_path: Pa
     assert not where.leftovers("escc")
 
 
+# A double-forked daemon with an empty environment: no marker a search could find. Only the
+# wrapper's ancestry (a child subreaper) contains it.
+UNMARKED = "sh -c 'env -i setsid sleep {n} </dev/null >/dev/null 2>&1 &'"
+
+
+def _sleeping(n: int) -> list[int]:
+    """Live ``sleep N`` processes, found by their command line in /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if cmd == f"sleep\0{n}\0".encode() and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def test_unmarked_double_forked_daemon_stopped_at_the_end(
+    where: Where, code: Path, tmp_path: Path
+) -> None:
+    n = 3000 + os.getpid() % 997  # unique to this test process
+    logs = tmp_path / "logs"
+    cmd = f'{UNMARKED.format(n=n)}; echo up; [ "$JAX_PROCESS_ID" = 1 ] && exit 3; sleep 60'
+    res = run_measured(where.args(code, logs, "unm", cmd), timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert "process(es) that had left the job's process group" in res.stderr
+    assert not _sleeping(n)
+    assert not where.leftovers("unm")
+
+
+def test_unmarked_double_forked_daemon_stopped_by_kill(
+    where: Where, code: Path, tmp_path: Path
+) -> None:
+    n = 4000 + os.getpid() % 997
+    logs = tmp_path / "logs"
+    res = cli(where.args(code, logs, "unmk", f"{UNMARKED.format(n=n)}; sleep 60", "--detach"))
+    assert res.returncode == 0, res.stderr
+    try:
+        wait_for(lambda: len(_sleeping(n)) == 2, 30, "both daemons to run")
+        # re-parented to their host's wrapper (the run's pid file names it), not to init
+        wrappers = {int((where.run_dir(i, "unmk") / "pid").read_text()) for i in range(2)}
+        parents = {int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                   for p in _sleeping(n)}  # fmt: skip
+        assert parents == wrappers
+    finally:
+        killed = cli(["kill", "unmk", "--log-dir", str(logs), "--grace", "2"])
+    assert killed.returncode == 0, killed.stderr
+    assert not _sleeping(n)
+    assert not where.leftovers("unmk")
+
+
 def test_run_name_taken_on_one_host_starts_nothing(
     where: Where, code: Path, tmp_path: Path
 ) -> None:
@@ -129,3 +174,45 @@ def test_run_name_taken_on_one_host_starts_nothing(
     assert not where.leftovers("dup")
     states = [h["state"] for h in json.loads((logs / "dup" / "run.json").read_text())["hosts"]]
     assert states == ["error", "error"]
+
+
+def test_the_job_inherits_no_trace_of_the_subreaper_start(
+    where: Where, code: Path, tmp_path: Path
+) -> None:
+    """The wrapper starts through python3; the job still gets SIGPIPE and SIGXFSZ at their
+    defaults, no LC_CTYPE from Python's locale coercion (a C locale: nothing of LANG, LC_*),
+    and no helper variable."""
+    logs = tmp_path / "logs"
+    cmd = "grep SigIgn /proc/self/status; echo LC_CTYPE=${LC_CTYPE-unset}; env | grep -c SUBREAP"
+    c_locale = {k: v for k, v in os.environ.items() if k != "LANG" and not k.startswith("LC_")}
+    res = run_measured(
+        where.args(code, logs, "inh", cmd, "--no-fail-fast"), timeout=60, env=c_locale
+    )
+    assert res.returncode == 1, res.stderr  # grep -c counts 0 lines: exit 1 on every host
+    for i in range(2):
+        text = (logs / "inh" / f"slice_0000_worker_{i:04d}.log").read_text()
+        ignored = int(text.split("SigIgn:")[1].split()[0], 16)
+        assert not ignored & (1 << (signal.SIGPIPE - 1)), text
+        assert not ignored & (1 << (signal.SIGXFSZ - 1)), text
+        assert "LC_CTYPE=unset" in text, text
+        assert text.strip().endswith("0"), text
+
+
+def test_kill_finds_the_run_by_its_marker_when_its_directory_is_gone(
+    where: Where, code: Path, tmp_path: Path
+) -> None:
+    """The run's directory removed on every host under a live job (an over-eager clean-up):
+    ``kill`` still stops every process of the run, found by the marker in their environment."""
+    logs = tmp_path / "logs"
+    res = cli(where.args(code, logs, "gone", f"{DAEMON} echo up; sleep 60", "--detach"))
+    assert res.returncode == 0, res.stderr
+    wait_for(lambda: len(where.leftovers("gone")) >= 4, 30, "jobs and daemons to run")
+    for i in range(2):
+        shutil.rmtree(where.run_dir(i, "gone"))
+    assert len(where.leftovers("gone")) >= 4
+    killed = cli(["kill", "gone", "--log-dir", str(logs), "--grace", "2"])
+    print(killed.stderr)
+    assert killed.returncode == 0, killed.stderr
+    assert "Traceback" not in killed.stderr
+    wait_for(lambda: not where.leftovers("gone"), 10, "every process of the run to be gone")
+    assert [h["state"] for h in manifest(logs, "gone")["hosts"]] == ["killed"] * 2

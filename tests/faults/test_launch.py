@@ -9,11 +9,10 @@ from typing import Any
 from tests.clitools import cli, manifest
 
 
-def test_full_disk_at_launch_starts_nothing_anywhere(tmp_path: Path, small_disk: Any) -> None:
+def test_full_disk_at_launch_starts_nothing_anywhere(
+    code: Path, tmp_path: Path, small_disk: Any
+) -> None:
     home = tmp_path / "home"
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "x.txt").write_text("x\n")
     hosts = home / ".cache" / "multihost" / "local"
     small_disk(hosts / "w1" / "runs", "4k")  # the claim fits; the run's files (the hook) do not
     logs = tmp_path / "logs"

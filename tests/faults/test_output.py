@@ -22,12 +22,11 @@ FLOOD = "yes $(printf 'x%.0s' $(seq 1 999)) | head -c 60000000"
 
 
 @pytest.fixture
-def code(tmp_path: Path) -> Path:
-    d = tmp_path / "code"
-    d.mkdir()
-    # every byte value, no trailing newline: binary output must reach the log unchanged
-    (d / "blob.bin").write_bytes(bytes(range(256)) * 64 + b"\x00\xffend")
-    return d
+def code(code: Path) -> Path:
+    """The shared code dir plus ``blob.bin``: every byte value, no trailing newline (binary
+    output must reach the log unchanged)."""
+    (code / "blob.bin").write_bytes(bytes(range(256)) * 64 + b"\x00\xffend")
+    return code
 
 
 def test_one_huge_line_then_exit_3(where: Where, code: Path, tmp_path: Path) -> None:

@@ -13,13 +13,10 @@ from tests.clitools import cli
 SECRET = "hf_s3cr3t-token"
 
 
-@pytest.fixture
-def code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local workers keep their runs under HOME: the test's own dir."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    d = tmp_path / "code"
-    d.mkdir()
-    (d / "x").write_text("x\n")
-    return d
 
 
 def _run(code: Path, logs: Path, run: str, *extra: str) -> list[str]:

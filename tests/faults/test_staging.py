@@ -9,10 +9,8 @@ from typing import Any
 from tests.clitools import cli, manifest
 
 
-def test_full_disk_while_staging(tmp_path: Path, small_disk: Any) -> None:
+def test_full_disk_while_staging(code: Path, tmp_path: Path, small_disk: Any) -> None:
     home = tmp_path / "home"
-    code = tmp_path / "code"
-    code.mkdir()
     (code / "weights.bin").write_bytes(os.urandom(300_000))  # does not fit in 64 KiB
     worker1 = small_disk(home / ".cache" / "multihost" / "local" / "w1")
     logs = tmp_path / "logs"
@@ -27,3 +25,26 @@ def test_full_disk_while_staging(tmp_path: Path, small_disk: Any) -> None:
     assert "s0/w1" in res.stderr
     assert list((worker1 / "code").iterdir()) == []  # no .incoming.* left
     assert not (home / ".cache" / "multihost" / "local" / "w0" / "runs" / "full").exists()
+
+
+def test_staging_counts_only_hosts_whose_staging_finished(
+    ssh_fleet: Any, code: Path, tmp_path: Path, fresh_runs: None
+) -> None:
+    """A host never reached is failed, never "had it": fresh code on h0, h1 and a host where
+    nothing listens, then the same code again (h0 and h1 have it now, 'dead' still not)."""
+    (code / "fresh.txt").write_text(f"{tmp_path}\n")  # a code hash no host has yet
+    logs = tmp_path / "logs"
+
+    def run(name: str) -> dict[str, Any]:
+        res = cli(["run", "--hosts", "h0,h1,dead", "--ssh-config", str(ssh_fleet.ssh_config),
+                   "--script-dir", str(code), "--log-dir", str(logs), "--run-name", name,
+                   "--connect-timeout", "3", "--cmd", "true"])  # fmt: skip
+        assert res.returncode == 1, res.stderr
+        assert "had it" not in res.stderr or "2 had it" in res.stderr, res.stderr
+        staging: dict[str, Any] = manifest(logs, name)["staging"]
+        return staging
+
+    first = run("cnt1")
+    assert first["present"] == 0
+    second = run("cnt2")
+    assert second["present"] == 2

@@ -1,0 +1,293 @@
+"""The environment phase of a run's preparation, after the code is on every host.
+
+1. Every host reports its key and what it has (``env_probe.py``, one command per host).
+2. A host whose Python does not satisfy ``requires-python``: exit 2 naming it, nothing started.
+3. Per key some host lacks: the source is a host that has it complete (it packs it once), or
+   else the first host that lacks it builds it with uv (the runner's uv shipped to it when it
+   has none). Only the builder talks to the package index.
+4. The packed environment goes from the source to every other host that lacks it, checked by
+   sha256 before it is unpacked (atomically; a damaged one is replaced).
+5. Each host's command then sees ``MULTIHOST_ENV`` (the job script puts its ``bin`` first on
+   PATH and sets VIRTUAL_ENV).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import platform
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from multihost import stagevia
+from multihost.core.supervisor import Supervisor
+from multihost.envsync import EnvRequest, satisfies, uv_binary, uv_version
+from multihost.errors import HostError, RemoteError, UsageError
+from multihost.fanout import Outcome, map_hosts
+from multihost.model import Host
+from multihost.remote import script
+from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE, SERVE
+from multihost.remote.staging import SEED_STOP, python_source
+
+PROBE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one host said about its environment."""
+
+    host: Host
+    key: str
+    state: str  # present, absent, damaged
+    python: str
+    exe: str
+    machine: str
+    envs: str
+    has_uv: bool
+
+    @classmethod
+    def parse(cls, host: Host, line: str) -> Probe:
+        words = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        try:
+            return cls(host, words["key"], words["state"], words["python"], words["exe"],
+                       words["machine"], words["envs"], words["uv"] == "host")  # fmt: skip
+        except KeyError:
+            raise RemoteError(host, f"environment check said {line!r}") from None
+
+
+@dataclass
+class EnvSummary:
+    """What the phase did: built on, sent to, repaired, present."""
+
+    built: list[str] = field(default_factory=list)
+    installed: int = 0
+    repaired: int = 0
+    present: int = 0
+    runner_bytes: int = 0
+
+
+async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[None]]:
+    """The environment ``req`` on every host of ``sup``; per host whether it is there."""
+    uv = uv_binary()
+    runner_uv = (await asyncio.to_thread(uv_version, uv)) if uv else ""
+
+    async def probe(host: Host) -> Probe:
+        conn = sup.slots[host.process_id].conn
+        assert conn is not None
+        base = sup.paths(host).base
+        done = await conn.run(script(PROBE, paths={"b": base}, lock=req.lock_hash, ruv=runner_uv,
+                                     probe=python_source("env_probe")))  # fmt: skip
+        if done.exit_status != 0:
+            raise RemoteError(host, f"environment check failed: {_said(done.stderr)}")
+        return Probe.parse(host, done.stdout.decode(errors="replace").strip())
+
+    probed = await sup.phase(probe, None, PROBE_TIMEOUT, "environment check")
+    if not all(o.ok for o in probed) or sup.interrupted:
+        return [Outcome(o.host, error=o.error) for o in probed]
+    probes = [o.value for o in probed if o.value is not None]
+    if req.requires_python:
+        bad = [p for p in probes if not satisfies(p.python, req.requires_python)]
+        if bad:
+            p = bad[0]
+            more = f" (and {len(bad) - 1} more host(s))" if len(bad) > 1 else ""
+            raise UsageError(
+                f"{p.host.name} ({p.host.target}): Python {p.python} ({p.exe}) does not "
+                f"satisfy requires-python {req.requires_python}{more}; nothing started"
+            )
+    summary = EnvSummary()
+    errors: dict[int, HostError] = {}
+    keys: dict[str, list[Probe]] = {}
+    for p in probes:
+        keys.setdefault(p.key, []).append(p)
+    async with asyncio.TaskGroup() as tg:
+        for members in keys.values():
+            tg.create_task(_one_key(sup, members, uv, summary, errors))
+    for p in probes:
+        sup.extra_env[p.host.process_id] = {"MULTIHOST_ENV": f"{p.envs}/{p.key}"}
+    done = [h for h in summary.built]
+    said = f"{req.header}: key {probes[0].key[:12]}"
+    if len(keys) > 1:
+        said += f" (+{len(keys) - 1} more key(s))"
+    if done:
+        said += f"; built on {', '.join(done)}"
+    if summary.installed:
+        said += f"; installed on {summary.installed} host(s)"
+    if summary.repaired:
+        said += f" ({summary.repaired} repaired)"
+    if summary.present:
+        said += f"; present on {summary.present} host(s)"
+    sup.env_bytes += summary.runner_bytes
+    if sup.env_bytes:
+        said += f"; the runner sent {sup.env_bytes / (1 << 20):.1f} MiB"
+    sup.note(said)
+    return [Outcome(p.host, error=errors.get(p.host.process_id)) for p in probes]
+
+
+async def _one_key(
+    sup: Supervisor, members: Sequence[Probe], uv: str | None, summary: EnvSummary,
+    errors: dict[int, HostError],
+) -> None:  # fmt: skip
+    """One key: find or build it on one host, then install it on the others that lack it."""
+    have = [p for p in members if p.state == "present"]
+    need = [p for p in members if p.state != "present"]
+    summary.present += len(have)
+    if not need:
+        return
+    key = members[0].key
+    try:
+        if have:
+            source = have[0]
+            packed = await _run(
+                sup,
+                source.host,
+                script(PACK, paths={"b": _base(sup, source)}, key=key),
+                "environment pack",
+            )
+        else:
+            source, need = need[0], need[1:]
+            packed = await _build(sup, source, key, uv)
+            summary.built.append(f"{source.host.name} ({source.host.target})")
+            summary.repaired += source.state == "damaged"
+    except HostError as exc:
+        errors[exc.host.process_id] = exc
+        for p in need:
+            if p.host.process_id != exc.host.process_id:
+                errors[p.host.process_id] = RemoteError(
+                    p.host, f"no environment: {exc.host.name} could not provide it"
+                )
+        return
+    if not need:
+        return
+    size, digest = _packed(source.host, packed)
+    if stagevia.parse(sup.options.stage_via).kind == "peer":
+        need = await _from_peer(sup, source, need, key, digest, summary)
+    if not need:
+        return
+    data = bytearray()
+    conn = sup.slots[source.host.process_id].conn
+    assert conn is not None
+    await conn.fetch(f"{source.envs}/{key}.tar.gz", data.extend)
+    if len(data) != size:
+        raise RemoteError(source.host, f"environment archive: got {len(data)} of {size} bytes")
+    archive = bytes(data)
+
+    async def install(host: Host) -> None:
+        p = next(m for m in need if m.host is host)
+        c = sup.slots[host.process_id].conn
+        assert c is not None
+        command = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest,
+                         how="stdin", url="", fetch="", timeout=0)  # fmt: skip
+        res, _sent = await c.offer(command, b"absent", archive)
+        if res.exit_status != 0:
+            raise RemoteError(host, f"environment install failed: {_said(res.stderr)}")
+        summary.installed += 1
+        summary.repaired += p.state == "damaged"
+        summary.runner_bytes += len(archive)
+
+    outcomes = await map_hosts(install, [p.host for p in need], timeout=sup.options.stage_timeout,
+                               what="environment install")  # fmt: skip
+    for o in outcomes:
+        if o.error is not None:
+            errors[o.host.process_id] = o.error
+
+
+async def _from_peer(
+    sup: Supervisor, source: Probe, need: list[Probe], key: str, digest: str,
+    summary: EnvSummary,
+) -> list[Probe]:  # fmt: skip
+    """``--stage-via peer``: the source serves the pack to the others (token on stdin); returns
+    the hosts whose fetch failed (the runner then sends them the pack itself)."""
+    conn = sup.slots[source.host.process_id].conn
+    assert conn is not None
+    token = secrets.token_urlsafe(32)
+    addr = source.host.internal_address or conn.peer_address
+    lifetime = sup.options.stage_timeout + stagevia.FETCH_TIMEOUT
+    command = script(SERVE, paths={"b": _base(sup, source)}, key=key,
+                     serve=python_source("seed_serve"), addr=addr, lifetime=f"{lifetime:g}",
+                     fetches=len(need))  # fmt: skip
+    res = await conn.run(command, stdin=(token + "\n").encode())
+    word, _, rest = res.stdout.decode(errors="replace").strip().partition(" ")
+    if res.exit_status != 0 or word != "serving":
+        sup.note(f"{source.host.name}: cannot serve the environment ({rest or _said(res.stderr)});"
+                 " the runner sends it", "warning")  # fmt: skip
+        return need
+    port, pid, folder = rest.split(" ", 2)
+    host_part = f"[{addr}]" if ":" in addr else addr
+    url = f"http://{host_part}:{port}/{digest}.tar.gz"
+    failed: list[Probe] = []
+
+    async def fetch(host: Host) -> None:
+        p = next(m for m in need if m.host is host)
+        c = sup.slots[host.process_id].conn
+        assert c is not None
+        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest, how="peer",
+                      url=url, fetch=python_source("seed_fetch"),
+                      timeout=f"{stagevia.FETCH_TIMEOUT:g}")  # fmt: skip
+        done = await c.run(text, stdin=(token + "\n").encode())
+        if done.exit_status != 0:
+            failed.append(p)
+            return
+        summary.installed += 1
+        summary.repaired += p.state == "damaged"
+
+    try:
+        await map_hosts(fetch, [p.host for p in need], timeout=sup.options.stage_timeout,
+                        what="environment fetch")  # fmt: skip
+    finally:
+        with contextlib.suppress(HostError, TimeoutError):
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                await conn.run(script(SEED_STOP, p=pid, s=folder))
+    done = {p.host.process_id for p in failed}
+    return [p for p in need if p.host.process_id in done]
+
+
+async def _build(sup: Supervisor, p: Probe, key: str, uv: str | None) -> str:
+    """Build ``key`` on ``p``'s host with uv (shipping the runner's when it has none)."""
+    stdin = None
+    if not p.has_uv:
+        if uv is None or p.machine != platform.machine():
+            raise RemoteError(p.host, f"no uv on this host ({p.machine}) and none here to ship "
+                              "for it: install uv there")  # fmt: skip
+        stdin = await asyncio.to_thread(Path(uv).read_bytes)
+        sup.env_bytes += len(stdin)
+    code = sup.paths(p.host).code
+    command = script(
+        BUILD, paths={"b": _base(sup, p), "code": code}, key=key, exe=p.exe,
+        sel=" ".join(sup.options.environment.selection.flags()) if sup.options.environment
+        else "", ship=int(stdin is not None),
+    )  # fmt: skip
+    conn = sup.slots[p.host.process_id].conn
+    assert conn is not None
+    res = await conn.run(command, stdin=stdin)
+    if res.exit_status != 0:
+        raise RemoteError(p.host, f"environment build failed: {_said(res.stderr, 6)}")
+    return res.stdout.decode(errors="replace")
+
+
+async def _run(sup: Supervisor, host: Host, command: str, what: str) -> str:
+    conn = sup.slots[host.process_id].conn
+    assert conn is not None
+    res = await conn.run(command)
+    if res.exit_status != 0:
+        raise RemoteError(host, f"{what} failed: {_said(res.stderr)}")
+    return res.stdout.decode(errors="replace")
+
+
+def _packed(host: Host, said: str) -> tuple[int, str]:
+    for line in said.splitlines():
+        if line.startswith("packed "):
+            _, size, digest = line.split()
+            return int(size), digest
+    raise RemoteError(host, f"environment pack said {said.strip()[-200:]!r}")
+
+
+def _base(sup: Supervisor, p: Probe) -> str:
+    return sup.paths(p.host).base
+
+
+def _said(data: bytes, lines: int = 3) -> str:
+    """A command's last non-empty error lines, joined."""
+    kept = [ln.strip() for ln in data.decode(errors="replace").splitlines() if ln.strip()]
+    return "; ".join(kept[-lines:]) or "no error output"

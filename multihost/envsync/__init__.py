@@ -1,0 +1,185 @@
+"""One environment on every host from the project's ``uv.lock`` (issue 27).
+
+The planner asks :func:`request` (pure, before anything starts): a staged code dir with
+``pyproject.toml`` and ``uv.lock`` gets an :class:`EnvRequest` unless ``--no-sync``; a lock out
+of date with ``pyproject.toml`` is a usage error (exit 2) that says to run ``uv lock``. The run's
+preparation then calls :func:`multihost.core.envsync.sync_environment` once the code is on
+every host: each host reports its key (lock, selection, Python, platform, uv), one host per
+missing key builds it with uv, and the others get the packed environment from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from multihost.errors import SettingError, UsageError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+WATCHED = ("jax", "jaxlib", "libtpu")  # their versions go into the run's header
+
+
+@dataclass(frozen=True)
+class Selection:
+    """uv's selection flags, by uv's names."""
+
+    extras: tuple[str, ...] = ()
+    all_extras: bool = False
+    groups: tuple[str, ...] = ()
+    no_dev: bool = False
+
+    def flags(self) -> tuple[str, ...]:
+        out: list[str] = []
+        for e in self.extras:
+            out += ["--extra", e]
+        if self.all_extras:
+            out.append("--all-extras")
+        for g in self.groups:
+            out += ["--group", g]
+        if self.no_dev:
+            out.append("--no-dev")
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class EnvRequest:
+    """A locked environment to have on every host before the run starts."""
+
+    lock_hash: str  # sha256 of uv.lock's bytes and the selection
+    selection: Selection
+    requires_python: str  # the specifier, "" when pyproject.toml gives none
+    versions: tuple[tuple[str, str], ...]  # (name, version) of WATCHED packages in the lock
+
+    @property
+    def header(self) -> str:
+        """What the run's header says about it, once."""
+        named = ", ".join(f"{n} {v}" for n, v in self.versions) or "no jax in the lock"
+        return f"environment from uv.lock ({named})"
+
+
+def request(
+    script_dir: Path,
+    *,
+    sync: bool = True,
+    extras: tuple[str, ...] = (),
+    all_extras: bool = False,
+    groups: tuple[str, ...] = (),
+    no_dev: bool = False,
+) -> EnvRequest | None:
+    """The environment a run in ``script_dir`` needs, or None (no uv project, ``--no-sync``)."""
+    for name in (*extras, *groups):
+        if not _NAME.match(name):
+            raise SettingError(f"bad extra or group name {name!r}")
+    selection = Selection(tuple(extras), all_extras, tuple(groups), no_dev)
+    lock, project = script_dir / "uv.lock", script_dir / "pyproject.toml"
+    if not sync or not project.is_file():
+        return None
+    if not lock.is_file():
+        if selection != Selection():
+            raise UsageError(f"--extra/--group need a uv.lock in {script_dir}: run `uv lock`")
+        return None
+    check_lock(script_dir)
+    data = lock.read_bytes()
+    digest = hashlib.sha256(data + "\0".join(selection.flags()).encode()).hexdigest()
+    try:
+        meta = tomllib.loads(project.read_text())
+        locked = tomllib.loads(data.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {project} or {lock}: {exc}") from None
+    spec = str(meta.get("project", {}).get("requires-python", ""))
+    found = {p.get("name"): p.get("version") for p in locked.get("package", [])}
+    versions = tuple((n, str(found[n])) for n in WATCHED if found.get(n))
+    return EnvRequest(digest, selection, spec, versions)
+
+
+def uv_binary() -> str | None:
+    """The runner's uv: on PATH, else the one the ``uv`` package installed."""
+    found = shutil.which("uv")
+    if found:
+        return os.path.realpath(found) if not _is_shim(found) else _package_uv() or found
+    return _package_uv()
+
+
+def _is_shim(path: str) -> bool:
+    return "/shims/" in path
+
+
+def _package_uv() -> str | None:
+    try:
+        import uv
+
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return None
+
+
+def uv_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    words = out.stdout.split()
+    return words[1] if out.returncode == 0 and len(words) > 1 else ""
+
+
+def check_lock(script_dir: Path) -> None:
+    """A lock out of date with pyproject.toml: exit 2 before anything starts."""
+    uv = uv_binary()
+    if uv is None:
+        return  # nothing here to check with; the builder's frozen sync uses the lock as is
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
+    env.pop("VIRTUAL_ENV", None)
+    try:
+        res = subprocess.run(
+            [uv, "lock", "--check", "--offline"], cwd=script_dir, env=env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"cannot check {script_dir / 'uv.lock'}: {exc}") from None
+    if res.returncode == 0:
+        return
+    said = [ln for ln in res.stderr.splitlines() if ln.startswith("error")]
+    why = said[0].removeprefix("error: ") if said else res.stderr.strip()[-200:]
+    if "parse" in why.lower() or "no `project` table" in why:
+        raise UsageError(f"cannot use {script_dir / 'uv.lock'}: {why}")
+    # a lock that matches pyproject.toml is checked without resolving; offline, anything
+    # else (a resolution that needs the index) means the lock no longer matches
+    raise UsageError(
+        f"{script_dir / 'uv.lock'} is out of date with pyproject.toml: run `uv lock` "
+        f"(nothing started; uv: {why})"
+    )
+
+
+# -- requires-python, without packaging ------------------------------------------------------
+def satisfies(version: str, spec: str) -> bool:
+    """Whether ``version`` (X.Y.Z) meets a PEP 440 specifier set such as ``>=3.10,<3.13``."""
+    have = _parts(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        m = re.match(r"^(~=|==|!=|<=|>=|<|>|===)\s*(\S+)$", clause)
+        if not m:
+            return True  # not understood: uv decides
+        op, text = m.groups()
+        if text.endswith(".*"):
+            want = _parts(text[:-2])
+            same = have[: len(want)] == want
+            if (op == "==" and not same) or (op == "!=" and same):
+                return False
+            continue
+        want = _parts(text)
+        n = max(len(have), len(want))
+        a, b = have + (0,) * (n - len(have)), want + (0,) * (n - len(want))
+        ok = {
+            "==": a == b, "===": a == b, "!=": a != b, "<=": a <= b, ">=": a >= b,
+            "<": a < b, ">": a > b,
+            "~=": a >= b and have[: len(want) - 1] == want[: len(want) - 1],
+        }[op]  # fmt: skip
+        if not ok:
+            return False
+    return True
+
+
+def _parts(text: str) -> tuple[int, ...]:
+    return tuple(int(re.match(r"\d*", p).group() or 0) for p in text.split("."))  # type: ignore[union-attr]

@@ -1,0 +1,180 @@
+"""The templates of the locked environment (``multihost.envsync``): probe, build, install.
+
+Constant POSIX sh, values assigned by :func:`multihost.remote.script`. An environment lives in
+``<base>/envs/<key>`` with a manifest (``SIZE PATH`` per file, ``l PATH`` per link) and a
+completion marker written last; its packed archive stays beside it as ``<key>.tar.gz`` so that
+the host can hand it on.
+"""
+
+from __future__ import annotations
+
+# Where a host's uv is: on PATH, or the one multihost shipped before. Vars: b. Sets $uv ("" if
+# none).
+_FIND_UV = """\
+uv=$(command -v uv 2>/dev/null) || uv=
+[ -n "$uv" ] || { [ -x "$b"/bin/uv ] && uv="$b"/bin/uv; } || :
+"""
+
+# Vars: b (base), lock (the lock's hash), ruv (the runner's uv version), probe (env_probe.py).
+# One line of name=value words (see env_probe.py).
+PROBE = (
+    _FIND_UV
+    + """\
+command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit 4; }
+exec python3 -c "$probe" "$b"/envs "$lock" "$ruv" "$uv"
+"""
+)
+
+# Packing an environment that is complete here and its manifest, unless packed already.
+# Vars: e (envs dir), key. Says "packed SIZE SHA256".
+_PACK = """\
+if [ ! -s "$e/$key".tar.gz ]; then
+  tar -czf "$e/$key".tar.gz.$$ -C "$e/$key" . && mv -f "$e/$key".tar.gz.$$ "$e/$key".tar.gz
+fi
+h=$(sha256sum "$e/$key".tar.gz)
+echo "packed $(wc -c < "$e/$key".tar.gz) ${h%% *}"
+"""
+
+# The builder. Vars: b, key, code (the staged code dir), exe (the Python), sel (uv's selection
+# flags, words without quotes: checked names only), ship (1: uv follows on stdin). Builds with
+# uv from the lock (frozen, no interpreter downloads) into a relocatable venv, writes the
+# manifest and the marker, moves it into place atomically, then packs it (_PACK). A failed
+# build: uv's last lines on stderr, exit 4, nothing left.
+BUILD = (
+    """\
+set -e
+umask 022
+e="$b"/envs
+test -d "$e" || { mkdir -p "$e"; chmod 700 "$b"; }
+t=$(mktemp -d "$e"/.build.XXXXXX)
+trap 'rm -rf "$t"' EXIT
+if [ "$ship" = 1 ]; then
+  mkdir -p "$b"/bin
+  cat > "$t"/uv
+  chmod 755 "$t"/uv
+  mv -f "$t"/uv "$b"/bin/uv
+fi
+"""
+    + _FIND_UV
+    + """\
+[ -n "$uv" ] || { echo "no uv on this host" >&2; exit 4; }
+export UV_PYTHON_DOWNLOADS=never UV_CACHE_DIR="$b"/uv-cache UV_PROJECT_ENVIRONMENT="$t"/env
+export UV_LINK_MODE=copy UV_NO_PROGRESS=1
+unset VIRTUAL_ENV
+"$uv" venv -q --relocatable --python "$exe" "$t"/env > "$t"/log 2>&1 || {
+  tail -n 20 "$t"/log >&2; exit 4
+}
+cd "$code"
+set -f
+# shellcheck disable=SC2086 # the selection flags, split on purpose
+"$uv" sync -q --frozen --no-install-project $sel > "$t"/log 2>&1 || {
+  tail -n 20 "$t"/log >&2; exit 4
+}
+set +f
+cd "$t"/env
+find . -mindepth 1 \\( -type f -printf '%s %P\\n' \\) -o \\( -type l -printf 'l %P\\n' \\) \\
+  > "$t"/manifest
+mv "$t"/manifest .multihost-manifest
+: > .multihost-complete
+cd "$e"
+rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz
+mv -T "$t"/env "$e/$key"
+"""
+    + _PACK
+)
+
+# A host that has the environment complete, handing it on. Vars: b, key. Says "packed ...".
+PACK = (
+    """\
+set -e
+e="$b"/envs
+test -e "$e/$key"/.multihost-complete || { echo "environment $key is not here" >&2; exit 4; }
+"""
+    + _PACK
+)
+
+# A host taking the packed environment. Vars: b, key, digest (sha256), how ("stdin": says
+# "absent" and reads it on stdin; "peer": fetches url from a seed with fetch (seed_fetch.py),
+# the token on stdin, waiting at most timeout s). Refuses a wrong sha256 (exit 3, nothing
+# unpacked), unpacks beside and moves into place atomically (a damaged one is replaced), keeps
+# the archive; says "installed".
+INSTALL = """\
+set -e
+[ "$how" = peer ] || echo absent
+umask 022
+e="$b"/envs
+test -d "$e" || { mkdir -p "$e"; chmod 700 "$b"; }
+t=$(mktemp -d "$e"/.incoming.XXXXXX)
+trap 'rm -rf "$t"' EXIT
+if [ "$how" = peer ]; then
+  python3 -c "$fetch" "$url" "$t"/archive "$digest" "$timeout"
+else
+  cat > "$t"/archive
+fi
+h=$(sha256sum "$t"/archive); h=${h%% *}
+[ "$h" = "$digest" ] || { echo "sha256 mismatch: got $h, want $digest" >&2; exit 3; }
+mkdir "$t"/env
+tar -xzf "$t"/archive -C "$t"/env
+test -e "$t"/env/.multihost-complete || { echo "archive without a completion marker" >&2; exit 3; }
+rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz
+mv -T "$t"/env "$e/$key"
+mv -f "$t"/archive "$e/$key".tar.gz
+echo installed
+"""
+
+# ``--setup CMD`` (issue 27, item 11). Vars: b, c (the staged code dir), key (of the command
+# and the code), cmd. Says "skipped" when this key succeeded here before; else "ran", then
+# CMD's output (stdout and stderr together) with the locked environment's bin first on PATH
+# when there is one (MULTIHOST_ENV), in the code dir; success is recorded under the key, a
+# failure is CMD's exit status.
+SETUP = """\
+test -e "$b/setup/$key".ok && { echo skipped; exit 0; }
+echo ran
+mkdir -p "$b"/setup
+cd "$c" || exit 126
+if [ -n "${MULTIHOST_ENV:-}" ]; then
+  export VIRTUAL_ENV="$MULTIHOST_ENV"
+  export PATH="$MULTIHOST_ENV/bin:$PATH"
+fi
+sh -c "$cmd" < /dev/null 2>&1 || exit $?
+: > "$b/setup/$key".ok
+"""
+
+# A host that has the packed environment serving it to its peers for a bounded time (the
+# server of ``--stage-via peer``, seed_serve.py). Vars: b, key, serve, addr, lifetime (s),
+# fetches. Reads the token line on stdin; says "serving PORT PID DIR" or "noserver WHY".
+SERVE = """\
+umask 077
+IFS= read -r token
+e="$b"/envs
+test -s "$e/$key".tar.gz || { echo "noserver no archive of $key here"; exit 0; }
+mkdir -p "$b"/seed
+s=$(mktemp -d "$b"/seed/XXXXXX) || { echo "noserver no seed dir"; exit 0; }
+ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
+printf '%s\\n' "$token" > "$s"/token
+setsid python3 -c "$serve" "$addr" "$s" "$lifetime" "$fetches" \\
+  </dev/null >"$s".out 2>"$s".err &
+p=$!
+i=0
+while [ ! -s "$s".out ] && [ ! -s "$s".err ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+said=; { read -r said < "$s".out; } 2>/dev/null || :
+case $said in
+  port\\ *) echo "serving ${said#port } $p $s" ;;
+  *)
+    kill "$p" 2>/dev/null || :
+    why=${said#error }; [ -n "$why" ] || why=$(tail -n 1 "$s".err)
+    echo "noserver ${why:-the server did not start}"
+    rm -rf "$s"
+    ;;
+esac
+rm -f "$s".out "$s".err
+"""
+
+TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "env-probe": (PROBE, ("b", "lock", "ruv", "probe")),
+    "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "ship")),
+    "env-pack": (PACK, ("b", "key")),
+    "env-install": (INSTALL, ("b", "key", "digest", "how", "url", "fetch", "timeout")),
+    "env-serve": (SERVE, ("b", "key", "serve", "addr", "lifetime", "fetches")),
+    "setup": (SETUP, ("b", "c", "key", "cmd")),
+}

@@ -1,0 +1,89 @@
+"""``--tunnel-through-iap``: every TPU worker reached through ``gcloud start-iap-tunnel``.
+
+As ``gcloud alpha compute tpus tpu-vm ssh --tunnel-through-iap`` does it
+(``command_lib/compute/tpus/tpu_vm/ssh.py``, ``command_lib/util/ssh/ssh.py``
+``_BuildIapTunnelProxyCommandArgs``): the connection goes to the worker's internal address
+through the ProxyCommand ``gcloud alpha compute start-iap-tunnel INSTANCE %p --listen-on-stdin
+--project=P --zone=Z --verbosity=warning``, where INSTANCE is the worker's instance name, the
+guest attribute ``deviceInfo/hostname`` (one ``get-guest-attributes`` call per node).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from multihost.errors import DiscoveryError
+from multihost.model import Fleet
+
+
+def guest_attributes_argv(
+    node: str, project: str | None, zone: str | None, gcloud: str = "gcloud"
+) -> list[str]:
+    where = [*(["--project", project] if project else []), *(["--zone", zone] if zone else [])]
+    return [gcloud, "compute", "tpus", "tpu-vm", "get-guest-attributes", node, *where,
+            "--format=json"]  # fmt: skip
+
+
+def tunnel_argv(gcloud: str, instance: str, project: str, zone: str) -> tuple[str, ...]:
+    """The ProxyCommand, ``%p`` left for the transport to fill in."""
+    return (gcloud, "alpha", "compute", "start-iap-tunnel", instance, "%p", "--listen-on-stdin",
+            f"--project={project}", f"--zone={zone}", "--verbosity=warning")  # fmt: skip
+
+
+def hostnames(
+    node: str, project: str | None, zone: str | None, gcloud: str = "gcloud", timeout: float = 60
+) -> dict[int, str]:
+    """Worker id -> its instance name (``deviceInfo/hostname``), from one gcloud call."""
+    argv = guest_attributes_argv(node, project, zone, gcloud)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DiscoveryError(f"cannot read {node}'s guest attributes: {exc}") from None
+    if proc.returncode != 0:
+        from multihost.sources.tpu import _stderr_message
+
+        raise DiscoveryError(
+            f"cannot read {node}'s guest attributes (exit {proc.returncode}): "
+            f"{_stderr_message(proc.stderr)}"
+        )
+    try:
+        rows = json.loads(proc.stdout or "[]")
+    except json.JSONDecodeError as exc:
+        raise DiscoveryError(f"cannot parse {node}'s guest attributes: {exc}") from None
+    return {
+        int(r.get("worker_id", 0)): str(r["value"])
+        for r in rows
+        if isinstance(r, dict) and r.get("namespace") == "deviceInfo"
+        and r.get("key") == "hostname" and r.get("value")
+    }  # fmt: skip
+
+
+def through_iap(
+    fleet: Fleet,
+    slice_names: Sequence[str],
+    project: str | None,
+    zone: str | None,
+    gcloud: str = "gcloud",
+    timeout: float = 60,
+) -> Fleet:
+    """The fleet with every worker reached at its internal address through an IAP tunnel."""
+    if not project or not zone:
+        raise DiscoveryError("--tunnel-through-iap needs the project and zone (--project, --zone)")
+    with ThreadPoolExecutor(max_workers=min(8, len(slice_names)) or 1) as pool:
+        names = list(pool.map(lambda n: hostnames(n, project, zone, gcloud, timeout), slice_names))
+    hosts = []
+    for h in fleet:
+        instance = names[h.slice_id].get(h.worker_id)
+        if instance is None:
+            raise DiscoveryError(
+                f"{slice_names[h.slice_id]} worker {h.worker_id} publishes no deviceInfo/hostname "
+                "guest attribute (its instance name, which the IAP tunnel needs)"
+            )
+        hosts.append(replace(h, address=h.internal_address or h.address,
+                             proxy_command=tunnel_argv(gcloud, instance, project, zone),
+                             reach_hint=None))  # fmt: skip
+    return Fleet(tuple(hosts))

@@ -1,0 +1,127 @@
+"""A PEP 503 simple index on 127.0.0.1 for environment tests: pure-python wheels built here,
+served by ``http.server``, every request counted per path.
+
+``Index(root).add("name", "1.0", files={...}, requires=[...])`` builds a wheel;
+``with index.serving(): ... index.url`` serves it; ``index.hits`` counts requests per path.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import contextlib
+import hashlib
+import http.server
+import threading
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+
+def build_wheel(
+    out: Path, name: str, version: str, files: Mapping[str, bytes], requires: Sequence[str] = ()
+) -> Path:
+    """A ``py3-none-any`` wheel of ``files`` (paths inside site-packages)."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    meta = [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
+    meta += [f"Requires-Dist: {r}\n" for r in requires]
+    entries = dict(files) | {
+        f"{dist}.dist-info/METADATA": "".join(meta).encode(),
+        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = []
+    for path, data in entries.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}\n")
+    record.append(f"{dist}.dist-info/RECORD,,\n")
+    wheel = out / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as z:
+        for path, data in entries.items():
+            z.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), data)
+        z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/RECORD", (2020, 1, 1, 0, 0, 0)),
+                   "".join(record))  # fmt: skip
+    return wheel
+
+
+class Index:
+    """Wheels under ``root/<name>/``, served as ``/simple/<name>/`` and ``/files/<wheel>``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.hits: collections.Counter[str] = collections.Counter()
+        self.url = ""
+        self.down = False  # answer 404 to everything (files gone: uv fails at once, no retries)
+
+    def add(
+        self, name: str, version: str, files: Mapping[str, bytes], requires: Sequence[str] = ()
+    ) -> Path:
+        d = self.root / name
+        d.mkdir(parents=True, exist_ok=True)
+        return build_wheel(d, name, version, files, requires)
+
+    def files(self) -> list[str]:
+        """Every wheel's request path."""
+        return sorted(f"/files/{w.name}" for w in self.root.glob("*/*.whl"))
+
+    def downloads(self) -> int:
+        return sum(n for p, n in self.hits.items() if p.startswith("/files/"))
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[Index]:
+        index = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                self._answer(head=True)
+
+            def do_GET(self) -> None:
+                self._answer(head=False)
+
+            def _answer(self, *, head: bool) -> None:
+                path = self.path.split("?", 1)[0]
+                if not head:
+                    index.hits[path] += 1
+                if index.down:
+                    self.send_error(404)
+                    return
+                body = index._page(path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                data, kind = body
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(data)
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    def _page(self, path: str) -> tuple[bytes, str] | None:
+        if path.startswith("/files/"):
+            found = list(self.root.glob(f"*/{path.removeprefix('/files/')}"))
+            return (found[0].read_bytes(), "application/octet-stream") if found else None
+        if path.startswith("/simple/"):
+            name = path.removeprefix("/simple/").strip("/")
+            d = self.root / name
+            if not name or not d.is_dir():
+                return None
+            links = []
+            for w in sorted(d.glob("*.whl")):
+                h = hashlib.sha256(w.read_bytes()).hexdigest()
+                links.append(f'<a href="/files/{w.name}#sha256={h}">{w.name}</a><br>')
+            return f"<html><body>{''.join(links)}</body></html>".encode(), "text/html"
+        return None

@@ -1,0 +1,250 @@
+"""The locked environment on real OpenSSH hosts (issue 27): real uv against a package index
+served here on 127.0.0.1, wheels built in the test (one of 3 MB), hosts with /usr/bin/python3
+and no uv of their own (the runner's is shipped to the builder)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import multihost
+from multihost.envsync import uv_binary
+from multihost.errors import UsageError
+from multihost.result import RunResult
+from multihost.runstate import Note
+from tests import fleet as loopback
+from tests.clitools import no_processes
+from tests.helpers import wait_for
+from tests.pyindex import Index
+
+pytestmark = pytest.mark.usefixtures("fresh_runs")
+HOSTS = "h0,h1,h2,h3"
+N = 4
+CHECK = (
+    'python -c "import os, sys, tinya, tinyb; '
+    "print(sys.prefix == os.environ['VIRTUAL_ENV'], tinya.X + tinyb.Y)\""
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_envs_left(ssh_fleet: loopback.Fleet) -> Iterator[None]:
+    """Each test's environments (a new key per test: a new index port) go afterwards."""
+    before = [set(_envs(ssh_fleet, i).glob("*")) for i in range(N)]
+    yield
+    for i in range(N):
+        for p in set(_envs(ssh_fleet, i).glob("*")) - before[i]:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[Index]:
+    idx = Index(tmp_path / "index")
+    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
+    idx.add("tinyb", "2.0", {"tinyb/__init__.py": b"Y = 2\n",
+                             "tinyb/blob.bin": os.urandom(3_000_000)})  # fmt: skip
+    with idx.serving():
+        yield idx
+
+
+def _project(root: Path, index: Index, requires: str = ">=3.9") -> Path:
+    root.mkdir()
+    (root / "pyproject.toml").write_text(
+        f'[project]\nname = "demo"\nversion = "0.1"\nrequires-python = "{requires}"\n'
+        'dependencies = ["tinya"]\n[tool.uv]\npackage = false\n'
+        f'[[tool.uv.index]]\nurl = "{index.url}"\ndefault = true\n'
+    )
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(root.parent / "uvc"))
+    subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+    index.hits.clear()
+    return root
+
+
+def _envs(fleet: loopback.Fleet, i: int) -> Path:
+    return fleet.hosts[i].home / ".multihost" / "envs"
+
+
+def _keys(fleet: loopback.Fleet, i: int) -> set[str]:
+    d = _envs(fleet, i)
+    return (
+        {p.name for p in d.iterdir() if p.is_dir() and len(p.name) == 32} if d.is_dir() else set()
+    )
+
+
+def _run(
+    fleet: loopback.Fleet, proj: Path, tmp_path: Path, cmd: str = CHECK, **kw: Any
+) -> tuple[RunResult, list[str], list[str]]:
+    lines: list[str] = []
+    notes: list[str] = []
+    res = multihost.run(
+        cmd, hosts=HOSTS, ssh_config=fleet.ssh_config, script_dir=proj,
+        log_dir=tmp_path / "logs", stream="all", on_output=lambda h, ln: lines.append(ln),
+        on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None, **kw,
+    )  # fmt: skip
+    return res, lines, notes
+
+
+def _said(notes: list[str]) -> str:
+    return next(n for n in notes if n.startswith("environment from uv.lock"))
+
+
+def test_cold_warm_damaged_no_sync(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) -> None:
+    proj = _project(tmp_path / "proj", index)
+    before = [_keys(ssh_fleet, i) for i in range(N)]
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path)
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    # one host talked to the index: each file once in all
+    downloads = {p: n for p, n in index.hits.items() if p.startswith("/files/")}
+    assert downloads == dict.fromkeys(index.files(), 1)
+    new = [_keys(ssh_fleet, i) - before[i] for i in range(N)]
+    assert all(len(k) == 1 and k == new[0] for k in new), new
+    key = next(iter(new[0]))
+    assert "; built on s0/w0 (" in _said(notes)
+    assert f"installed on {N - 1} host(s)" in _said(notes)
+
+    # warm: nothing downloaded, nothing built, nothing sent
+    index.hits.clear()
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path)
+    assert res.ok
+    assert lines == ["True 3"] * N
+    assert not index.hits
+    assert _said(notes).endswith(f"present on {N} host(s)")
+
+    # damaged on one host (a file deleted): repaired from another host, not from the index
+    blob = next((_envs(ssh_fleet, 2) / key).rglob("blob.bin"))
+    blob.unlink()
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path)
+    assert res.ok
+    assert lines == ["True 3"] * N
+    assert not index.hits
+    assert "installed on 1 host(s) (1 repaired)" in _said(notes)
+    assert blob.stat().st_size == 3_000_000
+
+    # --no-sync: the host's own python3, no VIRTUAL_ENV
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path, cmd="echo ${VIRTUAL_ENV:-none}",
+                             no_sync=True)  # fmt: skip
+    assert res.ok
+    assert lines == ["none"] * N
+    assert not any(n.startswith("environment") for n in notes)
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
+def test_stale_lock_refused(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) -> None:
+    proj = _project(tmp_path / "proj", index)
+    text = (proj / "pyproject.toml").read_text()
+    (proj / "pyproject.toml").write_text(text.replace('["tinya"]', '["tinya", "tinyb"]'))
+    with pytest.raises(UsageError, match=r"out of date .* run `uv lock`"):
+        _run(ssh_fleet, proj, tmp_path)
+    assert not index.hits
+    assert not (tmp_path / "logs").exists()
+
+
+def test_python_too_old(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) -> None:
+    host = subprocess.run(["/usr/bin/python3", "-c", "import platform; "
+                           "print(platform.python_version())"], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    mine = subprocess.run(["python3", "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if tuple(map(int, mine.split("."))) <= tuple(map(int, host.split("."))):
+        pytest.skip("needs a runner Python newer than the hosts'")
+    proj = _project(tmp_path / "proj", index, requires=f">={mine}")
+    with pytest.raises(UsageError, match=rf"h0\): Python {host} .*requires-python >={mine}"):
+        _run(ssh_fleet, proj, tmp_path)
+    assert not index.hits
+    for i in range(N):
+        assert not (ssh_fleet.hosts[i].home / ".multihost" / "runs").exists() or not any(
+            (ssh_fleet.hosts[i].home / ".multihost" / "runs").iterdir()
+        )
+
+
+def test_failing_build(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) -> None:
+    proj = _project(tmp_path / "proj", index)
+    index.down = True  # every file gone from the index: uv on the builder fails
+    res, lines, _ = _run(ssh_fleet, proj, tmp_path, cmd="echo started")
+    assert not res.ok
+    assert lines == []
+    errors = [h.error or "" for h in res.hosts]
+    built = [e for e in errors if "environment build failed" in e]
+    assert len(built) == 1
+    assert "404" in built[0], built[0]
+    assert all(h.exit_code is None for h in res.hosts)
+    for i in range(N):
+        runs = ssh_fleet.hosts[i].home / ".multihost" / "runs"
+        assert not runs.exists() or not any(runs.iterdir())
+        assert not list(_envs(ssh_fleet, i).glob(".build.*"))
+    shutil.rmtree(tmp_path / "logs", ignore_errors=True)
+
+
+# -- --setup CMD (item 11) ---------------------------------------------------------------------
+def test_setup_runs_once_then_skips_then_reruns(
+    ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
+) -> None:
+    mark = f"setup-{tmp_path.name}-{os.getpid()}"
+    setup = f'echo "set up $MULTIHOST_TEST_HOST"; echo x >> "$HOME/{mark}"'
+
+    def counts() -> list[int]:
+        files = [ssh_fleet.hosts[i].home / mark for i in range(N)]
+        return [len(f.read_text().splitlines()) if f.exists() else 0 for f in files]
+
+    try:
+        res, lines, notes = _run(ssh_fleet, code, tmp_path, cmd="cat x.txt", setup=setup)
+        assert res.ok
+        assert lines == ["staged"] * N
+        assert counts() == [1] * N
+        assert f"setup: ran on {N} host(s)" in notes
+        log = next((tmp_path / "logs").glob(f"*/{res.hosts[1].host.file_stem}.setup.log"))
+        assert log.read_text() == "set up h1\n"
+        res, _, notes = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup)
+        assert res.ok
+        assert counts() == [1] * N
+        assert any(n.startswith(f"setup: skipped on all {N} host(s)") for n in notes)
+        res, _, _ = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup + " # changed")
+        assert counts() == [2] * N
+        (code / "setup.sh").write_text("echo new\n")  # new code: runs again
+        res, _, _ = _run(ssh_fleet, code, tmp_path, cmd="true", setup=setup)
+        assert res.ok
+        assert counts() == [3] * N
+    finally:
+        for i in range(N):
+            (ssh_fleet.hosts[i].home / mark).unlink(missing_ok=True)
+
+
+def test_failing_setup_starts_nothing(
+    ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
+) -> None:
+    setup = '[ "$MULTIHOST_TEST_HOST" != h2 ] || { echo step one; echo broken thing; exit 3; }'
+    res, lines, _ = _run(ssh_fleet, code, tmp_path, cmd="echo started", setup=setup)
+    assert not res.ok
+    assert lines == []
+    failed = [h for h in res.hosts if h.error and "setup failed" in h.error]
+    assert [h.host.name for h in failed] == ["s0/w2"]
+    assert "setup failed (exit 3): step one | broken thing" in (failed[0].error or "")
+    assert all(h.exit_code is None for h in res.hosts)
+    for i in range(N):
+        runs = ssh_fleet.hosts[i].home / ".multihost" / "runs"
+        assert not runs.exists() or not any(runs.iterdir())
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
+def test_peer_the_builder_serves_the_others(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    proj = _project(tmp_path / "proj", index)
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path, stage_via="peer")
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    assert index.downloads() == len(index.files())
+    said = _said(notes)
+    assert f"installed on {N - 1} host(s)" in said
+    # the pack went host to host: the runner sent at most uv (to a builder without one)
+    uv = uv_binary()
+    assert uv is not None
+    shipped = f"the runner sent {os.path.getsize(uv) / (1 << 20):.1f} MiB"
+    assert "the runner sent" not in said or said.endswith(shipped), said
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end (the seed's server)")

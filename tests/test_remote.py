@@ -1,0 +1,258 @@
+"""Every script multihost runs on a host: a constant template that sh parses and shellcheck
+passes, and that does the right thing with awkward paths — run here with plain sh, no SSH."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from multihost import remote
+from multihost.diagnose.collect import COLLECT
+from multihost.fleetops.preflight import check_command
+from multihost.fleetops.stale import _BODY as stale_body
+from multihost.fleetops.stale import stale_command
+from multihost.model import Job
+from multihost.plan import (
+    Paths,
+    claim_command,
+    clean_command,
+    finish_command,
+    kill_command,
+    launch_script,
+    release_command,
+    stage_command,
+    status_command,
+    watch_command,
+)
+from multihost.remote import envsync, staging
+from multihost.stream import parse_exit, parse_watch_end
+from tests.helpers import wait_for
+
+ALL = {**remote.TEMPLATES, **staging.TEMPLATES, **envsync.TEMPLATES, "collect": (COLLECT, ())}
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_template_parses_and_passes_shellcheck(name: str) -> None:
+    template, variables = ALL[name]
+    text = "".join(f"{v}=x\n" for v in variables) + template
+    subprocess.run(["sh", "-n", "-c", text], check=True)
+    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
+                          capture_output=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
+
+
+_STALE_BODY = (
+    stale_body.replace("@GLOB@", "'/dev/accel*'").replace("@LOCK@", "/tmp/l")
+    .replace("@KILL@", "1").replace("@TICKS@", "50")
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "command",
+    [check_command("~/x", 8476), stale_command(kill=True), stale_command(kill=False), _STALE_BODY],
+)
+def test_preflight_and_stale_scripts_parse_and_pass_shellcheck(command: str) -> None:
+    """These two take their values as quoted assignments at the top of a constant body."""
+    subprocess.run(["sh", "-n", "-c", command], check=True)
+    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=command, text=True,
+                          capture_output=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
+
+
+def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, timeout=60,
+                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"})  # fmt: skip
+
+
+def _archive() -> bytes:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        data = b"print('hi')\n"
+        info = tarfile.TarInfo("x.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+def test_a_whole_run_with_an_awkward_home_relative_path(tmp_path: Path) -> None:
+    """Stage, claim, launch, watch, status, kill and clean, under ``~/dir with 'quotes' $x``."""
+    home = tmp_path / "home"
+    home.mkdir()
+    base = "~/dir with 'quotes' $x"
+    job = Job("echo $JAX_PROCESS_ID; sleep 30", "r1", remote_dir=base)
+    paths = Paths(base, f"{base}/code/h4sh", f"{base}/runs/r1")
+    real = home / "dir with 'quotes' $x"
+    # staging: absent, then present
+    first = _sh(stage_command(paths), home, _archive())
+    assert first.stdout.splitlines()[0] == b"absent", first.stderr
+    assert (real / "code" / "h4sh" / "x.py").read_text() == "print('hi')\n"
+    assert _sh(stage_command(paths), home).stdout.strip() == b"present"
+    # the name is claimed once; a second claim says so
+    assert _sh(claim_command(paths), home).returncode == 0
+    taken = _sh(claim_command(paths), home)
+    assert taken.returncode == 3
+    assert b"exists on this host" in taken.stderr
+    launched = _sh(launch_script(paths, {"JAX_PROCESS_ID": "7"}, job.command), home)
+    assert launched.returncode == 0, launched.stderr
+    assert launched.stdout.strip().isdigit()
+    wait_for(lambda: (real / "runs" / "r1" / "log").read_text() == "7\n", 10, "the job's output")
+    status = _sh(status_command(paths), home).stdout.decode()
+    assert status.split()[5] == "yes"  # alive
+    assert "missing" not in status
+    # stopping: TERM, and the wrapper writes the exit file; the watch then ends
+    stopped = _sh(kill_command(paths, "TERM", 2), home).stdout.decode().split()
+    assert stopped[0] == "stopped", stopped
+    watched = _sh(watch_command(paths, 0), home)
+    log = (real / "runs" / "r1" / "log").read_bytes()
+    assert log.startswith(watched.stdout)  # tail may be stopped before it caught up
+    end = parse_watch_end(watched.stderr)
+    assert end is not None
+    assert end[0].stopped_by == "TERM"
+    assert end[1] == (real / "runs" / "r1" / "log").stat().st_size
+    header = _sh(finish_command(paths, 0), home).stdout.decode().splitlines()[0]
+    exit_info = parse_exit(header)
+    assert exit_info is not None
+    assert exit_info.stopped_by == "TERM"
+    # clean removes the finished run (and keeps code a run still uses: none left here)
+    cleaned = _sh(clean_command(paths, 0), home)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert not (real / "runs" / "r1").exists()
+    # a claim on a name that is gone works again, and release undoes it
+    assert _sh(claim_command(paths), home).returncode == 0
+    assert _sh(release_command(paths), home).returncode == 0
+    assert not (real / "runs" / "r1").exists()
+
+
+def test_kill_of_a_vanished_job_says_so(tmp_path: Path) -> None:
+    home = tmp_path
+    paths = Paths("~/b", "~/b/code/h", "~/b/runs/v")
+    run = home / "b" / "runs" / "v"
+    run.mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "0.1"], start_new_session=True)
+    sleeper.wait()
+    (run / "pid").write_text(f"{sleeper.pid}\n")  # a group that is gone
+    started = time.monotonic()
+    said = _sh(kill_command(paths, "TERM", 2), home).stdout.decode().split()
+    assert said == ["vanished", "0"]
+    assert not (run / "exit").exists()  # never "stopped by multihost"
+    assert not (run / "stopped").exists()
+    assert time.monotonic() - started < 5
+
+
+def _gated(home: Path, name: str, word: bytes | None) -> subprocess.CompletedProcess[bytes]:
+    """A launch-and-watch script fed to ``sh -s`` (as a held shell gets it), then ``word``
+    (None: stdin just ends, as when the runner is gone)."""
+    paths = Paths("~/b", "~/b/code/h", f"~/b/runs/{name}")
+    job = Job(f'echo started > "$HOME"/{name}.started', name)
+    script = launch_script(paths, {"JAX_PROCESS_ID": "0"}, job.command, watch=True)
+    assert _sh(claim_command(paths), home).returncode == 0
+    (home / "b" / "code" / "h").mkdir(parents=True, exist_ok=True)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    pipe = subprocess.PIPE
+    with subprocess.Popen(["sh", "-s"], stdin=pipe, stdout=pipe, stderr=pipe, env=env) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdin.write(script.encode())
+        proc.stdin.flush()
+        ready = proc.stdout.readline()  # the word goes only once the host said so, as the runner's
+        proc.stdin.write(word or b"")
+        proc.stdin.close()
+        out, err = proc.stdout.read(), proc.stderr.read()  # small: no pipe fills up
+        return subprocess.CompletedProcess(proc.args, proc.wait(timeout=60), ready + out, err)
+
+
+@pytest.mark.parametrize("word", [b"stop\n", None])
+def test_launch_gate_held_starts_nothing_and_leaves_no_run(
+    tmp_path: Path, word: bytes | None
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    held = _gated(home, "held", word)
+    assert held.stdout == b"ready\n", held.stderr
+    assert held.returncode == 5
+    assert not (home / "b" / "runs" / "held").exists()
+    assert _processes_under(home) == []  # the wrapper (up before the word) and tail ended
+    # a job, had one been started, would have written by the time nothing started is alive
+    wait_for(lambda: _started_with(home) == [], 10, "every process the launch started to end")
+    assert not (home / "held.started").exists()
+
+
+def _started_with(home: Path) -> list[int]:
+    """Live processes whose environment says ``HOME=home``: whatever the launch started."""
+    want = b"HOME=" + str(home).encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            names = environ.read_bytes().split(b"\0")
+            state = (environ.parent / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and want in names:
+            found.append(int(environ.parent.name))
+    return found
+
+
+def _processes_under(home: Path) -> list[str]:
+    """Command lines of live processes that name a path in ``home`` (read from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+            state = (cmdline.parent / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and any(str(home).encode() in a for a in args):
+            found.append(b" ".join(args).decode(errors="replace"))
+    return found
+
+
+def test_launch_gate_shell_killed_before_the_word_leaves_nothing_running(tmp_path: Path) -> None:
+    """The launch shell gone at its gate (SIGKILL: no word, no cleanup of its own): the
+    wrapper waiting behind it and the log's tail end too, and the job never starts."""
+    home = tmp_path / "home"
+    home.mkdir()
+    paths = Paths("~/b", "~/b/code/h", "~/b/runs/gone")
+    job = Job('echo started > "$HOME"/gone.started', "gone")
+    script = launch_script(paths, {"JAX_PROCESS_ID": "0"}, job.command, watch=True)
+    assert _sh(claim_command(paths), home).returncode == 0
+    (home / "b" / "code" / "h").mkdir(parents=True, exist_ok=True)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    pipe = subprocess.PIPE
+    with subprocess.Popen(["sh", "-s"], stdin=pipe, stdout=pipe, env=env) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        proc.stdin.write(script.encode())
+        proc.stdin.flush()
+        assert proc.stdout.readline() == b"ready\n"
+        # up before the word (its exec through python3, the subreaper's start, may lag "ready")
+        wait_for(lambda: any("run.sh gate" in c for c in _processes_under(home)), 10,
+                 "the wrapper, before any word")  # fmt: skip
+        proc.kill()
+        proc.wait(timeout=10)
+    wait_for(lambda: _processes_under(home) == [], 10, "the wrapper and the tail to end")
+    assert not (home / "gone.started").exists()
+
+
+def test_launch_gate_go_starts_the_job_and_watches(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    ran = _gated(home, "go", b"go\n")
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] == b"ready"
+    assert lines[1].isdigit()  # the job's process group
+    assert (home / "go.started").read_text() == "started\n"
+    end = parse_watch_end(ran.stderr)
+    assert end is not None
+    assert end[0].code == 0
+    # the start time: the empty started file's mtime (no fork between the word and the job)
+    assert end[0].started_at is not None
+    assert abs(end[0].started_at - time.time()) < 60
+    assert end[0].ended_at is not None
+    assert end[0].started_at <= end[0].ended_at

@@ -1,0 +1,89 @@
+"""How a run ended: one host row and one verdict that every face shows; the result line, noticed
+as the log streams in and read once when the run's results are collected."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from multihost.cli import report
+from multihost.model import Host, State
+from multihost.result import COLUMNS, HostResult, RunResult, host_row, read_result, verdict
+from multihost.stream import LogSink
+
+HOST = Host("10.0.0.1", user="me", port=2222)
+
+
+def _run() -> RunResult:
+    ok = HostResult(HOST, State.DONE, exit_code=0, started_at=1.0, ended_at=3.5, last_line="ok")
+    bad = HostResult(Host("b", worker_id=1), State.FAILED, exit_code=3, bytes_sent=2048,
+                     last_line="[red]boom")  # fmt: skip
+    return RunResult("r", (ok, bad), first_failure="s0/w1 exited with code 3")
+
+
+def test_every_face_shows_the_one_row_and_verdict() -> None:
+    result = _run()
+    rows = [host_row(r) for r in result.hosts]
+    assert rows[0] == ("s0/w0", "me@10.0.0.1:2222", "done", "0", "2.5s", "0 B", "ok")
+    assert rows[1][-2:] == ("2.0 KiB", "exited with code 3: [red]boom")
+    said = verdict(result)
+    assert not said.ok
+    assert said.text == "1/2 hosts succeeded; first failure: s0/w1 exited with code 3"
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    console.print(report.summary_table(result))
+    console.print(report.verdict(result))
+    terminal = out.getvalue()
+    for face in (str(result), result._repr_html_(), terminal):
+        assert said.text in face
+        assert all(column in face for column in COLUMNS)
+        assert "me@10.0.0.1:2222" in face
+        assert "[red]boom" in face  # a host's words are never markup
+
+
+def test_the_result_line_is_noticed_across_chunks_and_read_once(tmp_path: Path) -> None:
+    log = tmp_path / "w0.log"
+    sink = LogSink(HOST, log, lambda line: None)
+    sink.feed(b"step 1\nMULTIHOST_RES")
+    assert not sink.may_have_result
+    sink.feed(b'ULT {"x": 1}\nbye\n')
+    assert sink.may_have_result  # the marker straddled the two chunks
+    sink.close()
+    assert read_result(log) == {"x": 1}
+    quiet = LogSink(HOST, tmp_path / "w1.log", lambda line: None)
+    quiet.feed(b"no result here\n" * 1000)
+    assert not quiet.may_have_result
+    quiet.close()
+    again = LogSink(HOST, log, lambda line: None)  # attach: the log so far may hold one
+    assert again.may_have_result
+    again.close()
+
+
+def _payload_run(*steps: float, **first: object) -> RunResult:
+    hosts = tuple(
+        HostResult(Host(f"h{i}", worker_id=i), State.DONE, exit_code=0,
+                   reported={"step_time_s": t, **(first if i == 0 else {})})
+        for i, t in enumerate(steps)
+    )  # fmt: skip
+    return RunResult("p", hosts)
+
+
+def test_a_payload_run_in_words() -> None:
+    from multihost.result import payload_lines
+
+    run = _payload_run(0.5, 0.51, 0.5, timings_s=[1, 1, 1], tflops_per_device=2.0,
+                       device_kind="cpu")  # fmt: skip
+    assert payload_lines(run) == (
+        "0.5 s/step (mean of 3), 2 TFLOP/s per device (no peak known for cpu: no utilization)",
+        "step time within 2.0% across 3 hosts (median 0.5 s)",
+    )
+    assert host_row(run.hosts[1])[-1] == "0.51 s/step"
+    slow = _payload_run(1.0, 1.0, 1.2, utilization=0.25)
+    assert payload_lines(slow) == (
+        "1 s/step, utilization 25.0%",
+        "slowest: s0/w2 at 1.2 s/step, 20.0% over the median 1 s of 3 hosts",
+    )
+    assert payload_lines(_run()) == ()  # no payload: nothing more said
+    assert "slowest: s0/w2" in str(slow)
