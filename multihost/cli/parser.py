@@ -16,6 +16,7 @@ from multihost.cli.job_args import add_job_parser
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.settings import schema as s
+from multihost.settings.flag import Item, OneOf
 from multihost.settings.types import positive
 
 if TYPE_CHECKING:
@@ -81,10 +82,10 @@ class Version(argparse.Action):
         parser.exit()
 
 
-def add(p: argparse.ArgumentParser | argparse._ActionsContainer, *items: s.Item) -> None:
+def add(p: argparse.ArgumentParser | argparse._ActionsContainer, *items: Item) -> None:
     """Declare schema flags (and groups of exclusive ones) on a parser."""
     for item in items:
-        if isinstance(item, s.OneOf):
+        if isinstance(item, OneOf):
             add(p.add_mutually_exclusive_group(required=item.required), *item.flags)
             continue
         kw: dict[str, Any] = {"help": item.help}

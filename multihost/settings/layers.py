@@ -15,7 +15,8 @@ from typing import Any
 
 from multihost.config import Config, Layer, load
 from multihost.errors import UsageError
-from multihost.settings.schema import SETTINGS, SOURCES, Flag
+from multihost.settings.flag import Flag
+from multihost.settings.schema import SETTINGS, SOURCES
 
 
 def convert(layer: Layer, key: str, raw: object, flag: Flag) -> Any:

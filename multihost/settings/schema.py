@@ -12,62 +12,13 @@ file may not set says ``setting=False``. Shown help differs per command? Use
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
 
 from multihost.defaults import DEFAULTS as D
 from multihost.defaults import IP_MODES
+from multihost.settings.environment import ENVIRONMENT
+from multihost.settings.flag import Flag, Group, OneOf
 from multihost.settings.types import command_text, port, positive, remote_dir, size, stage_via
-
-Kind = Literal["value", "append", "switch", "bool", "optional"]
-# switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One setting as a flag: ``--name``, its value type and default, and its help."""
-
-    name: str  # the long option without dashes; also its config-file key
-    help: str | None
-    type: Callable[[str], Any] | None = None
-    default: Any = None
-    kind: Kind = "value"
-    choices: tuple[str, ...] | None = None
-    metavar: str | None = None
-    setting: bool = True  # a key the config files may set (and `multihost config` shows)
-    const: Any = None  # kind "optional": the value of the bare flag
-
-    @property
-    def option(self) -> str:
-        return f"--{self.name}"
-
-    @property
-    def dest(self) -> str:
-        """Its name in ``vars(args)``, in the API's keywords and in the planner's settings."""
-        return self.name.replace("-", "_")
-
-    @property
-    def initial(self) -> Any:
-        """The value when the flag is not given (a fresh list for an ``append`` flag)."""
-        return list(self.default or ()) if self.kind == "append" else self.default
-
-    def but(self, **changes: Any) -> Flag:
-        """The same flag as one command shows it (another help or default)."""
-        return replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class OneOf:
-    """Flags that exclude each other; with ``required``, one of them must be given."""
-
-    flags: tuple[Flag, ...]
-    required: bool = False
-
-
-Item = Flag | OneOf
-Group = tuple[Item, ...]
 
 # -- the fleet: where to run, and how to reach it --------------------------------------------
 PROFILE = Flag(
@@ -263,41 +214,6 @@ TRACE_AFTER = Flag(
     "StepTraceAnnotation; without one, S s after its first JAX computation) "
     "(default %(default)g s)",
 )
-# -- the locked environment (issue 27, multihost.envsync): uv's own flag names -----------------
-NO_SYNC = Flag(
-    "no-sync",
-    kind="switch",
-    help="with pyproject.toml and uv.lock in the code dir: run without the locked environment "
-    "(default: build it once with uv and put it on every host; the command runs inside it)",
-)
-EXTRA = Flag(
-    "extra",
-    kind="append",
-    metavar="NAME",
-    help="uv: include this optional extra (repeatable; default: none)",
-)
-ALL_EXTRAS = Flag(
-    "all-extras", kind="switch", help="uv: include every optional extra (default: none)"
-)
-GROUP = Flag(
-    "group",
-    kind="append",
-    metavar="NAME",
-    help="uv: include this dependency group (repeatable; default: uv's default groups)",
-)
-NO_DEV = Flag(
-    "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
-)
-SETUP = Flag(
-    "setup",
-    type=command_text,
-    metavar="CMD",
-    setting=False,
-    help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
-    "succeeded before for the same command and code (default: none)",
-)
-ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, SETUP)
-
 RUN: Group = (
     SCRIPT_DIR,
     EXCLUDE,

@@ -1,0 +1,41 @@
+"""The locked environment's settings (issue 27, ``multihost.envsync``): uv's own flag names,
+and ``--setup`` for projects without a lock."""
+
+from __future__ import annotations
+
+from multihost.settings.flag import Flag, Group
+from multihost.settings.types import command_text
+
+NO_SYNC = Flag(
+    "no-sync",
+    kind="switch",
+    help="with pyproject.toml and uv.lock in the code dir: run without the locked environment "
+    "(default: build it once with uv and put it on every host; the command runs inside it)",
+)
+EXTRA = Flag(
+    "extra",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this optional extra (repeatable; default: none)",
+)
+ALL_EXTRAS = Flag(
+    "all-extras", kind="switch", help="uv: include every optional extra (default: none)"
+)
+GROUP = Flag(
+    "group",
+    kind="append",
+    metavar="NAME",
+    help="uv: include this dependency group (repeatable; default: uv's default groups)",
+)
+NO_DEV = Flag(
+    "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
+)
+SETUP = Flag(
+    "setup",
+    type=command_text,
+    metavar="CMD",
+    setting=False,
+    help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
+    "succeeded before for the same command and code (default: none)",
+)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, SETUP)

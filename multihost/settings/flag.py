@@ -1,0 +1,56 @@
+"""What a setting is: a :class:`Flag` (its option, type, default and help), exclusive
+:class:`OneOf` sets of them, and the groups the commands share (``multihost.settings.schema``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+Kind = Literal["value", "append", "switch", "bool", "optional"]
+# switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One setting as a flag: ``--name``, its value type and default, and its help."""
+
+    name: str  # the long option without dashes; also its config-file key
+    help: str | None
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    kind: Kind = "value"
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    setting: bool = True  # a key the config files may set (and `multihost config` shows)
+    const: Any = None  # kind "optional": the value of the bare flag
+
+    @property
+    def option(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def dest(self) -> str:
+        """Its name in ``vars(args)``, in the API's keywords and in the planner's settings."""
+        return self.name.replace("-", "_")
+
+    @property
+    def initial(self) -> Any:
+        """The value when the flag is not given (a fresh list for an ``append`` flag)."""
+        return list(self.default or ()) if self.kind == "append" else self.default
+
+    def but(self, **changes: Any) -> Flag:
+        """The same flag as one command shows it (another help or default)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Flags that exclude each other; with ``required``, one of them must be given."""
+
+    flags: tuple[Flag, ...]
+    required: bool = False
+
+
+Item = Flag | OneOf
+Group = tuple[Item, ...]
