@@ -109,16 +109,35 @@ def choose(
     for h in hosts:
         slices.setdefault(h.slice_id, []).append(h)
     n = sum(len(m) for m in slices.values() if len(m) > 1)
-    load = f"{n} hosts × {_mib(archive_bytes)}"
-    if n * archive_bytes <= threshold:
+    seeds = None
+    if seed_addresses is not None:
+        seeds = {m[0].name: seed_addresses.get(m[0].process_id, "")
+                 for m in slices.values() if len(m) > 1}  # fmt: skip
+    return _auto(n, archive_bytes, threshold, seeds)
+
+
+def choose_environment(
+    requested: StageVia, receivers: int, pack_bytes: int, *, threshold: int, source: Host,
+    address: str,
+) -> tuple[StageVia, str]:  # fmt: skip
+    """How an environment's pack goes from the host that has it (``source``, which would serve
+    on ``address``) to ``receivers`` other hosts: as :func:`choose`, one group of hosts."""
+    if requested.kind != "auto":
+        return requested, ""
+    return _auto(receivers + 1, pack_bytes, threshold, {source.name: address})
+
+
+def _auto(
+    n: int, size: int, threshold: int, seeds: Mapping[str, str] | None
+) -> tuple[StageVia, str]:
+    """``peer`` when ``n`` hosts × ``size`` bytes exceed ``threshold`` and every seed (name →
+    the address it would bind; ``None``: not known yet) has a private address; else direct."""
+    load = f"{n} hosts × {_mib(size)}"
+    if n * size <= threshold:
         return StageVia("direct"), f"auto: {load} under the {_mib(threshold)} threshold"
-    for members in slices.values():
-        if len(members) < 2 or seed_addresses is None:
-            continue
-        seed = members[0]
-        addr = seed_addresses.get(seed.process_id, "")
+    for name, addr in (seeds or {}).items():
         if not _private(addr):
-            why = f"seed {seed.name}'s internal address {addr or '?'} is not private"
+            why = f"seed {name}'s internal address {addr or '?'} is not private"
             return StageVia("direct"), f"auto: {load} over the threshold, but {why}"
     return StageVia("peer"), f"auto: {load} over the {_mib(threshold)} threshold"
 

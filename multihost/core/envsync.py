@@ -66,6 +66,7 @@ class EnvSummary:
     repaired: int = 0
     present: int = 0
     runner_bytes: int = 0
+    via: str = ""  # how auto staged the pack, and why ("" when asked for)
 
 
 async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[None]]:
@@ -114,6 +115,8 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
         said += f"; built on {', '.join(done)}"
     if summary.installed:
         said += f"; installed on {summary.installed} host(s)"
+        if summary.via:
+            said += f" via {summary.via}"
     if summary.repaired:
         said += f" ({summary.repaired} repaired)"
     if summary.present:
@@ -161,13 +164,20 @@ async def _one_key(
     if not need:
         return
     size, digest = _packed(source.host, packed)
-    if stagevia.parse(sup.options.stage_via).kind == "peer":
+    conn = sup.slots[source.host.process_id].conn
+    assert conn is not None
+    via, why = stagevia.choose_environment(
+        stagevia.parse(sup.options.stage_via), len(need), size,
+        threshold=stagevia.auto_threshold(), source=source.host,
+        address=stagevia.bind_address(source.host, conn),
+    )  # fmt: skip
+    if why:
+        summary.via = f"{via} ({why})"
+    if via.kind == "peer":
         need = await _from_peer(sup, source, need, key, digest, summary)
     if not need:
         return
     data = bytearray()
-    conn = sup.slots[source.host.process_id].conn
-    assert conn is not None
     await conn.fetch(f"{source.envs}/{key}.tar.gz", data.extend)
     if len(data) != size:
         raise RemoteError(source.host, f"environment archive: got {len(data)} of {size} bytes")
@@ -202,11 +212,11 @@ async def _from_peer(
     conn = sup.slots[source.host.process_id].conn
     assert conn is not None
     token = secrets.token_urlsafe(32)
-    addr = source.host.internal_address or conn.peer_address
+    addr = stagevia.bind_address(source.host, conn)
     lifetime = sup.options.stage_timeout + stagevia.FETCH_TIMEOUT
     command = script(SERVE, paths={"b": _base(sup, source)}, key=key,
                      serve=python_source("seed_serve"), addr=addr, lifetime=f"{lifetime:g}",
-                     fetches=len(need))  # fmt: skip
+                     fetches=len(need), name=f"/{digest}.tar.gz")  # fmt: skip
     res = await conn.run(command, stdin=(token + "\n").encode())
     word, _, rest = res.stdout.decode(errors="replace").strip().partition(" ")
     if res.exit_status != 0 or word != "serving":
