@@ -25,6 +25,7 @@ class Defaults:
     max_stage_bytes: int = 1 << 30  # the code dir's size limit (--max-stage-bytes)
     stage_timeout: float = 600.0  # s to stage code on one host
     stage_via: str = "auto"  # auto, direct, peer (a seed per slice), gs://BUCKET (--stage-via)
+    stage_bucket: str = ""  # gs://BUCKET[/PREFIX] auto may use for a big archive (none: never)
     launch_timeout: float = 60.0  # s to start the job on one host
     stale_timeout: float = 60.0  # s to check one host for stale accelerator holders
     stale_grace: float = 5.0  # s between TERM and KILL for a stale accelerator holder

@@ -67,6 +67,7 @@ class Settings:
     stage_timeout: float = D.stage_timeout
     launch_timeout: float = D.launch_timeout
     stage_via: str = D.stage_via
+    stage_bucket: str = D.stage_bucket
     fail_fast: bool = True
     detach: bool = False
     record_env: bool = False
@@ -261,6 +262,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         timeout=s.timeout,
         stage_timeout=s.stage_timeout,
         stage_via=str(parse_stage_via(s.stage_via)),
+        stage_bucket=str(parse_stage_via(s.stage_bucket)) if s.stage_bucket else "",
         launch_timeout=s.launch_timeout,
         reconnect_timeout=s.reconnect_timeout,
         detach=s.detach,

@@ -42,6 +42,7 @@ class RunOptions:
     timeout: float | None = None
     stage_timeout: float = DEFAULTS.stage_timeout
     stage_via: str = DEFAULTS.stage_via  # see multihost.stagevia
+    stage_bucket: str = DEFAULTS.stage_bucket  # the bucket auto may choose ("": none)
     launch_timeout: float = DEFAULTS.launch_timeout
     reconnect_timeout: float = DEFAULTS.reconnect_timeout
     detach: bool = False

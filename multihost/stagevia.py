@@ -1,7 +1,7 @@
 """``--stage-via``: the code leaves the runner once, through one seed per slice or a bucket.
 
-- ``auto`` (the default): :func:`choose` picks ``direct`` or ``peer`` for the run (never a
-  bucket), and says why.
+- ``auto`` (the default): :func:`choose` picks ``direct`` or ``peer`` for the run, or the
+  bucket of ``--stage-bucket`` when one is given, and says why.
 - ``direct``: the runner sends the archive to every host (``stage.stage``).
 - ``peer``: per slice, the runner sends the archive to one seed (the slice's first host). The
   seed unpacks it and serves it, for a bounded time, on its internal address (the one the
@@ -41,8 +41,8 @@ from multihost.transport import Connection
 
 _PREFIX = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 FETCH_TIMEOUT = 30.0  # s a fetching host waits on a silent seed before it falls back
-# auto: peer staging once (hosts in multi-host slices) × archive bytes exceeds this. Not yet
-# measured: conservative, from benchmarks/RESULTS.md (64 hosts × 20 MB: peer 0.54× direct).
+# auto: peer staging once (hosts in multi-host slices) × archive bytes exceeds this. Measured
+# (benchmarks/stage_auto.py, RESULTS.md "stage-auto"): peer stops being slower at about 256 MB.
 AUTO_THRESHOLD = 256 * 2**20
 THRESHOLD_ENV = "MULTIHOST_STAGE_AUTO_THRESHOLD"  # bytes; overrides AUTO_THRESHOLD
 Note = Callable[[str, str], None]
@@ -95,6 +95,7 @@ def choose(
     *,
     threshold: int,
     seed_addresses: Mapping[int, str] | None = None,
+    bucket: str = "",
 ) -> tuple[StageVia, str]:
     """The way the code goes, and why (``""`` when it was asked for, not chosen).
 
@@ -113,6 +114,9 @@ def choose(
     if seed_addresses is not None:
         seeds = {m[0].name: seed_addresses.get(m[0].process_id, "")
                  for m in slices.values() if len(m) > 1}  # fmt: skip
+    if bucket and len(hosts) * archive_bytes > threshold:  # uploaded once, whatever the slices
+        load = f"{len(hosts)} hosts × {_mib(archive_bytes)}"
+        return parse(bucket), f"auto: {load} over the {_mib(threshold)} threshold, --stage-bucket"
     return _auto(n, archive_bytes, threshold, seeds)
 
 

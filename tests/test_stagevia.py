@@ -81,19 +81,47 @@ def test_choose(
     assert why in said if why else said == ""
 
 
+@pytest.mark.parametrize(
+    ("slices", "size", "want", "why"),
+    [
+        (
+            (64,),
+            20 * MIB,
+            "gs://bkt/p",
+            "64 hosts × 20.0 MiB over the 256.0 MiB threshold, --stage-",
+        ),
+        ((1,) * 64, 20 * MIB, "gs://bkt/p", "64 hosts"),  # one-host slices gain from a bucket too
+        ((8,), MIB, "direct", "auto: 8 hosts × 1.0 MiB under"),
+    ],
+)
+def test_choose_a_configured_bucket(
+    slices: tuple[int, ...], size: int, want: str, why: str
+) -> None:
+    """``--stage-bucket``: auto uses it over the threshold, in place of peer staging."""
+    via, said = choose(parse("auto"), _hosts(*slices), size, threshold=256 * MIB,
+                       bucket="gs://bkt/p")  # fmt: skip
+    assert (str(via), why in said) == (want, True)
+    forced, said = choose(parse("peer"), _hosts(*slices), size, threshold=1, bucket="gs://bkt/p")
+    assert (str(forced), said) == ("peer", "")  # --stage-via given: the bucket is not asked
+
+
 @pytest.mark.parametrize("text", ["ftp://x", "gs://", "gs:///x", "gs://B", "gs://b/../x", "Peer"])
 def test_parse_refuses(text: str) -> None:
     with pytest.raises(UsageError, match="bad"):
         parse(text)
 
 
-@pytest.mark.parametrize("value", ["ftp://x", "gs://"])
-def test_cli_bad_value_is_one_line_exit_2(value: str, tmp_path: Path) -> None:
-    res = cli(["run", "--local", "2", "--log-dir", str(tmp_path), "--stage-via", value,
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--stage-via", "ftp://x"), ("--stage-via", "gs://"), ("--stage-bucket", "peer"),
+     ("--stage-bucket", "gs://B")],
+)  # fmt: skip
+def test_cli_bad_value_is_one_line_exit_2(flag: str, value: str, tmp_path: Path) -> None:
+    res = cli(["run", "--local", "2", "--log-dir", str(tmp_path), flag, value,
                "--cmd", "true"])  # fmt: skip
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1
-    assert "--stage-via" in res.stderr
+    assert flag in res.stderr
     assert not list(tmp_path.iterdir())  # nothing started
 
 
@@ -247,6 +275,23 @@ def test_local_auto_picks_peer_over_the_threshold(
     assert res.staging.via == "peer"
     assert "over the 0.0 MiB threshold" in res.staging.why
     assert (res.staging.uploads, res.staging.fetched, res.staging.fallbacks) == (1, 2, ())
+
+
+@pytest.mark.usefixtures("home")
+def test_local_auto_takes_the_stage_bucket_over_the_threshold(
+    code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stage_bucket`` reaches the run: over the threshold auto goes through it (here a bucket
+    the runner's gcloud cannot reach: every host then gets the code directly, said)."""
+    monkeypatch.setenv("MULTIHOST_GCLOUD", "false")
+    monkeypatch.setenv("MULTIHOST_STAGE_AUTO_THRESHOLD", "1000")
+    res = multihost.run("true", local=2, script_dir=code, log_dir=tmp_path / "logs",
+                        stage_bucket="gs://my-bucket/code", stream="none")  # fmt: skip
+    assert res.ok, res
+    assert res.staging is not None
+    assert res.staging.via == "gs://my-bucket/code"
+    assert "--stage-bucket" in res.staging.why
+    assert len(res.staging.fallbacks) == 2
 
 
 @pytest.mark.usefixtures("home")

@@ -81,12 +81,12 @@ class Prepare:
         stale = opts.stale != "off" and not sup.fleet.local
         self.via, self.why = stagevia.choose(
             stagevia.parse(opts.stage_via), list(sup.fleet), len(self.archive.data),
-            threshold=stagevia.auto_threshold(),
+            threshold=stagevia.auto_threshold(), bucket=opts.stage_bucket,
         )  # fmt: skip
         direct = self.via.kind == "direct"
-        if self.why and direct and not self.staged:
-            sup.note(f"code via direct ({self.why})")
         if not self.staged and direct and not stale:
+            if self.why:
+                sup.note(f"code via direct ({self.why})")
             outcomes = await self._pipelined()
         else:
             outcomes = await self._phased(stale)
@@ -293,6 +293,7 @@ class Prepare:
                 stagevia.StageVia("auto"), list(sup.fleet), len(self.archive.data),
                 threshold=stagevia.auto_threshold(), seed_addresses=seeds,
             )  # fmt: skip
+        if self.why:
             sup.note(f"code via {self.via} ({self.why})")
         via = self.via
         before = sum(c.bytes_out for c in conns.values())

@@ -18,7 +18,15 @@ from multihost.defaults import DEFAULTS as D
 from multihost.defaults import IP_MODES
 from multihost.settings.environment import ENVIRONMENT
 from multihost.settings.flag import Flag, Group, OneOf
-from multihost.settings.types import command_text, port, positive, remote_dir, size, stage_via
+from multihost.settings.types import (
+    command_text,
+    port,
+    positive,
+    remote_dir,
+    size,
+    stage_bucket,
+    stage_via,
+)
 
 # -- the fleet: where to run, and how to reach it --------------------------------------------
 PROFILE = Flag(
@@ -269,6 +277,14 @@ STAGE_VIA = Flag(
     "fetch it from there) or gs://BUCKET[/PREFIX] (uploaded once, the hosts pull it); "
     "default %(default)s",
 )
+STAGE_BUCKET = Flag(
+    "stage-bucket",
+    type=stage_bucket,
+    default=D.stage_bucket,
+    metavar="GS_URL",
+    help="a bucket (gs://BUCKET[/PREFIX]) that --stage-via auto uses for an archive over "
+    "its threshold, instead of peer staging (default: none)",
+)
 PYTHON = Flag(
     "python",
     metavar="EXE",
@@ -283,7 +299,9 @@ SECRET = Flag(
     "once here and handed to the hosts on the launch channel: never on a disk, never in run.json "
     "(repeatable; default: none; --env values are not secret)",
 )
-RUN_ONLY: Group = (STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, PYTHON, SECRET)
+RUN_ONLY: Group = (
+    STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, STAGE_BUCKET, PYTHON, SECRET,
+)  # fmt: skip
 
 # -- flags that are no settings: what a command does, not how --------------------------------
 CMD = Flag("cmd", type=command_text, setting=False, help="command to run under sh -c on every host")

@@ -55,6 +55,19 @@ def remote_dir(text: str) -> str:
     return text
 
 
+def stage_bucket(text: str) -> str:
+    """``--stage-bucket``: gs://BUCKET[/PREFIX], normalised (anything else: exit 2)."""
+    from multihost.errors import UsageError
+    from multihost.stagevia import parse
+
+    try:
+        if text.startswith("gs://"):
+            return str(parse(text))
+        raise UsageError("expected gs://BUCKET[/PREFIX]")
+    except UsageError as exc:
+        raise UsageError(f"bad --stage-bucket {text!r}: {str(exc).split(': ', 1)[-1]}") from None
+
+
 def stage_via(text: str) -> str:
     """``--stage-via``: auto, direct, peer or gs://BUCKET[/PREFIX], normalised (bad: exit 2)."""
     from multihost.stagevia import parse
