@@ -56,10 +56,12 @@ def remote_dir(text: str) -> str:
 
 
 def stage_bucket(text: str) -> str:
-    """``--stage-bucket``: gs://BUCKET[/PREFIX], normalised (anything else: exit 2)."""
+    """``--stage-bucket``: gs://BUCKET[/PREFIX], normalised; ``""``: none (else: exit 2)."""
     from multihost.errors import UsageError
     from multihost.stagevia import parse
 
+    if not text:
+        return ""
     try:
         if text.startswith("gs://"):
             return str(parse(text))
