@@ -115,10 +115,10 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
         said += f"; built on {', '.join(done)}"
     if summary.installed:
         said += f"; installed on {summary.installed} host(s)"
-        if summary.via:
-            said += f" via {summary.via}"
     if summary.repaired:
         said += f" ({summary.repaired} repaired)"
+    if summary.installed and summary.via:
+        said += f" via {summary.via}"
     if summary.present:
         said += f"; present on {summary.present} host(s)"
     sup.env_bytes += summary.runner_bytes
