@@ -13,12 +13,14 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
-
 from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost, RemoteError
 from multihost.model import Host
 from multihost.transport import sshconfig
 from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions, write_chunks
+from multihost.transport.oqs import no_search_when_absent
+
+with no_search_when_absent():  # its import would otherwise start 7 processes (transport.oqs)
+    import asyncssh
 
 
 class SSHConnection:
