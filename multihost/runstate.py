@@ -1,22 +1,19 @@
-"""What a run is told (its options) and what it tells (events), and its per-host bookkeeping."""
+"""What a run is told (its options) and what it tells (events); the run core keeps its per-host
+bookkeeping in ``multihost.core.slot``."""
 
 from __future__ import annotations
 
 import os
 import secrets
-import signal as signals
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS
 from multihost.envsync import EnvRequest
-from multihost.launch import Started
 from multihost.model import Host, State
-from multihost.plan import Paths
-from multihost.result import HostResult, read_result
-from multihost.stream import Exit, Line, LogSink
-from multihost.transport import Connection, Shell, SSHOptions
+from multihost.stream import Line
+from multihost.transport import SSHOptions
 
 
 def default_log_dir() -> Path:
@@ -91,48 +88,3 @@ class Transfer:
 
 
 Event = HostEvent | Line | Note | Transfer
-
-
-_SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signals.Signals)
-
-
-@dataclass
-class Slot:
-    """The runner's mutable bookkeeping for one host (results are frozen from it at the end)."""
-
-    host: Host
-    state: State = State.PENDING
-    conn: Connection | None = None
-    paths: Paths | None = None  # known once the code hash is (launch, or the run's record)
-    env: dict[str, str] | None = None
-    sink: LogSink | None = None
-    bytes_sent: int = 0
-    error: str | None = None
-    exit: Exit | None = None
-    started: Started | None = None  # a launch that goes on watching, until its watcher reads it
-    shell: Shell | None = None  # opened while preparing, for the launch (then handed over)
-
-    def result(self, *, final: bool = False) -> HostResult:
-        """The host's result so far; ``final``: with the result line read from its log."""
-        code = self.exit.code if self.exit and not self.exit.problem else None
-        signal = None
-        if self.exit and self.state is State.KILLED:
-            stopped = self.exit.stopped_by
-            signal = signals.Signals[f"SIG{stopped}"].value if stopped in _SIGNALS else None
-            if signal is None and code is not None and code > 128:
-                signal = code - 128
-        return HostResult(
-            host=self.host,
-            state=self.state,
-            exit_code=code,
-            signal=signal,
-            error=self.error,
-            started_at=self.exit.started_at if self.exit else None,
-            ended_at=self.exit.ended_at if self.exit else None,
-            bytes_sent=self.bytes_sent,
-            last_line=self.sink.last_line if self.sink else "",
-            log=self.sink.path if self.sink else None,
-            reported=read_result(self.sink.path)
-            if final and self.sink and self.sink.may_have_result
-            else None,
-        )

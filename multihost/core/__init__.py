@@ -1,8 +1,8 @@
 """The run core: a run drives per-host workers through its steps and hands every event to
 the caller's handler (``on_event``).
 
-- :mod:`.supervisor` — ``Supervisor``: per-host slots, events, the stop policy, stopping,
-  closing, ``run.json`` and the result. Every step acts on the hosts through it.
+- :mod:`.supervisor` — ``Supervisor``: per-host slots (:mod:`.slot`), events, the stop
+  policy, stopping, closing, ``run.json`` and the result. Every step acts through it.
 - :mod:`.prepare` — connect, port check, stage, stale check, claim, extra ``HostStep``\\ s.
 - :mod:`.start` — each host's launch: gated (all start together) or detached.
 - :mod:`.watch` — one worker per launched host to its exit, the hang watchdog, the police.

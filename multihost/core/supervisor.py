@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
+from multihost.core.slot import Slot
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.fanout import Outcome, map_hosts
@@ -24,7 +25,7 @@ from multihost.model import Fleet, Host, Job, State
 from multihost.plan import Paths
 from multihost.record import HostRecord, RunRecord, SSHRecord, write_record
 from multihost.result import RunResult, Staging
-from multihost.runstate import Event, HostEvent, Note, RunOptions, Slot
+from multihost.runstate import Event, HostEvent, Note, RunOptions
 from multihost.transport import Connection
 
 T = TypeVar("T")

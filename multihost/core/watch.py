@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 
+from multihost.core.slot import Slot
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.collect import collect_over, save
@@ -19,7 +20,6 @@ from multihost.errors import HostError, RunDirGone
 from multihost.gather import host_ranges
 from multihost.launch import stop
 from multihost.model import State
-from multihost.runstate import Slot
 from multihost.stream import Follower, classify
 
 

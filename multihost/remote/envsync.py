@@ -8,6 +8,8 @@ the host can hand it on.
 
 from __future__ import annotations
 
+from multihost.remote.staging import START_SERVER
+
 # Where a host's uv is: on PATH, or the one multihost shipped before. Vars: b. Sets $uv ("" if
 # none).
 _FIND_UV = """\
@@ -143,7 +145,8 @@ sh -c "$cmd" < /dev/null 2>&1 || exit $?
 # A host that has the packed environment serving it to its peers for a bounded time (the
 # server of ``--stage-via peer``, seed_serve.py). Vars: b, key, serve, addr, lifetime (s),
 # fetches. Reads the token line on stdin; says "serving PORT PID DIR" or "noserver WHY".
-SERVE = """\
+SERVE = (
+    """\
 umask 077
 IFS= read -r token
 e="$b"/envs
@@ -151,24 +154,9 @@ test -s "$e/$key".tar.gz || { echo "noserver no archive of $key here"; exit 0; }
 mkdir -p "$b"/seed
 s=$(mktemp -d "$b"/seed/XXXXXX) || { echo "noserver no seed dir"; exit 0; }
 ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
-printf '%s\\n' "$token" > "$s"/token
-setsid python3 -c "$serve" "$addr" "$s" "$lifetime" "$fetches" \\
-  </dev/null >"$s".out 2>"$s".err &
-p=$!
-i=0
-while [ ! -s "$s".out ] && [ ! -s "$s".err ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
-said=; { read -r said < "$s".out; } 2>/dev/null || :
-case $said in
-  port\\ *) echo "serving ${said#port } $p $s" ;;
-  *)
-    kill "$p" 2>/dev/null || :
-    why=${said#error }; [ -n "$why" ] || why=$(tail -n 1 "$s".err)
-    echo "noserver ${why:-the server did not start}"
-    rm -rf "$s"
-    ;;
-esac
-rm -f "$s".out "$s".err
 """
+    + START_SERVER
+)
 
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "env-probe": (PROBE, ("b", "lock", "ruv", "probe")),

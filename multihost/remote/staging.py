@@ -15,17 +15,10 @@ from pathlib import Path
 # sent, nothing served). Else says "absent" and reads the token line then the archive from
 # stdin, unpacks it, and starts the server detached; then "serving PORT PID DIR", or
 # "noserver WHY" when it could not serve (the code is staged on the seed either way).
-SEED = """\
-set -e
-test -e "$c/$done" && { echo present; exit 0; }
-echo absent
-umask 077
-IFS= read -r token
-test -d "$b"/seed || { mkdir -p "$b"/seed; chmod 700 "$b"; }
-find "$b"/seed -mindepth 1 -maxdepth 1 -mmin +"$stale" -exec rm -rf {} + 2>/dev/null || :
-s=$(mktemp -d "$b"/seed/XXXXXX)
-cat > "$s"/archive
-sh -c "$stage" < "$s"/archive > /dev/null
+# A seed's server started in $s (its archive in place): token file, the stdlib server bound to
+# $addr, "serving PORT PID DIR" once it listens, else "noserver WHY" and nothing left. Shared by
+# the code's seed (SEED) and an environment's (multihost.remote.envsync.SERVE).
+START_SERVER = """\
 printf '%s\\n' "$token" > "$s"/token
 setsid python3 -c "$serve" "$addr" "$s" "$lifetime" "$fetches" \\
   </dev/null >"$s".out 2>"$s".err &
@@ -44,6 +37,22 @@ case $said in
 esac
 rm -f "$s".out "$s".err
 """
+
+SEED = (
+    """\
+set -e
+test -e "$c/$done" && { echo present; exit 0; }
+echo absent
+umask 077
+IFS= read -r token
+test -d "$b"/seed || { mkdir -p "$b"/seed; chmod 700 "$b"; }
+find "$b"/seed -mindepth 1 -maxdepth 1 -mmin +"$stale" -exec rm -rf {} + 2>/dev/null || :
+s=$(mktemp -d "$b"/seed/XXXXXX)
+cat > "$s"/archive
+sh -c "$stage" < "$s"/archive > /dev/null
+"""
+    + START_SERVER
+)
 
 # Stopping a seed's server once its hosts are done. Vars: p (its pid), s (its dir). TERM,
 # then KILL after about 2 s; the dir goes either way. Says "stopped" or "gone".
