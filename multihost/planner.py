@@ -85,6 +85,7 @@ class Settings:
     group: Sequence[str] = ()
     no_dev: bool = False
     setup: str | None = None
+    requirements: str | Path | None = None  # a fully pinned requirements file (no uv.lock)
     no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
     add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
 
@@ -248,6 +249,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     excludes = tuple(s.exclude)
     check_code_dir(script_dir, excludes, s.max_stage_bytes)
     from multihost.envsync import request as environment
+    from multihost.stage import excluded
     from multihost.stagevia import parse as parse_stage_via
 
     options = RunOptions(
@@ -279,6 +281,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
             all_extras=s.all_extras,
             groups=tuple(s.group),
             no_dev=s.no_dev,
+            requirements=None if s.requirements is None else Path(s.requirements),
+            lock_excluded=excluded("uv.lock", excludes),
         ),
         setup=s.setup,
     )

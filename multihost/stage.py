@@ -50,7 +50,7 @@ def list_files(
     sizes: dict[str, int] = {}
     total = 0
     for n in names:
-        if _excluded(n, patterns):
+        if excluded(n, patterns):
             continue
         try:
             st = (root / n).stat()
@@ -74,7 +74,7 @@ def _walk(root: Path, excludes: tuple[str, ...]) -> list[str]:
     out = []
     for d, dirs, files in os.walk(root):
         rel = os.path.relpath(d, root)
-        dirs[:] = sorted(x for x in dirs if not _excluded(_join(rel, x) + "/", patterns))
+        dirs[:] = sorted(x for x in dirs if not excluded(_join(rel, x) + "/", patterns))
         out += [_join(rel, f) for f in sorted(files)]
     return out
 
@@ -134,7 +134,7 @@ def _git_files(root: Path) -> list[str] | None:
     return [n for n in out.decode().split("\0") if n]
 
 
-def _excluded(name: str, patterns: tuple[str, ...]) -> bool:
+def excluded(name: str, patterns: tuple[str, ...]) -> bool:
     """gitignore-like: a pattern matches the whole path or any one component; a pattern with a
     trailing slash (``tests/``) matches a directory and everything under it; a leading slash
     (``/tests/``) anchors it at the code dir's top."""

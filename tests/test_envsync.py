@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import INSTALL, PACK, PROBE
 from multihost.remote.staging import python_source
+from multihost.runstate import Note
 from tests.clitools import cli
 from tests.pyindex import Index
 
@@ -175,3 +177,126 @@ def test_cli_stale_lock_is_one_line_exit_2(home: Path, project: tuple[Path, Inde
     assert "out of date with pyproject.toml: run `uv lock`" in out.stderr
     assert "Traceback" not in out.stderr
     assert not idx.hits
+
+
+# -- --requirements FILE: a fully pinned file instead of uv.lock ---------------------------------
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("tinya>=1.0\n", "line 1: 'tinya>=1.0' is not pinned"),
+        ("# pins\ntinya==1.0\ntinyb\n", "line 3: 'tinyb' is not pinned"),
+        ("tinya==1.*\n", "line 1: 'tinya==1.*' is not pinned"),
+        ("-r base.txt\n", "line 1: '-r base.txt': only name==version"),
+        ("-e .\n", "line 1: '-e .': only name==version"),
+        ("tinya @ https://x.test/a.whl\n", "is not pinned"),
+        ("tinya==1.0 --no-binary :all:\n", "only --hash=ALGO:HEX may follow a pin"),
+        ("# nothing\n", "no requirement in it"),
+    ],
+)
+def test_requirements_refused(tmp_path: Path, text: str, said: str) -> None:
+    from multihost.errors import UsageError
+
+    req = tmp_path / "requirements.txt"
+    req.write_text(text)
+    with pytest.raises(UsageError, match=re.escape(said)):
+        request(tmp_path, requirements=req)
+
+
+def test_requirements_pinned_with_hashes_markers_and_index(tmp_path: Path) -> None:
+    req = tmp_path / "requirements.txt"
+    text = (
+        "--index-url http://127.0.0.1:1/simple\n"
+        "# via uv pip compile\n"
+        'Jax[tpu]==0.4.30 ; python_version >= "3.10" \\\n'
+        "    --hash=sha256:" + "a" * 64 + " \\\n    --hash=sha256:" + "b" * 64 + "\n"
+        "jaxlib==0.4.30  # pinned\n"
+    )
+    req.write_text(text)
+    got = request(tmp_path, requirements=req)
+    assert got is not None
+    assert got.requirements == text.encode()
+    assert got.versions == (("jax", "0.4.30"), ("jaxlib", "0.4.30"))
+    assert got.header == "environment from requirements.txt (jax 0.4.30, jaxlib 0.4.30)"
+    assert got.lock_hash == hashlib.sha256(b"requirements\0" + text.encode()).hexdigest()
+    req.write_text(text + "\n")  # the key is the file's content
+    again = request(tmp_path, requirements=req)
+    assert again is not None
+    assert again.lock_hash != got.lock_hash
+
+
+def test_requirements_and_a_lock_exit_2(tmp_path: Path) -> None:
+    from multihost.errors import UsageError
+
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "0"\n')
+    (tmp_path / "uv.lock").write_text("version = 1\n")
+    req = tmp_path / "requirements.txt"
+    req.write_text("tinya==1.0\n")
+    with pytest.raises(UsageError, match="two environments for one run"):
+        request(tmp_path, requirements=req)
+    with pytest.raises(UsageError, match="with --no-sync"):
+        request(tmp_path, requirements=req, sync=False)
+    assert request(tmp_path, requirements=req, lock_excluded=True) is not None
+    with pytest.raises(UsageError, match="not with --requirements"):
+        request(tmp_path, requirements=req, lock_excluded=True, extras=("tpu",))
+
+
+@pytest.fixture
+def pinned(tmp_path: Path) -> Iterator[tuple[Path, Path, Index]]:
+    """A code dir without uv.lock and a requirements file pinning tinya and its dependency."""
+    idx = Index(tmp_path / "index")
+    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
+    idx.add("tinyb", "2.0", {"tinyb/__init__.py": b"Y = 2\n"})
+    with idx.serving():
+        root = tmp_path / "code"
+        root.mkdir()
+        (root / "main.py").write_text("import tinya, tinyb\nprint(tinya.X + tinyb.Y)\n")
+        req = tmp_path / "requirements.txt"
+        req.write_text(f"--index-url {idx.url}\ntinya==1.0\ntinyb==2.0\n")
+        yield root, req, idx
+
+
+def test_local_requirements_cold_then_warm(home: Path, pinned: tuple[Path, Path, Index]) -> None:
+    root, req, idx = pinned
+    lines: list[str] = []
+    notes: list[str] = []
+    kw = {"local": 2, "script_dir": root, "log_dir": home / "logs", "stream": "all",
+          "requirements": req, "on_output": lambda _h, ln: lines.append(ln),
+          "on_event": lambda e: notes.append(e.text) if isinstance(e, Note) else None}  # fmt: skip
+    res = multihost.run('python main.py; echo "$VIRTUAL_ENV" | grep -c /envs/', **kw)
+    assert res.ok, res
+    assert sorted(lines) == ["1", "1", "3", "3"]  # both workers inside the environment
+    assert any(n.startswith("environment from requirements.txt (no jax in it): key ")
+               for n in notes), notes  # fmt: skip
+    assert {p: n for p, n in idx.hits.items() if p.startswith("/files/")} == dict.fromkeys(
+        idx.files(), 1
+    )
+    idx.hits.clear()
+    res = multihost.run("python main.py", **kw)  # warm: nothing downloaded, nothing built
+    assert res.ok, res
+    assert not idx.hits
+
+
+def test_local_requirements_missing_a_dependency(
+    home: Path, pinned: tuple[Path, Path, Index]
+) -> None:
+    root, req, _ = pinned
+    req.write_text(req.read_text().replace("tinyb==2.0\n", ""))  # tinya needs it
+    res = multihost.run("echo started", local=1, script_dir=root, log_dir=home / "logs",
+                        stream="none", requirements=req)  # fmt: skip
+    assert not res.ok
+    assert "environment build failed" in (res.hosts[0].error or "")
+    assert "requires `tinyb`" in (res.hosts[0].error or "")
+    assert not list((home / ".multihost" / "envs").glob("*/"))
+
+
+def test_cli_unpinned_requirement_exit_2(home: Path, pinned: tuple[Path, Path, Index]) -> None:
+    root, req, idx = pinned
+    req.write_text(req.read_text().replace("tinyb==2.0", "tinyb>=2"))
+    out = cli(["run", "--local", "1", "--script-dir", str(root), "--requirements", str(req),
+               "--cmd", "echo started"], HOME=str(home))  # fmt: skip
+    assert out.returncode == 2, out
+    assert f"--requirements {req}, line 3: 'tinyb>=2' is not pinned (name==version)" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert "started" not in out.stdout
+    assert not idx.hits
+    assert not (home / "multihost-logs").exists()

@@ -248,3 +248,30 @@ def test_peer_the_builder_serves_the_others(
     shipped = f"the runner sent {os.path.getsize(uv) / (1 << 20):.1f} MiB"
     assert "the runner sent" not in said or said.endswith(shipped), said
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end (the seed's server)")
+
+
+# -- --requirements FILE (a project without uv.lock) -------------------------------------------
+def test_requirements_cold_once_then_warm(
+    ssh_fleet: loopback.Fleet, index: Index, code: Path, tmp_path: Path
+) -> None:
+    req = tmp_path / "requirements.txt"
+    req.write_text(f"--index-url {index.url}\ntinya==1.0\ntinyb==2.0\n")
+    before = [_keys(ssh_fleet, i) for i in range(N)]
+    res, lines, notes = _run(ssh_fleet, code, tmp_path, requirements=req)
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    downloads = {p: n for p, n in index.hits.items() if p.startswith("/files/")}
+    assert downloads == dict.fromkeys(index.files(), 1)  # one host talked to the index
+    said = next(n for n in notes if n.startswith("environment from requirements.txt"))
+    assert "; built on s0/w0 (" in said
+    assert f"installed on {N - 1} host(s)" in said
+    new = [_keys(ssh_fleet, i) - before[i] for i in range(N)]
+    assert all(len(k) == 1 and k == new[0] for k in new), new
+    index.hits.clear()
+    res, lines, notes = _run(ssh_fleet, code, tmp_path, requirements=req)
+    assert res.ok
+    assert lines == ["True 3"] * N
+    assert not index.hits
+    said = next(n for n in notes if n.startswith("environment from requirements.txt"))
+    assert said.endswith(f"present on {N} host(s)")
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")

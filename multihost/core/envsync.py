@@ -103,7 +103,7 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
         keys.setdefault(p.key, []).append(p)
     async with asyncio.TaskGroup() as tg:
         for members in keys.values():
-            tg.create_task(_one_key(sup, members, uv, summary, errors))
+            tg.create_task(_one_key(sup, members, uv, req, summary, errors))
     for p in probes:
         sup.extra_env[p.host.process_id] = {"MULTIHOST_ENV": f"{p.envs}/{p.key}"}
     done = [h for h in summary.built]
@@ -126,8 +126,8 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
 
 
 async def _one_key(
-    sup: Supervisor, members: Sequence[Probe], uv: str | None, summary: EnvSummary,
-    errors: dict[int, HostError],
+    sup: Supervisor, members: Sequence[Probe], uv: str | None, req: EnvRequest,
+    summary: EnvSummary, errors: dict[int, HostError],
 ) -> None:  # fmt: skip
     """One key: find or build it on one host, then install it on the others that lack it."""
     have = [p for p in members if p.state == "present"]
@@ -147,7 +147,7 @@ async def _one_key(
             )
         else:
             source, need = need[0], need[1:]
-            packed = await _build(sup, source, key, uv)
+            packed = await _build(sup, source, key, uv, req)
             summary.built.append(f"{source.host.name} ({source.host.target})")
             summary.repaired += source.state == "damaged"
     except HostError as exc:
@@ -243,24 +243,25 @@ async def _from_peer(
     return [p for p in need if p.host.process_id in done]
 
 
-async def _build(sup: Supervisor, p: Probe, key: str, uv: str | None) -> str:
+async def _build(sup: Supervisor, p: Probe, key: str, uv: str | None, req: EnvRequest) -> str:
     """Build ``key`` on ``p``'s host with uv (shipping the runner's when it has none)."""
-    stdin = None
-    if not p.has_uv:
+    stdin = req.requirements
+    ship = not p.has_uv
+    if ship:
         if uv is None or p.machine != platform.machine():
             raise RemoteError(p.host, f"no uv on this host ({p.machine}) and none here to ship "
                               "for it: install uv there")  # fmt: skip
-        stdin = await asyncio.to_thread(Path(uv).read_bytes)
-        sup.env_bytes += len(stdin)
+        binary = await asyncio.to_thread(Path(uv).read_bytes)
+        sup.env_bytes += len(binary)
+        stdin += binary
     code = sup.paths(p.host).code
     command = script(
         BUILD, paths={"b": _base(sup, p), "code": code}, key=key, exe=p.exe,
-        sel=" ".join(sup.options.environment.selection.flags()) if sup.options.environment
-        else "", ship=int(stdin is not None),
+        sel=" ".join(req.selection.flags()), req=len(req.requirements), ship=int(ship),
     )  # fmt: skip
     conn = sup.slots[p.host.process_id].conn
     assert conn is not None
-    res = await conn.run(command, stdin=stdin)
+    res = await conn.run(command, stdin=stdin or None)
     if res.exit_status != 0:
         raise RemoteError(p.host, f"environment build failed: {_said(res.stderr, 6)}")
     return res.stdout.decode(errors="replace")

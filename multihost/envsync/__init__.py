@@ -2,7 +2,8 @@
 
 The planner asks :func:`request` (pure, before anything starts): a staged code dir with
 ``pyproject.toml`` and ``uv.lock`` gets an :class:`EnvRequest` unless ``--no-sync``; a lock out
-of date with ``pyproject.toml`` is a usage error (exit 2) that says to run ``uv lock``. The run's
+of date with ``pyproject.toml`` is a usage error (exit 2) that says to run ``uv lock``. A
+fully pinned ``--requirements FILE`` (``envsync.requirements``) stands in for a lock. The run's
 preparation then calls :func:`multihost.core.envsync.sync_environment` once the code is on
 every host: each host reports its key (lock, selection, Python, platform, uv), one host per
 missing key builds it with uv, and the others get the packed environment from there.
@@ -51,16 +52,18 @@ class Selection:
 class EnvRequest:
     """A locked environment to have on every host before the run starts."""
 
-    lock_hash: str  # sha256 of uv.lock's bytes and the selection
+    lock_hash: str  # sha256 of uv.lock's bytes and the selection (or of the requirements)
     selection: Selection
     requires_python: str  # the specifier, "" when pyproject.toml gives none
     versions: tuple[tuple[str, str], ...]  # (name, version) of WATCHED packages in the lock
+    requirements: bytes = b""  # --requirements FILE's content: built with uv pip sync
+    source: str = "uv.lock"  # what the header names: uv.lock, or the requirements file
 
     @property
     def header(self) -> str:
         """What the run's header says about it, once."""
-        named = ", ".join(f"{n} {v}" for n, v in self.versions) or "no jax in the lock"
-        return f"environment from uv.lock ({named})"
+        named = ", ".join(f"{n} {v}" for n, v in self.versions) or "no jax in it"
+        return f"environment from {self.source} ({named})"
 
 
 def request(
@@ -71,16 +74,23 @@ def request(
     all_extras: bool = False,
     groups: tuple[str, ...] = (),
     no_dev: bool = False,
+    requirements: Path | None = None,
+    lock_excluded: bool = False,
 ) -> EnvRequest | None:
-    """The environment a run in ``script_dir`` needs, or None (no uv project, ``--no-sync``)."""
+    """The environment a run in ``script_dir`` needs, or None (no uv project, ``--no-sync``).
+    ``lock_excluded``: ``--exclude`` leaves ``uv.lock`` out of the staged code."""
     for name in (*extras, *groups):
         if not _NAME.match(name):
             raise SettingError(f"bad extra or group name {name!r}")
     selection = Selection(tuple(extras), all_extras, tuple(groups), no_dev)
     lock, project = script_dir / "uv.lock", script_dir / "pyproject.toml"
+    has_lock = project.is_file() and lock.is_file() and not lock_excluded
+    if requirements is not None:
+        return _from_requirements(requirements, sync=sync, lock=has_lock, script_dir=script_dir,
+                                  selection=selection)  # fmt: skip
     if not sync or not project.is_file():
         return None
-    if not lock.is_file():
+    if not has_lock:
         if selection != Selection():
             raise UsageError(f"--extra/--group need a uv.lock in {script_dir}: run `uv lock`")
         return None
@@ -96,6 +106,29 @@ def request(
     found = {p.get("name"): p.get("version") for p in locked.get("package", [])}
     versions = tuple((n, str(found[n])) for n in WATCHED if found.get(n))
     return EnvRequest(digest, selection, spec, versions)
+
+
+def _from_requirements(
+    path: Path, *, sync: bool, lock: bool, script_dir: Path, selection: Selection
+) -> EnvRequest:
+    """``--requirements FILE``: every line pinned, and no second source of the environment."""
+    from multihost.envsync.requirements import read
+
+    if not sync:
+        raise UsageError("--requirements with --no-sync: give one of them")
+    if lock:
+        raise UsageError(
+            f"--requirements {path} and {script_dir / 'uv.lock'}: two environments for one run; "
+            "drop --requirements (the lock wins for a uv project), or leave the lock out of the "
+            "staged code with --exclude uv.lock"
+        )
+    if selection != Selection():
+        raise UsageError("--extra/--all-extras/--group/--no-dev select from a uv.lock: not with "
+                         "--requirements (the file is installed exactly as it is)")  # fmt: skip
+    pinned = read(path.expanduser())
+    digest = hashlib.sha256(b"requirements\0" + pinned.content).hexdigest()
+    versions = tuple((n, v) for n in WATCHED if (v := pinned.version(n)))
+    return EnvRequest(digest, selection, "", versions, pinned.content, path.name)
 
 
 def uv_binary() -> str | None:

@@ -38,10 +38,13 @@ echo "packed $(wc -c < "$e/$key".tar.gz) ${h%% *}"
 """
 
 # The builder. Vars: b, key, code (the staged code dir), exe (the Python), sel (uv's selection
-# flags, words without quotes: checked names only), ship (1: uv follows on stdin). Builds with
-# uv from the lock (frozen, no interpreter downloads) into a relocatable venv, writes the
-# manifest and the marker, moves it into place atomically, then packs it (_PACK). A failed
-# build: uv's last lines on stderr, exit 4, nothing left.
+# flags, words without quotes: checked names only), req (0: from the lock; N: a requirements
+# file of N bytes comes first on stdin), ship (1: uv follows on stdin). Builds into a
+# relocatable venv with uv (no interpreter downloads): from the lock, frozen; or exactly the
+# requirements (uv pip sync: nothing resolved, nothing else installed), then uv pip check (a
+# file that leaves out a dependency fails). Writes the manifest and the marker, moves it into
+# place atomically, then packs it (_PACK). A failed build: uv's last lines on stderr, exit 4,
+# nothing left.
 BUILD = (
     """\
 set -e
@@ -50,6 +53,7 @@ e="$b"/envs
 test -d "$e" || { mkdir -p "$e"; chmod 700 "$b"; }
 t=$(mktemp -d "$e"/.build.XXXXXX)
 trap 'rm -rf "$t"' EXIT
+[ "$req" = 0 ] || head -c "$req" > "$t"/requirements.txt
 if [ "$ship" = 1 ]; then
   mkdir -p "$b"/bin
   cat > "$t"/uv
@@ -67,12 +71,19 @@ unset VIRTUAL_ENV
   tail -n 20 "$t"/log >&2; exit 4
 }
 cd "$code"
-set -f
-# shellcheck disable=SC2086 # the selection flags, split on purpose
-"$uv" sync -q --frozen --no-install-project $sel > "$t"/log 2>&1 || {
-  tail -n 20 "$t"/log >&2; exit 4
-}
-set +f
+if [ "$req" != 0 ]; then
+  { "$uv" pip sync -q --python "$t"/env/bin/python "$t"/requirements.txt \
+    && "$uv" pip check -q --python "$t"/env/bin/python; } > "$t"/log 2>&1 || {
+    tail -n 20 "$t"/log >&2; exit 4
+  }
+else
+  set -f
+  # shellcheck disable=SC2086 # the selection flags, split on purpose
+  "$uv" sync -q --frozen --no-install-project $sel > "$t"/log 2>&1 || {
+    tail -n 20 "$t"/log >&2; exit 4
+  }
+  set +f
+fi
 cd "$t"/env
 find . -mindepth 1 \\( -type f -printf '%s %P\\n' \\) -o \\( -type l -printf 'l %P\\n' \\) \\
   > "$t"/manifest
@@ -160,7 +171,7 @@ ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
 
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "env-probe": (PROBE, ("b", "lock", "ruv", "probe")),
-    "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "ship")),
+    "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "req", "ship")),
     "env-pack": (PACK, ("b", "key")),
     "env-install": (INSTALL, ("b", "key", "digest", "how", "url", "fetch", "timeout")),
     "env-serve": (SERVE, ("b", "key", "serve", "addr", "lifetime", "fetches")),

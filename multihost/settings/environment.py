@@ -3,6 +3,8 @@ and ``--setup`` for projects without a lock."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from multihost.settings.flag import Flag, Group
 from multihost.settings.types import command_text
 
@@ -30,6 +32,14 @@ GROUP = Flag(
 NO_DEV = Flag(
     "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
 )
+REQUIREMENTS = Flag(
+    "requirements",
+    type=Path,
+    metavar="FILE",
+    help="a project without uv.lock: the environment is FILE, fully pinned (every line "
+    "name==version, hashes allowed), built once with uv pip sync and put on every host "
+    "(default: none)",
+)
 SETUP = Flag(
     "setup",
     type=command_text,
@@ -38,4 +48,4 @@ SETUP = Flag(
     help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
     "succeeded before for the same command and code (default: none)",
 )
-ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, SETUP)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, REQUIREMENTS, SETUP)
