@@ -13,12 +13,14 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
-
 from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost, RemoteError
 from multihost.model import Host
 from multihost.transport import sshconfig
 from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions, write_chunks
+from multihost.transport.oqs import no_search_when_absent
+
+with no_search_when_absent():  # its import would otherwise start 7 processes (transport.oqs)
+    import asyncssh
 
 
 class SSHConnection:
@@ -302,7 +304,8 @@ def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> 
         if files is not None:
             name = found.get("hostname", host.address).replace("%h", host.address)
             return _HostConfig(files, "identityfile" in found, "ciphers" in found, name)
-    prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs)
+    config = sshconfig.config_for(options.config, host.address)
+    prepared = asyncssh.SSHClientConnectionOptions(host=host.address, **kwargs, config=config)
     configured = prepared.known_hosts
     if configured is None:  # UserKnownHostsFile none
         files = []
@@ -329,7 +332,12 @@ def _known_files(user: str | None, system: str | None) -> list[str] | None:
 
 
 def _split_files(value: str) -> list[str]:
-    return [] if value.lower() == "none" else shlex.split(value)
+    return [] if value.lower() == "none" else list(_shlex_split(value))
+
+
+@functools.lru_cache(maxsize=64)
+def _shlex_split(value: str) -> tuple[str, ...]:
+    return tuple(shlex.split(value))  # the same few values for every host of a run
 
 
 @functools.lru_cache(maxsize=64)
@@ -361,7 +369,6 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         "keepalive_interval": options.keepalive_interval,
         "keepalive_count_max": options.keepalive_count_max,
     }
-    kwargs["config"] = sshconfig.config_for(options.config, host.address)  # [] means none
     if host.user:
         kwargs["username"] = host.user
     if host.port:
@@ -380,6 +387,8 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     if (direct := _direct(options, host, identity)) is not None:
         kwargs.update(direct)
         target = cfg.hostname
+    else:  # asyncssh reads the config: only the blocks that can apply ([] means none)
+        kwargs["config"] = sshconfig.config_for(options.config, host.address)
     proxy = _proxy_argv(host, options, kwargs, cfg.hostname)
     if proxy is not None:  # e.g. an IAP tunnel: one local process per connection
         kwargs["proxy_command"] = proxy
@@ -451,6 +460,9 @@ def _hint(host: Host) -> str:
     return f"; {host.reach_hint}" if host.reach_hint else ""
 
 
+_TOKEN = re.compile("%[hprn%]")  # what OpenSSH expands in a ProxyCommand, as _proxy_argv does
+
+
 def _proxy_argv(
     host: Host, options: SSHOptions, kwargs: dict[str, object], hostname: str
 ) -> list[str] | None:
@@ -458,21 +470,20 @@ def _proxy_argv(
     ssh config's ProxyCommand; ``%h``, ``%p``, ``%r``, ``%n`` and ``%%`` expanded as OpenSSH
     expands them. None: connect directly (or the config is asyncssh's to read)."""
     found = sshconfig.settings(options.config, host.address) or {}
+    configured = found.get("proxycommand", "none")
+    if not host.proxy_command and configured.lower() == "none":
+        return None
     port = kwargs.get("port") or host.port or found.get("port", "22")
     user = kwargs.get("username") or host.user or found.get("user", "")
     tokens = {"%h": hostname, "%p": str(port), "%r": str(user), "%n": host.address, "%%": "%"}
-    pattern = re.compile("|".join(re.escape(k) for k in tokens))
 
     def expand(text: str) -> str:
-        return pattern.sub(lambda m: tokens[m[0]], text)
+        return _TOKEN.sub(lambda m: tokens[m[0]], text)
 
-    configured = found.get("proxycommand", "none")
     if host.proxy_command:
         argv = [expand(arg) for arg in host.proxy_command]
-    elif configured.lower() != "none":
-        argv = ["sh", "-c", "exec " + expand(configured)]  # OpenSSH: exec $SHELL -c "..."
     else:
-        return None
+        argv = ["sh", "-c", "exec " + expand(configured)]  # OpenSSH: exec $SHELL -c "..."
     # Its stderr into a file of ours: asyncssh reads the command's stderr pipe as part of the
     # SSH stream (a warning after the banner would break it), and one warning per tunnel would
     # flood the terminal. What it says comes back in the error when the connection fails. The
