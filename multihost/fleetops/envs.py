@@ -77,7 +77,8 @@ def store_command(base: str, mode: str = "list", age: float = 0.0, gone: Iterabl
     if mode not in MODES:
         raise ValueError(f"not a mode: {mode!r}")
     return script(STORE, paths={"b": base}, mode=mode, age=f"{max(age, 0.0):g}",
-                  gone="\n".join(gone), probe=python_source("env_probe"))  # fmt: skip
+                  gone="\n".join(gone), store=python_source("env_store"),
+                  probe=python_source("env_probe"))  # fmt: skip
 
 
 def parse_store(host: Host, text: str) -> EnvStore:

@@ -24,16 +24,16 @@ PROBE = (
     _FIND_UV
     + """\
 command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit 4; }
-exec python3 -c "$probe" probe "$b"/envs "$lock" "$ruv" "$uv" "$r"
+exec python3 -c "$probe" "$b"/envs "$lock" "$ruv" "$uv" "$r"
 """
 )
 
-# What a host holds under <base>/envs, and pruning the unused (env_probe.py's list, prune and
-# dry modes). Vars: b, mode, age (s), gone (run names counted as removed, one a line), probe.
-# One JSON object.
+# What a host holds under <base>/envs, and pruning the unused (env_store.py). Vars: b, mode
+# (list, prune, dry), age (s), gone (run names counted as removed, one a line), store
+# (env_store.py), probe (env_probe.py, for its state check). One JSON object.
 STORE = """\
 command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit 4; }
-exec python3 -c "$probe" "$mode" "$b" "$age" "$gone"
+exec python3 -c "$store" "$probe" "$mode" "$b" "$age" "$gone"
 """
 
 # Packing an environment that is complete here and its manifest, unless packed already.
@@ -199,7 +199,7 @@ ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
 
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "env-probe": (PROBE, ("b", "r", "lock", "ruv", "probe")),
-    "env-store": (STORE, ("b", "mode", "age", "gone", "probe")),
+    "env-store": (STORE, ("b", "mode", "age", "gone", "store", "probe")),
     "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "req", "ship")),
     "env-pack": (PACK, ("b", "key")),
     "env-install": (INSTALL, ("b", "key", "digest", "how", "url", "fetch", "timeout")),
