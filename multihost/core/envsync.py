@@ -25,7 +25,7 @@ from pathlib import Path
 from multihost import stagevia
 from multihost.core.supervisor import Supervisor
 from multihost.envsync import EnvRequest, satisfies, uv_binary, uv_version
-from multihost.errors import HostError, RemoteError, UsageError
+from multihost.errors import EnvFailed, HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.job.cloud import CloudError
 from multihost.job.record import env_url
@@ -164,7 +164,8 @@ async def _one_key(
         errors[exc.host.process_id] = exc
         for p in need:
             if p.host.process_id != exc.host.process_id:
-                errors[p.host.process_id] = RemoteError(
+                kind = EnvFailed if isinstance(exc, EnvFailed) else RemoteError
+                errors[p.host.process_id] = kind(
                     p.host, f"no environment: {exc.host.name} could not provide it"
                 )
         return
@@ -204,7 +205,7 @@ async def _one_key(
                          how="stdin", url="", fetch="", timeout=0)  # fmt: skip
         res, _sent = await c.offer(command, b"absent", archive)
         if res.exit_status != 0:
-            raise RemoteError(host, f"environment install failed: {_said(res.stderr)}")
+            raise EnvFailed(host, f"environment install failed: {_said(res.stderr)}")
         summary.installed += 1
         summary.repaired += p.state == "damaged"
         summary.runner_bytes += len(archive)
@@ -333,7 +334,7 @@ async def _build(sup: Supervisor, p: Probe, key: str, uv: str | None, req: EnvRe
     ship = not p.has_uv
     if ship:
         if uv is None or p.machine != platform.machine():
-            raise RemoteError(p.host, f"no uv on this host ({p.machine}) and none here to ship "
+            raise EnvFailed(p.host, f"no uv on this host ({p.machine}) and none here to ship "
                               "for it: install uv there")  # fmt: skip
         binary = await asyncio.to_thread(Path(uv).read_bytes)
         sup.env_bytes += len(binary)
@@ -347,7 +348,7 @@ async def _build(sup: Supervisor, p: Probe, key: str, uv: str | None, req: EnvRe
     assert conn is not None
     res = await conn.run(command, stdin=stdin or None)
     if res.exit_status != 0:
-        raise RemoteError(p.host, f"environment build failed: {_said(res.stderr, 6)}")
+        raise EnvFailed(p.host, f"environment build failed: {_said(res.stderr, 6)}")
     return res.stdout.decode(errors="replace")
 
 
@@ -356,7 +357,7 @@ async def _run(sup: Supervisor, host: Host, command: str, what: str) -> str:
     assert conn is not None
     res = await conn.run(command)
     if res.exit_status != 0:
-        raise RemoteError(host, f"{what} failed: {_said(res.stderr)}")
+        raise EnvFailed(host, f"{what} failed: {_said(res.stderr)}")
     return res.stdout.decode(errors="replace")
 
 
