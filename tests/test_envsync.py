@@ -332,7 +332,9 @@ def test_sweep_goes_on_after_a_failing_trial(home: Path, call_project: tuple[Pat
         log_dir=home / "logs", on_record=lambda _r: None,
     )  # fmt: skip
     assert res.env_failure is None
-    assert [r.status for r in res.records] == ["failed: s0/w0 exited with code 1", "ok"]
+    first, second = (r.status for r in res.records)
+    assert re.fullmatch(r"failed: s0/w[01] exited with code 1", first), first  # either, first
+    assert second == "ok"
     assert res.records[1].result["x"] == 2
 
 
