@@ -115,20 +115,35 @@ def choose(
         seeds = {m[0].name: seed_addresses.get(m[0].process_id, "")
                  for m in slices.values() if len(m) > 1}  # fmt: skip
     if bucket and len(hosts) * archive_bytes > threshold:  # uploaded once, whatever the slices
-        load = f"{len(hosts)} hosts × {_mib(archive_bytes)}"
-        return parse(bucket), f"auto: {load} over the {_mib(threshold)} threshold, --stage-bucket"
+        return _bucket(bucket, len(hosts), archive_bytes, threshold)
     return _auto(n, archive_bytes, threshold, seeds)
 
 
 def choose_environment(
     requested: StageVia, receivers: int, pack_bytes: int, *, threshold: int, source: Host,
-    address: str,
+    address: str, bucket: str = "",
 ) -> tuple[StageVia, str]:  # fmt: skip
     """How an environment's pack goes from the host that has it (``source``, which would serve
     on ``address``) to ``receivers`` other hosts: as :func:`choose`, one group of hosts."""
     if requested.kind != "auto":
         return requested, ""
-    return _auto(receivers + 1, pack_bytes, threshold, {source.name: address})
+    n = receivers + 1
+    if bucket and n * pack_bytes > threshold:
+        return _bucket(bucket, n, pack_bytes, threshold)
+    return _auto(n, pack_bytes, threshold, {source.name: address})
+
+
+def _bucket(bucket: str, n: int, size: int, threshold: int) -> tuple[StageVia, str]:
+    load = f"{n} hosts × {_mib(size)}"
+    return parse(bucket), f"auto: {load} over the {_mib(threshold)} threshold, --stage-bucket"
+
+
+def in_bucket(url: str) -> bool:
+    """Whether the object ``url`` is there (content-named: then it need not go up again);
+    raises ``CloudError`` when the bucket cannot be read."""
+    from multihost.job.cloud import Gcloud
+
+    return url in Gcloud.from_env().existing(url)
 
 
 def _auto(
@@ -281,7 +296,7 @@ class _Work:
         gcloud = Gcloud.from_env()
 
         def upload_once() -> int:
-            if target in gcloud.existing(target):
+            if in_bucket(target):
                 return 0
             gcloud.put_bytes(self.archive.data, target)
             return len(self.archive.data)

@@ -4,6 +4,7 @@ and no uv of their own (the runner's is shipped to the builder)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from multihost.result import RunResult
 from multihost.runstate import Note
 from tests import fleet as loopback
 from tests.clitools import no_processes
+from tests.cloud.fixture import bucket_for_hosts
 from tests.helpers import wait_for
 from tests.pyindex import Index
 
@@ -274,4 +276,63 @@ def test_requirements_cold_once_then_warm(
     assert not index.hits
     said = next(n for n in notes if n.startswith("environment from requirements.txt"))
     assert said.endswith(f"present on {N} host(s)")
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
+# -- --stage-via gs://BUCKET (item 3: the bucket way) ------------------------------------------
+@pytest.mark.parametrize("how", ["forced", "auto"])
+def test_bucket_the_builder_uploads_once_the_others_download(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:  # fmt: skip
+    """The builder puts the pack in the bucket under its content name, once; every other host
+    takes it from there (sha256-checked); the runner sends no pack bytes; one host talked to
+    the index. Forced (``--stage-via gs://``) or chosen by auto (``--stage-bucket``, over the
+    threshold)."""
+    with bucket_for_hosts(ssh_fleet.hosts[:N], tmp_path, "mh-env") as (gcs, env):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        proj = _project(tmp_path / "proj", index)
+        if how == "forced":
+            kw: dict[str, Any] = {"stage_via": "gs://mh-env/pre"}
+        else:
+            monkeypatch.setenv("MULTIHOST_STAGE_AUTO_THRESHOLD", "1")
+            kw = {"stage_bucket": "gs://mh-env/pre"}
+        before = _keys(ssh_fleet, 0)
+        res, lines, notes = _run(ssh_fleet, proj, tmp_path, **kw)
+        assert res.ok, res
+        assert lines == ["True 3"] * N
+        assert index.downloads() == len(index.files())  # each file once, from the builder
+        said = _said(notes)
+        assert "; built on s0/w0 (" in said
+        assert f"installed on {N - 1} host(s)" in said
+        assert "; uploaded once to gs://mh-env/pre" in said
+        if how == "auto":
+            assert "via gs://mh-env/pre (auto: 4 hosts ×" in said
+        uv = uv_binary()
+        assert uv is not None  # the runner sent at most uv (to a builder without one)
+        shipped = f"the runner sent {os.path.getsize(uv) / (1 << 20):.1f} MiB"
+        assert "the runner sent" not in said or said.endswith(shipped), said
+        (key,) = _keys(ssh_fleet, 0) - before
+        packs = gcs.objects("mh-env", f"pre/multihost/envs/{key}/")
+        assert len(packs) == 1, packs
+        (name,) = packs
+        data = (_envs(ssh_fleet, 0) / f"{key}.tar.gz").read_bytes()
+        assert name.endswith(f"/{hashlib.sha256(data).hexdigest()}.tar.gz")
+        for i in range(1, N):  # each host has the very pack, unpacked
+            assert (_envs(ssh_fleet, i) / f"{key}.tar.gz").read_bytes() == data
+            assert (_envs(ssh_fleet, i) / key / ".multihost-complete").exists()
+        # one host damaged: repaired from a host that has it, the object already there
+        blob = next((_envs(ssh_fleet, 3) / key).rglob("blob.bin"))
+        blob.unlink()
+        index.hits.clear()
+        res, lines, notes = _run(ssh_fleet, proj, tmp_path, **kw)
+        assert res.ok, res
+        assert lines == ["True 3"] * N
+        assert not index.hits
+        said = _said(notes)
+        assert "installed on 1 host(s) (1 repaired)" in said
+        assert "uploaded" not in said
+        assert any("is already in gs://mh-env/pre: nothing to upload" in n for n in notes)
+        assert len(gcs.objects("mh-env", f"pre/multihost/envs/{key}/")) == 1
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")

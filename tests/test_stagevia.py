@@ -21,7 +21,7 @@ from multihost.record import read_record
 from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
 from multihost.stage import pack
-from multihost.stagevia import StageVia, choose, parse
+from multihost.stagevia import StageVia, choose, choose_environment, parse
 from tests.clitools import cli
 from tests.helpers import wait_for
 
@@ -103,6 +103,29 @@ def test_choose_a_configured_bucket(
     assert (str(via), why in said) == (want, True)
     forced, said = choose(parse("peer"), _hosts(*slices), size, threshold=1, bucket="gs://bkt/p")
     assert (str(forced), said) == ("peer", "")  # --stage-via given: the bucket is not asked
+
+
+@pytest.mark.parametrize(
+    ("requested", "bucket", "receivers", "want", "why"),
+    [
+        ("auto", "gs://bkt/p", 63, "gs://bkt/p", "auto: 64 hosts × 20.0 MiB over the 256.0 MiB"),
+        ("auto", "gs://bkt/p", 7, "direct", "auto: 8 hosts × 20.0 MiB under"),
+        ("auto", "", 63, "peer", "auto: 64 hosts × 20.0 MiB over"),
+        ("gs://bkt", "", 1, "gs://bkt", ""),  # asked for: whatever the size
+        ("direct", "gs://bkt/p", 63, "direct", ""),
+    ],
+)
+def test_choose_environment_bucket(
+    requested: str, bucket: str, receivers: int, want: str, why: str
+) -> None:
+    """The environment's pack takes a bucket the way the code does: forced, or auto over the
+    threshold with ``--stage-bucket``."""
+    via, said = choose_environment(
+        parse(requested), receivers, 20 * MIB, threshold=256 * MIB, source=Host("h0"),
+        address="10.0.0.2", bucket=bucket,
+    )  # fmt: skip
+    assert str(via) == want
+    assert why in said if why else said == ""
 
 
 @pytest.mark.parametrize("text", ["ftp://x", "gs://", "gs:///x", "gs://B", "gs://b/../x", "Peer"])

@@ -15,7 +15,7 @@ import multihost
 from multihost.stage import pack
 from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes
-from tests.cloud.fixture import gcloud_env
+from tests.cloud.fixture import bucket_for_hosts
 from tests.cloud.gcs import FakeGcs
 from tests.helpers import wait_for
 from tests.test_stagevia import Sh, fetch, serving, stop
@@ -102,37 +102,9 @@ def test_seed_that_cannot_serve_falls_back(
 
 @pytest.fixture
 def bucket(ssh_fleet: loopback.Fleet, tmp_path: Path) -> Iterator[tuple[FakeGcs, dict[str, str]]]:
-    """fake-gcs-server with a bucket; h0 and h1's own gcloud config points at it (as a VM's
-    would at Cloud Storage), and the runner's env does too."""
-    gcs = FakeGcs(tmp_path / "gcs")
-    gcs.start()
-    made: list[Path] = []
-    try:
-        gcs.create_bucket(BUCKET)
-        for h in ssh_fleet.hosts[:2]:
-            config = h.home / ".config" / "gcloud"
-            if config.exists():
-                pytest.skip(f"{config} exists: not overwriting it")
-            made.append(config)
-            (config / "configurations").mkdir(parents=True)
-            (config / "active_config").write_text("default")
-            (config / "configurations" / "config_default").write_text(
-                "[core]\nproject = p\ndisable_prompts = true\n[auth]\ndisable_credentials = true\n"
-                f"[api_endpoint_overrides]\nstorage = {gcs.endpoint}\n"
-            )
-            for p in (config.parent, *config.parent.rglob("*")):
-                shutil.chown(p, h.user, h.user)
-        (tmp_path / "gcloud").mkdir()
-        yield (
-            gcs,
-            gcloud_env(
-                str(tmp_path / "gcloud"), "http://127.0.0.1:9/", gcs.endpoint, "http://127.0.0.1:9/"
-            ),
-        )
-    finally:
-        for config in made:
-            shutil.rmtree(config.parent, ignore_errors=True)
-        gcs.stop()
+    """fake-gcs-server with a bucket that h0 and h1's own gcloud and the runner's reach."""
+    with bucket_for_hosts(ssh_fleet.hosts[:2], tmp_path, BUCKET) as found:
+        yield found
 
 
 def test_gs_uploads_once_and_hosts_pull(

@@ -26,9 +26,11 @@ from multihost.core.supervisor import Supervisor
 from multihost.envsync import EnvRequest, satisfies, uv_binary, uv_version
 from multihost.errors import HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
+from multihost.job.cloud import CloudError
+from multihost.job.record import env_url
 from multihost.model import Host
 from multihost.remote import script
-from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE, SERVE
+from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE, SERVE, UPLOAD
 from multihost.remote.staging import SEED_STOP, python_source
 
 PROBE_TIMEOUT = 60.0
@@ -66,6 +68,7 @@ class EnvSummary:
     repaired: int = 0
     present: int = 0
     runner_bytes: int = 0
+    uploaded: list[str] = field(default_factory=list)  # the buckets a pack was put in
     via: str = ""  # how auto staged the pack, and why ("" when asked for)
 
 
@@ -119,6 +122,8 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
         said += f" ({summary.repaired} repaired)"
     if summary.installed and summary.via:
         said += f" via {summary.via}"
+    if summary.uploaded:
+        said += f"; uploaded once to {', '.join(sorted(set(summary.uploaded)))}"
     if summary.present:
         said += f"; present on {summary.present} host(s)"
     sup.env_bytes += summary.runner_bytes
@@ -169,12 +174,14 @@ async def _one_key(
     via, why = stagevia.choose_environment(
         stagevia.parse(sup.options.stage_via), len(need), size,
         threshold=stagevia.auto_threshold(), source=source.host,
-        address=stagevia.bind_address(source.host, conn),
+        address=stagevia.bind_address(source.host, conn), bucket=sup.options.stage_bucket,
     )  # fmt: skip
     if why:
         summary.via = f"{via} ({why})"
     if via.kind == "peer":
         need = await _from_peer(sup, source, need, key, digest, summary)
+    elif via.kind == "gs":
+        need = await _from_bucket(sup, source, need, key, digest, via.url, summary)
     if not need:
         return
     data = bytearray()
@@ -249,6 +256,53 @@ async def _from_peer(
         with contextlib.suppress(HostError, TimeoutError):
             async with asyncio.timeout(PROBE_TIMEOUT):
                 await conn.run(script(SEED_STOP, p=pid, s=folder))
+    done = {p.host.process_id for p in failed}
+    return [p for p in need if p.host.process_id in done]
+
+
+async def _from_bucket(
+    sup: Supervisor, source: Probe, need: list[Probe], key: str, digest: str, bucket: str,
+    summary: EnvSummary,
+) -> list[Probe]:  # fmt: skip
+    """``--stage-via gs://…``: the source puts the pack in the bucket under its content name
+    (unless it is there), the others take it from there; returns the hosts whose fetch failed
+    (the runner then sends them the pack itself)."""
+    url = env_url(bucket, key, digest)
+    try:
+        there = await asyncio.to_thread(stagevia.in_bucket, url)
+    except CloudError as exc:
+        sup.note(f"--stage-via {bucket}: {exc}; the runner sends the environment", "warning")
+        return need
+    if there:
+        sup.note(f"environment {key[:12]} is already in {bucket}: nothing to upload", "info")
+    else:
+        conn = sup.slots[source.host.process_id].conn
+        assert conn is not None
+        res = await conn.run(script(UPLOAD, paths={"b": _base(sup, source)}, key=key, url=url))
+        if res.exit_status != 0:
+            sup.note(f"{source.host.name}: cannot put the environment in {bucket} "
+                     f"({_said(res.stderr)}); the runner sends it", "warning")  # fmt: skip
+            return need
+        summary.uploaded.append(bucket)
+    failed: list[Probe] = []
+
+    async def fetch(host: Host) -> None:
+        p = next(m for m in need if m.host is host)
+        c = sup.slots[host.process_id].conn
+        assert c is not None
+        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest, how="gs",
+                      url=url, fetch="", timeout=0)  # fmt: skip
+        done = await c.run(text)
+        if done.exit_status != 0:
+            sup.note(f"{host.name}: environment fetch from {bucket} failed "
+                     f"({_said(done.stderr)}); the runner sends it", "warning")  # fmt: skip
+            failed.append(p)
+            return
+        summary.installed += 1
+        summary.repaired += p.state == "damaged"
+
+    await map_hosts(fetch, [p.host for p in need], timeout=sup.options.stage_timeout,
+                    what="environment fetch")  # fmt: skip
     done = {p.host.process_id for p in failed}
     return [p for p in need if p.host.process_id in done]
 

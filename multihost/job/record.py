@@ -201,6 +201,16 @@ def code_url(bucket: str, code_hash: str) -> str:
     return f"{bucket}/multihost/code/{code_hash}.tar.gz"
 
 
+def env_prefix(bucket: str, key: str) -> str:
+    """Where the packed environments of ``key`` are kept (issue 27): ``…/<key>/``."""
+    return f"{bucket}/multihost/envs/{key}/"
+
+
+def env_url(bucket: str, key: str, digest: str) -> str:
+    """One packed environment, named by its content: ``…/envs/<key>/<sha256>.tar.gz``."""
+    return f"{env_prefix(bucket, key)}{digest}.tar.gz"
+
+
 def parse_host_object(name: str) -> tuple[int, int, str] | None:
     """``…/slice-S-worker-W.KIND`` → (S, W, KIND)."""
     m = _HOST_OBJECT.search(name)

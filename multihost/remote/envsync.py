@@ -8,7 +8,7 @@ the host can hand it on.
 
 from __future__ import annotations
 
-from multihost.remote.staging import START_SERVER
+from multihost.remote.staging import GS, START_SERVER
 
 # Where a host's uv is: on PATH, or the one multihost shipped before. Vars: b. Sets $uv ("" if
 # none).
@@ -108,22 +108,24 @@ test -e "$e/$key"/.multihost-complete || { echo "environment $key is not here" >
 
 # A host taking the packed environment. Vars: b, key, digest (sha256), how ("stdin": says
 # "absent" and reads it on stdin; "peer": fetches url from a seed with fetch (seed_fetch.py),
-# the token on stdin, waiting at most timeout s). Refuses a wrong sha256 (exit 3, nothing
-# unpacked), unpacks beside and moves into place atomically (a damaged one is replaced), keeps
-# the archive; says "installed".
-INSTALL = """\
+# the token on stdin, waiting at most timeout s; "gs": the object url, with the host's
+# gcloud). Refuses a wrong sha256 (exit 3, nothing unpacked), unpacks beside and moves into
+# place atomically (a damaged one is replaced), keeps the archive; says "installed".
+INSTALL = (
+    GS
+    + """\
 set -e
-[ "$how" = peer ] || echo absent
+[ "$how" != stdin ] || echo absent
 umask 022
 e="$b"/envs
 test -d "$e" || { mkdir -p "$e"; chmod 700 "$b"; }
 t=$(mktemp -d "$e"/.incoming.XXXXXX)
 trap 'rm -rf "$t"' EXIT
-if [ "$how" = peer ]; then
-  python3 -c "$fetch" "$url" "$t"/archive "$digest" "$timeout"
-else
-  cat > "$t"/archive
-fi
+case $how in
+  peer) python3 -c "$fetch" "$url" "$t"/archive "$digest" "$timeout" ;;
+  gs) gs_cp "$url" "$t"/archive ;;
+  *) cat > "$t"/archive ;;
+esac
 h=$(sha256sum "$t"/archive); h=${h%% *}
 [ "$h" = "$digest" ] || { echo "sha256 mismatch: got $h, want $digest" >&2; exit 3; }
 mkdir "$t"/env
@@ -134,6 +136,20 @@ mv -T "$t"/env "$e/$key"
 mv -f "$t"/archive "$e/$key".tar.gz
 echo installed
 """
+)
+
+# The host that has the packed environment putting it in a bucket (``--stage-via gs://``).
+# Vars: b, key, url (the object: multihost.job.record.env_url). Says "uploaded".
+UPLOAD = (
+    GS
+    + """\
+set -e
+e="$b"/envs
+test -s "$e/$key".tar.gz || { echo "no archive of $key here" >&2; exit 4; }
+gs_cp "$e/$key".tar.gz "$url"
+echo uploaded
+"""
+)
 
 # ``--setup CMD`` (issue 27, item 11). Vars: b, c (the staged code dir), key (of the command
 # and the code), cmd. Says "skipped" when this key succeeded here before; else "ran", then
@@ -175,6 +191,7 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "req", "ship")),
     "env-pack": (PACK, ("b", "key")),
     "env-install": (INSTALL, ("b", "key", "digest", "how", "url", "fetch", "timeout")),
+    "env-upload": (UPLOAD, ("b", "key", "url")),
     "env-serve": (SERVE, ("b", "key", "serve", "addr", "lifetime", "fetches", "name")),
     "setup": (SETUP, ("b", "c", "key", "cmd")),
 }

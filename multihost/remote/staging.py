@@ -68,12 +68,25 @@ rm -rf "$s"
 echo stopped
 """
 
+# Cloud Storage with the host's own gcloud: ``gs_cp SRC DST`` (either may be a gs:// URL), one
+# ``gcloud storage cp``; on failure gcloud's last lines on stderr, status 1. Shared by every
+# template that touches a bucket (the code's FETCH, an environment's INSTALL and UPLOAD).
+GS = """\
+gs_cp() {
+  gs_out=$(gcloud storage cp "$1" "$2" < /dev/null 2>&1) || {
+    printf '%s\\n' "$gs_out" | tail -n 2 >&2; return 1
+  }
+}
+"""
+
 # A host fetching the archive. Vars: b, c, done, stage, how ("peer": from a seed with
-# seed_fetch.py, the token on stdin; "gs": gcloud storage cp), url, digest (sha256), fetch
+# seed_fetch.py, the token on stdin; "gs": gs_cp), url, digest (sha256), fetch
 # (seed_fetch.py, which also checks the hash), timeout (s). Says "present" if the code is
 # there; else fetches, refuses an archive whose sha256 is not the digest (exit 3, nothing
 # unpacked), unpacks, says "fetched".
-FETCH = """\
+FETCH = (
+    GS
+    + """\
 set -e
 test -e "$c/$done" && { echo present; exit 0; }
 umask 077
@@ -82,16 +95,13 @@ t=$(mktemp -d "$b"/code/.incoming.XXXXXX)
 trap 'rm -rf "$t"' EXIT
 case $how in
   peer) python3 -c "$fetch" "$url" "$t"/archive "$digest" "$timeout" ;;
-  gs)
-    gcloud storage cp "$url" "$t"/archive < /dev/null > "$t"/log 2>&1 || {
-      tail -n 2 "$t"/log >&2; exit 1
-    }
-    python3 -c "$fetch" - "$t"/archive "$digest" 0 ;;
+  gs) gs_cp "$url" "$t"/archive; python3 -c "$fetch" - "$t"/archive "$digest" 0 ;;
   *) echo "unknown source $how" >&2; exit 2 ;;
 esac
 sh -c "$stage" < "$t"/archive > /dev/null
 echo fetched
 """
+)
 
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "seed": (

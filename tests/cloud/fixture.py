@@ -6,7 +6,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,39 @@ def gcloud_env(config_dir: str, tpu: str, storage: str, secrets: str) -> dict[st
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": f"{tpu}compute/v1/",
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_OSLOGIN": tpu,
     }
+
+
+@contextlib.contextmanager
+def bucket_for_hosts(
+    hosts: Sequence[loopback.FleetHost], root: Path, bucket: str
+) -> Iterator[tuple[FakeGcs, dict[str, str]]]:
+    """fake-gcs-server with ``bucket``; each host's own gcloud config points at it (as a VM's
+    would at Cloud Storage); yields it and the env that points the runner's gcloud there."""
+    gcs = FakeGcs(root / "gcs")
+    gcs.start()
+    made: list[Path] = []
+    try:
+        gcs.create_bucket(bucket)
+        for h in hosts:
+            config = h.home / ".config" / "gcloud"
+            if config.exists():
+                pytest.skip(f"{config} exists: not overwriting it")
+            made.append(config)
+            (config / "configurations").mkdir(parents=True)
+            (config / "active_config").write_text("default")
+            (config / "configurations" / "config_default").write_text(
+                "[core]\nproject = p\ndisable_prompts = true\n[auth]\ndisable_credentials = true\n"
+                f"[api_endpoint_overrides]\nstorage = {gcs.endpoint}\n"
+            )
+            for p in (config.parent, *config.parent.rglob("*")):
+                shutil.chown(p, h.user, h.user)
+        (root / "gcloud").mkdir()
+        dead = "http://127.0.0.1:9/"
+        yield gcs, gcloud_env(str(root / "gcloud"), dead, gcs.endpoint, dead)
+    finally:
+        for config in made:
+            shutil.rmtree(config.parent, ignore_errors=True)
+        gcs.stop()
 
 
 @dataclass
