@@ -585,8 +585,9 @@ def _plan(n: int, sub: loopback.Fleet, args: argparse.Namespace) -> dict[str, tu
 
 @contextlib.contextmanager
 def held(lock: Path | None) -> Iterator[None]:
-    """``flock`` on ``lock`` (the SSH tests' fleet lock) for one trial, if given: others'
-    SSH tests wait while the big fleet is busy, and run between trials."""
+    """``flock`` on ``lock`` (the SSH tests' fleet lock) for one round of trials (every
+    method once), if given: others' SSH tests wait while the big fleet is busy, and run
+    between rounds."""
     if lock is None:
         yield
         return
@@ -611,12 +612,12 @@ def run_size(fleet: loopback.Fleet, n: int, args: argparse.Namespace) -> list[Ro
     trials: dict[str, list[Trial]] = {m: [] for m in plan}
     with tempfile.TemporaryDirectory(prefix="fanout-") as work:
         for k in range(max(count for count, _ in plan.values())):
-            for method, (count, _) in plan.items():
-                if k < count:
-                    with held(args.lock):
+            with held(args.lock):
+                for method, (count, _) in plan.items():
+                    if k < count:
                         t = trial(sub, METHODS[method], Path(work), args.code_kib)
-                    trials[method].append(t)
-                    _show(method, n, t)
+                        trials[method].append(t)
+                        _show(method, n, t)
     return [Row(n, m, tuple(trials[m]), note) for m, (_, note) in plan.items()]
 
 
@@ -651,7 +652,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--lock", type=Path, default=None,
-        help="flock this file during each trial (e.g. /tmp/mh-ssh.lock)",
+        help="flock this file during each round of trials (e.g. /tmp/mh-ssh.lock)",
     )  # fmt: skip
     return p.parse_args(argv)
 
