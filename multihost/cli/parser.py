@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     clean = sub.add_parser("clean", help="remove old finished runs, locally and on their hosts")
     clean.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h")
     add(clean, s.LOG_DIR, s.DRY_RUN.but(help="say what would be removed"))
-    add_job_parser(sub, positive)
+    add_job_parser(sub, positive, add)
     return parser
 
 
