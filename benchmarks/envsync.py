@@ -1,25 +1,31 @@
 """Issue 27: one locked environment on every host vs what people do today.
 
-Same local index (tests/pyindex.py on 127.0.0.1: 12 small wheels and one of 20 MB), same
+Same local index (tests/pyindex.py on 127.0.0.1: 12 small wheels and one of 20 MiB), same
 fleet, one after the other, for each host count:
 
-- ``multihost cold``: ``multihost run`` on hosts without the environment (one host builds it
-  with uv, the runner carries the pack to the others);
+- ``multihost cold (auto)``: ``multihost run`` with the default staging on hosts without the
+  environment (one host builds it with uv; ``auto`` picks how the pack reaches the others);
 - ``multihost cold, --stage-via peer``: the same, the builder serving the pack to the others;
-- ``multihost warm``: the same run again;
+- ``multihost warm`` and ``--no-sync``: the same command on hosts that have the environment,
+  alternating with a ``--no-sync`` run of it (the hosts' own Python), so that what the warm
+  environment phase adds is measured in the same rounds;
 - ``uv sync (every host)``: every host runs ``uv sync --frozen`` at once, each with an empty
   uv cache (uv pre-placed on every host, not timed);
 - ``pip -r (every host)``: every host runs ``pip install -r requirements.txt`` at once into
   its own fresh directory (``--target``, no cache).
 
-Recorded: wall time of the whole ``multihost run`` (median of ``--repeat``), requests to the
-index (simple pages and files), and bytes the runner sent for the environment. Run under
-/tmp/mh-ssh.lock: ``python benchmarks/envsync.py --hosts 8``.
+Recorded: wall time of the whole ``multihost run`` (median of the rounds, and the range),
+requests to the index (simple pages and files, the last round), bytes the runner sent for the
+environment, the load average before and after each host count. Each host count's rows are
+kept in ``--rows`` (a JSON file), so that the grid can be run one host count at a time, each
+under /tmp/mh-ssh.lock: ``python benchmarks/envsync.py --hosts 8``, ``... --hosts 64``, then
+``python benchmarks/envsync.py --write`` (no ``--hosts``: the table from the kept rows).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -27,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,17 +47,28 @@ from tests import fleet as loopback
 from tests.pyindex import Index
 
 SMALL = 12
-NOTES = (
-    "Read: one index request per file however many hosts (13 at 8 and at 32; every-host "
-    "uv and pip: 13 per host). With --stage-via peer the runner sends only uv (37 MiB, to"
-    " a builder without one) instead of the 20 MiB pack per host. On this loopback "
-    "machine the index costs nothing and the 2 cores are shared by every host, so wall "
-    "times are noisy (every-host uv sync at 32 hosts took 6.8 s in an earlier run of the "
-    "same script, 13.2 s here). Cold at 32 hosts: 6.5 s vs 13.1 s for every-host pip "
-    "(0.49x; 0.58x in the earlier run: the half-time target is at the edge here). Warm: "
-    "nothing built, nothing sent, no index request; every host checks its manifest; what "
-    "that adds over a --no-sync run was not measured separately. 64 hosts: not run.",
-)
+ROWS = Path(tempfile.gettempdir()) / "multihost-envsync-rows.json"
+# The command of every multihost row: it runs with the environment and without (--no-sync).
+COMMAND = "python3 -c pass"
+CHECK = "python3 -c 'import big, small0'"  # once after each cold run: the environment works
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method at one host count."""
+
+    hosts: int
+    method: str
+    walls: tuple[float, ...]
+    pages: int
+    files: int
+    sent: str
+    via: str = ""
+    load: tuple[float, float] = (0.0, 0.0)  # 1-min load average before and after the count
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(self.walls)
 
 
 def _index(root: Path) -> Index:
@@ -111,17 +130,30 @@ def _run(
     return wall, said
 
 
-def _sent(said: str) -> str:
+def _part(said: str, prefix: str) -> str:
     for part in said.split("; "):
-        if part.startswith("the runner sent"):
-            return part.removeprefix("the runner sent ")
-    return "0"
+        if prefix in part:
+            return part.split(prefix, 1)[1]
+    return ""
 
 
-def bench(n: int, repeat: int, work: Path) -> list[tuple[str, float, int, int, str]]:
+def _sent(said: str) -> str:
+    return _part(said, "the runner sent ") or "0"
+
+
+def _via(said: str, asked: str) -> str:
+    """How the pack went: what auto chose (the note says it), else what was asked."""
+    chose = _part(said, " via ")
+    return chose.split(" (", 1)[0] if chose else asked
+
+
+def bench(n: int, rounds: int, warm_rounds: int, work: Path) -> list[Row]:
     fleet = loopback.load()
+    if len(fleet.hosts) < n:
+        raise SystemExit(f"the fleet has {len(fleet.hosts)} hosts: fleet.py up {n} first")
     idx = _index(work / "index")
-    rows: list[tuple[str, float, int, int, str]] = []
+    load0 = os.getloadavg()[0]
+    out: list[tuple[str, list[float], int, int, str, str]] = []
     with idx.serving():
         proj = _project(work / "proj", idx)
         logs = work / "logs"
@@ -130,93 +162,147 @@ def bench(n: int, repeat: int, work: Path) -> list[tuple[str, float, int, int, s
             pages = sum(c for p, c in idx.hits.items() if p.startswith("/simple/"))
             return pages, idx.downloads()
 
-        walls, sent = [], ""
-        for _ in range(repeat):
-            _clear(fleet, n, "envs", "uv-cache", "bin")
-            idx.hits.clear()
-            wall, said = _run(fleet, n, proj, "python -c 'import big, small0'", logs)
-            walls.append(wall)
-            sent = _sent(said)
-        pages, files = requests()
-        rows.append(("multihost cold", statistics.median(walls), pages, files, sent))
-        walls = []
-        for _ in range(repeat):
-            _clear(fleet, n, "envs", "uv-cache", "bin")
-            idx.hits.clear()
-            wall, said = _run(fleet, n, proj, "python -c 'import big, small0'", logs,
-                              stage_via="peer")  # fmt: skip
-            walls.append(wall)
-            sent = _sent(said)
-        pages, files = requests()
-        rows.append(("multihost cold, --stage-via peer", statistics.median(walls), pages, files,
-                     sent))  # fmt: skip
-        walls = []
+        def cold(asked: str, **kw: object) -> None:
+            walls, sent, via = [], "", ""
+            for _ in range(rounds):
+                _clear(fleet, n, "envs", "uv-cache", "bin")
+                idx.hits.clear()
+                wall, said = _run(fleet, n, proj, COMMAND, logs, **kw)
+                walls.append(wall)
+                sent, via = _sent(said), _via(said, asked)
+                pages, files = requests()
+                _run(fleet, n, proj, CHECK, logs)  # the environment works everywhere
+            out.append((f"multihost cold ({asked})", walls, pages, files, sent, via))
+
+        cold("auto")
+        cold("peer", stage_via="peer")
+        warm: list[float] = []
+        bare: list[float] = []
         idx.hits.clear()
-        for _ in range(repeat):
-            wall, said = _run(fleet, n, proj, "python -c 'import big, small0'", logs)
-            walls.append(wall)
+        said = ""
+        for _ in range(warm_rounds):  # alternating, so that both see the same load
+            wall, said = _run(fleet, n, proj, COMMAND, logs)
+            warm.append(wall)
+            bare.append(_run(fleet, n, proj, COMMAND, logs, no_sync=True)[0])
         pages, files = requests()
-        rows.append(("multihost warm", statistics.median(walls), pages // repeat,
-                     files // repeat, _sent(said)))  # fmt: skip
-        walls = []
-        for _ in range(repeat):
+        out.append(("multihost warm", warm, pages, files, _sent(said), ""))
+        out.append(("multihost --no-sync", bare, 0, 0, "0", ""))
+
+        def every_host(method: str, prepare: Callable[[], None], cmd: str) -> None:
+            walls = []
+            for _ in range(rounds):
+                prepare()
+                idx.hits.clear()
+                walls.append(_run(fleet, n, proj, cmd, logs, no_sync=True)[0])
+            pages, files = requests()
+            out.append((method, walls, pages, files, "0", ""))
+
+        def fresh_uv() -> None:
             _clear(fleet, n, "envs", "uv-cache", "bench-venv")
             _place_uv(fleet, n)
-            idx.hits.clear()
-            cmd = ('UV_CACHE_DIR=$HOME/.multihost/uv-cache UV_PYTHON_DOWNLOADS=never '
-                   'UV_PROJECT_ENVIRONMENT=$HOME/bench-venv UV_LINK_MODE=copy '
-                   '$HOME/.multihost/bin/uv sync -q --frozen --no-install-project')  # fmt: skip
-            wall, _ = _run(fleet, n, proj, cmd, logs, no_sync=True)
-            walls.append(wall)
-        pages, files = requests()
-        rows.append(("uv sync --frozen (every host)", statistics.median(walls), pages, files, "0"))
-        walls = []
-        for _ in range(repeat):
-            _clear(fleet, n, "bench-pip")
-            idx.hits.clear()
-            cmd = (
-                f"python3 -m pip install -q --no-cache-dir --disable-pip-version-check "
-                f"--index-url {idx.url} --target $HOME/bench-pip -r requirements.txt"
-            )
-            wall, _ = _run(fleet, n, proj, cmd, logs, no_sync=True)
-            walls.append(wall)
-        pages, files = requests()
-        rows.append(("pip install -r (every host)", statistics.median(walls), pages, files, "0"))
+
+        every_host("uv sync --frozen (every host)", fresh_uv,
+                   "UV_CACHE_DIR=$HOME/.multihost/uv-cache UV_PYTHON_DOWNLOADS=never "
+                   "UV_PROJECT_ENVIRONMENT=$HOME/bench-venv UV_LINK_MODE=copy "
+                   "$HOME/.multihost/bin/uv sync -q --frozen --no-install-project")  # fmt: skip
+        pip = ("python3 -m pip install -q --no-cache-dir --disable-pip-version-check "
+               f"--index-url {idx.url} --target $HOME/bench-pip -r requirements.txt")  # fmt: skip
+        every_host("pip install -r (every host)", lambda: _clear(fleet, n, "bench-pip"), pip)
         _clear(fleet, n, "bench-pip", "bench-venv")
+    load = (load0, os.getloadavg()[0])
+    return [Row(n, m, tuple(w), p, f, s, v, load) for m, w, p, f, s, v in out]
+
+
+def _kept(path: Path) -> list[Row]:
+    if not path.exists():
+        return []
+    rows = []
+    for r in json.loads(path.read_text()):
+        r["walls"], r["load"] = tuple(r["walls"]), tuple(r["load"])
+        rows.append(Row(**r))
     return rows
+
+
+def _ratio(rows: list[Row], n: int, a: str, b: str) -> float | None:
+    got = {r.method: r.wall for r in rows if r.hosts == n}
+    return got[a] / got[b] if a in got and b in got else None
+
+
+def _paired(rows: list[Row], n: int) -> float | None:
+    """Median over rounds of (warm - no-sync), each pair run back to back."""
+    got = {r.method: r.walls for r in rows if r.hosts == n}
+    if "multihost warm" not in got:
+        return None
+    pairs = zip(got["multihost warm"], got["multihost --no-sync"], strict=True)
+    return statistics.median(w - b for w, b in pairs)
+
+
+def table(rows: list[Row], notes: str) -> str:
+    counts = sorted({r.hosts for r in rows})
+    lines = []
+    for r in sorted(rows, key=lambda r: r.hosts):
+        spread = f"{min(r.walls):.2f}–{max(r.walls):.2f}"
+        lines.append(f"| {r.hosts} | {r.method} | {r.wall:.2f} | {spread} | {len(r.walls)} | "
+                     f"{r.pages} | {r.files} | {r.sent} | {r.via} |")  # fmt: skip
+    derived = []
+    for n in counts:
+        cold = _ratio(rows, n, "multihost cold (auto)", "pip install -r (every host)")
+        peer = _ratio(rows, n, "multihost cold (peer)", "pip install -r (every host)")
+        uv = _ratio(rows, n, "multihost cold (auto)", "uv sync --frozen (every host)")
+        add = _paired(rows, n)
+        load = next(r.load for r in rows if r.hosts == n)
+        parts = [f"{n} hosts: load {load[0]:.1f} → {load[1]:.1f}"]
+        if cold is not None and peer is not None:
+            parts.append(f"cold/pip {cold:.2f}× (auto), {peer:.2f}× (peer)")
+        if uv is not None:
+            parts.append(f"cold/every-host uv {uv:.2f}×")
+        if add is not None:
+            parts.append(f"warm − no-sync {add:+.2f} s (median of paired rounds)")
+        derived.append("- " + "; ".join(parts))
+    begin, end = markers("envsync")
+    return "\n".join([
+        begin,
+        "## One environment on every host (issue 27): `benchmarks/envsync.py`",
+        "",
+        "13 wheels (12 small, one of 20 MiB) on a local index (127.0.0.1); the real sshd "
+        "fleet on loopback (2 cores, shared by every host and by other work). Wall: the whole "
+        f"`multihost run` of `{COMMAND}`, median and range of the rounds. Index pages/files: "
+        "requests in one run (the last round; every cold round starts with no environment, no "
+        "uv cache and no uv on any host). Warm and `--no-sync` rounds alternate, back to back.",
+        "",
+        notes,
+        "",
+        *derived,
+        "",
+        "| hosts | method | wall s (median) | range s | rounds | index pages | index files "
+        "| runner sent (env) | pack via |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *lines,
+        end,
+    ])  # fmt: skip
+
+
+NOTES = "Read: (written after the run)."
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hosts", type=int, nargs="+", default=[8])
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hosts", type=int, nargs="*", default=[], help="host counts to run")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of each cold/every-host row")
+    ap.add_argument("--warm-repeat", type=int, default=7, help="warm/--no-sync pairs")
+    ap.add_argument("--rows", type=Path, default=ROWS, help="where each count's rows are kept")
     ap.add_argument("--write", action="store_true", help="write the table into RESULTS.md")
     args = ap.parse_args()
-    load = os.getloadavg()[0]
-    lines = []
+    rows = _kept(args.rows)
     for n in args.hosts:
         with tempfile.TemporaryDirectory() as d:
-            rows = bench(n, args.repeat, Path(d))
-        for name, wall, pages, files, sent in rows:
-            lines.append(f"| {n} | {name} | {wall:.2f} | {pages} | {files} | {sent} |")
-            print(lines[-1], flush=True)
-    begin, end = markers("envsync")
-    block = "\n".join([
-        begin,
-        "## One environment on every host (issue 27): `benchmarks/envsync.py`",
-        "",
-        f"13 wheels (12 small, one of 20 MiB) on a local index; median of {args.repeat} "
-        f"runs each; load average {load:.1f} at the start (2 cores, shared). Requests: "
-        "simple pages and files asked of the index in one run (the last repeat; every cold "
-        "repeat starts with no environment and no uv cache on any host).",
-        "",
-        " ".join(NOTES),
-        "",
-        "| hosts | method | wall s | index pages | index files | runner sent (env) |",
-        "|---|---|---|---|---|---|",
-        *lines,
-        end,
-    ])  # fmt: skip
+            new = bench(n, args.repeat, args.warm_repeat, Path(d))
+        rows = [r for r in rows if r.hosts != n] + new
+        args.rows.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        for r in new:
+            print(f"{n} {r.method}: {r.wall:.2f} s {r.walls} pages {r.pages} files {r.files} "
+                  f"sent {r.sent} {r.via} load {r.load}", flush=True)  # fmt: skip
+    block = table(rows, NOTES)
     if args.write:
         write_section("envsync", block)
     print(block)
