@@ -5,12 +5,17 @@ what it returned (or raised).
 runs ``python _multihost_call.py`` on every host through the normal pipeline (same env as
 ``run``), and each host writes its outcome to ``call.out`` in its run dir, which is fetched
 afterwards over the same transport (so memory is one return value per host, not the log).
+When the caller's uv project (``uv_project=``, else found from the current directory as
+``uv run`` finds it) has a ``uv.lock``, its ``pyproject.toml`` and ``uv.lock`` are staged with
+the function and it runs inside that locked environment, as ``run`` does (``no_sync=True``:
+not).
 """
 
 from __future__ import annotations
 
 import pickle
 import shlex
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, replace
@@ -19,7 +24,7 @@ from typing import Any
 
 from multihost.bridge import blocking, ctrl_c
 from multihost.core import Run
-from multihost.errors import RemoteCallError
+from multihost.errors import RemoteCallError, SettingError
 from multihost.fanout import on_every_host
 from multihost.keywords import check_options, events_of, plan_run
 from multihost.model import Host
@@ -57,9 +62,11 @@ if here != tuple(meta["python"]):
 try:
     import cloudpickle
 except ImportError:
-    finish({"error": "cloudpickle is not installed for %s on this host "
-            "(pip install cloudpickle, or multihost[payloads])" % sys.executable,
-            "traceback": ""}, 3)
+    fix = ("it runs in your project's locked environment: `uv add cloudpickle` there, or "
+           "call(..., no_sync=True)") if os.environ.get("MULTIHOST_ENV") else (
+           "pip install cloudpickle, or multihost[payloads]")
+    finish({"error": "cloudpickle is not installed for %s on this host (%s)"
+            % (sys.executable, fix), "traceback": ""}, 3)
 try:
     fn, args, kwargs = cloudpickle.loads(meta["call"])
 except ImportError as exc:
@@ -101,6 +108,7 @@ def call(
     timeout: float | None = None,
     python: str | None = None,
     kwargs: dict[str, Any] | None = None,
+    uv_project: str | Path | None = None,
     **options: Any,
 ) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` on every host (JAX env set, prints streamed with host
@@ -109,9 +117,12 @@ def call(
     If any host raised, a :class:`RemoteCallError` names the first failing one with its remote
     traceback; its ``.results`` holds every host's :class:`CallResult`. The hosts need
     cloudpickle and the same Python minor version (``python=``, default ``python3``; for
-    ``local=`` fleets this interpreter). Other keywords: as :func:`multihost.run`.
+    ``local=`` fleets this interpreter; in a locked environment, its ``python``).
+    ``uv_project``: the uv project whose locked environment ``fn`` runs in (default: the
+    nearest directory from the current one up with a ``pyproject.toml``; none without a
+    ``uv.lock``; ``no_sync=True``: none). Other keywords: as :func:`multihost.run`.
     """
-    check_options("call", options, ("kwargs", "python"))
+    check_options("call", options, ("kwargs", "python", "uv_project"))
     if options.get("detach"):
         raise ValueError("call() waits for its values: detach=True is not possible")
     if "script_dir" in options:
@@ -129,13 +140,15 @@ def call(
         code = Path(tmp)
         (code / SCRIPT).write_text(RUNNER)
         (code / PAYLOAD).write_bytes(pickle.dumps(payload, protocol=4))
+        project = _stage_project(code, uv_project, options)
         plan = plan_run(
             "",
             {"run_name": f"call-{default_run_name()}", **options, **fleet_kw,
-             "script_dir": code, "timeout": timeout},
+             "script_dir": code, "timeout": timeout, "lock_dir": project},
             "call",
         )  # fmt: skip
-        interpreter = python or (sys.executable if plan.fleet.local else "python3")
+        default = sys.executable if plan.fleet.local else "python3"
+        interpreter = python or ("python" if plan.options.environment else default)
         job = replace(plan.job, command=f"{shlex.quote(interpreter)} {SCRIPT}")
         plan = replace(plan, job=job)
         runner = Run(plan.fleet, plan.job, plan.options, events_of(options))
@@ -152,6 +165,27 @@ def call(
         first = _first_failure(run_result, failed)
         raise RemoteCallError(first.host, _message(first), tuple(outcomes), run_result)
     return [o.value for o in outcomes]
+
+
+def _stage_project(code: Path, given: str | Path | None, options: dict[str, Any]) -> Path | None:
+    """The caller's uv project, its ``pyproject.toml`` and ``uv.lock`` copied into ``code``
+    (the hosts build the environment from them); None when there is none to use: no lock,
+    ``no_sync=True``, or a ``requirements=`` file and no ``uv_project=``."""
+    if options.get("no_sync") or (given is None and options.get("requirements") is not None):
+        return None
+    if given is not None:
+        root = Path(given).expanduser()
+        if not (root / "pyproject.toml").is_file() or not (root / "uv.lock").is_file():
+            raise SettingError(f"uv_project={str(given)!r}: no pyproject.toml and uv.lock there")
+    else:
+        here = Path.cwd()
+        found = next((d for d in (here, *here.parents) if (d / "pyproject.toml").is_file()), None)
+        if found is None or not (found / "uv.lock").is_file():
+            return None
+        root = found
+    for name in ("pyproject.toml", "uv.lock"):
+        shutil.copyfile(root / name, code / name)
+    return root
 
 
 async def fetch(result: RunResult, plan: Plan) -> list[CallResult]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -300,3 +301,122 @@ def test_cli_unpinned_requirement_exit_2(home: Path, pinned: tuple[Path, Path, I
     assert "started" not in out.stdout
     assert not idx.hits
     assert not (home / "multihost-logs").exists()
+
+
+# -- the same for sweep trials and call (item 1) -----------------------------------------------
+def _wheel_of_installed(idx: Index, name: str) -> None:
+    """A wheel of an installed pure-python package, served by ``idx`` (for call: cloudpickle)."""
+    import importlib
+    from importlib import metadata
+
+    package = Path(importlib.import_module(name).__file__ or "").parent
+    files = {f"{name}/{p.relative_to(package)}": p.read_bytes() for p in package.rglob("*.py")}
+    idx.add(name, metadata.version(name), files)
+
+
+@pytest.fixture
+def call_project(tmp_path: Path) -> Iterator[tuple[Path, Index]]:
+    """A uv project locking tinya and cloudpickle (what call's runner needs), and a script."""
+    idx = Index(tmp_path / "index")
+    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"})
+    _wheel_of_installed(idx, "cloudpickle")
+    with idx.serving():
+        root = tmp_path / "proj"
+        root.mkdir()
+        (root / "pyproject.toml").write_text(
+            '[project]\nname = "demo"\nversion = "0.1"\nrequires-python = ">=3.9"\n'
+            'dependencies = ["tinya", "cloudpickle"]\n[dependency-groups]\ng = []\n'
+            "[tool.uv]\npackage = false\n"
+            f'[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
+        )
+        (root / "main.py").write_text(
+            "import json, os, sys, tinya\n"
+            "print('MULTIHOST_RESULT ' + json.dumps({'x': int(sys.argv[1]) * tinya.X, "
+            "'venv': os.environ.get('VIRTUAL_ENV', '')}))\n"
+        )
+        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
+        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+        idx.hits.clear()
+        yield root, idx
+
+
+def _in_env(prefix: str, home: Path) -> bool:
+    """``prefix`` is a locked environment under a worker's multihost dir in ``home``."""
+    return Path(prefix).parent.name == "envs" and Path(prefix).is_relative_to(home)
+
+
+def test_sweep_trials_run_in_the_locked_environment(
+    home: Path, call_project: tuple[Path, Index]
+) -> None:
+    root, idx = call_project
+    notes: list[str] = []
+    kw = {"metric": "x", "local": 2, "script_dir": root, "log_dir": home / "logs",
+          "on_record": lambda _r: None,
+          "on_event": lambda e: notes.append(e.text) if isinstance(e, Note) else None}  # fmt: skip
+    res = multihost.run_sweep("python main.py {n}", {"n": [1, 2]}, **kw)
+    assert res.ok, res
+    assert [r.result["x"] for r in res.records] == [1, 2]
+    assert all(_in_env(r.result["venv"], home) for r in res.records)  # every trial inside
+    said = [n for n in notes if n.startswith("environment from uv.lock")]
+    assert len(said) == 2
+    assert "; built on s0/w0 (" in said[0]
+    assert said[1].endswith("present on 2 host(s)")  # the second trial: warm
+    assert idx.downloads() == len(idx.files())  # built once for the whole sweep
+    idx.hits.clear()
+    res = multihost.run_sweep("python main.py {n}", {"n": [3]}, no_sync=True, **kw)
+    assert not res.ok  # the hosts' own Python has no tinya
+    logs = (home / "logs" / res.name / "n3").glob("*.log")
+    assert any("No module named 'tinya'" in p.read_text() for p in logs)
+    assert not idx.hits
+
+
+def test_cli_sweep_takes_the_environment_flags(
+    home: Path, call_project: tuple[Path, Index]
+) -> None:
+    root, idx = call_project
+    base = ["sweep", "--local", "1", "--script-dir", str(root), "--log-dir", str(home / "logs"),
+            "--metric", "x", "--cmd", "python main.py {n}", "--grid", "n=2"]  # fmt: skip
+    out = cli([*base, "--run-name", "s1"], HOME=str(home))
+    assert out.returncode == 0, out.stderr
+    record = json.loads((home / "logs" / "s1" / "results.jsonl").read_text().splitlines()[0])
+    assert _in_env(record["venv"], home)
+    assert "multihost: environment from uv.lock (no jax in it): key " in out.stderr
+    out = cli([*base, "--run-name", "s2", "--no-dev", "--group", "g"], HOME=str(home))
+    assert out.returncode == 0, out.stderr  # a new selection: a new key, its own environment
+    record = json.loads((home / "logs" / "s2" / "results.jsonl").read_text().splitlines()[0])
+    assert _in_env(record["venv"], home)
+    first = json.loads((home / "logs" / "s1" / "results.jsonl").read_text())
+    assert record["venv"] != first["venv"]
+    assert "--group g --no-dev --script-dir" in out.stdout  # the reproduce line keeps them
+    idx.hits.clear()
+    out = cli([*base, "--run-name", "s3", "--no-sync"], HOME=str(home))
+    assert out.returncode == 1  # the hosts' own Python has no tinya
+    assert "environment from" not in out.stderr
+    assert not idx.hits
+
+
+def test_call_runs_in_the_callers_locked_environment(
+    home: Path, call_project: tuple[Path, Index], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, idx = call_project
+
+    def _where() -> tuple[str, int]:  # nested: cloudpickle sends it by value
+        import sys
+
+        import tinya  # type: ignore[import-not-found]
+
+        return sys.prefix, tinya.X
+
+    got = multihost.call(_where, local=2, uv_project=root, log_dir=home / "logs", stream="none")
+    assert [x for _, x in got] == [1, 1]
+    assert all(_in_env(prefix, home) for prefix, _ in got)
+    assert idx.downloads() == len(idx.files())
+    (sub := root / "notebooks").mkdir()
+    monkeypatch.chdir(sub)  # the project found from here up, as uv run finds it
+    idx.hits.clear()
+    assert multihost.call(_where, local=1, log_dir=home / "logs", stream="none") == got[:1]
+    assert not idx.hits  # warm
+    with pytest.raises(multihost.RemoteCallError, match="No module named 'tinya'"):
+        multihost.call(_where, local=1, log_dir=home / "logs", stream="none", no_sync=True)
+    with pytest.raises(SettingError, match=r"no pyproject\.toml and uv\.lock there"):
+        multihost.call(_where, local=1, uv_project=home, log_dir=home / "logs")

@@ -183,6 +183,32 @@ def test_failing_build(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) 
     shutil.rmtree(tmp_path / "logs", ignore_errors=True)
 
 
+def test_sweep_trials_share_one_build(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    proj = _project(tmp_path / "proj", index)
+    (proj / "main.py").write_text(
+        "import json, os, sys, tinya, tinyb\n"
+        "print('MULTIHOST_RESULT ' + json.dumps({'x': int(sys.argv[1]) * tinyb.Y, "
+        "'inside': sys.prefix == os.environ['VIRTUAL_ENV']}))\n"
+    )
+    notes: list[str] = []
+    res = multihost.run_sweep(
+        "python main.py {n}", {"n": [1, 2]}, metric="x", hosts=HOSTS,
+        ssh_config=ssh_fleet.ssh_config, script_dir=proj, log_dir=tmp_path / "logs",
+        on_record=lambda _r: None,
+        on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None,
+    )  # fmt: skip
+    assert res.ok, res
+    assert [(r.result["x"], r.result["inside"]) for r in res.records] == [(2, True), (4, True)]
+    downloads = {p: n for p, n in index.hits.items() if p.startswith("/files/")}
+    assert downloads == dict.fromkeys(index.files(), 1)  # one build for the whole sweep
+    said = [n for n in notes if n.startswith("environment from uv.lock")]
+    assert "; built on s0/w0 (" in said[0]
+    assert said[1].endswith(f"present on {N} host(s)")
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
 # -- --setup CMD (item 11) ---------------------------------------------------------------------
 def test_setup_runs_once_then_skips_then_reruns(
     ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path

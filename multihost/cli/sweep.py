@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -13,7 +14,7 @@ from multihost.cli import report, terminal
 from multihost.cli.wiring import plan_args, raise_nofile_limit, signals
 from multihost.errors import UsageError
 from multihost.plan import check_run_name
-from multihost.runstate import default_run_name
+from multihost.runstate import Event, Note, default_run_name
 from multihost.sweep.grid import (
     Where,
     check_template,
@@ -54,17 +55,45 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
 
 
 def reproduce(args: argparse.Namespace, command: str) -> str:
-    """The ``multihost run`` line that runs one point again."""
+    """The ``multihost run`` line that runs one point again (in the same environment)."""
     parts = ["multihost", "run"]
-    for flag in ("hosts", "local", "prefix", "project", "zone", "ssh_config", "user"):
-        value = getattr(args, flag)
+    for flag in ("hosts", "local", "prefix", "project", "zone", "ssh_config", "user",
+                 "requirements"):  # fmt: skip
+        value = getattr(args, flag, None)
         if value is not None:
             parts += [f"--{flag.replace('_', '-')}", str(value)]
-    for item in args.env:
-        parts += ["--env", item]
+    for flag in ("env", "extra", "group"):
+        for item in getattr(args, flag, None) or ():
+            parts += [f"--{flag}", item]
+    parts += [f"--{f.replace('_', '-')}" for f in ("all_extras", "no_dev", "no_sync")
+              if getattr(args, f, False)]  # fmt: skip
     if args.script_dir != Path("."):
         parts += ["--script-dir", str(args.script_dir)]
     return shlex.join([*parts, "--cmd", command])
+
+
+def trial_notes(err: Console) -> Callable[[Event], None]:
+    """What a sweep's trials say beyond their record lines: warnings (a failing host is in its
+    record line), and the locked environment's line the first time and whenever a trial built
+    or installed it."""
+    first = True
+
+    def on_event(event: Event) -> None:
+        nonlocal first
+        if not isinstance(event, Note) or event.level == "error":
+            return
+        if event.level != "info":
+            err.print(terminal.warning(event.text))
+        elif event.text.startswith("environment from ") and (first or not _warm(event.text)):
+            first = False
+            err.print(f"multihost: {event.text}", style="dim", markup=False, highlight=False)
+
+    return on_event
+
+
+def _warm(text: str) -> bool:
+    """An environment line that says only that every host had it."""
+    return "built on" not in text and "installed on" not in text
 
 
 def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
@@ -78,7 +107,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
         done += 1
         err.print(report.record_line(done, total, record, spec.metric))
 
-    sweep = Sweep(run.fleet, spec, run.job, run.options, on_record)
+    sweep = Sweep(run.fleet, spec, run.job, run.options, on_record, trial_notes(err))
     groups = len(sweep.groups)
     todo = total = len(sweep.todo())
     err.print(

@@ -76,9 +76,12 @@ def request(
     no_dev: bool = False,
     requirements: Path | None = None,
     lock_excluded: bool = False,
+    lock_dir: Path | None = None,
 ) -> EnvRequest | None:
     """The environment a run in ``script_dir`` needs, or None (no uv project, ``--no-sync``).
-    ``lock_excluded``: ``--exclude`` leaves ``uv.lock`` out of the staged code."""
+    ``lock_excluded``: ``--exclude`` leaves ``uv.lock`` out of the staged code; ``lock_dir``:
+    the project the staged ``pyproject.toml`` and ``uv.lock`` were copied from (``call``),
+    where the lock is checked against its sources."""
     for name in (*extras, *groups):
         if not _NAME.match(name):
             raise SettingError(f"bad extra or group name {name!r}")
@@ -94,7 +97,7 @@ def request(
         if selection != Selection():
             raise UsageError(f"--extra/--group need a uv.lock in {script_dir}: run `uv lock`")
         return None
-    check_lock(script_dir)
+    check_lock(lock_dir or script_dir)
     data = lock.read_bytes()
     digest = hashlib.sha256(data + "\0".join(selection.flags()).encode()).hexdigest()
     try:
