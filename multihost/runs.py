@@ -12,6 +12,7 @@ from typing import Any
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, on_every_host
+from multihost.fleetops.envs import EnvStore, store_on
 from multihost.model import Host, State
 from multihost.plan import Paths, clean_command, status_command
 from multihost.record import (
@@ -23,6 +24,7 @@ from multihost.record import (
     watch_lock,
     write_record,
 )
+from multihost.result import size
 from multihost.runstate import RunOptions
 from multihost.stream import classify, fetch_rest, parse_exit
 from multihost.transport import Connection, HostKeyPolicy, SSHOptions
@@ -179,25 +181,40 @@ def parse_age(text: str) -> float:
 async def clean(
     log_dir: Path, older_than: float, ssh: SSHOptions | None, *, dry_run: bool = False
 ) -> list[str]:
-    """Remove finished runs older than ``older_than`` s, on the hosts and locally; says what."""
+    """Remove finished runs older than ``older_than`` s, on the hosts and locally, then on those
+    hosts the staged code and the environments that no remaining run uses and that were last
+    used longer ago than that (``multihost.fleetops.envs``); says what. ``dry_run``: asks the
+    hosts which environments would go, removes nothing."""
     said: list[str] = []
     now = time.time()
+    gone: dict[tuple[str, str], list[str]] = {}  # (host, base) -> runs removed there so far
     for name, record in all_runs(log_dir):
         age = now - (record.updated or now)
         if age < older_than or record.state == "running":
             continue
         paths = record_paths(record)
+        options = ssh or options_from_record(record, log_dir).ssh
         if dry_run:
             said.append(f"would remove {name} ({age / 86400:.1f} days old)")
+
+            async def ask(
+                conn: Connection, paths: dict[int, Paths] = paths, run: str = record.job.run_name
+            ) -> EnvStore:
+                base = paths[conn.host.process_id].base
+                removed = gone.setdefault((conn.host.target, base), [])
+                removed.append(run)
+                return await store_on(conn, base, "dry", older_than, removed)
+
+            said += _env_lines(await on_every_host(record.fleet, options, ask), dry=True)
             continue
 
-        async def rm(conn: Connection, paths: dict[int, Paths] = paths) -> int:
+        async def rm(conn: Connection, paths: dict[int, Paths] = paths) -> tuple[int, EnvStore]:
             res = await conn.run(clean_command(paths[conn.host.process_id], older_than))
             if res.exit_status != 0:
                 raise RemoteError(conn.host, res.stderr.decode(errors="replace").strip())
-            return len(res.stdout.split())
+            pruned = await store_on(conn, paths[conn.host.process_id].base, "prune", older_than)
+            return len(res.stdout.split()), pruned
 
-        options = ssh or options_from_record(record, log_dir).ssh
         outcomes = await on_every_host(record.fleet, options, rm)
         failed = [o for o in outcomes if not o.ok]
         if failed:
@@ -206,9 +223,36 @@ async def clean(
             continue
         shutil.rmtree(log_dir / name)
         said.append(f"removed {name} ({age / 86400:.1f} days old) locally and on its hosts")
-        if pruned := sum(o.value or 0 for o in outcomes):
+        if pruned := sum(o.value[0] for o in outcomes if o.value):
             said.append(f"  and {pruned} staged code dir(s) no remaining run on those hosts uses")
+        stores = [Outcome(o.host, o.value[1]) for o in outcomes if o.value]
+        said += _env_lines(stores, dry=False)
     return said
+
+
+def _env_lines(stores: list[Outcome[EnvStore]], *, dry: bool) -> list[str]:
+    """What a prune removed (or would remove), per environment across the hosts."""
+    lines: list[str] = []
+    per_key: dict[str, list[int]] = {}
+    for o in stores:
+        if o.value is None:
+            continue
+        held = {e.key: e.bytes for e in o.value.envs}
+        for key in o.value.removed:
+            per_key.setdefault(key, []).append(held.get(key, 0))
+    if dry:
+        for key, sizes in sorted(per_key.items()):
+            lines.append(f"  and environment {key[:12]} ({size(sum(sizes))}) on "
+                         f"{len(sizes)} host(s): no remaining run uses it")  # fmt: skip
+        if failed := [o for o in stores if o.error is not None]:
+            why = failed[0].error.message if failed[0].error else "?"
+            lines.append(f"  (could not ask {len(failed)} host(s) about environments: {why})")
+    elif per_key:
+        total = sum(sum(v) for v in per_key.values())
+        hosts = sum(1 for o in stores if o.value is not None and o.value.removed)
+        lines.append(f"  and {len(per_key)} environment(s) no remaining run on those hosts uses "
+                     f"({size(total)} on {hosts} host(s))")  # fmt: skip
+    return lines
 
 
 def mark_states(run_dir: Path, record: RunRecord, statuses: list[Outcome[HostStatus]]) -> None:

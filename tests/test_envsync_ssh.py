@@ -5,6 +5,7 @@ and no uv of their own (the runner's is shipped to the builder)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from multihost.errors import UsageError
 from multihost.result import RunResult
 from multihost.runstate import Note
 from tests import fleet as loopback
-from tests.clitools import no_processes
+from tests.clitools import cli, no_processes
 from tests.cloud.fixture import bucket_for_hosts
 from tests.helpers import wait_for
 from tests.pyindex import Index
@@ -361,4 +362,71 @@ def test_bucket_the_builder_uploads_once_the_others_download(
         assert "uploaded" not in said
         assert any("is already in gs://mh-env/pre: nothing to upload" in n for n in notes)
         assert len(gcs.objects("mh-env", f"pre/multihost/envs/{key}/")) == 1
+
+
+# -- what hosts hold, and clean (item 9) -------------------------------------------------------
+def _on_disk(env: Path) -> int:
+    return sum(f.stat().st_size for f in env.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def test_envs_lists_and_clean_removes_the_unused_keeps_the_running(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    base = ".multihost-envtest"  # its own base on the hosts: clean touches nothing else there
+    first = _project(tmp_path / "first", index)
+    second = _project(tmp_path / "second", index)
+    text = (second / "pyproject.toml").read_text()
+    (second / "pyproject.toml").write_text(text.replace('["tinya"]', '["tinyb"]'))
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
+    subprocess.run(["uv", "lock", "-q"], cwd=second, env=env, check=True, timeout=60)
+    homes = [ssh_fleet.hosts[i].home / base for i in range(N)]
+
+    def keys(i: int) -> set[str]:
+        d = homes[i] / "envs"
+        return {p.name for p in d.iterdir() if p.is_dir() and len(p.name) == 32}
+
+    reach = ["--hosts", HOSTS, "--ssh-config", str(ssh_fleet.ssh_config), "--remote-dir",
+             f"~/{base}"]  # fmt: skip
+    try:
+        res, _, _ = _run(ssh_fleet, first, tmp_path, cmd="true", run_name="old",
+                         remote_dir=f"~/{base}")  # fmt: skip
+        assert res.ok, res
+        (old_key,) = keys(0)
+        started = cli(["run", *reach, "--script-dir", str(second), "--log-dir", str(logs),
+                       "--run-name", "live", "--detach", "--cmd", "sleep 300"])  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        (live_key,) = keys(0) - {old_key}
+        listed = cli(["envs", *reach, "--json"])
+        assert listed.returncode == 0, listed.stderr
+        rows = json.loads(listed.stdout)
+        for i in range(N):
+            mine = {r["key"]: r for r in rows if r["host"] == f"s0/w{i}"}
+            held = homes[i] / "envs"
+            assert {old_key, live_key} <= set(mine)
+            for key, run, running in ((old_key, "old", []), (live_key, "live", ["live"])):
+                assert mine[key]["state"] == "complete"
+                assert mine[key]["runs"] == [run]
+                assert mine[key]["running"] == running
+                assert mine[key]["size"] == _on_disk(held / key)
+                assert mine[key]["packed"] == (held / f"{key}.tar.gz").stat().st_size
+        clean = ["clean", "--older-than", "0s", "--log-dir", str(tmp_path / "logs")]
+        dry = cli([*clean, "--dry-run"])
+        assert dry.returncode == 0, dry.stderr
+        assert f"and environment {old_key[:12]} (" in dry.stdout, dry.stdout
+        assert f"on {N} host(s): no remaining run uses it" in dry.stdout
+        assert live_key[:12] not in dry.stdout
+        assert all(old_key in keys(i) for i in range(N))
+        done = cli(clean)
+        assert done.returncode == 0, done.stderr
+        assert "removed old" in done.stdout
+        assert "and 1 environment(s) no remaining run on those hosts uses" in done.stdout
+        for i in range(N):
+            envs = homes[i] / "envs"
+            assert not any(p.name.startswith(old_key) for p in envs.iterdir())
+            assert (envs / live_key / ".multihost-complete").exists()
+    finally:
+        cli(["kill", "live", "--log-dir", str(logs)])
+        for home in homes:
+            shutil.rmtree(home, ignore_errors=True)
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")

@@ -21,6 +21,7 @@ __all__ = ["COMMANDS", "build_parser", "command", "main", "parse", "subparser"]
 # Each command's module is imported only when that command runs (start-up time is CPU time).
 COMMANDS: dict[str, str] = {
     "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
+    "envs": "cli.fleet",
     "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
     "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
     "trace": "cli.trace",

@@ -1,4 +1,4 @@
-"""Commands on a fleet: run, hosts (and --check), kill-stale, forget."""
+"""Commands on a fleet: run, hosts (and --check), envs, kill-stale, forget."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_hosts
 from multihost.planner import device_glob
-from multihost.result import HostResult
+from multihost.result import HostResult, size
 from multihost.runstate import RunOptions
 from multihost.sources.tpu import fleet_rows
 from multihost.stage import pack
@@ -158,6 +158,36 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
             err.print(f"multihost: versions differ across hosts: {', '.join(sorted(differ))}",
                       style="bold red", markup=False)  # fmt: skip
     return code
+
+
+def cmd_envs(args: argparse.Namespace, err: Console) -> int:
+    """Per host, each locked environment it holds; exit 1 when a host could not be asked."""
+    from multihost.fleetops.envs import held_envs
+
+    where = reach_args(args, err)
+    outcomes = blocking(
+        lambda: held_envs(where.fleet, where.ssh, args.remote_dir, limit=args.connect_limit)
+    )
+    rows = [
+        row
+        for o in outcomes
+        for row in report.env_rows(o.host, o.value, o.error.message if o.error else None)
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        out = Console(highlight=False)
+        cells = [report.env_cells(r) for r in rows]
+        first = ["key", "state", "size", "last use", "runs", "error"]
+        out.print(report.fleet_table(cells, width=out.width, prefer=first))
+        held = [e for o in outcomes if o.value for e in o.value.envs]
+        star = any(u.running for e in held for u in e.runs)
+        err.print(f"{len({e.key for e in held})} environment(s) on "
+                  f"{sum(1 for o in outcomes if o.value and o.value.envs)} host(s), "
+                  f"{size(sum(e.bytes for e in held))} in all"
+                  + (" (run*: still running or preparing)" if star else ""),
+                  style="dim", markup=False, highlight=False)  # fmt: skip
+    return 0 if all(o.ok for o in outcomes) else 1
 
 
 def cmd_kill_stale(args: argparse.Namespace, err: Console) -> int:

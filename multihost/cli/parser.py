@@ -33,7 +33,15 @@ examples:
 'multihost COMMAND --help' shows a command's options.
 """
 _NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
-CONFIGURED = ("run", "sweep", "hosts", "kill-stale", "forget", "config")  # commands that read it
+CONFIGURED = (
+    "run",
+    "sweep",
+    "hosts",
+    "envs",
+    "kill-stale",
+    "forget",
+    "config",
+)  # commands that read it
 _DEFAULT_NOTE = re.compile(r"\s*\(default(?:[^()]|%\(default\))*\)$")  # the flag's own note
 
 
@@ -144,6 +152,16 @@ def build_parser() -> argparse.ArgumentParser:
         s.COORDINATOR_PORT.but(
             default=D.coordinator_port, help="port to probe (default %(default)s)"
         ),
+    )
+
+    envs = sub.add_parser(
+        "envs", help="the locked environments each host holds: size, last use, which runs use them"
+    )
+    add(
+        envs,
+        *s.fleet(),
+        s.REMOTE_DIR.but(help="where hosts keep them: DIR/envs (default %(default)s)"),
+        s.JSON.but(help="the rows as JSON (whole keys, bytes, seconds)"),
     )
 
     add(sub.add_parser("kill-stale", help="stop processes holding accelerator devices"), *s.fleet())
@@ -303,9 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     add(sweep, *s.RUN, s.RUN_NAME.but(help="sweep name (default: sweep-<timestamp>-<random>)"))
 
     add(sub.add_parser("ls", help="runs under the log dir"), s.LOG_DIR, s.JSON)
-    clean = sub.add_parser("clean", help="remove old finished runs, locally and on their hosts")
+    clean = sub.add_parser(
+        "clean",
+        help="remove old finished runs, locally and on their hosts, and the staged code and "
+        "environments no remaining run there uses",
+    )
     clean.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h")
-    add(clean, s.LOG_DIR, s.DRY_RUN.but(help="say what would be removed"))
+    add(clean, s.LOG_DIR, s.DRY_RUN.but(help="say what would be removed (asks the hosts which "
+                                          "environments would go)"))  # fmt: skip
     add_job_parser(sub, positive, add)
     return parser
 

@@ -19,6 +19,7 @@ from multihost.sweep.results import metric_text, sweep_rows
 
 if TYPE_CHECKING:
     from multihost.copyback import PullResult
+    from multihost.fleetops.envs import EnvStore
     from multihost.record import HostRecord, RunRecord
     from multihost.runs import HostStatus
 
@@ -237,6 +238,34 @@ def ls_row(name: str, record: RunRecord) -> dict[str, object]:
     return {"run": name, "hosts": len(record.hosts),
             "states": ", ".join(f"{n} {s}" for s, n in states.items()),
             "updated": f"{_age(age)} ago", "command": record.job.command}  # fmt: skip
+
+
+def env_rows(host: Host, store: EnvStore | None, error: str | None) -> list[dict[str, object]]:
+    """The rows of ``multihost envs --json``: one per environment a host holds (raw values:
+    the whole key, bytes, seconds), one for a host that holds none or could not be asked."""
+    head: dict[str, object] = {"host": host.name, "address": host.target}
+    if store is None:
+        return [{**head, "state": "unreachable", "error": error or ""}]
+    if not store.envs:
+        return [{**head, "state": "none"}]
+    return [{**head, "key": e.key, "state": e.state, "size": e.size, "packed": e.packed,
+             "last_used": e.last_used, "age": e.age, "runs": [u.run for u in e.runs],
+             "running": [u.run for u in e.runs if u.running]}
+            for e in store.envs]  # fmt: skip
+
+
+def env_cells(row: Mapping[str, Any]) -> dict[str, object]:
+    """An ``env_rows`` row for the table: short key, sizes, age, runs (``*``: running)."""
+    if "key" not in row:
+        return {"host": row["host"], "address": row["address"], "state": row["state"],
+                "error": row.get("error", "")}  # fmt: skip
+    running = set(row["running"])
+    runs = ", ".join(f"{r}*" if r in running else r for r in row["runs"])
+    return {"host": row["host"], "address": row["address"], "key": str(row["key"])[:12],
+            "state": row["state"], "size": size(int(row["size"])),
+            "packed": size(int(row["packed"])) if row["packed"] else "",
+            "last use": "" if row["age"] is None else f"{_age(float(row['age']))} ago",
+            "runs": runs or "(none)"}  # fmt: skip
 
 
 def record_line(done: int, total: int, record: Any, metric: str) -> Text:

@@ -80,8 +80,9 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
     async def probe(host: Host) -> Probe:
         conn = sup.slots[host.process_id].conn
         assert conn is not None
-        base = sup.paths(host).base
-        done = await conn.run(script(PROBE, paths={"b": base}, lock=req.lock_hash, ruv=runner_uv,
+        where = sup.paths(host)
+        done = await conn.run(script(PROBE, paths={"b": where.base, "r": where.run},
+                                     lock=req.lock_hash, ruv=runner_uv,
                                      probe=python_source("env_probe")))  # fmt: skip
         if done.exit_status != 0:
             raise RemoteError(host, f"environment check failed: {_said(done.stderr)}")

@@ -247,8 +247,10 @@ mkdir "$r" 2>/dev/null || { echo "run $r exists on this host: use a new --run-na
 # STAGE; one round trip less per host than the two apart. Vars: b, r, c, done.
 CLAIM_STAGE = CLAIM + STAGE
 
-# Undoing a claim when another host refused. Var: r.
+# Undoing a claim when another host refused (or a later step failed). Var: r. The directory
+# holds at most the environment key it claimed (envkey).
 RELEASE = """\
+rm -f "$r"/envkey
 rmdir "$r" 2>/dev/null
 exit 0
 """

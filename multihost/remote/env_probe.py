@@ -1,11 +1,15 @@
 """What a host has for a locked environment (stdlib only; run with the host's ``python3 -c``).
 
-``python3 -c SOURCE ENVS LOCK RUNNER_UV UV``: ENVS is the envs dir (``<base>/envs``), LOCK the
-hash of the lock and the selection, RUNNER_UV the runner's uv version (the one the host gets
-when it has none), UV the host's uv (a path, or empty). Prints one line of ``name=value``
+``python3 -c SOURCE ENVS LOCK RUNNER_UV UV [RUN]``: ENVS is the envs dir (``<base>/envs``), LOCK
+the hash of the lock and the selection, RUNNER_UV the uv version a host without one gets, UV the
+host's uv (a path, or empty), RUN the run's claimed directory. Prints one line of ``name=value``
 words: ``key`` (this host's environment key), ``state`` (``present``; ``absent``; ``damaged``:
 a marker without a matching manifest, or a half-finished unpack), ``python`` (version),
-``exe`` (the interpreter), ``envs`` (the envs dir, absolute), ``uv`` (``host`` or ``none``).
+``exe`` (the interpreter), ``envs`` (the envs dir, absolute), ``uv`` (``host`` or ``none``),
+``os`` and ``libc`` (with ``machine``: what a uv binary must fit). Under a shared lock of
+``ENVS/.lock`` (``env_store.py`` prunes under the exclusive one) it writes the key to
+``RUN/envkey``, so the run uses that environment from now on, and stamps its last use
+(``ENVS/KEY.used``) when it is there.
 
 Every host runs it before every run's gate, so it imports only what it needs (``json``,
 ``platform`` and ``subprocess`` only where the common case cannot do without them: about half
@@ -101,6 +105,29 @@ def _plain(s: str) -> bool:
     return s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
 
 
+def take(envs: str, key: str, run: str) -> str:
+    """The environment's state; under the shared lock, ``run`` (when given) records that it
+    uses ``key``, and a present or damaged environment's last use is now."""
+    import fcntl
+
+    os.makedirs(envs, exist_ok=True)
+    fd = os.open(os.path.join(envs, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        if run and os.path.isdir(os.path.expanduser(run)):
+            with open(os.path.join(os.path.expanduser(run), "envkey"), "w") as f:
+                f.write(key + "\n")
+        found = state(os.path.join(envs, key))
+        if found != "absent":
+            used = os.path.join(envs, key + ".used")
+            with open(used, "a"):
+                pass
+            os.utime(used)
+        return found
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str]) -> int:
     from hashlib import sha256
 
@@ -116,15 +143,18 @@ def main(argv: list[str]) -> int:
         "uv": version or runner_uv,
     }
     key = sha256(dumps(facts).encode()).hexdigest()[:32]
+    found = take(envs, key, argv[5] if len(argv) > 5 else "")
     words = {
         "key": key,
-        "state": state(os.path.join(envs, key)),
+        "state": found,
         "python": python_version(),
         "impl": sys.implementation.name,
         "exe": exe,
         "machine": os.uname().machine,
         "envs": envs,
         "uv": "host" if version else "none",
+        "os": sys.platform,
+        "libc": libc,
     }
     print(" ".join(f"{k}={v}" for k, v in words.items()))
     return 0

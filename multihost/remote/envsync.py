@@ -17,15 +17,24 @@ uv=$(command -v uv 2>/dev/null) || uv=
 [ -n "$uv" ] || { [ -x "$b"/bin/uv ] && uv="$b"/bin/uv; } || :
 """
 
-# Vars: b (base), lock (the lock's hash), ruv (the runner's uv version), probe (env_probe.py).
-# One line of name=value words (see env_probe.py).
+# Vars: b (base), r (the run's claimed dir: it records the key it uses), lock (the lock's
+# hash), ruv (the uv version a host without one gets), probe (env_probe.py). One line of
+# name=value words (see env_probe.py).
 PROBE = (
     _FIND_UV
     + """\
 command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit 4; }
-exec python3 -c "$probe" "$b"/envs "$lock" "$ruv" "$uv"
+exec python3 -c "$probe" "$b"/envs "$lock" "$ruv" "$uv" "$r"
 """
 )
+
+# What a host holds under <base>/envs, and pruning the unused (env_store.py). Vars: b, mode
+# (list, prune, dry), age (s), gone (run names counted as removed, one a line), store
+# (env_store.py), probe (env_probe.py, for its state check). One JSON object.
+STORE = """\
+command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit 4; }
+exec python3 -c "$store" "$probe" "$mode" "$b" "$age" "$gone"
+"""
 
 # Packing an environment that is complete here and its manifest, unless packed already.
 # Vars: e (envs dir), key. Says "packed SIZE SHA256".
@@ -92,6 +101,7 @@ mv "$t"/manifest .multihost-manifest
 cd "$e"
 rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz
 mv -T "$t"/env "$e/$key"
+: > "$e/$key".used
 """
     + _PACK
 )
@@ -134,6 +144,7 @@ test -e "$t"/env/.multihost-complete || { echo "archive without a completion mar
 rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz
 mv -T "$t"/env "$e/$key"
 mv -f "$t"/archive "$e/$key".tar.gz
+: > "$e/$key".used
 echo installed
 """
 )
@@ -187,7 +198,8 @@ ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
 )
 
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "env-probe": (PROBE, ("b", "lock", "ruv", "probe")),
+    "env-probe": (PROBE, ("b", "r", "lock", "ruv", "probe")),
+    "env-store": (STORE, ("b", "mode", "age", "gone", "store", "probe")),
     "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "req", "ship")),
     "env-pack": (PACK, ("b", "key")),
     "env-install": (INSTALL, ("b", "key", "digest", "how", "url", "fetch", "timeout")),
