@@ -21,8 +21,8 @@ from multihost.envsync import Selection, request, satisfies
 from multihost.errors import SettingError
 from multihost.model import Host
 from multihost.remote import script
-from multihost.remote.envsync import INSTALL, PACK, PROBE
-from multihost.remote.staging import python_source
+from multihost.remote.envsync import INSTALL, PACK, PROBE, SERVE
+from multihost.remote.staging import SEED_STOP, python_source
 from multihost.runstate import Note
 from tests.clitools import cli
 from tests.pyindex import Index
@@ -420,3 +420,40 @@ def test_call_runs_in_the_callers_locked_environment(
         multihost.call(_where, local=1, log_dir=home / "logs", stream="none", no_sync=True)
     with pytest.raises(SettingError, match=r"no pyproject\.toml and uv\.lock there"):
         multihost.call(_where, local=1, uv_project=home, log_dir=home / "logs")
+
+
+def test_install_from_a_peer_hashes_once_and_refuses_a_wrong_sha256(tmp_path: Path) -> None:
+    """The real SERVE and INSTALL templates on 127.0.0.1: seed_fetch checks the sha256 as the
+    bytes come (no second pass), a wrong one is refused with nothing unpacked."""
+    data = _packed_env()
+    digest = hashlib.sha256(data).hexdigest()
+    key = "p" * 32
+    seed, taker = tmp_path / "seed", tmp_path / "taker"
+    (seed / ".mh" / "envs").mkdir(parents=True)
+    (seed / ".mh" / "envs" / f"{key}.tar.gz").write_bytes(data)
+    token = b"t0ken\n"
+    served = _sh(script(SERVE, paths={"b": "~/.mh"}, key=key, serve=python_source("seed_serve"),
+                        addr="127.0.0.1", lifetime="30", fetches=2, name=f"/{digest}.tar.gz"),
+                 seed, token)  # fmt: skip
+    word, port, pid, folder = served.stdout.decode().split()
+    assert word == "serving", served.stderr
+    url = f"http://127.0.0.1:{port}/{digest}.tar.gz"
+
+    def install(want: str) -> subprocess.CompletedProcess[bytes]:
+        return _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, digest=want, how="peer",
+                          url=url, fetch=python_source("seed_fetch"), timeout=10),
+                   taker, token)  # fmt: skip
+
+    try:
+        bad = install("0" * 64)
+        assert bad.returncode == 3, bad.stderr
+        assert b"sha256 mismatch" in bad.stderr
+        assert not (taker / ".mh" / "envs" / key).exists()
+        assert not list((taker / ".mh" / "envs").glob(".incoming.*"))
+        good = install(digest)
+        assert good.returncode == 0, good.stderr
+        assert good.stdout.split() == [b"installed"]
+        assert (taker / ".mh" / "envs" / key / "bin" / "x").read_bytes() == b"abc"
+        assert (taker / ".mh" / "envs" / f"{key}.tar.gz").read_bytes() == data
+    finally:
+        _sh(script(SEED_STOP, p=pid, s=folder), seed)
