@@ -6,6 +6,8 @@
 - ``peer``: per slice, the runner sends the archive to one seed (the slice's first host). The
   seed unpacks it and serves it, for a bounded time, on its internal address (the one the
   JAX coordinator uses) to holders of a random token; the slice's other hosts fetch it there.
+  A seed whose address is not private (:func:`private_address`) serves nothing: its slice is
+  staged directly, and the run says so.
   One seed per slice, not ⌈√N⌉: slices are where the fast internal network is, and the
   runner's link carries the archive once per slice. When the seed had the code already, its
   slice is staged directly (what a host already has costs nothing).
@@ -155,7 +157,7 @@ def _auto(
     if n * size <= threshold:
         return StageVia("direct"), f"auto: {load} under the {_mib(threshold)} threshold"
     for name, addr in (seeds or {}).items():
-        if not _private(addr):
+        if not private_address(addr):
             why = f"seed {name}'s internal address {addr or '?'} is not private"
             return StageVia("direct"), f"auto: {load} over the threshold, but {why}"
     return StageVia("peer"), f"auto: {load} over the {_mib(threshold)} threshold"
@@ -167,8 +169,10 @@ def bind_address(host: Host, conn: Connection) -> str:
     return host.internal_address or conn.peer_address
 
 
-def _private(addr: str) -> bool:
-    """A private or loopback IP; a hostname (not an IP) counts as unknown: no."""
+def private_address(addr: str) -> bool:
+    """Whether a seed may serve on ``addr``: a private or loopback IP. A hostname (not an IP)
+    counts as unknown (no), and so does shared address space (100.64.0.0/10: a carrier's,
+    not the slice's own network)."""
     try:
         ip = ipaddress.ip_address(addr.strip("[]"))
     except ValueError:
@@ -261,6 +265,14 @@ class _Work:
         seed, rest = members[0], members[1:]
         if not rest:
             found[seed.process_id] = (await self._direct([seed]))[0]
+            return
+        addr = bind_address(seed, self.conns[seed.process_id])
+        if not private_address(addr):  # a seed never serves on a public address
+            note(f"slice {seed.slice_id}: its seed {seed.name}'s internal address {addr or '?'} "
+                 "is not private, so no seed serves there: the runner sends the slice its code",
+                 "warning")  # fmt: skip
+            for o in await self._direct(members):
+                found[o.host.process_id] = o
             return
         token = secrets.token_urlsafe(32)
         served = await map_hosts(

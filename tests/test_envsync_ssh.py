@@ -279,6 +279,34 @@ def test_peer_the_builder_serves_the_others(
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end (the seed's server)")
 
 
+def test_peer_never_serves_an_environment_on_a_public_address(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    """Forced peer, the builder's internal address shared (100.64.0.1, never connected to):
+    it serves nothing, the runner carries the pack, and the run says why."""
+    proj = _project(tmp_path / "proj", index)
+    inv = tmp_path / "fleet.toml"
+    inv.write_text('[[slices]]\nhosts = [{ address = "h0", internal_address = "100.64.0.1" }, '
+                   '"h1", "h2", "h3"]\n')  # fmt: skip
+    seed_dir = ssh_fleet.hosts[0].home / ".multihost" / "seed"
+    touched = seed_dir.stat().st_mtime_ns if seed_dir.is_dir() else None
+    notes: list[tuple[str, str]] = []
+    res = multihost.run(
+        CHECK, hosts=str(inv), ssh_config=ssh_fleet.ssh_config, script_dir=proj,
+        log_dir=tmp_path / "logs", stream="none", stage_via="peer",
+        on_event=lambda e: notes.append((e.level, e.text)) if isinstance(e, Note) else None,
+    )  # fmt: skip
+    assert res.ok, res
+    said = ("s0/w0: its internal address 100.64.0.1 is not private, so it serves no "
+            "environment there: the runner sends it")  # fmt: skip
+    assert ("warning", said) in notes
+    env = _said([t for _, t in notes])
+    assert f"installed on {N - 1} host(s)" in env
+    assert "the runner sent" in env  # the pack went through the runner
+    assert (seed_dir.stat().st_mtime_ns if seed_dir.is_dir() else None) == touched
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
 # -- --requirements FILE (a project without uv.lock) -------------------------------------------
 def test_requirements_cold_once_then_warm(
     ssh_fleet: loopback.Fleet, index: Index, code: Path, tmp_path: Path

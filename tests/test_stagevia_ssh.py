@@ -100,6 +100,36 @@ def test_seed_that_cannot_serve_falls_back(
     wait_for(lambda: no_processes(ssh_fleet, 3), 10, "host processes to end")
 
 
+def test_a_seed_never_serves_on_a_public_address(
+    ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
+) -> None:
+    """Forced ``--stage-via peer``: slice 0's seed has a shared (not private) internal address,
+    so no seed is started there and its slice gets the code from the runner (the run says so);
+    slice 1's seed, on a private address, serves as usual. 100.64.0.1 is never connected to."""
+    inv = _inventory(tmp_path, [['{ address = "h0", internal_address = "100.64.0.1" }', '"h1"'],
+                                ['"h2"', '"h3"']])  # fmt: skip
+    seed_dir = ssh_fleet.hosts[0].home / ".multihost" / "seed"
+    touched = seed_dir.stat().st_mtime_ns if seed_dir.is_dir() else None
+    logs = tmp_path / "logs"
+    res = cli(["run", "--hosts", str(inv), "--ssh-config", str(ssh_fleet.ssh_config),
+               "--script-dir", str(code), "--log-dir", str(logs), "--run-name", "pub",
+               "--stage-via", "peer", "--cmd", "cat pkg/m.py"])  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert ("slice 0: its seed s0/w0's internal address 100.64.0.1 is not private, so no seed "
+            "serves there: the runner sends the slice its code") in res.stderr  # fmt: skip
+    assert "slice 1" not in res.stderr
+    archive = pack(code)
+    size = len(archive.data)
+    record = manifest(logs, "pub")
+    assert [h["bytes_sent"] for h in record["hosts"]] == [size, size, size, 0]  # h3 fetched
+    assert (record["staging"]["fetched"], record["staging"]["fallbacks"]) == (1, [])
+    for i in range(4):
+        assert _tree(_staged(ssh_fleet, i, archive.short)) == _tree(code), f"h{i}"
+    wait_for(lambda: no_processes(ssh_fleet, 4), 10, "host processes to end")
+    # nothing was ever made (or removed) in h0's seed dir: no seed started there
+    assert (seed_dir.stat().st_mtime_ns if seed_dir.is_dir() else None) == touched
+
+
 @pytest.fixture
 def bucket(ssh_fleet: loopback.Fleet, tmp_path: Path) -> Iterator[tuple[FakeGcs, dict[str, str]]]:
     """fake-gcs-server with a bucket that h0 and h1's own gcloud and the runner's reach."""

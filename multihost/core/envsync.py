@@ -254,8 +254,12 @@ async def _from_peer(
     the hosts whose fetch failed (the runner then sends them the pack itself)."""
     conn = sup.slots[source.host.process_id].conn
     assert conn is not None
-    token = secrets.token_urlsafe(32)
     addr = stagevia.bind_address(source.host, conn)
+    if not stagevia.private_address(addr):  # never a seed on a public address
+        sup.note(f"{source.host.name}: its internal address {addr or '?'} is not private, so it "
+                 "serves no environment there: the runner sends it", "warning")  # fmt: skip
+        return need
+    token = secrets.token_urlsafe(32)
     lifetime = sup.options.stage_timeout + stagevia.FETCH_TIMEOUT
     command = script(SERVE, paths={"b": _base(sup, source)}, key=key,
                      serve=python_source("seed_serve"), addr=addr, lifetime=f"{lifetime:g}",
