@@ -2,7 +2,8 @@
 served by ``http.server``, every request counted per path.
 
 ``Index(root).add("name", "1.0", files={...}, requires=[...])`` builds a wheel;
-``with index.serving(): ... index.url`` serves it; ``index.hits`` counts requests per path.
+``with index.serving(): ... index.url`` serves it; ``index.hits`` counts requests per path;
+``index.hold`` (an Event) keeps wheel downloads waiting until it is set.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class Index:
         self.hits: collections.Counter[str] = collections.Counter()
         self.url = ""
         self.down = False  # answer 404 to everything (files gone: uv fails at once, no retries)
+        # while not set, a wheel's download waits (counted first): a test acts mid-build
+        self.hold: threading.Event | None = None
 
     def add(
         self,
@@ -96,6 +99,8 @@ class Index:
                 path = self.path.split("?", 1)[0]
                 if not head:
                     index.hits[path] += 1
+                if index.hold is not None and path.startswith("/files/"):
+                    index.hold.wait(120)
                 if index.down:
                     self.send_error(404)
                     return

@@ -123,6 +123,76 @@ def test_install_checks_sha256_then_probe_sees_damage(tmp_path: Path) -> None:
     assert packed.stdout.split() == [b"packed", str(len(data)).encode(), digest.encode()]
 
 
+def _install(home: Path, key: str, data: bytes) -> subprocess.CompletedProcess[bytes]:
+    command = script(INSTALL, paths={"b": "~/.mh"}, key=key,
+                     digest=hashlib.sha256(data).hexdigest(), how="stdin", url="", fetch="",
+                     timeout=0)  # fmt: skip
+    return _sh(command, home, data)
+
+
+def _altered(path: Path) -> None:
+    """Flip the bytes in the middle of ``path``, keeping its size (a manifest would not see)."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_an_altered_kept_pack_is_packed_again(tmp_path: Path) -> None:
+    data = _packed_env()
+    key = "k" * 32
+    assert _install(tmp_path, key, data).returncode == 0
+    kept = tmp_path / ".mh" / "envs" / f"{key}.tar.gz"
+    assert (kept.parent / f"{key}.tar.gz.sha256").read_text().strip() == hashlib.sha256(
+        data
+    ).hexdigest()
+    _altered(kept)
+    packed = _sh(script(PACK, paths={"b": "~/.mh"}, key=key), tmp_path)
+    assert packed.returncode == 0, packed.stderr
+    first, last = packed.stdout.decode().splitlines()
+    bad = hashlib.sha256(kept.read_bytes()).hexdigest()  # the new pack's
+    assert first.startswith("repacked: its kept pack's sha256 is ")
+    assert f"not the {hashlib.sha256(data).hexdigest()} it was packed with" in first
+    assert last == f"packed {kept.stat().st_size} {bad}"
+    with tarfile.open(kept) as tar:  # packed again from the environment itself
+        assert tar.extractfile("./bin/x").read() == b"abc"  # type: ignore[union-attr]
+    again = _sh(script(PACK, paths={"b": "~/.mh"}, key=key), tmp_path)
+    assert again.stdout.decode().splitlines() == [last]  # consistent now: handed on as is
+
+
+def test_a_seed_serving_a_tampered_pack_is_refused(tmp_path: Path) -> None:
+    """The real SERVE (an environment's seed) and INSTALL --peer (seed_fetch.py): bytes that
+    are not the pack's sha256 are refused by the fetching host, nothing unpacked."""
+    from multihost.remote.envsync import SERVE
+    from multihost.remote.staging import SEED_STOP
+
+    data = _packed_env()
+    digest = hashlib.sha256(data).hexdigest()
+    key = "k" * 32
+    seed, host = tmp_path / "seed", tmp_path / "host"
+    seed.mkdir()
+    host.mkdir()
+    assert _install(seed, key, data).returncode == 0
+    token = b"t0ken\n"
+    served = _sh(script(SERVE, paths={"b": "~/.mh"}, key=key, serve=python_source("seed_serve"),
+                        addr="127.0.0.1", lifetime="30", fetches=1, name=f"/{digest}.tar.gz"),
+                 seed, token)  # fmt: skip
+    word, port, pid, folder = served.stdout.decode().split()
+    assert word == "serving", served
+    try:
+        _altered(Path(folder) / "archive")  # on the seed, after the runner read its digest
+        tampered = hashlib.sha256((Path(folder) / "archive").read_bytes()).hexdigest()
+        url = f"http://127.0.0.1:{port}/{digest}.tar.gz"
+        got = _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, digest=digest, how="peer",
+                         url=url, fetch=python_source("seed_fetch"), timeout=10),
+                  host, token)  # fmt: skip
+        assert got.returncode == 3, got
+        assert f"sha256 mismatch ({tampered}, expected {digest})" in got.stderr.decode()
+        assert not (host / ".mh" / "envs" / key).exists()
+        assert not list((host / ".mh" / "envs").glob(".incoming.*"))
+    finally:
+        _sh(script(SEED_STOP, p=pid, s=folder), seed)
+
+
 def test_probe_reports_key_and_state(tmp_path: Path) -> None:
     host = Host(address="127.0.0.1", process_id=0)
     probe = script(PROBE, paths={"b": "~/.mh"}, lock="L", ruv="0.13.9",
@@ -167,6 +237,44 @@ def test_local_workers_share_one_build(home: Path, project: tuple[Path, Index]) 
     )  # fmt: skip
     assert res.ok, res
     assert idx.downloads() == 1  # both workers share one home: one build, one download
+
+
+@pytest.mark.parametrize("fault", ["a wheel the index lacks", "the index down"])
+def test_cli_failing_build_names_the_builder_and_starts_nothing(
+    home: Path, tmp_path: Path, fault: str
+) -> None:
+    idx = Index(tmp_path / "index")
+    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
+    idx.add("tinyb", "2.0", {"tinyb/__init__.py": b"Y = 2\n"})
+    root = tmp_path / "proj"
+    root.mkdir()
+    with idx.serving():
+        (root / "pyproject.toml").write_text(
+            '[project]\nname = "demo"\nversion = "0.1"\ndependencies = ["tinya"]\n'
+            f'[tool.uv]\npackage = false\n[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
+        )
+        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
+        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+        args = ["run", "--local", "2", "--script-dir", str(root), "--log-dir",
+                str(home / "logs"), "--run-name", "bad", "--cmd", "echo started"]  # fmt: skip
+        if fault == "a wheel the index lacks":
+            next((tmp_path / "index" / "tinyb").glob("*.whl")).unlink()
+            out = cli(args, HOME=str(home), UV_HTTP_RETRIES="0")
+    if fault == "the index down":
+        out = cli(args, HOME=str(home), UV_HTTP_RETRIES="0")
+    assert out.returncode == 1, out
+    assert "started" not in out.stdout
+    assert "s0/w0 failed first: environment build failed: " in out.stderr
+    assert "Traceback" not in out.stderr
+    record = json.loads((home / "logs" / "bad" / "run.json").read_text())
+    assert [h["exit_code"] for h in record["hosts"]] == [None, None]
+    said = "404 Not Found" if fault == "a wheel the index lacks" else "Connection refused"
+    assert said in record["hosts"][0]["error"]  # uv's own cause, under the builder's name
+    assert record["hosts"][1]["error"] == "no environment: s0/w0 could not provide it"
+    workers = home / ".cache" / "multihost" / "local"
+    assert not [p for p in workers.glob("w*/runs/*")]  # no run directory kept anywhere
+    left = [p for p in workers.glob("w*/envs/*") if p.name != ".lock"]
+    assert not left  # nor a half-built environment
 
 
 def test_cli_stale_lock_is_one_line_exit_2(home: Path, project: tuple[Path, Index]) -> None:

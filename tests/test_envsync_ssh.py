@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from multihost.errors import UsageError
 from multihost.result import RunResult
 from multihost.runstate import Note
 from tests import fleet as loopback
-from tests.clitools import cli, no_processes
+from tests.clitools import cli, manifest, no_processes, spawn
 from tests.cloud.fixture import bucket_for_hosts
 from tests.helpers import wait_for
 from tests.pyindex import Index
@@ -181,7 +182,72 @@ def test_failing_build(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) 
         runs = ssh_fleet.hosts[i].home / ".multihost" / "runs"
         assert not runs.exists() or not any(runs.iterdir())
         assert not list(_envs(ssh_fleet, i).glob(".build.*"))
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
     shutil.rmtree(tmp_path / "logs", ignore_errors=True)
+
+
+@pytest.mark.parametrize("via", ["direct", "peer"])
+def test_a_host_lost_while_the_environment_is_built(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path, via: str
+) -> None:
+    """h2's sshd (and its sessions) stopped while the builder waits on the index: h2 is named
+    lost (whether the runner or the builder was to send it the pack), the run exits 1, nothing
+    started, nothing left on the others."""
+    proj = _project(tmp_path / "proj", index)
+    logs = tmp_path / "logs"
+    index.hold = threading.Event()
+    proc = spawn(["run", "--hosts", HOSTS, "--ssh-config", str(ssh_fleet.ssh_config),
+                  "--script-dir", str(proj), "--log-dir", str(logs), "--run-name", "lost",
+                  "--stage-via", via, "--cmd", "echo started"])  # fmt: skip
+    try:
+        wait_for(lambda: index.downloads() > 0, 60, "the builder to ask the index for a wheel")
+        ssh_fleet.stop_host(2)
+    finally:
+        index.hold.set()
+        out, err = proc.communicate(timeout=120)
+        ssh_fleet.start_host(2)
+    assert proc.returncode == 1, err
+    assert "started" not in out
+    hosts = manifest(logs, "lost")["hosts"]
+    assert [h["exit_code"] for h in hosts] == [None] * N
+    assert "connection lost" in (hosts[2]["error"] or ""), hosts[2]  # as any lost host
+    assert not any("connection lost" in (h["error"] or "") for i, h in enumerate(hosts) if i != 2)
+    assert "s0/w2" in err
+    for i in (0, 1, 3):
+        runs = ssh_fleet.hosts[i].home / ".multihost" / "runs"
+        assert not runs.exists() or not any(runs.iterdir()), f"h{i}"
+    wait_for(lambda: not any(ssh_fleet.user_processes(i) for i in (0, 1, 3)), 10,
+             "the other hosts' processes to end")  # fmt: skip
+
+
+def test_an_altered_pack_is_not_handed_on(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    """h0 holds the environment and its pack; the pack is altered there (same size). The run
+    that needs it on the others packs it again from the environment, says so naming h0, and
+    no host gets the altered bytes."""
+    proj = _project(tmp_path / "proj", index)
+    before = _keys(ssh_fleet, 0)
+    first = multihost.run("true", hosts="h0", ssh_config=ssh_fleet.ssh_config, script_dir=proj,
+                          log_dir=tmp_path / "logs", stream="none")  # fmt: skip
+    assert first.ok, first
+    (key,) = _keys(ssh_fleet, 0) - before
+    pack = _envs(ssh_fleet, 0) / f"{key}.tar.gz"
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pack.write_bytes(bytes(data))
+    index.hits.clear()
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path)
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    assert not index.hits
+    warned = [n for n in notes if n.startswith("s0/w0: its kept pack's sha256 is ")]
+    assert len(warned) == 1, notes
+    assert "the altered pack was not handed on" in warned[0]
+    assert f"installed on {N - 1} host(s)" in _said(notes)
+    for i in range(1, N):
+        assert (_envs(ssh_fleet, i) / f"{key}.tar.gz").read_bytes() == pack.read_bytes()
+    assert pack.read_bytes() != bytes(data)
 
 
 def test_sweep_trials_share_one_build(

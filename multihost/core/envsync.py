@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -204,7 +205,7 @@ async def _one_key(
         return
     if not need:
         return
-    size, digest = _packed(source.host, packed)
+    size, digest = _packed(sup, source.host, packed)
     conn = sup.slots[source.host.process_id].conn
     assert conn is not None
     via, why = stagevia.choose_environment(
@@ -215,9 +216,9 @@ async def _one_key(
     if why:
         summary.via = f"{via} ({why})"
     if via.kind == "peer":
-        need = await _from_peer(sup, source, need, key, digest, summary)
+        need = await _from_peer(sup, source, need, key, digest, summary, errors)
     elif via.kind == "gs":
-        need = await _from_bucket(sup, source, need, key, digest, via.url, summary)
+        need = await _from_bucket(sup, source, need, key, digest, via.url, summary, errors)
     if not need:
         return
     data = bytearray()
@@ -225,6 +226,10 @@ async def _one_key(
     if len(data) != size:
         raise RemoteError(source.host, f"environment archive: got {len(data)} of {size} bytes")
     archive = bytes(data)
+    got = await asyncio.to_thread(lambda: hashlib.sha256(archive).hexdigest())
+    if got != digest:  # changed on its host since it was packed: not handed on
+        raise RemoteError(source.host, f"environment archive: sha256 {got} is not the {digest} "
+                          "it was packed with; nothing sent")  # fmt: skip
 
     async def install(host: Host) -> None:
         p = next(m for m in need if m.host is host)
@@ -248,10 +253,11 @@ async def _one_key(
 
 async def _from_peer(
     sup: Supervisor, source: Probe, need: list[Probe], key: str, digest: str,
-    summary: EnvSummary,
+    summary: EnvSummary, errors: dict[int, HostError],
 ) -> list[Probe]:  # fmt: skip
     """``--stage-via peer``: the source serves the pack to the others (token on stdin); returns
-    the hosts whose fetch failed (the runner then sends them the pack itself)."""
+    the hosts whose fetch failed (the runner then sends them the pack itself). A host lost
+    meanwhile (or whose fetch timed out) goes into ``errors``."""
     conn = sup.slots[source.host.process_id].conn
     assert conn is not None
     addr = stagevia.bind_address(source.host, conn)
@@ -274,6 +280,7 @@ async def _from_peer(
     host_part = f"[{addr}]" if ":" in addr else addr
     url = f"http://{host_part}:{port}/{digest}.tar.gz"
     failed: list[Probe] = []
+    why: dict[int, str] = {}
 
     async def fetch(host: Host) -> None:
         p = next(m for m in need if m.host is host)
@@ -285,28 +292,35 @@ async def _from_peer(
         done = await c.run(text, stdin=(token + "\n").encode())
         if done.exit_status != 0:
             failed.append(p)
+            why.setdefault(host.process_id, f"{host.name}: {_said(done.stderr, 1)}")
             return
         summary.installed += 1
         summary.repaired += p.state == "damaged"
 
     try:
-        await map_hosts(fetch, [p.host for p in need], timeout=sup.options.stage_timeout,
-                        what="environment fetch")  # fmt: skip
+        fetched = await map_hosts(fetch, [p.host for p in need],
+                                  timeout=sup.options.stage_timeout,
+                                  what="environment fetch")  # fmt: skip
+        errors.update({o.host.process_id: o.error for o in fetched if o.error is not None})
     finally:
         with contextlib.suppress(HostError, TimeoutError):
             async with asyncio.timeout(PROBE_TIMEOUT):
                 await conn.run(script(SEED_STOP, p=pid, s=folder))
     done = {p.host.process_id for p in failed}
+    if failed:
+        first = why.get(failed[0].host.process_id, "")
+        sup.note(f"{len(failed)} host(s) get the environment from the runner after a failed "
+                 f"fetch; first: {first}", "warning")  # fmt: skip
     return [p for p in need if p.host.process_id in done]
 
 
 async def _from_bucket(
     sup: Supervisor, source: Probe, need: list[Probe], key: str, digest: str, bucket: str,
-    summary: EnvSummary,
+    summary: EnvSummary, errors: dict[int, HostError],
 ) -> list[Probe]:  # fmt: skip
     """``--stage-via gs://…``: the source puts the pack in the bucket under its content name
     (unless it is there), the others take it from there; returns the hosts whose fetch failed
-    (the runner then sends them the pack itself)."""
+    (the runner then sends them the pack itself); a host lost meanwhile goes into ``errors``."""
     url = env_url(bucket, key, digest)
     try:
         there = await asyncio.to_thread(stagevia.in_bucket, url)
@@ -341,8 +355,9 @@ async def _from_bucket(
         summary.installed += 1
         summary.repaired += p.state == "damaged"
 
-    await map_hosts(fetch, [p.host for p in need], timeout=sup.options.stage_timeout,
-                    what="environment fetch")  # fmt: skip
+    fetched = await map_hosts(fetch, [p.host for p in need], timeout=sup.options.stage_timeout,
+                              what="environment fetch")  # fmt: skip
+    errors.update({o.host.process_id: o.error for o in fetched if o.error is not None})
     done = {p.host.process_id for p in failed}
     return [p for p in need if p.host.process_id in done]
 
@@ -380,8 +395,13 @@ async def _run(sup: Supervisor, host: Host, command: str, what: str) -> str:
     return res.stdout.decode(errors="replace")
 
 
-def _packed(host: Host, said: str) -> tuple[int, str]:
+def _packed(sup: Supervisor, host: Host, said: str) -> tuple[int, str]:
+    """The pack's size and sha256 from PACK's words; a kept pack that was packed again because
+    it no longer matched its sha256 is said as a warning."""
     for line in said.splitlines():
+        if line.startswith("repacked: "):
+            sup.note(f"{host.name}: {line.removeprefix('repacked: ')}: packed again from the "
+                     "environment, the altered pack was not handed on", "warning")  # fmt: skip
         if line.startswith("packed "):
             _, size, digest = line.split()
             return int(size), digest

@@ -126,7 +126,7 @@ def holdings(
 def remove(envs: str, key: str) -> None:
     path = os.path.join(envs, key)
     shutil.rmtree(path, ignore_errors=True)
-    for suffix in (".tar.gz", ".used"):
+    for suffix in (".tar.gz", ".tar.gz.sha256", ".used"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path + suffix)
 

@@ -36,14 +36,28 @@ command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit
 exec python3 -c "$store" "$probe" "$mode" "$b" "$age" "$gone"
 """
 
-# Packing an environment that is complete here and its manifest, unless packed already.
-# Vars: e (envs dir), key. Says "packed SIZE SHA256".
+# Packing an environment that is complete here and its manifest, unless packed already. The
+# pack's sha256 is kept beside it (<key>.tar.gz.sha256); a kept pack that no longer matches it
+# (altered, corrupted) is never handed on: it is packed again, said as "repacked WHY". Vars: e
+# (envs dir), key. Says "packed SIZE SHA256".
 _PACK = """\
-if [ ! -s "$e/$key".tar.gz ]; then
-  tar -czf "$e/$key".tar.gz.$$ -C "$e/$key" . && mv -f "$e/$key".tar.gz.$$ "$e/$key".tar.gz
+k="$e/$key".tar.gz
+h=
+if [ -s "$k" ]; then
+  h=$(sha256sum "$k"); h=${h%% *}
+  if [ -s "$k".sha256 ] && [ "$h" != "$(cat "$k".sha256)" ]; then
+    echo "repacked: its kept pack's sha256 is $h, not the $(cat "$k".sha256) it was packed with"
+    rm -f "$k"; h=
+  fi
 fi
-h=$(sha256sum "$e/$key".tar.gz)
-echo "packed $(wc -c < "$e/$key".tar.gz) ${h%% *}"
+if [ -z "$h" ]; then
+  tar -czf "$k".$$ -C "$e/$key" .
+  h=$(sha256sum "$k".$$); h=${h%% *}
+  echo "$h" > "$k".sha256.$$
+  mv -f "$k".sha256.$$ "$k".sha256
+  mv -f "$k".$$ "$k"
+fi
+echo "packed $(wc -c < "$k") $h"
 """
 
 # The builder. Vars: b, key, code (the staged code dir), exe (the Python), sel (uv's selection
@@ -111,7 +125,7 @@ find . -mindepth 1 \\( -type f -printf '%s %P\\n' \\) -o \\( -type l -printf 'l 
 mv "$t"/manifest .multihost-manifest
 : > .multihost-complete
 cd "$e"
-rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz
+rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz "$e/$key".tar.gz.sha256
 mv -T "$t"/env "$e/$key"
 : > "$e/$key".used
 """
@@ -133,7 +147,7 @@ test -e "$e/$key"/.multihost-complete || { echo "environment $key is not here" >
 # the token on stdin, waiting at most timeout s; "gs": the object url, with the host's
 # gcloud). Refuses a wrong sha256 (exit 3, nothing unpacked; "peer": seed_fetch hashes it as
 # it comes, so it is hashed once), unpacks beside and moves into place atomically (a damaged
-# one is replaced), keeps the archive; says "installed".
+# one is replaced), keeps the archive and its sha256; says "installed".
 INSTALL = (
     GS
     + """\
@@ -158,6 +172,7 @@ tar -xzf "$t"/archive -C "$t"/env
 test -e "$t"/env/.multihost-complete || { echo "archive without a completion marker" >&2; exit 3; }
 rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz
 mv -T "$t"/env "$e/$key"
+echo "$digest" > "$e/$key".tar.gz.sha256
 mv -f "$t"/archive "$e/$key".tar.gz
 : > "$e/$key".used
 echo installed
