@@ -19,12 +19,13 @@ uv=$(command -v uv 2>/dev/null) || uv=
 
 # Vars: b (base), r (the run's claimed dir: it records the key it uses), lock (the lock's
 # hash), ruv (the uv version a host without one gets), probe (env_probe.py). One line of
-# name=value words (see env_probe.py).
+# name=value words (see env_probe.py). ``-S``: the probe is stdlib only, so the host's
+# site-packages and their .pth files are not read before every run.
 PROBE = (
     _FIND_UV
     + """\
 command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit 4; }
-exec python3 -c "$probe" "$b"/envs "$lock" "$ruv" "$uv" "$r"
+exec python3 -S -c "$probe" "$b"/envs "$lock" "$ruv" "$uv" "$r"
 """
 )
 
