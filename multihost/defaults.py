@@ -24,6 +24,8 @@ class Defaults:
     reconnect_timeout: float = 300.0  # s a lost host is retried before it is "lost"
     max_stage_bytes: int = 1 << 30  # the code dir's size limit (--max-stage-bytes)
     stage_timeout: float = 600.0  # s to stage code on one host
+    host_uv: str = "auto"  # a builder without uv: auto (the runner's when it fits), fetch
+    uv_version: str = "0.13.9"  # the uv a builder fetches when the runner has none
     stage_via: str = "auto"  # auto, direct, peer (a seed per slice), gs://BUCKET (--stage-via)
     stage_bucket: str = ""  # gs://BUCKET[/PREFIX] auto may use for a big archive (none: never)
     launch_timeout: float = 60.0  # s to start the job on one host
