@@ -38,6 +38,8 @@ class Defaults:
     pull_limit: int = 16  # hosts copying files back at once (multihost pull --limit)
     pull_files: int = 8  # files in flight at once on one host's connection
     wait_poll: float = 5.0  # s between gcloud polls while --wait waits ($MULTIHOST_WAIT_POLL)
+    env_wait: float = 1800.0  # s a job's host waits for process 0's environment (--env-wait)
+    env_poll: int = 5  # s between its looks in the bucket (one gcloud call each)
     key_wait: float = 50.0  # s a key just added may take to be accepted ($MULTIHOST_KEY_WAIT)
     # The supervisor's own bounds (not flags).
     connect_slack: float = 10.0  # beyond connect_timeout, for a whole connect step
