@@ -380,3 +380,26 @@ def test_cli_sweep_says_how_its_code_went(code: Path, tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1
     assert not (tmp_path / "s3").exists()
+
+
+def test_a_sweeps_reproduce_line_keeps_the_staging_choice() -> None:
+    import argparse
+
+    from multihost.cli.sweep import reproduce
+
+    base = {"script_dir": Path("."), "local": 2}
+    plain = reproduce(argparse.Namespace(**base, stage_via="auto", stage_bucket=""), "true")
+    assert "--stage-via" not in plain
+    assert "--stage-bucket" not in plain
+    forced = reproduce(
+        argparse.Namespace(**base, stage_via="peer", stage_bucket="gs://b/p"), "true"
+    )
+    assert "--stage-via peer --stage-bucket gs://b/p" in forced
+
+
+def test_env_failed_is_public() -> None:
+    import multihost
+    from multihost.errors import EnvFailed, RemoteError
+
+    assert multihost.EnvFailed is EnvFailed
+    assert issubclass(EnvFailed, RemoteError)

@@ -12,6 +12,7 @@ from rich.console import Console
 from multihost.bridge import blocking
 from multihost.cli import report, terminal
 from multihost.cli.wiring import plan_args, raise_nofile_limit, signals
+from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.plan import check_run_name
 from multihost.runstate import Event, Note, default_run_name
@@ -67,6 +68,10 @@ def reproduce(args: argparse.Namespace, command: str) -> str:
             parts += [f"--{flag}", item]
     parts += [f"--{f.replace('_', '-')}" for f in ("all_extras", "no_dev", "no_sync")
               if getattr(args, f, False)]  # fmt: skip
+    if getattr(args, "stage_via", D.stage_via) != D.stage_via:
+        parts += ["--stage-via", args.stage_via]
+    if getattr(args, "stage_bucket", D.stage_bucket):
+        parts += ["--stage-bucket", args.stage_bucket]
     if args.script_dir != Path("."):
         parts += ["--script-dir", str(args.script_dir)]
     return shlex.join([*parts, "--cmd", command])
