@@ -24,6 +24,8 @@ class Defaults:
     reconnect_timeout: float = 300.0  # s a lost host is retried before it is "lost"
     max_stage_bytes: int = 1 << 30  # the code dir's size limit (--max-stage-bytes)
     stage_timeout: float = 600.0  # s to stage code on one host
+    host_uv: str = "auto"  # a builder without uv: auto (the runner's when it fits), fetch
+    uv_version: str = "0.13.9"  # the uv a builder fetches when the runner has none
     stage_via: str = "auto"  # auto, direct, peer (a seed per slice), gs://BUCKET (--stage-via)
     stage_bucket: str = ""  # gs://BUCKET[/PREFIX] auto may use for a big archive (none: never)
     launch_timeout: float = 60.0  # s to start the job on one host
@@ -36,6 +38,8 @@ class Defaults:
     pull_limit: int = 16  # hosts copying files back at once (multihost pull --limit)
     pull_files: int = 8  # files in flight at once on one host's connection
     wait_poll: float = 5.0  # s between gcloud polls while --wait waits ($MULTIHOST_WAIT_POLL)
+    env_wait: float = 1800.0  # s a job's host waits for process 0's environment (--env-wait)
+    env_poll: int = 5  # s between its looks in the bucket (one gcloud call each)
     key_wait: float = 50.0  # s a key just added may take to be accepted ($MULTIHOST_KEY_WAIT)
     # The supervisor's own bounds (not flags).
     connect_slack: float = 10.0  # beyond connect_timeout, for a whole connect step

@@ -90,6 +90,7 @@ class Ready:
     ``remote.LAUNCH_WATCH``): ``go`` starts the job, ``hold`` removes the run's directory."""
 
     host: Host
+    pgid: int  # the job's process group (its wrapper is up, waiting for the word)
     shell: Shell
     output: AsyncIterator[bytes]
     stderr: bytearray
@@ -105,15 +106,13 @@ class Ready:
         """Nothing starts here: the script removes the run's directory and ends."""
         self.shell.send(b"stop\n")
 
-    async def started(self, feed: Callable[[bytes], None]) -> Started:
-        """After ``go``: the job's process group; log bytes that came with it go to ``feed``.
-        The caller reads ``output`` to the end (``stream.follow``)."""
-        line, rest = await _line(self.output, self.head)
-        if line is not None and line.isdigit():
-            if rest:
-                feed(rest)
-            return Started(int(line), self.output, self.stderr)
-        raise await _failed(self.host, self.output, self.stderr, line or rest.decode())
+    def started(self, feed: Callable[[bytes], None]) -> Started:
+        """After ``go``: the job; log bytes that came with the ready line go to ``feed``.
+        Nothing is awaited: the host writes nothing back between the word and the job's
+        start. The caller reads ``output`` to the end (``stream.follow``)."""
+        if self.head:
+            feed(self.head)
+        return Started(self.pgid, self.output, self.stderr)
 
     async def drain(self) -> None:
         """Reads a held launch's channel to its end."""
@@ -128,8 +127,9 @@ async def launch_ready(conn: Connection, script: str, shell: Shell | None = None
     shell = shell or await conn.shell()
     output = aiter(shell.stream(script, stderr, hold=True))
     line, rest = await _line(output, b"")
-    if line == "ready":
-        return Ready(conn.host, shell, output, stderr, rest)
+    word, _, pgid = (line or "").partition(" ")
+    if word == "ready" and pgid.isdigit():
+        return Ready(conn.host, int(pgid), shell, output, stderr, rest)
     raise await _failed(conn.host, output, stderr, line or rest.decode(errors="replace"))
 
 

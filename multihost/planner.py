@@ -87,6 +87,7 @@ class Settings:
     no_dev: bool = False
     setup: str | None = None
     requirements: str | Path | None = None  # a fully pinned requirements file (no uv.lock)
+    host_uv: str = D.host_uv  # a builder without uv: the runner's when it fits, or fetched
     lock_dir: str | Path | None = None  # call: the project its staged uv.lock was copied from
     no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
     add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
@@ -289,6 +290,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
             lock_dir=None if s.lock_dir is None else Path(s.lock_dir).expanduser(),
         ),
         setup=s.setup,
+        host_uv=s.host_uv,
     )
     return Plan(where.fleet, job, options, where.warnings, where.notes)
 

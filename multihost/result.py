@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +150,8 @@ class RunResult:
                           *logs])  # fmt: skip
 
     def _repr_html_(self) -> str:
+        from html import escape  # notebooks only: not on a run's path
+
         color = _GOOD if self.ok else _BAD
         logs = f"<br><small>logs: {escape(str(self.log_dir))}</small>" if self.log_dir else ""
         words = "".join(f"{escape(line)}<br>" for line in payload_lines(self))
@@ -272,6 +273,8 @@ _GOOD, _BAD = "#1a7f37", "#cf222e"
 
 
 def _html_table(rows: Sequence[HostResult]) -> str:
+    from html import escape
+
     head = "".join(f"<th style='text-align:left'>{escape(c)}</th>" for c in COLUMNS)
     body = []
     for r in rows:

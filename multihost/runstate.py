@@ -55,6 +55,7 @@ class RunOptions:
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
     environment: EnvRequest | None = None  # issue 27: the locked env on every host
+    host_uv: str = DEFAULTS.host_uv  # a builder without uv: "auto" or "fetch" (envsync.uvbin)
     setup: str | None = None  # issue 27: --setup CMD on every host before the gate
 
 

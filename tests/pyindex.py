@@ -20,23 +20,29 @@ from pathlib import Path
 
 
 def build_wheel(
-    out: Path, name: str, version: str, files: Mapping[str, bytes], requires: Sequence[str] = ()
+    out: Path,
+    name: str,
+    version: str,
+    files: Mapping[str, bytes],
+    requires: Sequence[str] = (),
+    tag: str = "py3-none-any",
 ) -> Path:
-    """A ``py3-none-any`` wheel of ``files`` (paths inside site-packages)."""
+    """A wheel of ``files`` (paths inside site-packages, or ``<dist>.data/scripts/...``)."""
     dist = f"{name.replace('-', '_')}-{version}"
     meta = [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
     meta += [f"Requires-Dist: {r}\n" for r in requires]
     entries = dict(files) | {
         f"{dist}.dist-info/METADATA": "".join(meta).encode(),
-        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n",
+        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: "
+        + (b"true" if tag.endswith("-any") else b"false")
+        + f"\nTag: {tag}\n".encode(),
     }
     record = []
     for path, data in entries.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record.append(f"{path},sha256={digest},{len(data)}\n")
     record.append(f"{dist}.dist-info/RECORD,,\n")
-    wheel = out / f"{dist}-py3-none-any.whl"
+    wheel = out / f"{dist}-{tag}.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as z:
         for path, data in entries.items():
             z.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), data)
@@ -57,11 +63,16 @@ class Index:
         self.hold: threading.Event | None = None
 
     def add(
-        self, name: str, version: str, files: Mapping[str, bytes], requires: Sequence[str] = ()
+        self,
+        name: str,
+        version: str,
+        files: Mapping[str, bytes],
+        requires: Sequence[str] = (),
+        tag: str = "py3-none-any",
     ) -> Path:
         d = self.root / name
         d.mkdir(parents=True, exist_ok=True)
-        return build_wheel(d, name, version, files, requires)
+        return build_wheel(d, name, version, files, requires, tag)
 
     def files(self) -> list[str]:
         """Every wheel's request path."""

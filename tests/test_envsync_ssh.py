@@ -524,3 +524,80 @@ def test_envs_lists_and_clean_removes_the_unused_keeps_the_running(
         for home in homes:
             shutil.rmtree(home, ignore_errors=True)
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
+# -- a builder without uv whose platform the runner's uv does not fit (item 4) -----------------
+def test_builder_fetches_uv_with_its_own_pip(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    """``--host-uv fetch`` (what auto does when the runner's uv does not fit the host): the
+    builder fetches uv==the runner's version with its own pip from the index its pip.conf
+    names (here the test index, serving a wheel of the real uv binary); the other hosts only
+    unpack the pack and never get uv."""
+    import platform
+
+    uv = uv_binary()
+    assert uv is not None
+    version = subprocess.run([uv, "--version"], capture_output=True, text=True,
+                             check=True).stdout.split()[1]  # fmt: skip
+    real = Path(uv).read_bytes()
+    tag = f"py3-none-manylinux_2_17_{platform.machine()}"
+    wheel = index.add("uv", version, {f"uv-{version}.data/scripts/uv": real}, tag=tag)
+    proj = _project(tmp_path / "proj", index)
+    base = ".multihost-uvtest"  # a base of its own: no uv shipped there before
+    homes = [ssh_fleet.hosts[i].home for i in range(N)]
+    confs = [h / ".config" / "pip" / "pip.conf" for h in homes]
+    made = [not (h / ".config").exists() for h in homes]
+    try:
+        for conf in confs:
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(f"[global]\nindex-url = {index.url}\n")
+        res, lines, notes = _run(ssh_fleet, proj, tmp_path, host_uv="fetch",
+                                 remote_dir=f"~/{base}")  # fmt: skip
+        assert res.ok, res
+        assert lines == ["True 3"] * N
+        said = _said(notes)
+        assert "; built on s0/w0 (" in said
+        assert f"(uv {version} fetched there with pip)" in said, said
+        # the builder's pip fetched uv once; the other hosts never asked for it
+        assert index.hits[f"/files/{wheel.name}"] == 1
+        downloads = {p: n for p, n in index.hits.items() if p.startswith("/files/")}
+        assert downloads == dict.fromkeys(index.files(), 1)
+        fetched = homes[0] / base / "bin" / "uv"
+        assert fetched.read_bytes() == real
+        assert all(not (h / base / "bin").exists() for h in homes[1:])
+        # the runner shipped no uv: it sent the pack to the 3 others, nothing more
+        sent = float(said.split("the runner sent ")[1].split(" MiB")[0]) * (1 << 20)
+        assert sent < len(real)
+    finally:
+        for home, conf, mine in zip(homes, confs, made, strict=True):
+            shutil.rmtree(home / ".config" if mine else conf.parent, ignore_errors=True)
+            shutil.rmtree(home / base, ignore_errors=True)
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+
+
+def test_builder_without_uv_nor_a_pip_that_finds_it(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+) -> None:
+    """The builder's pip cannot fetch uv (its index has none): the builder's error under its
+    name, nothing started anywhere, no uv left half-written."""
+    proj = _project(tmp_path / "proj", index)
+    base = ".multihost-uvtest"
+    homes = [ssh_fleet.hosts[i].home for i in range(N)]
+    conf = homes[0] / ".config" / "pip" / "pip.conf"
+    made = not (homes[0] / ".config").exists()
+    try:
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(f"[global]\nindex-url = {index.url}\n")
+        res, lines, _ = _run(ssh_fleet, proj, tmp_path, cmd="echo started", host_uv="fetch",
+                             remote_dir=f"~/{base}")  # fmt: skip
+        assert not res.ok
+        assert lines == []
+        error = res.hosts[0].error or ""
+        assert "environment build failed: no uv on this host, and its pip could not fetch" in error
+        assert not (homes[0] / base / "bin" / "uv").exists()
+        assert not index.downloads()  # nothing built
+    finally:
+        shutil.rmtree(homes[0] / ".config" if made else conf.parent, ignore_errors=True)
+        for home in homes:
+            shutil.rmtree(home / base, ignore_errors=True)

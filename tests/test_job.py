@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +27,7 @@ from multihost.job.record import (
 )
 from multihost.job.submit import startup_script
 from multihost.job.watch import HostView, Snapshot, Verdict, decide
+from multihost.remote.envsync import BUILD, INSTALL
 
 REC = JobRecord(
     name="train", bucket="gs://bkt", tpu_type="v4-16", num_slices=2,
@@ -121,11 +124,26 @@ def _refusing_api() -> Iterator[str]:
         server.server_close()
 
 
-def test_startup_script_is_clean_sh(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    text = startup_script(REC)
+ENV_REC = REC.evolve(
+    env_lock="cd" * 32, env_select="--extra tpu --no-dev", env_requirements="a==1\nb'c==2 $x\n",
+    uv_url="gs://bkt/multihost/uv/" + "ef" * 32, uv_sha256="ef" * 32, uv_version="0.9.1",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("rec", [REC, ENV_REC], ids=["plain", "locked-environment"])
+def test_startup_script_is_clean_sh(rec: JobRecord, tmp_path: Path) -> None:
+    text = startup_script(rec)
     assert "command='python payloads/train.py --x '\"'\"'a b'\"'\"''" in text
     assert startup.TEMPLATE.count(startup.VALUES_MARK) == 1
     assert f"report_exit {startup.FETCH_FAILED}" in startup.TEMPLATE
+    assert f"report_exit {startup.ENV_FAILED}" in startup.TEMPLATE
+    if rec.env_lock:  # every value quoted once; the run path's own templates, whole
+        assert "env_requirements='a==1\nb'\"'\"'c==2 $x\n'\n" in text
+        assert "env_requirements_bytes=15\n" in text
+        assert shlex.quote(BUILD) in text
+        assert shlex.quote(INSTALL) in text
+    else:
+        assert "env_lock=''\n" in text
     path = tmp_path / "startup.sh"
     path.write_text(text)
     subprocess.run(["sh", "-n", str(path)], check=True)

@@ -174,7 +174,8 @@ def test_launch_gate_held_starts_nothing_and_leaves_no_run(
     home = tmp_path / "home"
     home.mkdir()
     held = _gated(home, "held", word)
-    assert held.stdout == b"ready\n", held.stderr
+    word, pgid = held.stdout.split()  # "ready PGID", and nothing else
+    assert (word, pgid.isdigit()) == (b"ready", True), held.stderr
     assert held.returncode == 5
     assert not (home / "b" / "runs" / "held").exists()
     assert _processes_under(home) == []  # the wrapper (up before the word) and tail ended
@@ -229,7 +230,7 @@ def test_launch_gate_shell_killed_before_the_word_leaves_nothing_running(tmp_pat
         assert proc.stdout is not None
         proc.stdin.write(script.encode())
         proc.stdin.flush()
-        assert proc.stdout.readline() == b"ready\n"
+        assert proc.stdout.readline().split()[0] == b"ready"
         # up before the word (its exec through python3, the subreaper's start, may lag "ready")
         wait_for(lambda: any("run.sh gate" in c for c in _processes_under(home)), 10,
                  "the wrapper, before any word")  # fmt: skip
@@ -245,8 +246,10 @@ def test_launch_gate_go_starts_the_job_and_watches(tmp_path: Path) -> None:
     ran = _gated(home, "go", b"go\n")
     assert ran.returncode == 0, ran.stderr
     lines = ran.stdout.splitlines()
-    assert lines[0] == b"ready"
-    assert lines[1].isdigit()  # the job's process group
+    word, pgid = lines[0].split()
+    assert word == b"ready"
+    assert pgid.isdigit()  # the job's process group, said before the word
+    assert lines[1:] == []  # nothing written back after the word (the job's log: empty)
     assert (home / "go.started").read_text() == "started\n"
     end = parse_watch_end(ran.stderr)
     assert end is not None

@@ -15,7 +15,6 @@ from multihost import fleetops, runs
 from multihost.bridge import blocking
 from multihost.bundled import payload_command, payloads_dir
 from multihost.cli import report
-from multihost.cli.pull import pull_and_report
 from multihost.cli.wiring import (
     Display,
     execute_run,
@@ -24,7 +23,6 @@ from multihost.cli.wiring import (
     raise_nofile_limit,
     reach_args,
 )
-from multihost.copyback import check_dest, check_patterns, default_dest
 from multihost.core import Run
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
@@ -47,8 +45,11 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
     if args.pull and args.detach:
         raise UsageError("--pull copies files back after the run ends; with --detach it does "
                          "not end here (use multihost pull RUN PATH later)")  # fmt: skip
-    patterns = check_patterns(args.pull) if args.pull else ()
-    if patterns:  # checked, and made, before anything starts
+    patterns: tuple[str, ...] = ()
+    if args.pull:  # checked, and made, before anything starts (imported only then)
+        from multihost.copyback import check_dest, check_patterns, default_dest
+
+        patterns = check_patterns(args.pull)
         check_dest(args.pull_to if args.pull_to is not None else default_dest(job.run_name))
     raise_nofile_limit()
     display = Display(fleet, job.run_name, args.stream, err)
@@ -69,6 +70,9 @@ def cmd_run(args: argparse.Namespace, err: Console) -> int:
     if not result.ok and result.log_dir is not None:
         tpu_logs(result.hosts, options, result.log_dir, err)
     if patterns:
+        from multihost.cli.pull import pull_and_report
+        from multihost.copyback import default_dest
+
         _, record = runs.find_run(options.log_dir, job.run_name)
         dest = args.pull_to if args.pull_to is not None else default_dest(job.run_name)
         pulled = pull_and_report(record, patterns, dest, options.ssh, D.pull_limit, err)

@@ -85,6 +85,9 @@ def _submit(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
         excludes=tuple(args.exclude), env=tuple(args.env), log_interval=args.log_interval,
         start_timeout=args.start_timeout, coordinator_port=args.coordinator_port,
         megascale_port=args.megascale_port, secrets=tuple(args.secret),
+        sync=not args.no_sync, extras=tuple(args.extra), all_extras=args.all_extras,
+        groups=tuple(args.group), no_dev=args.no_dev, requirements=args.requirements,
+        env_wait=args.env_wait,
     )  # fmt: skip
     display = _Display(err)
     done = submit(req, gcloud, display.note)

@@ -8,13 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from multihost.defaults import DEFAULTS as D
+from multihost.settings.environment import (
+    ALL_EXTRAS,
+    EXTRA,
+    GROUP,
+    NO_DEV,
+    NO_SYNC,
+    REQUIREMENTS,
+)
 from multihost.settings.types import count, port
 
 Positive = Callable[[type[int] | type[float]], Callable[[str], int | float]]
 
 
-def add_job_parser(sub: Any, positive: Positive) -> None:
-    """``multihost job SUBCOMMAND`` with its own subcommands."""
+def add_job_parser(sub: Any, positive: Positive, add: Callable[..., None]) -> None:
+    """``multihost job SUBCOMMAND`` with its own subcommands; ``add`` declares schema flags."""
     job = sub.add_parser("job", help="production jobs: queued resources that run themselves")
     jsub = job.add_subparsers(dest="job_command", required=True, parser_class=type(job))
 
@@ -46,6 +54,11 @@ def add_job_parser(sub: Any, positive: Positive) -> None:
     submit.add_argument("--megascale-port", type=port, default=D.megascale_port,
                         metavar="PORT")  # fmt: skip
     submit.add_argument("--cmd", required=True, help="command run under sh -c on every worker")
+    # the locked environment, as for run: process 0 builds it once, the bucket caches it
+    add(submit, NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, REQUIREMENTS)
+    submit.add_argument("--env-wait", type=positive(float), default=D.env_wait, metavar="S",
+                        help="how long a worker waits for process 0 to put the locked "
+                        f"environment in the bucket (default {D.env_wait:g})")  # fmt: skip
     submit.add_argument("--watch", action="store_true", help="follow the job at once")
     _watch_flags(submit, positive)
 

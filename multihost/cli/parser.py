@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h")
     add(clean, s.LOG_DIR, s.DRY_RUN.but(help="say what would be removed (asks the hosts which "
                                           "environments would go)"))  # fmt: skip
-    add_job_parser(sub, positive)
+    add_job_parser(sub, positive, add)
     return parser
 
 

@@ -15,7 +15,6 @@ from multihost.cli.terminal import safe_text
 from multihost.model import Host, State
 from multihost.result import COLUMNS, HostResult, RunResult, Staging, host_row, size
 from multihost.result import verdict as run_verdict
-from multihost.sweep.results import metric_text, sweep_rows
 
 if TYPE_CHECKING:
     from multihost.copyback import PullResult
@@ -270,6 +269,8 @@ def env_cells(row: Mapping[str, Any]) -> dict[str, object]:
 
 def record_line(done: int, total: int, record: Any, metric: str) -> Text:
     """One completed sweep point, as it happens."""
+    from multihost.sweep.results import metric_text  # sweeps only: not on a run's path
+
     value = record.result.get(metric) if record.ok else None
     text = Text(f"[{done}/{total}] ", style="dim")
     text.append(" ".join(f"{k}={v}" for k, v in record.values.items()))
@@ -282,6 +283,8 @@ def record_line(done: int, total: int, record: Any, metric: str) -> Text:
 
 def sweep_table(summary: Sequence[Mapping[str, Any]], metric: str, names: Sequence[str]) -> Table:
     """The sweep's points, best first; the best row highlighted."""
+    from multihost.sweep.results import sweep_rows
+
     title = Text(f"sweep by {metric} (median over ok repeats)")
     table = Table(title=title, title_justify="left")
     head, *rows = sweep_rows(summary, metric, names)

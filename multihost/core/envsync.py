@@ -3,8 +3,10 @@
 1. Every host reports its key and what it has (``env_probe.py``, one command per host).
 2. A host whose Python does not satisfy ``requires-python``: exit 2 naming it, nothing started.
 3. Per key some host lacks: the source is a host that has it complete (it packs it once), or
-   else the first host that lacks it builds it with uv (the runner's uv shipped to it when it
-   has none). Only the builder talks to the package index.
+   else the first host that lacks it builds it with uv. A builder without uv gets the runner's
+   binary when it runs there (machine, C library: ``envsync.uvbin``), else fetches
+   ``uv==<the runner's version>`` itself with its own pip (``--host-uv fetch``: always). Only
+   the builder talks to the package index; the others only unpack (tar, sha256sum), no uv.
 4. The packed environment goes from the source to every other host that lacks it, checked by
    sha256 before it is unpacked (atomically; a damaged one is replaced).
 5. Each host's command then sees ``MULTIHOST_ENV`` (the job script puts its ``bin`` first on
@@ -16,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import platform
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,9 @@ from pathlib import Path
 
 from multihost import stagevia
 from multihost.core.supervisor import Supervisor
+from multihost.defaults import DEFAULTS
 from multihost.envsync import EnvRequest, satisfies, uv_binary, uv_version
+from multihost.envsync.uvbin import Binary, inspect
 from multihost.errors import HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.job.cloud import CloudError
@@ -49,15 +52,43 @@ class Probe:
     machine: str
     envs: str
     has_uv: bool
+    os: str = "linux"  # sys.platform
+    libc: str = ""  # glibc-2.35; anything else is not glibc
 
     @classmethod
     def parse(cls, host: Host, line: str) -> Probe:
         words = dict(w.split("=", 1) for w in line.split() if "=" in w)
         try:
             return cls(host, words["key"], words["state"], words["python"], words["exe"],
-                       words["machine"], words["envs"], words["uv"] == "host")  # fmt: skip
+                       words["machine"], words["envs"], words["uv"] == "host",
+                       words.get("os", "linux"), words.get("libc", ""))  # fmt: skip
         except KeyError:
             raise RemoteError(host, f"environment check said {line!r}") from None
+
+
+@dataclass(frozen=True)
+class RunnerUv:
+    """The uv a host without one gets: the runner's binary (when it has one and it fits the
+    host), or ``version`` fetched by the builder with its own pip."""
+
+    path: str | None
+    version: str  # the runner's, else DEFAULTS.uv_version: part of every uv-less host's key
+    binary: Binary
+    fetch: bool  # --host-uv fetch: never ship it
+
+    def ships_to(self, p: Probe) -> bool:
+        """Whether the runner's binary runs on ``p``'s host (else the builder fetches uv)."""
+        return (
+            not self.fetch and self.path is not None and self.binary.fits(p.os, p.machine, p.libc)
+        )
+
+
+async def runner_uv(host_uv: str) -> RunnerUv:
+    """The runner's uv: where, which version, what it runs on."""
+    path = uv_binary()
+    version = (await asyncio.to_thread(uv_version, path)) if path else ""
+    binary = await asyncio.to_thread(inspect, path) if path else Binary("unknown", "")
+    return RunnerUv(path, version or DEFAULTS.uv_version, binary, host_uv == "fetch")
 
 
 @dataclass
@@ -65,6 +96,7 @@ class EnvSummary:
     """What the phase did: built on, sent to, repaired, present."""
 
     built: list[str] = field(default_factory=list)
+    fetched: list[str] = field(default_factory=list)  # builders that fetched uv with pip
     installed: int = 0
     repaired: int = 0
     present: int = 0
@@ -75,15 +107,14 @@ class EnvSummary:
 
 async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[None]]:
     """The environment ``req`` on every host of ``sup``; per host whether it is there."""
-    uv = uv_binary()
-    runner_uv = (await asyncio.to_thread(uv_version, uv)) if uv else ""
+    uv = await runner_uv(sup.options.host_uv)
 
     async def probe(host: Host) -> Probe:
         conn = sup.slots[host.process_id].conn
         assert conn is not None
         where = sup.paths(host)
         done = await conn.run(script(PROBE, paths={"b": where.base, "r": where.run},
-                                     lock=req.lock_hash, ruv=runner_uv,
+                                     lock=req.lock_hash, ruv=uv.version,
                                      probe=python_source("env_probe")))  # fmt: skip
         if done.exit_status != 0:
             raise RemoteError(host, f"environment check failed: {_said(done.stderr)}")
@@ -118,6 +149,8 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
         said += f" (+{len(keys) - 1} more key(s))"
     if done:
         said += f"; built on {', '.join(done)}"
+    if summary.fetched:
+        said += f" (uv {uv.version} fetched there with pip)"
     if summary.installed:
         said += f"; installed on {summary.installed} host(s)"
     if summary.repaired:
@@ -136,7 +169,7 @@ async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[Non
 
 
 async def _one_key(
-    sup: Supervisor, members: Sequence[Probe], uv: str | None, req: EnvRequest,
+    sup: Supervisor, members: Sequence[Probe], uv: RunnerUv, req: EnvRequest,
     summary: EnvSummary, errors: dict[int, HostError],
 ) -> None:  # fmt: skip
     """One key: find or build it on one host, then install it on the others that lack it."""
@@ -159,6 +192,8 @@ async def _one_key(
             source, need = need[0], need[1:]
             packed = await _build(sup, source, key, uv, req)
             summary.built.append(f"{source.host.name} ({source.host.target})")
+            if not source.has_uv and not uv.ships_to(source):
+                summary.fetched.append(f"{source.host.name}")
             summary.repaired += source.state == "damaged"
     except HostError as exc:
         errors[exc.host.process_id] = exc
@@ -327,21 +362,21 @@ async def _from_bucket(
     return [p for p in need if p.host.process_id in done]
 
 
-async def _build(sup: Supervisor, p: Probe, key: str, uv: str | None, req: EnvRequest) -> str:
-    """Build ``key`` on ``p``'s host with uv (shipping the runner's when it has none)."""
+async def _build(sup: Supervisor, p: Probe, key: str, uv: RunnerUv, req: EnvRequest) -> str:
+    """Build ``key`` on ``p``'s host with uv: its own, else the runner's when that runs there
+    (shipped), else fetched there with its own pip (``uv==`` the runner's version)."""
     stdin = req.requirements
-    ship = not p.has_uv
-    if ship:
-        if uv is None or p.machine != platform.machine():
-            raise RemoteError(p.host, f"no uv on this host ({p.machine}) and none here to ship "
-                              "for it: install uv there")  # fmt: skip
-        binary = await asyncio.to_thread(Path(uv).read_bytes)
+    ship = 0 if p.has_uv else 1 if uv.ships_to(p) else 2
+    if ship == 1:
+        assert uv.path is not None
+        binary = await asyncio.to_thread(Path(uv.path).read_bytes)
         sup.env_bytes += len(binary)
         stdin += binary
     code = sup.paths(p.host).code
     command = script(
         BUILD, paths={"b": _base(sup, p), "code": code}, key=key, exe=p.exe,
-        sel=" ".join(req.selection.flags()), req=len(req.requirements), ship=int(ship),
+        sel=" ".join(req.selection.flags()), req=len(req.requirements), ship=ship,
+        uvv=uv.version, unwheel=python_source("uv_wheel"),
     )  # fmt: skip
     conn = sup.slots[p.host.process_id].conn
     assert conn is not None

@@ -107,13 +107,8 @@ async def start_gated(sup: Supervisor, scripts: Mapping[int, str]) -> None:
         for gate in ready.values():
             gate.go(secrets)
 
-    async def started_one(host: Host) -> None:
-        slot = sup.slots[host.process_id]
+    for pid, gate in ready.items():
+        slot = sup.slots[pid]
         assert slot.sink is not None
-        slot.started = await ready[host.process_id].started(slot.sink.feed)
+        slot.started = gate.started(slot.sink.feed)
         sup.set_state(slot, State.RUNNING, f"pgid {slot.started.pgid}")
-
-    outcomes = await map_hosts(started_one, list(sup.fleet), timeout=timeout, what="launch")
-    for o in outcomes:
-        if o.error:
-            sup.fail(o.host, State.ERROR, o.error.message)

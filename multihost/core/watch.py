@@ -10,17 +10,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from multihost.core.slot import Slot
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
-from multihost.diagnose.collect import collect_over, save
-from multihost.diagnose.stacks import StackReport, group, summary_lines
 from multihost.errors import HostError, RunDirGone
 from multihost.gather import host_ranges
 from multihost.launch import stop
 from multihost.model import State
 from multihost.stream import Follower, classify
+
+if TYPE_CHECKING:
+    from multihost.diagnose.stacks import StackReport
 
 
 async def watch_all(sup: Supervisor, started: float) -> None:
@@ -173,6 +175,9 @@ async def _watchdog(sup: Supervisor) -> None:
 
 
 async def _take_stacks(sup: Supervisor, slots: list[Slot], why: str) -> StackReport:
+    from multihost.diagnose.collect import collect_over, save  # only when stacks are taken
+    from multihost.diagnose.stacks import group, summary_lines
+
     conns = {s.host.process_id: s.conn for s in slots if s.conn is not None}
     dirs = {s.host.process_id: s.paths.run for s in slots if s.paths is not None}
     dumps = await collect_over([s.host for s in slots if s.conn is not None], conns, dirs)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.record import private_dir
 
@@ -99,6 +100,14 @@ class JobRecord:
     start_timeout: float = 600.0
     coordinator_port: int = 8476
     megascale_port: int = 8081
+    # the locked environment (issue 27): env_lock "" = none; see multihost.job.startup
+    env_lock: str = ""  # the hash of the lock and the selection (or of the requirements)
+    env_select: str = ""  # uv's selection flags, words (checked names only)
+    env_requirements: str = ""  # --requirements FILE's content (no uv.lock)
+    env_wait: float = DEFAULTS.env_wait
+    uv_url: str = ""  # the runner's uv in the bucket, for a host without one ("": none)
+    uv_sha256: str = ""
+    uv_version: str = ""
     attempt: int = 0
     resubmits: int = 0  # attempts made because the resource was deleted (at most one)
     state: JobState = JobState.RUNNING
@@ -183,6 +192,8 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "capacity": str, "max_restarts": int, "log_interval": int, "start_timeout": (int, float),
     "coordinator_port": int, "megascale_port": int, "attempt": int, "resubmits": int,
     "exit_code": (int, type(None)), "message": str, "created_at": (int, float),
+    "env_lock": str, "env_select": str, "env_requirements": str, "env_wait": (int, float),
+    "uv_url": str, "uv_sha256": str, "uv_version": str,
 }  # fmt: skip
 
 
@@ -199,6 +210,11 @@ def resource_name(job: str, attempt: int) -> str:
 
 def code_url(bucket: str, code_hash: str) -> str:
     return f"{bucket}/multihost/code/{code_hash}.tar.gz"
+
+
+def uv_binary_url(bucket: str, digest: str) -> str:
+    """The runner's uv binary, for hosts that have none: ``…/multihost/uv/<sha256>``."""
+    return f"{bucket}/multihost/uv/{digest}"
 
 
 def env_prefix(bucket: str, key: str) -> str:

@@ -2,8 +2,18 @@
 
 The values come first, as one block of quoted assignments (``render``); the body below never
 changes. Per worker, it reads the metadata server, fetches and verifies the code (bounded
-retries), runs the command with the environment ``multihost run`` gives, ships its log to the
-bucket every ``log_interval`` seconds and at exit, and at exit writes the exit code there.
+retries), gets the locked environment when the job has one (below), runs the command with the
+environment ``multihost run`` gives, ships its log to the bucket every ``log_interval`` seconds
+and at exit, and at exit writes the exit code there.
+
+The locked environment (issue 27, item 8): each worker works out its key as ``run`` does
+(``env_probe.py``); one that has it complete does nothing. Else it looks in the job's bucket
+(``…/multihost/envs/<key>/<sha256>.tar.gz``) and takes the pack from there, sha256-checked,
+with the run path's own INSTALL. Process 0 (slice 0, worker 0) that finds none builds it with
+the run path's BUILD (fetching the job's uv when its host has none) and puts the pack there with
+UPLOAD; the other workers wait for it, at most ``env_wait`` seconds, and stop at once when
+process 0 leaves a ``failed-<job>-<attempt>`` marker beside it. A later attempt after a
+preemption finds the pack in the bucket: it never touches the package index.
 """
 
 from __future__ import annotations
@@ -12,14 +22,19 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from multihost.defaults import DEFAULTS
 from multihost.plan import hook_text
+from multihost.remote.envsync import BUILD, INSTALL, UPLOAD
+from multihost.remote.staging import GS, python_source
 
 VALUES_MARK = "# @VALUES@\n"
 FETCH_FAILED = 125  # exit code a worker reports when it could not get the code
 SECRET_FAILED = 123  # ... when it could not read a --secret from Secret Manager
 WORK_DIR_REFUSED = 122  # ... when its work directory is not its own and private
+ENV_FAILED = 121  # ... when it could not get (or, process 0, build) the locked environment
 
-TEMPLATE = r"""#!/bin/sh
+TEMPLATE = (
+    r"""#!/bin/sh
 # multihost job startup script (rendered by multihost; values first, body fixed)
 # @VALUES@
 set -u
@@ -127,6 +142,106 @@ fetch() {
   return 1
 }
 
+"""
+    + GS
+    + r"""
+# The locked environment (see the module's docstring). Sets env_dir; says why not in the log.
+env_dir=
+sync_env() {
+  envs=$base/envs
+  uv=$(command -v uv 2>/dev/null) || uv=
+  if [ -z "$uv" ] && [ -x "$base/bin/uv" ]; then uv=$base/bin/uv; fi
+  said=$(python3 -c "$env_probe" "$envs" "$env_lock" "$uv_version" "$uv" 2>> "$log") || {
+    note "environment: the check failed (no python3?)"
+    return 1
+  }
+  key='' state='' exe=''
+  for w in $said; do
+    case $w in
+      key=*) key=${w#key=} ;;
+      state=*) state=${w#state=} ;;
+      exe=*) exe=${w#exe=} ;;
+    esac
+  done
+  env_dir=$envs/$key
+  if [ "$state" = present ]; then
+    note "environment $key: present"
+    return 0
+  fi
+  prefix=$bucket/multihost/envs/$key/
+  waited=0
+  while :; do
+    listed=$(gcloud storage ls "$prefix" 2>/dev/null) || listed=
+    pack=$(printf '%s
+' "$listed" | grep '/[0-9a-f]*\.tar\.gz$' | head -n 1)
+    if [ -n "$pack" ]; then
+      digest=${pack##*/}
+      digest=${digest%.tar.gz}
+      if b=$base key=$key digest=$digest how=gs url=$pack fetch='' timeout=0 \
+        sh -c "$env_install" > /dev/null 2>> "$log"; then
+        note "environment $key: taken from $pack"
+        return 0
+      fi
+      note "environment $key: could not take $pack (above)"
+      return 1
+    fi
+    case $listed in
+      *"/failed-$job-$attempt"*)
+        note "environment $key: process 0 could not build it (see its log)"
+        return 1
+        ;;
+    esac
+    if [ "$slice" = 0 ] && [ "$worker" = 0 ]; then
+      build_env && return 0
+      echo "$job $attempt" > "$dir/env.failed"
+      gs_cp "$dir/env.failed" "${prefix}failed-$job-$attempt" 2>> "$log" || :
+      return 1
+    fi
+    if [ "$waited" -ge "$env_wait" ]; then
+      note "environment $key: not in $prefix after ${waited}s of waiting for process 0 to" \
+        "build it (a worker whose Python or platform differs from process 0's has another key)"
+      return 1
+    fi
+    sleep "$env_poll"
+    waited=$((waited + env_poll))
+  done
+}
+
+# Process 0 builds the environment with uv (the job's own when the host has none) and puts
+# the pack in the bucket, under its content name.
+build_env() {
+  if [ -z "$uv" ]; then
+    if [ -z "$uv_url" ]; then
+      note "environment $key: no uv on this host and none in the job (install uv here)"
+      return 1
+    fi
+    mkdir -p "$base/bin" || return 1
+    gs_cp "$uv_url" "$base/bin/uv.part" 2>> "$log" || {
+      note "environment $key: could not fetch uv from $uv_url"
+      return 1
+    }
+    got=$(sha256sum "$base/bin/uv.part" | cut -d' ' -f1)
+    if [ "$got" != "$uv_sha256" ]; then
+      rm -f "$base/bin/uv.part"
+      note "environment $key: uv from $uv_url has sha256 $got, expected $uv_sha256"
+      return 1
+    fi
+    chmod 755 "$base/bin/uv.part" && mv -f "$base/bin/uv.part" "$base/bin/uv" || return 1
+  fi
+  note "environment $key: building it with uv (process 0; nothing in $prefix)"
+  packed=$(printf '%s' "$env_requirements" | HOME=${HOME:-$base} b=$base key=$key code=$code \
+    exe=$exe sel=$env_select req=$env_requirements_bytes ship=0 sh -c "$env_build" 2>> "$log") || {
+    note "environment $key: the build failed (uv's error above)"
+    return 1
+  }
+  digest=${packed##* }
+  b=$base key=$key url=$prefix$digest.tar.gz sh -c "$env_upload" > /dev/null 2>> "$log" || {
+    note "environment $key: could not put it in $prefix (above)"
+    return 1
+  }
+  note "environment $key: built, and put in $prefix$digest.tar.gz"
+}
+
 note "job $job attempt $attempt: slice $slice worker $worker of $num_slices x $workers"
 if [ -n "$refused" ]; then
   note "refusing the work directory: $refused (set MULTIHOST_WORK_DIR, or remove it)"
@@ -135,6 +250,13 @@ fi
 if ! fetch; then
   note "could not fetch $bucket/multihost/code/$code_hash.tar.gz: giving up"
   report_exit 125
+fi
+if [ -n "$env_lock" ]; then
+  sync_env || report_exit 121
+  VIRTUAL_ENV=$env_dir
+  MULTIHOST_ENV=$env_dir
+  PATH=$env_dir/bin:$PATH
+  export VIRTUAL_ENV MULTIHOST_ENV PATH
 fi
 
 JAX_COORDINATOR_ADDRESS=$coordinator:$coordinator_port
@@ -205,6 +327,7 @@ rc=$?
 wait "$uploader"
 report_exit "$rc"
 """
+)
 
 
 @dataclass(frozen=True)
@@ -223,6 +346,21 @@ class StartupValues:
     fetch_tries: int = 5
     coordinator_port: int = 8476
     megascale_port: int = 8081
+    environment: EnvValues | None = None
+
+
+@dataclass(frozen=True)
+class EnvValues:
+    """The locked environment a job's workers get (see the module's docstring)."""
+
+    lock: str  # the hash of the lock and the selection (or of the requirements)
+    select: str = ""  # uv's selection flags, words
+    requirements: str = ""  # a requirements file's content ("": from uv.lock)
+    wait: float = DEFAULTS.env_wait
+    poll: int = DEFAULTS.env_poll
+    uv_url: str = ""
+    uv_sha256: str = ""
+    uv_version: str = ""
 
 
 def user_env_text(env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> str:
@@ -247,7 +385,33 @@ def render(values: StartupValues) -> str:
         "coordinator_port": str(values.coordinator_port),
         "megascale_port": str(values.megascale_port),
     }
-    block = "".join(f"{k}={shlex.quote(v)}\n" for k, v in assigns.items())
-    # the hook is Python source, quoted whole: '$' and backquotes in it are meant literally
-    block += f"# shellcheck disable=SC2016\nhook={shlex.quote(hook_text())}\n"
+    e = values.environment or EnvValues("")
+    assigns |= {
+        "env_lock": e.lock,
+        "env_select": e.select,
+        "env_requirements": e.requirements,
+        "env_requirements_bytes": str(len(e.requirements.encode())),
+        "env_wait": str(int(e.wait)),
+        "env_poll": str(e.poll),
+        "uv_url": e.uv_url,
+        "uv_sha256": e.uv_sha256,
+        "uv_version": e.uv_version,
+    }
+    # a requirements file is text, not code: a '$' in it is meant literally
+    block = "".join(
+        ("# shellcheck disable=SC2016\n" if k == "env_requirements" else "")
+        + f"{k}={shlex.quote(v)}\n"
+        for k, v in assigns.items()
+    )
+    # the hook, the probe and the run path's templates are code, quoted whole: '$' and
+    # backquotes in them are meant literally
+    code = {"hook": hook_text()}
+    if e.lock:
+        code |= {"env_probe": python_source("env_probe"), "env_build": BUILD,
+                 "env_install": INSTALL, "env_upload": UPLOAD}  # fmt: skip
+    else:
+        code |= dict.fromkeys(("env_probe", "env_build", "env_install", "env_upload"), "")
+    block += "".join(
+        f"# shellcheck disable=SC2016\n{k}={shlex.quote(v)}\n" for k, v in code.items()
+    )
     return TEMPLATE.replace(VALUES_MARK, block, 1)

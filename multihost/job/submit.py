@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from multihost.defaults import DEFAULTS
+from multihost.envsync import request, uv_binary, uv_version
 from multihost.errors import UsageError
 from multihost.job import startup
 from multihost.job.cloud import Gcloud
@@ -18,10 +21,12 @@ from multihost.job.record import (
     check_name,
     check_tpu_type,
     code_url,
+    env_prefix,
+    uv_binary_url,
 )
 from multihost.plan import parse_env
 from multihost.secrets import parse_secrets
-from multihost.stage import pack
+from multihost.stage import excluded, pack
 
 
 @dataclass(frozen=True)
@@ -46,10 +51,24 @@ class JobRequest:
     start_timeout: float = 600.0
     coordinator_port: int = 8476
     megascale_port: int = 8081
+    # the locked environment, as for run (issue 27): uv.lock in script_dir, or requirements
+    sync: bool = True
+    extras: tuple[str, ...] = ()
+    all_extras: bool = False
+    groups: tuple[str, ...] = ()
+    no_dev: bool = False
+    requirements: Path | None = None
+    env_wait: float = DEFAULTS.env_wait
 
 
 def startup_script(record: JobRecord) -> str:
     """The rendered startup script of the record's current attempt."""
+    env = None
+    if record.env_lock:
+        env = startup.EnvValues(
+            record.env_lock, record.env_select, record.env_requirements, record.env_wait,
+            uv_url=record.uv_url, uv_sha256=record.uv_sha256, uv_version=record.uv_version,
+        )  # fmt: skip
     return startup.render(
         startup.StartupValues(
             job=record.name,
@@ -63,6 +82,7 @@ def startup_script(record: JobRecord) -> str:
             log_interval=record.log_interval,
             coordinator_port=record.coordinator_port,
             megascale_port=record.megascale_port,
+            environment=env,
         )
     )
 
@@ -82,6 +102,8 @@ def check(req: JobRequest) -> JobRequest:
             raise UsageError(f"{what} must be at least 1")
     if req.max_restarts < 0:
         raise UsageError("--max-restarts must be 0 or more")
+    if req.env_wait <= 0:
+        raise UsageError("--env-wait must be more than 0")
     if not req.script_dir.is_dir():
         raise UsageError(f"script dir {req.script_dir} does not exist or is not a directory")
     env = parse_env(list(req.env))
@@ -89,6 +111,25 @@ def check(req: JobRequest) -> JobRequest:
     if both:
         raise UsageError(f"{both[0]} is given both as --env and as --secret")
     return JobRequest(**{**req.__dict__, "bucket": check_bucket(req.bucket)})
+
+
+@dataclass(frozen=True)
+class _Uv:
+    """The runner's uv, shipped through the bucket to hosts that have none."""
+
+    data: bytes
+    digest: str
+    url: str
+    version: str
+
+
+def _uv(bucket: str) -> _Uv | None:
+    binary = uv_binary()
+    if binary is None:
+        return None  # the hosts must have their own
+    data = Path(binary).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    return _Uv(data, digest, uv_binary_url(bucket, digest), uv_version(binary))
 
 
 @dataclass(frozen=True)
@@ -105,7 +146,13 @@ def submit(
     req = check(req)
     env = tuple(parse_env(list(req.env)).items())
     secrets = parse_secrets(req.secrets)
+    environment = request(
+        req.script_dir, sync=req.sync, extras=req.extras, all_extras=req.all_extras,
+        groups=req.groups, no_dev=req.no_dev, requirements=req.requirements,
+        lock_excluded=excluded("uv.lock", req.excludes),
+    )  # fmt: skip
     archive = pack(req.script_dir, req.excludes)
+    uv = _uv(req.bucket) if environment else None
     record = JobRecord(
         name=req.name, bucket=req.bucket, tpu_type=req.tpu_type, num_slices=req.num_slices,
         runtime_version=req.runtime_version, command=req.command, code_hash=archive.digest,
@@ -114,8 +161,15 @@ def submit(
         start_timeout=req.start_timeout, coordinator_port=req.coordinator_port,
         megascale_port=req.megascale_port, created_at=time.time(),
     )  # fmt: skip
+    if environment:
+        record = record.evolve(
+            env_lock=environment.lock_hash, env_select=" ".join(environment.selection.flags()),
+            env_requirements=environment.requirements.decode(), env_wait=req.env_wait,
+            uv_url=uv.url if uv else "", uv_sha256=uv.digest if uv else "",
+            uv_version=uv.version if uv else "",
+        )  # fmt: skip
     url = code_url(req.bucket, archive.digest)
-    there = gcloud.existing(record.record_url, url)
+    there = gcloud.existing(record.record_url, url, *([uv.url] if uv else []))
     if record.record_url in there:
         raise UsageError(f"job {req.name!r} already exists in {req.bucket}: pick another name")
     uploaded = url not in there
@@ -129,6 +183,13 @@ def submit(
             gcloud.put_bytes(archive.data, url)
         else:
             note(f"code {archive.short} is already in {req.bucket}: nothing to upload")
+        if uv and uv.url not in there:
+            note(f"uploading uv {uv.version} for hosts without one ({len(uv.data)} B)")
+            gcloud.put_bytes(uv.data, uv.url)
         saved.result()
+    if environment:
+        note(f"{environment.header}: process 0 builds it (or finds it) and caches it in "
+             f"{env_prefix(req.bucket, '<key>')}; the other hosts and later attempts take it "
+             "from there")  # fmt: skip
     gcloud.create(record, startup_script(record))
     return Submitted(record, uploaded, len(archive.data))

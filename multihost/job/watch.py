@@ -17,7 +17,7 @@ from typing import Protocol, TypeVar
 
 from multihost.job.cloud import GONE_STATES, CloudError, Gcloud
 from multihost.job.record import JobRecord, JobState, parse_host_object
-from multihost.job.startup import FETCH_FAILED, SECRET_FAILED, WORK_DIR_REFUSED
+from multihost.job.startup import ENV_FAILED, FETCH_FAILED, SECRET_FAILED, WORK_DIR_REFUSED
 from multihost.job.submit import startup_script
 
 HostKey = tuple[int, int]  # (slice, worker)
@@ -266,6 +266,7 @@ class Watcher:
                 FETCH_FAILED: "could not fetch the code",
                 SECRET_FAILED: "could not read a --secret from Secret Manager",
                 WORK_DIR_REFUSED: "refused its work directory (not its own, or not private)",
+                ENV_FAILED: "could not get the locked environment",
             }.get(host.exit_code or 0, "exited")
             message = (
                 f"{host.name} (slice {host.slice_id}, worker {host.worker}) {why} with code "

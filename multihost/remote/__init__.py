@@ -126,15 +126,17 @@ tail -c +$((o + 1)) -f -s 0.2 --pid=$$ "$r"/log 2>/dev/null & t=$!
 
 # The gate of a launch that watches: every host writes its run's files, starts its log's tail
 # and its wrapper (``run.sh gate``, holding at its own gate: a pipe from this shell, a FIFO
-# unlinked once open) and says "ready"; then waits for the runner's word on stdin. The runner
+# unlinked once open) and says "ready PGID" (the wrapper's process group); then waits for the
+# runner's word on stdin. The runner
 # sends "go" to every host at once when all are ready, and each host passes it on to its
 # wrapper: the jobs start together, with no fork between the word and a job's start but the
 # job's own. "stop" (one host could not be launched), or the channel's end (the runner gone),
 # closes the pipe: the wrapper ends without running anything, the run's directory goes. This
 # shell's own end closes the pipe too, and the tail follows this shell (--pid). The process
-# group's line comes before the word is passed on, so no log byte can come ahead of it. The
-# script that holds a gate is one { } group: the shell reads all of it before it runs any, so
-# stdin then holds only the word.
+# group comes with "ready", so no log byte can come ahead of it, and nothing is written back
+# between the word and the job's start (on shared cores, 256 hosts' replies held up their
+# jobs). The script that holds a gate is one { } group: the shell reads all of it before it
+# runs any, so stdin then holds only the word.
 _GATE = (
     """\
 mkfifo -m 600 "$r"/gate
@@ -151,7 +153,7 @@ rm -f "$r"/gate
 setsid "$@" "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
 w=$!
 exec 4<&-
-echo ready
+echo "ready $w"
 go=; n=0; read -r go n || :
 if [ "$go" != go ]; then
   exec 3>&-
@@ -166,7 +168,6 @@ case $n in '' | *[!0-9]*) n=0 ;; esac
 i=0; sec=
 while [ "$i" -lt "$n" ] && read -r l; do sec="$sec$l
 "; i=$((i + 1)); done
-echo $w
 printf 'go %s\n%s' "$i" "$sec" >&3
 sec=; l=
 exec 3>&-
@@ -208,7 +209,7 @@ exit 0
 WATCH = _TAIL + "n=0; s=0.2; d=2\n" + _POLL
 
 # Launch behind the gate, then watch on the same channel (one channel and round trip less per
-# host): "ready", then (after "go") the process group's line, then the log from its first byte
+# host): "ready PGID", then (after "go") the log from its first byte
 # and the "end ..." line as WATCH. Vars: LAUNCH's and o. It polls each second from the start
 # (n=8 is past the back-off's steps): the job's end comes as a CHLD, not from the poll.
 LAUNCH_WATCH = "{\n" + _WRITE_RUN + _GATE + "n=8; s=1; d=10\n" + _POLL + "}\n"

@@ -63,7 +63,9 @@ echo "packed $(wc -c < "$k") $h"
 
 # The builder. Vars: b, key, code (the staged code dir), exe (the Python), sel (uv's selection
 # flags, words without quotes: checked names only), req (0: from the lock; N: a requirements
-# file of N bytes comes first on stdin), ship (1: uv follows on stdin). Builds into a
+# file of N bytes comes first on stdin), ship (1: uv follows on stdin; 2: fetch uv==$uvv with
+# the host's own pip, from the index its pip uses, and take the binary out of the wheel with
+# unwheel (uv_wheel.py); either goes to <base>/bin/uv). Builds into a
 # relocatable venv with uv (no interpreter downloads): from the lock, frozen; or exactly the
 # requirements (uv pip sync: nothing resolved, nothing else installed), then uv pip check (a
 # file that leaves out a dependency fails). Writes the manifest and the marker, moves it into
@@ -81,6 +83,16 @@ trap 'rm -rf "$t"' EXIT
 if [ "$ship" = 1 ]; then
   mkdir -p "$b"/bin
   cat > "$t"/uv
+  chmod 755 "$t"/uv
+  mv -f "$t"/uv "$b"/bin/uv
+elif [ "$ship" = 2 ]; then
+  mkdir -p "$b"/bin "$t"/wheel
+  python3 -m pip download -q --no-deps --only-binary=:all: --disable-pip-version-check \
+    -d "$t"/wheel "uv==$uvv" > "$t"/log 2>&1 || {
+    echo "no uv on this host, and its pip could not fetch uv==$uvv:" >&2
+    tail -n 5 "$t"/log >&2; exit 4
+  }
+  python3 -c "$unwheel" "$t"/wheel "$t"/uv || exit 4
   chmod 755 "$t"/uv
   mv -f "$t"/uv "$b"/bin/uv
 fi
@@ -219,7 +231,7 @@ ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "env-probe": (PROBE, ("b", "r", "lock", "ruv", "probe")),
     "env-store": (STORE, ("b", "mode", "age", "gone", "store", "probe")),
-    "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "req", "ship")),
+    "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "req", "ship", "uvv", "unwheel")),
     "env-pack": (PACK, ("b", "key")),
     "env-install": (INSTALL, ("b", "key", "digest", "how", "url", "fetch", "timeout")),
     "env-upload": (UPLOAD, ("b", "key", "url")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from multihost.defaults import DEFAULTS as D
 from multihost.settings.flag import Flag, Group
 from multihost.settings.types import command_text
 
@@ -40,6 +41,15 @@ REQUIREMENTS = Flag(
     "name==version, hashes allowed), built once with uv pip sync and put on every host "
     "(default: none)",
 )
+HOST_UV = Flag(
+    "host-uv",
+    choices=("auto", "fetch"),
+    default=D.host_uv,
+    help="a builder host without uv: auto (the runner's uv binary when it fits the host's "
+    "machine and C library, else fetched there), fetch (always fetched on the host with its "
+    "own python3 -m pip download uv==VERSION, from the index its pip uses; nothing shipped) "
+    "(default %(default)s)",
+)
 SETUP = Flag(
     "setup",
     type=command_text,
@@ -48,4 +58,4 @@ SETUP = Flag(
     help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
     "succeeded before for the same command and code (default: none)",
 )
-ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, REQUIREMENTS, SETUP)
+ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, REQUIREMENTS, HOST_UV, SETUP)
