@@ -259,3 +259,18 @@ def test_launch_gate_go_starts_the_job_and_watches(tmp_path: Path) -> None:
     assert abs(end[0].started_at - time.time()) < 60
     assert end[0].ended_at is not None
     assert end[0].started_at <= end[0].ended_at
+
+
+def test_clean_keeps_code_a_sweep_point_uses(tmp_path: Path) -> None:
+    """A sweep's points are runs one level down (runs/SWEEP/POINT): their job.sh counts."""
+    home = tmp_path
+    base = home / "b"
+    for h in ("used1", "free1"):
+        (base / "code" / h).mkdir(parents=True)
+    point = base / "runs" / "sw" / "p0"
+    point.mkdir(parents=True)
+    (point / "job.sh").write_text(f"cd {base}/code/used1 || exit 126\n")
+    gone = _sh(clean_command(Paths("~/b", "~/b/code/x", "~/b/runs/old"), 0), home)
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout.split() == [b"free1"]
+    assert (base / "code" / "used1").is_dir()

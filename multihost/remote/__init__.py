@@ -312,7 +312,7 @@ fi
 find "$b"/code -mindepth 1 -maxdepth 1 -type d \\( ! -name ".*" -mmin +"$age" \\
   -o -name ".incoming.*" -mmin +"$incoming" \\) 2>/dev/null | while read -r d; do
   h=${d##*/}
-  grep -qsF "/code/$h" "$b"/runs/*/job.sh || { rm -rf "$d" && echo "$h"; }
+  grep -rqsF --include=job.sh "/code/$h" "$b"/runs || { rm -rf "$d" && echo "$h"; }
 done
 exit 0
 """
