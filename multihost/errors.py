@@ -11,7 +11,8 @@ MultihostError
       │    └── ConnectTimeout  (also a TimeoutError)
       ├── RemoteError          a step the runner ran on the host failed
       │    ├── RunNameTaken    the run's directory already exists there
-      │    └── RunDirGone      the run's directory was removed under it
+      │    ├── RunDirGone      the run's directory was removed under it
+      │    └── EnvFailed       the locked environment could not be built or installed there
       ├── RemoteCallError      a function sent by multihost.call raised there (.results)
       └── HostLost             the connection went away and did not come back
 """
@@ -74,6 +75,11 @@ class RemoteError(HostError):
 class RunDirGone(RemoteError):
     """The run's directory is gone from the host (its processes may live on: ``kill`` finds
     them by the ``MULTIHOST_RUN_DIR`` in their environment)."""
+
+
+class EnvFailed(RemoteError):
+    """The locked environment could not be built, packed or installed on the host (uv's
+    cause in the message): nothing started, and trying again without a change fails again."""
 
 
 class PortBusy(RemoteError):

@@ -277,6 +277,67 @@ def test_cli_failing_build_names_the_builder_and_starts_nothing(
     assert not left  # nor a half-built environment
 
 
+@pytest.mark.parametrize("fault", ["a wheel the index lacks", "the index down"])
+def test_cli_sweep_stops_at_a_failing_environment(home: Path, tmp_path: Path, fault: str) -> None:
+    """The first trial's failing build stops the sweep with the builder's uv cause: the build
+    is tried once, the trials left are recorded as not run, exit 1."""
+    idx = Index(tmp_path / "index")
+    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
+    idx.add("tinyb", "2.0", {"tinyb/__init__.py": b"Y = 2\n"})
+    root = tmp_path / "proj"
+    root.mkdir()
+    with idx.serving():
+        (root / "pyproject.toml").write_text(
+            '[project]\nname = "demo"\nversion = "0.1"\ndependencies = ["tinya"]\n'
+            f'[tool.uv]\npackage = false\n[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
+        )
+        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
+        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+        idx.hits.clear()
+        args = ["sweep", "--local", "2", "--script-dir", str(root), "--log-dir",
+                str(home / "logs"), "--run-name", "sw", "--cmd", "echo started {n}",
+                "--grid", "n=1,2,3"]  # fmt: skip
+        if fault == "a wheel the index lacks":
+            next((tmp_path / "index" / "tinyb").glob("*.whl")).unlink()
+            out = cli(args, HOME=str(home), UV_HTTP_RETRIES="0")
+            assert [n for p, n in idx.hits.items() if "tinyb" in p and p.endswith(".whl")] == [1]
+    if fault == "the index down":
+        out = cli(args, HOME=str(home), UV_HTTP_RETRIES="0")
+    assert out.returncode == 1, out
+    said = "404 Not Found" if fault == "a wheel the index lacks" else "Connection refused"
+    stop = [ln for ln in out.stderr.splitlines() if "the sweep stopped" in ln]
+    assert len(stop) == 1, out.stderr
+    assert stop[0].startswith("multihost: the sweep stopped: s0/w0 (")
+    assert "environment build failed: " in stop[0]
+    assert said in stop[0]  # uv's own cause, under the builder's name
+    assert stop[0].endswith("; 2 trial(s) not run")
+    rows = [
+        json.loads(ln) for ln in (home / "logs" / "sw" / "results.jsonl").read_text().splitlines()
+    ]
+    assert [r["n"] for r in rows] == [1, 2, 3]
+    assert rows[0]["status"].startswith("failed: s0/w0 environment build failed: ")
+    assert said in rows[0]["status"]
+    assert [r["status"] for r in rows[1:]] == [
+        "not run: the locked environment failed on s0/w0 (local0)"
+    ] * 2
+    assert not (home / "logs" / "sw" / "n2").exists()  # never started
+    assert "Traceback" not in out.stderr
+
+
+def test_sweep_goes_on_after_a_failing_trial(home: Path, call_project: tuple[Path, Index]) -> None:
+    """A trial whose job fails (not its environment) does not stop the sweep."""
+    root, _idx = call_project
+    res = multihost.run_sweep(
+        "python main.py {n}", {"n": ["x", 2]}, metric="x", local=2, script_dir=root,
+        log_dir=home / "logs", on_record=lambda _r: None,
+    )  # fmt: skip
+    assert res.env_failure is None
+    first, second = (r.status for r in res.records)
+    assert re.fullmatch(r"failed: s0/w[01] exited with code 1", first), first  # either, first
+    assert second == "ok"
+    assert res.records[1].result["x"] == 2
+
+
 def test_cli_stale_lock_is_one_line_exit_2(home: Path, project: tuple[Path, Index]) -> None:
     root, idx = project
     text = (root / "pyproject.toml").read_text()

@@ -22,6 +22,7 @@ from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
 from multihost.stage import pack
 from multihost.stagevia import StageVia, choose, choose_environment, parse
+from multihost.sweep.results import NO_RESULT
 from tests.clitools import cli
 from tests.helpers import wait_for
 
@@ -332,3 +333,50 @@ def test_local_pipeline_bucket_unusable_falls_back(
     assert res.staging.uploads == 2
     assert len(res.staging.fallbacks) == 2
     assert "no upload to gs://no-such-bucket" in res.staging.fallbacks[0]
+
+
+# -- a sweep stages its code once, by the same rule ---------------------------------------------
+@pytest.mark.usefixtures("home")
+def test_local_sweep_stages_via_peer(code: Path, tmp_path: Path) -> None:
+    """``run_sweep(stage_via="peer")``: the session's code goes through the seed (the runner
+    sends the archive once), every trial runs on it, and no trial stages again."""
+    res = multihost.run_sweep(
+        "sha256sum blob pkg/m.py #{n}", {"n": [1, 2]}, local=3, script_dir=code,
+        log_dir=tmp_path / "logs", stage_via="peer", on_record=lambda _r: None,
+    )  # fmt: skip
+    assert [r.status for r in res.records] == [NO_RESULT] * 2  # ran, printed no result line
+    archive = pack(code)
+    assert res.staging is not None
+    assert (res.staging.via, res.staging.why) == ("peer", "")
+    assert res.staging.runner_bytes == len(archive.data) + 3 * 44  # and a token line each
+    assert (res.staging.uploads, res.staging.fetched, res.staging.fallbacks) == (1, 2, ())
+    blob = hashlib.sha256((code / "blob").read_bytes()).hexdigest()
+    for n in ("n1", "n2"):
+        record = read_record(tmp_path / "logs" / res.name / n)
+        assert record.staging is None  # the trial staged nothing
+        logs = sorted((tmp_path / "logs" / res.name / n).glob("*.log"))
+        assert len(logs) == 3
+        assert all(blob in p.read_text() for p in logs)
+
+
+@pytest.mark.usefixtures("home")
+def test_cli_sweep_says_how_its_code_went(code: Path, tmp_path: Path) -> None:
+    """The sweep's header says the way its code went, as ``run`` says it; a bad value is one
+    line, exit 2."""
+    base = ["sweep", "--local", "2", "--script-dir", str(code), "--log-dir", str(tmp_path),
+            "--cmd", "true {n}", "--grid", "n=1"]  # fmt: skip
+    res = cli([*base, "--run-name", "s1"])
+    assert res.returncode == 1, res.stderr  # true prints no result line
+    lines = res.stderr.splitlines()
+    said = [i for i, ln in enumerate(lines) if ln.startswith("code via direct (auto: 2 hosts × ")]
+    assert len(said) == 1, res.stderr
+    assert "the runner sent" in lines[said[0]]
+    assert lines[said[0] - 1].startswith("multihost: sweep s1: 1 point(s)")  # under the header
+    (code / "blob").write_bytes(os.urandom(50_000))  # a new hash: staged again
+    res = cli([*base, "--run-name", "s2", "--stage-via", "peer"])
+    assert "code via peer: the runner sent " in res.stderr
+    assert "; 1 host(s) fetched it" in res.stderr
+    bad = cli([*base, "--run-name", "s3", "--stage-via", "nowhere"])
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1
+    assert not (tmp_path / "s3").exists()

@@ -13,6 +13,7 @@ import pytest
 
 import multihost
 from multihost.stage import pack
+from multihost.sweep.results import NO_RESULT
 from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes
 from tests.cloud.fixture import bucket_for_hosts
@@ -77,6 +78,26 @@ def test_peer_one_upload_per_seed(ssh_fleet: loopback.Fleet, code: Path, tmp_pat
     wait_for(lambda: no_processes(ssh_fleet, 6), 10, "host processes to end")
     for d, had in zip(seeds, before, strict=True):
         assert set(d.iterdir()) <= had
+
+
+def test_sweep_stages_through_the_seeds(
+    ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
+) -> None:
+    """A sweep with ``stage_via="peer"`` on 2 slices × 2: the runner sends the archive once per
+    slice, each slice's other host fetches it from the seed, and both points run on it."""
+    inv = _inventory(tmp_path, [['"h0"', '"h1"'], ['"h2"', '"h3"']])
+    res = multihost.run_sweep(
+        "test -x run.sh && cat pkg/m.py #{n}", {"n": [1, 2]}, hosts=str(inv),
+        ssh_config=ssh_fleet.ssh_config, script_dir=code, log_dir=tmp_path / "logs",
+        stage_via="peer", on_record=lambda _r: None,
+    )  # fmt: skip
+    assert [r.status for r in res.records] == [NO_RESULT] * 2  # both ran (no result line)
+    size = len(pack(code).data)
+    assert res.staging is not None
+    assert res.staging.runner_bytes == 2 * size + 4 * 44  # once per seed, a token line each
+    assert (res.staging.via, res.staging.uploads, res.staging.fetched) == ("peer", 2, 2)
+    assert res.staging.fallbacks == ()
+    wait_for(lambda: no_processes(ssh_fleet, 4), 10, "host processes to end")
 
 
 def test_seed_that_cannot_serve_falls_back(

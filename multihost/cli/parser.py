@@ -318,7 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="slice|hosts:K",
         help="points at once: one per slice or K-host group (default: one)",
     )
-    add(sweep, *s.RUN, s.RUN_NAME.but(help="sweep name (default: sweep-<timestamp>-<random>)"))
+    add(
+        sweep,
+        *s.RUN,
+        s.STAGE_VIA,
+        s.STAGE_BUCKET,
+        s.RUN_NAME.but(help="sweep name (default: sweep-<timestamp>-<random>)"),
+    )
 
     add(sub.add_parser("ls", help="runs under the log dir"), s.LOG_DIR, s.JSON)
     clean = sub.add_parser(

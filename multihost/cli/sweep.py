@@ -107,14 +107,19 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
         done += 1
         err.print(report.record_line(done, total, record, spec.metric))
 
-    sweep = Sweep(run.fleet, spec, run.job, run.options, on_record, trial_notes(err))
+    sweep = Sweep(run.fleet, spec, run.job, run.options, on_record, trial_notes(err),
+                  lambda staging: err.print(report.staging_line(staging)))  # fmt: skip
     groups = len(sweep.groups)
     todo = total = len(sweep.todo())
     err.print(
         f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
         f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim", markup=False,
     )  # fmt: skip
-    blocking(sweep.execute, signals(err, sweep.interrupt, "stopping the sweep"))
+    records = blocking(sweep.execute, signals(err, sweep.interrupt, "stopping the sweep"))
+    if sweep.env_failure is not None:
+        left = sum(1 for r in records if r.status.startswith("not run"))
+        err.print(f"multihost: the sweep stopped: {sweep.env_failure}; {left} trial(s) not run",
+                  style="bold red", markup=False, highlight=False)  # fmt: skip
     rows = sweep.store.load()
     sweep.store.write_csv(latest(rows), list(spec.grid_names))
     summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)

@@ -28,7 +28,7 @@ from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.envsync import EnvRequest, satisfies, uv_binary, uv_version
 from multihost.envsync.uvbin import Binary, inspect
-from multihost.errors import HostError, RemoteError, UsageError
+from multihost.errors import EnvFailed, HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.job.cloud import CloudError
 from multihost.job.record import env_url
@@ -199,7 +199,8 @@ async def _one_key(
         errors[exc.host.process_id] = exc
         for p in need:
             if p.host.process_id != exc.host.process_id:
-                errors[p.host.process_id] = RemoteError(
+                kind = EnvFailed if isinstance(exc, EnvFailed) else RemoteError
+                errors[p.host.process_id] = kind(
                     p.host, f"no environment: {exc.host.name} could not provide it"
                 )
         return
@@ -239,7 +240,7 @@ async def _one_key(
                          how="stdin", url="", fetch="", timeout=0)  # fmt: skip
         res, _sent = await c.offer(command, b"absent", archive)
         if res.exit_status != 0:
-            raise RemoteError(host, f"environment install failed: {_said(res.stderr)}")
+            raise EnvFailed(host, f"environment install failed: {_said(res.stderr)}")
         summary.installed += 1
         summary.repaired += p.state == "damaged"
         summary.runner_bytes += len(archive)
@@ -382,7 +383,7 @@ async def _build(sup: Supervisor, p: Probe, key: str, uv: RunnerUv, req: EnvRequ
     assert conn is not None
     res = await conn.run(command, stdin=stdin or None)
     if res.exit_status != 0:
-        raise RemoteError(p.host, f"environment build failed: {_said(res.stderr, 6)}")
+        raise EnvFailed(p.host, f"environment build failed: {_said(res.stderr, 6)}")
     return res.stdout.decode(errors="replace")
 
 
@@ -391,7 +392,7 @@ async def _run(sup: Supervisor, host: Host, command: str, what: str) -> str:
     assert conn is not None
     res = await conn.run(command)
     if res.exit_status != 0:
-        raise RemoteError(host, f"{what} failed: {_said(res.stderr)}")
+        raise EnvFailed(host, f"{what} failed: {_said(res.stderr)}")
     return res.stdout.decode(errors="replace")
 
 

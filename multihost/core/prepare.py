@@ -25,6 +25,7 @@ from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.errors import (
     ConnectError,
+    EnvFailed,
     HostError,
     PortBusy,
     RemoteError,
@@ -79,10 +80,7 @@ class Prepare:
         """Connect to and stage code on every host; launch nothing unless all succeed."""
         sup, opts = self.sup, self.sup.options
         stale = opts.stale != "off" and not sup.fleet.local
-        self.via, self.why = stagevia.choose(
-            stagevia.parse(opts.stage_via), list(sup.fleet), len(self.archive.data),
-            threshold=stagevia.auto_threshold(), bucket=opts.stage_bucket,
-        )  # fmt: skip
+        self._choose()
         direct = self.via.kind == "direct"
         if not self.staged and direct and not stale:
             if self.why:
@@ -99,6 +97,7 @@ class Prepare:
             raise busy[0]
         for o in failed:
             sup.fail(o.host, State.ERROR, o.error.message if o.error else "failed")
+        sup.env_failure = next((o.error for o in failed if isinstance(o.error, EnvFailed)), None)
         if failed or sup.interrupted:
             interrupted = sup.interrupted and not failed
             sup.not_started(
@@ -108,13 +107,34 @@ class Prepare:
             return False
         return True
 
-    async def _phased(self, stale: bool) -> list[Outcome[None]]:
-        """Each step on every host before the next."""
-        sup, opts = self.sup, self.sup.options
-        outcomes = await sup.phase(
+    async def session(self) -> list[Outcome[None]]:
+        """A sweep's session: every host connected and the code staged as a run stages it
+        (``--stage-via``, ``sup.staging`` says how); nothing claimed, nothing launched."""
+        self._choose()
+        outcomes = await self._connect_all()
+        if all(o.ok for o in outcomes) and not self.sup.interrupted:
+            outcomes = await self._stage_all()
+        return outcomes
+
+    def _choose(self) -> None:
+        """``--stage-via``: the way the code goes, before the seeds' addresses are known."""
+        opts = self.sup.options
+        self.via, self.why = stagevia.choose(
+            stagevia.parse(opts.stage_via), list(self.sup.fleet), len(self.archive.data),
+            threshold=stagevia.auto_threshold(), bucket=opts.stage_bucket,
+        )  # fmt: skip
+
+    async def _connect_all(self) -> list[Outcome[None]]:
+        opts = self.sup.options
+        return await self.sup.phase(
             self._connect_one, opts.connect_limit,
             opts.ssh.connect_timeout + DEFAULTS.connect_slack, "connect",
         )  # fmt: skip
+
+    async def _phased(self, stale: bool) -> list[Outcome[None]]:
+        """Each step on every host before the next."""
+        sup, opts = self.sup, self.sup.options
+        outcomes = await self._connect_all()
         if all(o.ok for o in outcomes) and self._checks_port:
             outcomes = await sup.phase(
                 self._port_free, None, DEFAULTS.command_timeout, "coordinator port check"

@@ -13,7 +13,7 @@ from multihost.core.prepare import HostStep, Prepare, host_steps
 from multihost.core.start import start_all
 from multihost.core.supervisor import Supervisor
 from multihost.core.watch import watch_all
-from multihost.errors import PortBusy, UsageError
+from multihost.errors import EnvFailed, PortBusy, UsageError
 from multihost.model import Fleet, Job
 from multihost.record import MANIFEST, private_dir, watch_lock
 from multihost.result import RunResult
@@ -54,6 +54,12 @@ class Run:
     def connections(self) -> dict[int, Connection]:
         """The open connections by process id (after a reconnect, the new ones)."""
         return self.sup.connections
+
+    @property
+    def env_failure(self) -> EnvFailed | None:
+        """Why the locked environment failed (the first host's cause), when that is why
+        nothing started."""
+        return self.sup.env_failure
 
     def interrupt(self) -> None:
         """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130."""

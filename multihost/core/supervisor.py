@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from multihost.core.slot import Slot
 from multihost.defaults import DEFAULTS
-from multihost.errors import UsageError
+from multihost.errors import EnvFailed, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.launch import stop
 from multihost.model import Fleet, Host, Job, State
@@ -64,6 +64,7 @@ class Supervisor:
         self.stacks_wanted = asyncio.Event()
         self.hung: str | None = None
         self.staging: Staging | None = None
+        self.env_failure: EnvFailed | None = None  # the locked environment failed: not started
         # issue 27 (multihost.envsync): per-host variables the environment phase adds to the
         # job (MULTIHOST_ENV), and the bytes it sent from here
         self.extra_env: dict[int, dict[str, str]] = {}

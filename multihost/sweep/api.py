@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from multihost.bridge import blocking, ctrl_c
-from multihost.errors import UsageError
+from multihost.errors import EnvFailed, UsageError
 from multihost.keywords import events_of, plan_run
 from multihost.plan import check_run_name
-from multihost.result import aligned
+from multihost.result import Staging, aligned
 from multihost.runstate import default_run_name
 from multihost.sweep.grid import Where, _check_axis, check_template, expand
 from multihost.sweep.results import Record, Row, latest, summarize, sweep_rows, write_chart
@@ -33,6 +33,8 @@ class SweepResult:
     records: tuple[Record, ...]  # this session's runs, one per point and repeat
     interrupted: bool = False
     chart_problem: str | None = None  # why there is no sweep.png (None: it was written)
+    staging: Staging | None = None  # how the code reached the hosts (--stage-via)
+    env_failure: EnvFailed | None = None  # the locked environment failed: the rest not run
 
     @property
     def best(self) -> Row | None:
@@ -119,5 +121,5 @@ def run_sweep(
     return SweepResult(
         name=name, dir=sweep.dir, metric=metric, grid_names=spec.grid_names,
         summary=tuple(summary), records=tuple(records), interrupted=sweep.interrupted,
-        chart_problem=problem,
+        chart_problem=problem, staging=sweep.staging, env_failure=sweep.env_failure,
     )  # fmt: skip

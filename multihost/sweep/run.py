@@ -13,16 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from multihost.core import Run
-from multihost.errors import UsageError
-from multihost.fanout import map_hosts
+from multihost.core.prepare import Prepare
+from multihost.core.supervisor import Supervisor
+from multihost.errors import EnvFailed, UsageError
 from multihost.model import Fleet, Host, Job
-from multihost.plan import Paths
 from multihost.record import MANIFEST, private_dir, write_json_atomic
+from multihost.result import Staging
 from multihost.runstate import Event, RunOptions
-from multihost.stage import Archive, pack, stage
+from multihost.stage import Archive, pack
 from multihost.sweep.grid import Point
 from multihost.sweep.results import Record, ResultsStore, point_status
-from multihost.transport import Connection, connect
+from multihost.transport import Connection
 
 # A sweep's settings over the caller's: each point is bounded by its point_timeout and fails
 # fast (see Sweep._point), a host lost mid-point is retried for the default time.
@@ -67,7 +68,11 @@ def _key(host: Host) -> tuple[str, str | None, int | None, str | None]:
 
 
 class Sweep:
-    """Runs a sweep; ``on_record`` hears about each point as it completes."""
+    """Runs a sweep; ``on_record`` hears about each point as it completes, ``on_staged`` how
+    the code reached the hosts (once, before the first point).
+
+    A point whose locked environment cannot be built (``EnvFailed``) stops the sweep: the
+    points left are recorded as not run, since each would only fail the same way."""
 
     def __init__(
         self,
@@ -77,6 +82,7 @@ class Sweep:
         options: RunOptions,
         on_record: Callable[[Record], None] | None = None,
         on_event: Callable[[Event], None] | None = None,
+        on_staged: Callable[[Staging], None] | None = None,
     ) -> None:
         self.fleet, self.spec, self.base, self.options = fleet, spec, base, options
         self.dir = options.log_dir / spec.name
@@ -84,13 +90,20 @@ class Sweep:
         self.groups = host_groups(fleet, spec.parallel)
         self._on_record = on_record or (lambda _r: None)
         self._on_event = on_event
+        self._on_staged = on_staged or (lambda _s: None)
         self._conns: dict[tuple[str, str | None, int | None, str | None], Connection] = {}
         self._runs: set[Run] = set()
+        self._session: Supervisor | None = None  # while connecting and staging
         self.interrupted = False
+        self.staging: Staging | None = None
+        self.env_failure: EnvFailed | None = None  # a point's environment failed: no more start
+        self.stopped: str | None = None  # why the points left were not run
 
     def interrupt(self) -> None:
         """Stop the runs in flight everywhere and start no more points."""
         self.interrupted = True
+        if self._session is not None:
+            self._session.interrupt()
         for run in list(self._runs):
             run.interrupt()
 
@@ -114,22 +127,30 @@ class Sweep:
             async with asyncio.TaskGroup() as tg:
                 for index, group in enumerate(self.groups):
                     tg.create_task(self._worker(index, group, archive, queue, records))
+            while self.stopped is not None and not queue.empty():
+                point, repeat = queue.get_nowait()
+                self._record(Record(
+                    point=point.id, repeat=repeat, values=point.as_dict(),
+                    status=f"not run: {self.stopped}", command=point.command(self.spec.template),
+                ), records)  # fmt: skip
             return records
         finally:
             await asyncio.gather(*(c.close() for c in self._conns.values()), return_exceptions=True)
 
     async def _open(self, archive: Archive) -> None:
-        """One connection per host for the whole sweep, and the code staged on each."""
-
-        async def one(host: Host) -> None:
-            conn = await connect(host, self.options.ssh)
-            self._conns[_key(host)] = conn
-            await stage(conn, archive, Paths.for_host(host, self.base, archive.short))
-
-        outcomes = await map_hosts(
-            one, list(self.fleet), limit=self.options.connect_limit,
-            timeout=self.options.ssh.connect_timeout + self.options.stage_timeout, what="setup",
-        )  # fmt: skip
+        """One connection per host for the whole sweep, and the code staged on each as a run
+        stages it (``--stage-via``: multihost.core.prepare)."""
+        session = Supervisor(
+            self.fleet, self.base, self.options, self._on_event, code_hash=archive.short
+        )
+        self._session = session
+        try:
+            outcomes = await Prepare(session, archive).session()
+        finally:
+            self._session = None
+            for host in self.fleet:
+                if (conn := session.slots[host.process_id].conn) is not None:
+                    self._conns[_key(host)] = conn
         failed = [o for o in outcomes if o.error]
         if failed:
             raise UsageError(
@@ -137,6 +158,9 @@ class Sweep:
                 + "; ".join(o.error.args[0] for o in failed[:5] if o.error)
                 + (f" (and {len(failed) - 5} more)" if len(failed) > 5 else "")
             )
+        self.staging = session.staging
+        if self.staging is not None:
+            self._on_staged(self.staging)
 
     async def _worker(
         self,
@@ -146,16 +170,19 @@ class Sweep:
         queue: asyncio.Queue[tuple[Point, int]],
         records: list[Record],
     ) -> None:
-        while not self.interrupted:
+        while not self.interrupted and self.stopped is None:
             try:
                 point, repeat = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
             record = await self._run_point(index, group, archive, point, repeat)
             if record is not None:
-                self.store.append(record)
-                records.append(record)
-                self._on_record(record)
+                self._record(record, records)
+
+    def _record(self, record: Record, records: list[Record]) -> None:
+        self.store.append(record)
+        records.append(record)
+        self._on_record(record)
 
     def _run_name(self, point: Point, repeat: int) -> str:
         name = f"{self.spec.name}/{point.id}" + (f"-r{repeat}" if self.spec.repeat > 1 else "")
@@ -183,6 +210,9 @@ class Sweep:
             result = await run.execute()
         finally:
             self._runs.discard(run)
+        if run.env_failure is not None and self.env_failure is None:
+            self.env_failure, failed = run.env_failure, run.env_failure.host
+            self.stopped = f"the locked environment failed on {failed.name} ({failed.target})"
         for host in group:  # a host that reconnected during the run keeps its new connection
             if host.process_id in run.connections:
                 self._conns[_key(host)] = run.connections[host.process_id]
