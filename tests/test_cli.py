@@ -15,8 +15,9 @@ from tests.clitools import cli
 def test_exported_names() -> None:
     assert sorted(multihost.__all__) == [
         "CallResult", "ConnectError", "ConnectTimeout", "DiscoveryError", "EnvFailed", "Fleet",
-        "Host", "HostError", "HostKeyError", "HostLost", "HostResult", "HostStatus", "InventoryError",
-        "Job", "MultihostError", "PullResult", "RemoteCallError", "RemoteError", "RunOptions",
+        "Host", "HostError", "HostKeyError", "HostLost", "HostResult", "HostStatus",
+        "InventoryError", "Job", "MultihostError", "PullResult", "RemoteCallError", "RemoteError",
+        "RunOptions",
         "RunResult", "SSHOptions", "StackReport", "State", "SweepResult", "UsageError", "attach",
         "call", "kill", "make_fleet", "pull", "pull_logs", "run", "run_async", "run_sweep",
         "stacks", "status",
