@@ -140,6 +140,13 @@ def _bucket(bucket: str, n: int, size: int, threshold: int) -> tuple[StageVia, s
     return parse(bucket), f"auto: {load} over the {_mib(threshold)} threshold, --stage-bucket"
 
 
+def listed(prefix: str) -> list[str]:
+    """The objects directly under ``prefix`` (``gs://…/``); raises ``CloudError``."""
+    from multihost.job.cloud import Gcloud
+
+    return list(Gcloud.from_env().objects(prefix.rstrip("/")))
+
+
 def in_bucket(url: str) -> bool:
     """Whether the object ``url`` is there (content-named: then it need not go up again);
     raises ``CloudError`` when the bucket cannot be read."""

@@ -456,6 +456,20 @@ def test_bucket_the_builder_uploads_once_the_others_download(
         assert "uploaded" not in said
         assert any("is already in gs://mh-env/pre: nothing to upload" in n for n in notes)
         assert len(gcs.objects("mh-env", f"pre/multihost/envs/{key}/")) == 1
+        if how == "forced":  # hosts that have nothing (another base): found in the bucket
+            fresh = "~/.multihost-envjob"
+            try:
+                res, lines, notes = _run(ssh_fleet, proj, tmp_path, remote_dir=fresh, **kw)
+                assert res.ok, res
+                assert lines == ["True 3"] * N
+                assert not index.hits
+                said = _said(notes)
+                assert "built on" not in said
+                assert f"installed on {N} host(s)" in said
+                assert any(f"environment {key[:12]} found in gs://mh-env/pre" in n for n in notes)
+            finally:
+                for h in ssh_fleet.hosts[:N]:
+                    shutil.rmtree(h.home / ".multihost-envjob", ignore_errors=True)
 
 
 # -- what hosts hold, and clean (item 9) -------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,12 +32,13 @@ from multihost.envsync.uvbin import Binary, inspect
 from multihost.errors import EnvFailed, HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.job.cloud import CloudError
-from multihost.job.record import env_url
+from multihost.job.record import env_prefix, env_url
 from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE, SERVE, UPLOAD
 from multihost.remote.staging import SEED_STOP, python_source
 
+_PACK_NAME = re.compile(r"/[0-9a-f]{64}\.tar\.gz$")  # a pack in the bucket, by content
 PROBE_TIMEOUT = 60.0
 
 
@@ -179,6 +181,11 @@ async def _one_key(
     if not need:
         return
     key = members[0].key
+    requested = stagevia.parse(sup.options.stage_via)
+    if not have and requested.kind == "gs":
+        need = await _cached(sup, need, key, requested.url, summary, errors)
+        if not need:
+            return
     try:
         if have:
             source = have[0]
@@ -339,6 +346,34 @@ async def _from_bucket(
                      f"({_said(res.stderr)}); the runner sends it", "warning")  # fmt: skip
             return need
         summary.uploaded.append(bucket)
+    return await _fetch_bucket(sup, need, key, digest, url, bucket, summary, errors)
+
+
+async def _cached(
+    sup: Supervisor, need: list[Probe], key: str, bucket: str, summary: EnvSummary,
+    errors: dict[int, HostError],
+) -> list[Probe]:  # fmt: skip
+    """``--stage-via gs://…`` and no host has ``key``: a pack of it already in the bucket (a
+    job's, an earlier run's) is taken from there and nothing is built; returns the hosts still
+    without it."""
+    try:
+        found = await asyncio.to_thread(stagevia.listed, env_prefix(bucket, key))
+    except CloudError:
+        return need  # the build's upload says what is wrong with the bucket
+    packs = sorted(u for u in found if _PACK_NAME.search(u))
+    if not packs:
+        return need
+    digest = packs[0].rsplit("/", 1)[1].removesuffix(".tar.gz")
+    sup.note(f"environment {key[:12]} found in {bucket}: taken from there, nothing built", "info")
+    return await _fetch_bucket(sup, need, key, digest, packs[0], bucket, summary, errors)
+
+
+async def _fetch_bucket(
+    sup: Supervisor, need: list[Probe], key: str, digest: str, url: str, bucket: str,
+    summary: EnvSummary, errors: dict[int, HostError],
+) -> list[Probe]:  # fmt: skip
+    """Each host of ``need`` takes the pack ``url`` (sha256 ``digest``) with its own gcloud;
+    returns those whose fetch failed; a host lost meanwhile goes into ``errors``."""
     failed: list[Probe] = []
 
     async def fetch(host: Host) -> None:
