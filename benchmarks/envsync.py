@@ -208,7 +208,7 @@ def bench(n: int, rounds: int, warm_rounds: int, work: Path) -> list[Row]:
         pip = ("python3 -m pip install -q --no-cache-dir --disable-pip-version-check "
                f"--index-url {idx.url} --target $HOME/bench-pip -r requirements.txt")  # fmt: skip
         every_host("pip install -r (every host)", lambda: _clear(fleet, n, "bench-pip"), pip)
-        _clear(fleet, n, "bench-pip", "bench-venv")
+        _clear(fleet, n, "bench-pip", "bench-venv", "envs", "uv-cache", "bin")  # as it found them
     load = (load0, os.getloadavg()[0])
     return [Row(n, m, tuple(w), p, f, s, v, load) for m, w, p, f, s, v in out]
 
