@@ -3,7 +3,8 @@ served by ``http.server``, every request counted per path.
 
 ``Index(root).add("name", "1.0", files={...}, requires=[...])`` builds a wheel;
 ``with index.serving(): ... index.url`` serves it; ``index.hits`` counts requests per path;
-``index.hold`` (an Event) keeps wheel downloads waiting until it is set.
+``index.hold`` (an Event) keeps wheel downloads waiting until it is set;
+``uv_project(root, index.url)`` writes a uv project that depends on the index and locks it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import collections
 import contextlib
 import hashlib
 import http.server
+import json
+import os
+import subprocess
 import threading
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -141,3 +145,28 @@ class Index:
                 links.append(f'<a href="/files/{w.name}#sha256={h}">{w.name}</a><br>')
             return f"<html><body>{''.join(links)}</body></html>".encode(), "text/html"
         return None
+
+
+def uv_project(
+    root: Path,
+    index_url: str,
+    deps: Sequence[str] = ("tinya",),
+    *,
+    requires: str | None = ">=3.9",
+    tail: str = "",
+    cache: Path | None = None,
+) -> Path:
+    """A uv project at ``root`` (made when missing) that depends on ``deps`` from the index at
+    ``index_url`` alone (``tail``: TOML tables before ``[tool.uv]``), locked with the real uv
+    without interpreter downloads (its cache: ``cache``, else beside ``root``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    python = f'requires-python = "{requires}"\n' if requires else ""
+    (root / "pyproject.toml").write_text(
+        f'[project]\nname = "demo"\nversion = "0.1"\n{python}'
+        f"dependencies = {json.dumps(list(deps))}\n{tail}[tool.uv]\npackage = false\n"
+        f'[[tool.uv.index]]\nurl = "{index_url}"\ndefault = true\n'
+    )
+    uvc = cache or root.parent / "uvc"
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(uvc))
+    subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+    return root

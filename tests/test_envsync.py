@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import subprocess
 import tarfile
@@ -25,7 +24,7 @@ from multihost.remote.envsync import INSTALL, PACK, PROBE, SERVE
 from multihost.remote.staging import SEED_STOP, python_source
 from multihost.runstate import Note
 from tests.clitools import cli
-from tests.pyindex import Index
+from tests.pyindex import Index, uv_project
 
 
 @pytest.mark.parametrize(
@@ -216,15 +215,7 @@ def project(tmp_path: Path) -> Iterator[tuple[Path, Index]]:
     idx = Index(tmp_path / "index")
     idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"})
     with idx.serving():
-        root = tmp_path / "proj"
-        root.mkdir()
-        (root / "pyproject.toml").write_text(
-            '[project]\nname = "demo"\nversion = "0.1"\nrequires-python = ">=3.9"\n'
-            'dependencies = ["tinya"]\n[tool.uv]\npackage = false\n'
-            f'[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
-        )
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
-        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+        root = uv_project(tmp_path / "proj", idx.url)
         idx.hits.clear()
         yield root, idx
 
@@ -249,12 +240,7 @@ def test_cli_failing_build_names_the_builder_and_starts_nothing(
     root = tmp_path / "proj"
     root.mkdir()
     with idx.serving():
-        (root / "pyproject.toml").write_text(
-            '[project]\nname = "demo"\nversion = "0.1"\ndependencies = ["tinya"]\n'
-            f'[tool.uv]\npackage = false\n[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
-        )
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
-        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+        uv_project(root, idx.url, requires=None)
         args = ["run", "--local", "2", "--script-dir", str(root), "--log-dir",
                 str(home / "logs"), "--run-name", "bad", "--cmd", "echo started"]  # fmt: skip
         if fault == "a wheel the index lacks":
@@ -287,12 +273,7 @@ def test_cli_sweep_stops_at_a_failing_environment(home: Path, tmp_path: Path, fa
     root = tmp_path / "proj"
     root.mkdir()
     with idx.serving():
-        (root / "pyproject.toml").write_text(
-            '[project]\nname = "demo"\nversion = "0.1"\ndependencies = ["tinya"]\n'
-            f'[tool.uv]\npackage = false\n[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
-        )
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
-        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+        uv_project(root, idx.url, requires=None)
         idx.hits.clear()
         args = ["sweep", "--local", "2", "--script-dir", str(root), "--log-dir",
                 str(home / "logs"), "--run-name", "sw", "--cmd", "echo started {n}",
@@ -490,21 +471,17 @@ def call_project(tmp_path: Path) -> Iterator[tuple[Path, Index]]:
     idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"})
     _wheel_of_installed(idx, "cloudpickle")
     with idx.serving():
-        root = tmp_path / "proj"
-        root.mkdir()
-        (root / "pyproject.toml").write_text(
-            '[project]\nname = "demo"\nversion = "0.1"\nrequires-python = ">=3.9"\n'
-            'dependencies = ["tinya", "cloudpickle"]\n[dependency-groups]\ng = []\n'
-            "[tool.uv]\npackage = false\n"
-            f'[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
+        root = uv_project(
+            tmp_path / "proj",
+            idx.url,
+            ["tinya", "cloudpickle"],
+            tail="[dependency-groups]\ng = []\n",
         )
         (root / "main.py").write_text(
             "import json, os, sys, tinya\n"
             "print('MULTIHOST_RESULT ' + json.dumps({'x': int(sys.argv[1]) * tinya.X, "
             "'venv': os.environ.get('VIRTUAL_ENV', '')}))\n"
         )
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
-        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
         idx.hits.clear()
         yield root, idx
 

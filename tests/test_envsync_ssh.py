@@ -25,7 +25,7 @@ from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes, spawn
 from tests.cloud.fixture import bucket_for_hosts
 from tests.helpers import wait_for
-from tests.pyindex import Index
+from tests.pyindex import Index, uv_project
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 HOSTS = "h0,h1,h2,h3"
@@ -57,14 +57,7 @@ def index(tmp_path: Path) -> Iterator[Index]:
 
 
 def _project(root: Path, index: Index, requires: str = ">=3.9") -> Path:
-    root.mkdir()
-    (root / "pyproject.toml").write_text(
-        f'[project]\nname = "demo"\nversion = "0.1"\nrequires-python = "{requires}"\n'
-        'dependencies = ["tinya"]\n[tool.uv]\npackage = false\n'
-        f'[[tool.uv.index]]\nurl = "{index.url}"\ndefault = true\n'
-    )
-    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(root.parent / "uvc"))
-    subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+    uv_project(root, index.url, requires=requires)
     index.hits.clear()
     return root
 
@@ -483,11 +476,7 @@ def test_envs_lists_and_clean_removes_the_unused_keeps_the_running(
     logs = tmp_path / "logs"
     base = ".multihost-envtest"  # its own base on the hosts: clean touches nothing else there
     first = _project(tmp_path / "first", index)
-    second = _project(tmp_path / "second", index)
-    text = (second / "pyproject.toml").read_text()
-    (second / "pyproject.toml").write_text(text.replace('["tinya"]', '["tinyb"]'))
-    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
-    subprocess.run(["uv", "lock", "-q"], cwd=second, env=env, check=True, timeout=60)
+    second = uv_project(tmp_path / "second", index.url, ["tinyb"])
     homes = [ssh_fleet.hosts[i].home / base for i in range(N)]
 
     def keys(i: int) -> set[str]:

@@ -21,7 +21,7 @@ from multihost.remote import script
 from multihost.remote.envsync import PROBE
 from multihost.remote.staging import python_source
 from tests.clitools import cli
-from tests.pyindex import Index
+from tests.pyindex import Index, uv_project
 
 HOST = Host(address="127.0.0.1", process_id=0)
 DAY = 86400.0
@@ -158,16 +158,7 @@ def project(tmp_path: Path) -> Iterator[Path]:
     idx = Index(tmp_path / "index")
     idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n" + b"#" * 20000})
     with idx.serving():
-        root = tmp_path / "proj"
-        root.mkdir()
-        (root / "pyproject.toml").write_text(
-            '[project]\nname = "demo"\nversion = "0.1"\nrequires-python = ">=3.9"\n'
-            'dependencies = ["tinya"]\n[tool.uv]\npackage = false\n'
-            f'[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
-        )
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
-        subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
-        yield root
+        yield uv_project(tmp_path / "proj", idx.url)
 
 
 def test_local_envs_listing_then_clean(home: Path, project: Path) -> None:

@@ -8,7 +8,6 @@ import os
 import pwd
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from tests.cloud.fixture import Cloud
 from tests.helpers import wait_for
-from tests.pyindex import Index
+from tests.pyindex import Index, uv_project
 from tests.test_job_cloud import multihost, started_times, submit_args, watch_proc
 
 pytestmark = pytest.mark.slow
@@ -40,15 +39,7 @@ def index(tmp_path: Path) -> Iterator[Index]:
 
 @pytest.fixture
 def project(tmp_path: Path, index: Index) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "pyproject.toml").write_text(
-        '[project]\nname = "demo"\nversion = "0.1"\nrequires-python = ">=3.9"\n'
-        'dependencies = ["tinya"]\n[tool.uv]\npackage = false\n'
-        f'[[tool.uv.index]]\nurl = "{index.url}"\ndefault = true\n'
-    )
-    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(tmp_path / "uvc"))
-    subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+    root = uv_project(tmp_path / "proj", index.url)
     index.hits.clear()
     return root
 
