@@ -4,7 +4,9 @@ served by ``http.server``, every request counted per path.
 ``Index(root).add("name", "1.0", files={...}, requires=[...])`` builds a wheel;
 ``with index.serving(): ... index.url`` serves it; ``index.hits`` counts requests per path;
 ``index.hold`` (an Event) keeps wheel downloads waiting until it is set;
-``uv_project(root, index.url)`` writes a uv project that depends on the index and locks it.
+``tinyab(root, blob)`` is the usual two wheels (tinya needs tinyb, which carries ``blob``
+random bytes); ``uv_project(root, index.url)`` writes a uv project that depends on the index
+and locks it.
 """
 
 from __future__ import annotations
@@ -170,3 +172,15 @@ def uv_project(
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(uvc))
     subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
     return root
+
+
+def tinyab(root: Path, blob: int = 0) -> Index:
+    """An index of the tests' usual two wheels: tinya 1.0 (``X = 1``), which needs tinyb 2.0
+    (``Y = 2``, plus ``blob`` random bytes in ``tinyb/blob.bin`` when asked)."""
+    idx = Index(root)
+    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
+    files = {"tinyb/__init__.py": b"Y = 2\n"}
+    if blob:
+        files["tinyb/blob.bin"] = os.urandom(blob)
+    idx.add("tinyb", "2.0", files)
+    return idx

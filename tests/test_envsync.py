@@ -24,7 +24,7 @@ from multihost.remote.envsync import INSTALL, PACK, PROBE, SERVE
 from multihost.remote.staging import SEED_STOP, python_source
 from multihost.runstate import Note
 from tests.clitools import cli
-from tests.pyindex import Index, uv_project
+from tests.pyindex import Index, tinyab, uv_project
 
 
 @pytest.mark.parametrize(
@@ -234,9 +234,7 @@ def test_local_workers_share_one_build(home: Path, project: tuple[Path, Index]) 
 def test_cli_failing_build_names_the_builder_and_starts_nothing(
     home: Path, tmp_path: Path, fault: str
 ) -> None:
-    idx = Index(tmp_path / "index")
-    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
-    idx.add("tinyb", "2.0", {"tinyb/__init__.py": b"Y = 2\n"})
+    idx = tinyab(tmp_path / "index")
     root = tmp_path / "proj"
     root.mkdir()
     with idx.serving():
@@ -267,9 +265,7 @@ def test_cli_failing_build_names_the_builder_and_starts_nothing(
 def test_cli_sweep_stops_at_a_failing_environment(home: Path, tmp_path: Path, fault: str) -> None:
     """The first trial's failing build stops the sweep with the builder's uv cause: the build
     is tried once, the trials left are recorded as not run, exit 1."""
-    idx = Index(tmp_path / "index")
-    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
-    idx.add("tinyb", "2.0", {"tinyb/__init__.py": b"Y = 2\n"})
+    idx = tinyab(tmp_path / "index")
     root = tmp_path / "proj"
     root.mkdir()
     with idx.serving():

@@ -25,7 +25,7 @@ from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes, spawn
 from tests.cloud.fixture import bucket_for_hosts
 from tests.helpers import wait_for
-from tests.pyindex import Index, uv_project
+from tests.pyindex import Index, tinyab, uv_project
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 HOSTS = "h0,h1,h2,h3"
@@ -48,10 +48,7 @@ def _no_envs_left(ssh_fleet: loopback.Fleet) -> Iterator[None]:
 
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[Index]:
-    idx = Index(tmp_path / "index")
-    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
-    idx.add("tinyb", "2.0", {"tinyb/__init__.py": b"Y = 2\n",
-                             "tinyb/blob.bin": os.urandom(3_000_000)})  # fmt: skip
+    idx = tinyab(tmp_path / "index", blob=3_000_000)
     with idx.serving():
         yield idx
 

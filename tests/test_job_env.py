@@ -4,7 +4,6 @@ the pack, the other workers and a later attempt after a preemption take it from 
 
 from __future__ import annotations
 
-import os
 import pwd
 import re
 import shutil
@@ -15,7 +14,7 @@ import pytest
 
 from tests.cloud.fixture import Cloud
 from tests.helpers import wait_for
-from tests.pyindex import Index, uv_project
+from tests.pyindex import Index, tinyab, uv_project
 from tests.test_job_cloud import multihost, started_times, submit_args, watch_proc
 
 pytestmark = pytest.mark.slow
@@ -29,10 +28,7 @@ CHECK = (
 
 @pytest.fixture
 def index(tmp_path: Path) -> Iterator[Index]:
-    idx = Index(tmp_path / "index")
-    idx.add("tinya", "1.0", {"tinya/__init__.py": b"X = 1\n"}, ["tinyb"])
-    idx.add("tinyb", "2.0", {"tinyb/__init__.py": b"Y = 2\n",
-                             "tinyb/blob.bin": os.urandom(1_000_000)})  # fmt: skip
+    idx = tinyab(tmp_path / "index", blob=1_000_000)
     with idx.serving():
         yield idx
 
