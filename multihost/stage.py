@@ -15,7 +15,7 @@ from pathlib import Path
 
 from multihost.errors import RemoteError, RunNameTaken, UsageError
 from multihost.plan import Paths, stage_command
-from multihost.transport import Connection, Progress
+from multihost.transport import Completed, Connection, Progress
 
 ALWAYS_EXCLUDED = (".git", "__pycache__", "*.pyc")
 
@@ -184,14 +184,37 @@ async def stage(
     """Make sure the host has this archive unpacked; returns the bytes sent (0 if it had it).
     ``progress`` is told the bytes sent so far, chunk by chunk. With ``claim``, the run's
     directory is claimed first on the same channel (RunNameTaken if it exists)."""
+    return (await stage_then(conn, archive, paths, "", progress, claim=claim))[0]
+
+
+async def stage_then(
+    conn: Connection,
+    archive: Archive,
+    paths: Paths,
+    then: str,
+    progress: Progress | None = None,
+    *,
+    claim: bool = False,
+) -> tuple[int, Completed]:
+    """:func:`stage`, then (once the code is there) the script ``then`` on the same channel:
+    no round trip of its own. Returns the bytes sent and what ``then`` did (its exit status,
+    its output, the channel's errors); a failed staging raises as :func:`stage` does."""
     # One channel: the host answers first, and the archive follows only if it is absent.
     command = stage_command(paths, claim=claim)
+    if then:
+        command = f"(\n{command}\n) || exit $?\necho {_THEN}\n{then}"
     done, sent = await conn.offer(command, b"absent", archive.data, progress)
+    _, marked, after = done.stdout.partition(b"\n" + _THEN.encode() + b"\n")
+    if then and marked:
+        return len(archive.data) if sent else 0, Completed(done.exit_status, after, done.stderr)
     if claim and done.exit_status == TAKEN:
         raise RunNameTaken(conn.host, _cause(done.stderr))
-    if done.exit_status != 0:
+    if done.exit_status != 0 or then:  # ``then`` never ran: the staging failed
         raise RemoteError(conn.host, f"staging failed: {_cause(done.stderr)}")
-    return len(archive.data) if sent else 0
+    return len(archive.data) if sent else 0, done
+
+
+_THEN = "multihost-staged"  # the line between the staging's output and what follows it
 
 
 def _cause(data: bytes) -> str:

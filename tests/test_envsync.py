@@ -257,7 +257,11 @@ def test_cli_failing_build_names_the_builder_and_starts_nothing(
     assert record["hosts"][1]["error"] == "no environment: s0/w0 could not provide it"
     workers = home / ".cache" / "multihost" / "local"
     assert not [p for p in workers.glob("w*/runs/*")]  # no run directory kept anywhere
-    left = [p for p in workers.glob("w*/envs/*") if p.name != ".lock"]
+    left = [
+        p
+        for p in workers.glob("w*/envs/*")
+        if p.name != ".lock" and not p.name.startswith(".probe-")
+    ]
     assert not left  # nor a half-built environment
 
 

@@ -20,7 +20,7 @@ import contextlib
 import hashlib
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE, SERVE, UPLOAD
 from multihost.remote.staging import SEED_STOP, python_source
+from multihost.transport import Completed
 
 _PACK_NAME = re.compile(r"/[0-9a-f]{64}\.tar\.gz$")  # a pack in the bucket, by content
 PROBE_TIMEOUT = 60.0
@@ -107,20 +108,38 @@ class EnvSummary:
     via: str = ""  # how auto staged the pack, and why ("" when asked for)
 
 
-async def sync_environment(sup: Supervisor, req: EnvRequest) -> list[Outcome[None]]:
-    """The environment ``req`` on every host of ``sup``; per host whether it is there."""
-    uv = await runner_uv(sup.options.host_uv)
+def probe_script(sup: Supervisor, host: Host, req: EnvRequest, uv: RunnerUv) -> str:
+    """What ``host`` runs to say its key and what it has (remote.envsync.PROBE)."""
+    where = sup.paths(host)
+    return script(PROBE, paths={"b": where.base, "r": where.run}, lock=req.lock_hash,
+                  ruv=uv.version, probe=python_source("env_probe"))  # fmt: skip
+
+
+def probe_said(host: Host, done: Completed) -> Probe:
+    """What ``host``'s probe (:func:`probe_script`) said, or the RemoteError of its failure."""
+    if done.exit_status != 0:
+        raise RemoteError(host, f"environment check failed: {_said(done.stderr)}")
+    return Probe.parse(host, done.stdout.decode(errors="replace").strip())
+
+
+async def sync_environment(
+    sup: Supervisor,
+    req: EnvRequest,
+    uv: RunnerUv | None = None,
+    checked: Mapping[int, Completed] | None = None,
+) -> list[Outcome[None]]:
+    """The environment ``req`` on every host of ``sup``; per host whether it is there.
+    ``checked``: the probes that ran already (on the staging's channel: prepare), by process
+    id, run with ``uv``; the other hosts are probed here."""
+    uv = uv or await runner_uv(sup.options.host_uv)
+    checked = checked or {}
 
     async def probe(host: Host) -> Probe:
-        conn = sup.slots[host.process_id].conn
-        assert conn is not None
-        where = sup.paths(host)
-        done = await conn.run(script(PROBE, paths={"b": where.base, "r": where.run},
-                                     lock=req.lock_hash, ruv=uv.version,
-                                     probe=python_source("env_probe")))  # fmt: skip
-        if done.exit_status != 0:
-            raise RemoteError(host, f"environment check failed: {_said(done.stderr)}")
-        return Probe.parse(host, done.stdout.decode(errors="replace").strip())
+        if (done := checked.get(host.process_id)) is None:
+            conn = sup.slots[host.process_id].conn
+            assert conn is not None
+            done = await conn.run(probe_script(sup, host, req, uv))
+        return probe_said(host, done)
 
     probed = await sup.phase(probe, None, PROBE_TIMEOUT, "environment check")
     if not all(o.ok for o in probed) or sup.interrupted:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from multihost import stagevia
 from multihost.core.supervisor import Supervisor
@@ -38,8 +39,12 @@ from multihost.launch import claim, name_taken, release
 from multihost.model import Host, State
 from multihost.plan import Paths
 from multihost.runstate import RunOptions, Transfer
-from multihost.stage import Archive, stage
-from multihost.transport import connect
+from multihost.stage import Archive, stage, stage_then
+from multihost.transport import Completed, connect
+
+if TYPE_CHECKING:
+    from multihost.core.envsync import RunnerUv
+    from multihost.envsync import EnvRequest
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,11 @@ class Prepare:
         self.stage_done: set[int] = set()  # process ids whose staging finished
         # --stage-via auto: the way chosen (again once the seeds' addresses are known), and why
         self.via, self.why = stagevia.StageVia("direct"), ""
+        # the environment's check, on the staging's channel (pipelined): its script per host
+        # (with the runner's uv it was made for) and what it said, by process id
+        self.check: Callable[[Host], str] | None = None
+        self.uv: RunnerUv | None = None
+        self.checked: dict[int, Completed] = {}
 
     async def __call__(self) -> bool:
         """Connect to and stage code on every host; launch nothing unless all succeed."""
@@ -85,6 +95,8 @@ class Prepare:
         if not self.staged and direct and not stale:
             if self.why:
                 sup.note(f"code via direct ({self.why})")
+            if opts.environment is not None:
+                await self._check_while_staging(opts.environment)
             outcomes = await self._pipelined()
         else:
             outcomes = await self._phased(stale)
@@ -219,7 +231,7 @@ class Prepare:
         outcomes: list[Outcome[None]] = []
         try:
             if opts.environment is not None:
-                outcomes = await sync_environment(sup, opts.environment)
+                outcomes = await sync_environment(sup, opts.environment, self.uv, self.checked)
             if opts.setup and all(o.ok for o in outcomes) and not sup.interrupted:
                 outcomes = await run_setup(sup, opts.setup)
         finally:
@@ -229,6 +241,14 @@ class Prepare:
                 await release([h for h in sup.fleet if h.process_id in conns], conns, paths,
                               sup.options.launch_timeout)  # fmt: skip
         return outcomes
+
+    async def _check_while_staging(self, req: EnvRequest) -> None:
+        """Each host checks its environment on the channel that stages its code (a warm run
+        then costs no round trip of its own); the environment phase reads what they said."""
+        from multihost.core.envsync import probe_script, runner_uv
+
+        uv = self.uv = await runner_uv(self.sup.options.host_uv)
+        self.check = lambda host: probe_script(self.sup, host, req, uv)
 
     # -- the steps, one host each --------------------------------------------------------------
     def _step(self, step: HostStep) -> Callable[[Host], Awaitable[None]]:
@@ -290,7 +310,14 @@ class Prepare:
             sup.emit(Transfer(host, "stage", done, size))
 
         try:
-            slot.bytes_sent = await stage(slot.conn, self.archive, paths, progress, claim=claim)
+            if self.check is None:
+                slot.bytes_sent = await stage(slot.conn, self.archive, paths, progress, claim=claim)
+            else:
+                then = self.check(host)
+                slot.bytes_sent, checked = await stage_then(
+                    slot.conn, self.archive, paths, then, progress, claim=claim
+                )
+                self.checked[host.process_id] = checked
             self.stage_done.add(host.process_id)  # only a finished staging is counted
         finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over
             sup.emit(Transfer(host, "stage", slot.bytes_sent, slot.bytes_sent, finished=True))

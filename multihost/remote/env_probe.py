@@ -156,8 +156,65 @@ def main(argv: list[str]) -> int:
         "os": sys.platform,
         "libc": libc,
     }
-    print(" ".join(f"{k}={v}" for k, v in words.items()))
+    said = " ".join(f"{k}={v}" for k, v in words.items() if k != "state")
+    remember(envs, lock, runner_uv, uv, said)
+    print(said.replace(" ", f" state={found} ", 1))
     return 0
+
+
+def libc_path() -> str:
+    """The C library this Python runs on, as the kernel mapped it ("" when none is seen)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").partition("/")[2]
+                name = path.rpartition("/")[2]
+                if path and (name.startswith("libc.so") or name.startswith("libc-")):
+                    return "/" + path
+    except OSError:
+        pass
+    return ""
+
+
+def fingerprint(runner_uv: str, files: list[str]) -> str:
+    """What the PROBE template's warm path compares: ``RUNNER_UV|`` then, per file,
+    ``stat -L --printf '%d.%i.%s.%Y '`` (device, inode, size, mtime: the very same file)."""
+    out = [runner_uv + "|"]
+    for path in files:
+        st = os.stat(path)
+        out.append(f"{st.st_dev}.{st.st_ino}.{st.st_size}.{st.st_mtime_ns // 1_000_000_000} ")
+    return "".join(out)
+
+
+def remember(envs: str, lock: str, runner_uv: str, uv: str, said: str) -> None:
+    """``ENVS/.probe-LOCK`` for the template's warm path: the C library's path, the
+    fingerprint, this host's words (all but ``state``); nothing when the C library is not
+    seen or a file cannot be read (the warm path is then never taken: this probe runs)."""
+    libc = libc_path()
+    if not libc or not lock.isalnum():
+        return
+    path = os.path.join(envs, ".probe-" + lock)
+    try:
+        files = [sys.executable, *([uv] if uv else []), libc]
+        text = f"{libc}\n{fingerprint(runner_uv, files)}\n{said}\n"
+    except OSError:
+        return
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return
+    except OSError:
+        pass
+    tmp = f"{path}.{os.getpid()}"
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        try:  # noqa: SIM105 (contextlib: one import more before every run)
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

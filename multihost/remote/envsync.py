@@ -21,11 +21,47 @@ uv=$(command -v uv 2>/dev/null) || uv=
 # hash), ruv (the uv version a host without one gets), probe (env_probe.py). One line of
 # name=value words (see env_probe.py). ``-S``: the probe is stdlib only, so the host's
 # site-packages and their .pth files are not read before every run.
+#
+# The warm path starts no Python (a Python start-up is most of a warm run's cost on a busy
+# host): env_probe.py leaves ``ENVS/.probe-LOCK`` (its C library's path; the fingerprint of
+# the runner's uv version, python3, uv and that C library as ``stat -L`` prints them; its
+# words); when python3, uv and the C library are the very files they were, the key is the
+# same, and an environment whose manifest's files are all there with their sizes (one find,
+# one awk) is used as env_probe.py would: under the shared lock, the run records the key and
+# the environment's last use is now. Anything else (no cache, a changed file, an absent or
+# damaged environment, no flock or GNU find): env_probe.py, which says why and repairs.
 PROBE = (
     _FIND_UV
     + """\
-command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit 4; }
-exec python3 -S -c "$probe" "$b"/envs "$lock" "$ruv" "$uv" "$r"
+py=$(command -v python3) || { echo "no python3 on this host" >&2; exit 4; }
+e="$b"/envs
+f="$e"/.probe-"$lock"
+if [ -r "$f" ] && command -v flock >/dev/null 2>&1 \\
+  && { IFS= read -r libc && IFS= read -r was && IFS= read -r words; } < "$f" \\
+  && now=$(stat -L --printf '%d.%i.%s.%Y ' -- "$py" ${uv:+"$uv"} "$libc" 2>/dev/null) \\
+  && [ "$ruv|$now" = "$was" ]
+then
+  key=${words#key=}
+  key=${key%% *}
+  umask 077
+  if command exec 9>> "$e"/.lock && flock -s 9; then
+    [ ! -d "$r" ] || echo "$key" > "$r"/envkey
+    if find "$e/$key" -mindepth 1 \\( -type f -printf '%s %P\\n' \\) \\
+      -o \\( -type l -printf 'l %P\\n' \\) 2>/dev/null \\
+      | awk -v m="$e/$key"/.multihost-manifest '
+          BEGIN { while ((getline l < m) > 0) { want[l] = 1; n++ }; if (n == 0) exit 1 }
+          $0 == "0 .multihost-complete" { done = 1 }
+          $0 in want { delete want[$0]; n-- }
+          END { exit !(done && n == 0) }'
+    then
+      : > "$e/$key".used
+      echo "$words state=present"
+      exit 0
+    fi
+    exec 9>&-
+  fi
+fi
+exec python3 -S -c "$probe" "$e" "$lock" "$ruv" "$uv" "$r"
 """
 )
 
