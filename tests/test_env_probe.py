@@ -3,7 +3,9 @@ hosts keep their environments; and what it imports in the common case."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -11,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from multihost.remote import env_probe
+from multihost.errors import RunNameTaken
+from multihost.model import Host
+from multihost.plan import Paths
+from multihost.remote import env_probe, script
+from multihost.remote.envsync import PROBE
 from multihost.remote.staging import python_source
+from multihost.stage import pack, stage_then
+from multihost.transport.local import LocalConnection
 
 FACTS = {
     "lock": "ab" * 32,
@@ -51,3 +59,115 @@ def test_probe_imports_neither_json_nor_platform_nor_subprocess(tmp_path: Path) 
     assert "hashlib" in imported
     assert not {"json", "platform", "subprocess"} & imported
     assert out.stdout.startswith("key=")
+
+
+# -- the warm path: the PROBE template answers from the last probe's cache, starting no Python
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A base dir with a claimed run, and a PATH whose python3 is this interpreter itself
+    (a link: the file the probe fingerprints, as on a host whose python3 is a binary)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(Path(sys.executable).resolve())
+    base = tmp_path / "base"
+    (base / "runs" / "r1").mkdir(parents=True)
+    return base, {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+
+def _probe(base: Path, env: dict[str, str], source: str = "", ruv: str = "0.13.9") -> str:
+    source = source or python_source("env_probe")
+    command = script(PROBE, paths={"b": str(base), "r": str(base / "runs" / "r1")},
+                     lock="ab" * 32, ruv=ruv, probe=source)  # fmt: skip
+    out = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def _words(line: str) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in line.split())
+
+
+def _complete(base: Path, key: str) -> Path:
+    """An environment as BUILD leaves it: files, a link, the manifest and the marker."""
+    env = base / "envs" / key
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "tool").write_text("hello")
+    (env / "bin" / "alias").symlink_to("tool")
+    (env / ".multihost-manifest").write_text("5 bin/tool\nl bin/alias\n")
+    (env / ".multihost-complete").touch()
+    return env
+
+
+NO_PYTHON = "import sys; sys.exit(7)"  # a probe that fails: the warm path must not start it
+
+
+def test_warm_check_starts_no_python(host: tuple[Path, dict[str, str]]) -> None:
+    base, env = host
+    first = _words(_probe(base, env))  # no cache yet: env_probe.py, which leaves one
+    assert first["state"] == "absent"
+    assert (base / "envs" / f".probe-{'ab' * 32}").stat().st_mode & 0o777 == 0o600
+    key = first["key"]
+    _complete(base, key)
+    (base / "envs" / f"{key}.used").touch()
+    os.utime(base / "envs" / f"{key}.used", (1, 1))
+    (base / "runs" / "r1" / "envkey").unlink()
+    (base / "envs" / key / "bin" / "__pycache__").mkdir()  # what running it adds: no damage
+    (base / "envs" / key / "bin" / "__pycache__" / "x.pyc").write_bytes(b"x")
+    warm = _words(_probe(base, env, NO_PYTHON))
+    assert warm == {**first, "state": "present"}  # the same words: no Python ran
+    assert (base / "runs" / "r1" / "envkey").read_text() == key + "\n"  # the run uses it
+    assert (base / "envs" / f"{key}.used").stat().st_mtime > 1  # and its last use is now
+    assert _words(_probe(base, env))["state"] == "present"  # env_probe.py agrees
+
+
+@pytest.mark.parametrize("change", ["a file deleted", "a file's size", "no marker", "runner's uv"])
+def test_warm_check_hands_anything_else_to_the_probe(
+    host: tuple[Path, dict[str, str]], change: str
+) -> None:
+    """Damage, or a fingerprint that is not the cached one: env_probe.py runs (the failing
+    probe's exit 7 says so) and says what it finds."""
+    base, env = host
+    key = _words(_probe(base, env))["key"]
+    envdir = _complete(base, key)
+    ruv = "0.13.9"
+    if change == "a file deleted":
+        (envdir / "bin" / "tool").unlink()
+    elif change == "a file's size":
+        (envdir / "bin" / "tool").write_text("hello, world")
+    elif change == "no marker":
+        (envdir / ".multihost-complete").unlink()
+    else:
+        ruv = "0.14.0"  # a host without uv gets another version: another key
+    command = script(PROBE, paths={"b": str(base), "r": str(base / "runs" / "r1")},
+                     lock="ab" * 32, ruv=ruv, probe=NO_PYTHON)  # fmt: skip
+    out = subprocess.run(["sh", "-c", command], env=env, capture_output=True, timeout=60)
+    assert out.returncode == 7, out
+    said = _words(_probe(base, env, ruv=ruv))
+    if change == "runner's uv":
+        assert said["key"] != key
+        assert said["state"] == "absent"
+    else:
+        assert said["key"] == key
+        assert said["state"] == "damaged"
+
+
+def test_stage_then_runs_on_the_staging_channel(tmp_path: Path) -> None:
+    """What follows the staging runs once the code is there, and says its own exit status;
+    a staging that fails (the run's name taken) never runs it."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "a.py").write_text("pass\n")
+    archive = pack(code)
+    base = tmp_path / "base"
+    paths = Paths(str(base), f"{base}/code/{archive.short}", f"{base}/runs/r1")
+    conn = LocalConnection(Host("local0"))
+    then = "echo said; echo oops >&2; exit 9"
+    sent, done = asyncio.run(stage_then(conn, archive, paths, then, claim=True))
+    assert sent == len(archive.data)
+    assert (base / "runs" / "r1").is_dir()
+    assert (done.exit_status, done.stdout, done.stderr) == (9, b"said\n", b"oops\n")
+    with pytest.raises(RunNameTaken):
+        asyncio.run(stage_then(conn, archive, paths, "echo never", claim=True))
