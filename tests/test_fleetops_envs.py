@@ -125,8 +125,14 @@ def test_prune_removes_only_the_unused_and_old(
     assert set(dry.removed) == {keys["a"], keys["c"], ".build.Ab12Cd"}
     assert dry.freed == sum(e.bytes for e in dry.envs if e.key in dry.removed)
     assert sorted(p.name for p in envs.iterdir() if p.name != ".lock") == before  # all kept
+    for k in ("a", "c"):  # the warm check's caches (env_probe.remember), one per lock
+        (envs / f".probe-{k * 64}").write_text(
+            f"/lib/libc.so.6\n0.13|1.2.3.4 \nkey={keys[k]} x=y\n"
+        )
     pruned = _store(home, "prune", 7 * DAY)
     assert set(pruned.removed) == {keys["c"], ".build.Ab12Cd"}
+    assert not (envs / f".probe-{'c' * 64}").exists()  # its environment is gone: so is it
+    assert (envs / f".probe-{'a' * 64}").exists()
     left = {p.name for p in envs.iterdir()}
     assert not {keys["c"], f"{keys['c']}.tar.gz", f"{keys['c']}.used", ".build.Ab12Cd"} & left
     for k in ("a", "b", "d"):  # used by a run (finished or preparing), or used an hour ago

@@ -131,6 +131,18 @@ def remove(envs: str, key: str) -> None:
             os.unlink(path + suffix)
 
 
+def forget(envs: str) -> None:
+    """The warm check's caches (``.probe-LOCK``: env_probe.remember) that name an environment
+    no longer here."""
+    for n in os.listdir(envs):
+        if n.startswith(".probe-"):
+            said = read(os.path.join(envs, n)).splitlines()[2:3] or ["key="]
+            key = said[0].split(" ", 1)[0].removeprefix("key=")
+            if not (KEY.match(key) and os.path.isdir(os.path.join(envs, key))):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(envs, n))
+
+
 def main(argv: list[str]) -> int:
     probe: dict[str, Any] = {"__name__": "env_probe"}
     exec(compile(argv[1], "env_probe", "exec"), probe)  # its state(), not its main
@@ -152,6 +164,8 @@ def main(argv: list[str]) -> int:
                 removed.append(str(h["key"]))
                 if mode == "prune":
                     remove(envs, str(h["key"]))
+        if mode == "prune" and os.path.isdir(envs):
+            forget(envs)
     print(json.dumps({"now": now, "envs": held, "removed": removed}))
     return 0
 
