@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import re
+import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.core.envsync import Probe
+from multihost.core.envsync import Probe, pack_format
 from multihost.envsync import Selection, request, satisfies
 from multihost.errors import SettingError
 from multihost.model import Host
@@ -67,19 +68,28 @@ def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedPro
                           env={"HOME": str(home), "PATH": "/usr/bin:/bin"})  # fmt: skip
 
 
-def _packed_env() -> bytes:
+ZSTD = pytest.mark.skipif(shutil.which("zstd", path="/usr/bin:/bin") is None, reason="no zstd")
+FORMATS = ["gz", pytest.param("zst", marks=ZSTD)]
+
+
+def _packed_env(fmt: str = "gz") -> bytes:
+    """A packed environment (bin/x: abc) in ``fmt``: gzip, or zstd by the zstd program."""
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+    with tarfile.open(fileobj=raw, mode="w:gz" if fmt == "gz" else "w") as tar:
         for name, data in ((".multihost-manifest", b"3 bin/x\n"), ("bin/x", b"abc"),
                            (".multihost-complete", b"")):  # fmt: skip
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    return raw.getvalue()
+    if fmt == "gz":
+        return raw.getvalue()
+    return subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True,
+                          check=True).stdout  # fmt: skip
 
 
-def test_install_checks_sha256_then_probe_sees_damage(tmp_path: Path) -> None:
-    data = _packed_env()
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_install_checks_sha256_then_pack_hands_it_on(tmp_path: Path, fmt: str) -> None:
+    data = _packed_env(fmt)
     digest = hashlib.sha256(data).hexdigest()
     key = "k" * 32
     bad = _sh(
@@ -87,6 +97,7 @@ def test_install_checks_sha256_then_probe_sees_damage(tmp_path: Path) -> None:
             INSTALL,
             paths={"b": "~/.mh"},
             key=key,
+            fmt=fmt,
             digest="0" * 64,
             how="stdin",
             url="",
@@ -105,6 +116,7 @@ def test_install_checks_sha256_then_probe_sees_damage(tmp_path: Path) -> None:
             INSTALL,
             paths={"b": "~/.mh"},
             key=key,
+            fmt=fmt,
             digest=digest,
             how="stdin",
             url="",
@@ -117,13 +129,47 @@ def test_install_checks_sha256_then_probe_sees_damage(tmp_path: Path) -> None:
     assert good.returncode == 0, good.stderr
     assert good.stdout.split() == [b"absent", b"installed"]
     assert (tmp_path / ".mh" / "envs" / key / "bin" / "x").read_bytes() == b"abc"
+    envs = tmp_path / ".mh" / "envs"
+    assert (envs / f"{key}.tar.{fmt}").read_bytes() == data
+    assert (envs / f"{key}.tar.{fmt}.sha256").read_text() == digest + "\n"
     # the kept archive is what a later PACK hands on, unchanged
-    packed = _sh(script(PACK, paths={"b": "~/.mh"}, key=key), tmp_path)
+    packed = _sh(script(PACK, paths={"b": "~/.mh"}, key=key, fmt=fmt), tmp_path)
     assert packed.stdout.split() == [b"packed", str(len(data)).encode(), digest.encode()]
 
 
-def _install(home: Path, key: str, data: bytes) -> subprocess.CompletedProcess[bytes]:
-    command = script(INSTALL, paths={"b": "~/.mh"}, key=key,
+@ZSTD
+@pytest.mark.parametrize(("first", "then"), [("gz", "zst"), ("zst", "gz")])
+def test_a_pack_of_the_other_format_is_replaced(tmp_path: Path, first: str, then: str) -> None:
+    """A host keeping a pack in one format asked for the other packs the environment again in
+    that one and keeps only it; the new pack installs on a host that reads it."""
+    key = "k" * 32
+    assert _install(tmp_path / "a", key, _packed_env(first), first).returncode == 0
+    envs = tmp_path / "a" / ".mh" / "envs"
+    packed = _sh(script(PACK, paths={"b": "~/.mh"}, key=key, fmt=then), tmp_path / "a")
+    assert packed.returncode == 0, packed.stderr
+    word, size, digest = packed.stdout.decode().split()
+    pack = envs / f"{key}.tar.{then}"
+    assert (word, int(size)) == ("packed", pack.stat().st_size)
+    assert digest == hashlib.sha256(pack.read_bytes()).hexdigest()
+    assert (envs / f"{key}.tar.{then}.sha256").read_text() == digest + "\n"
+    assert sorted(p.name for p in envs.glob(f"{key}.tar.*")) == [pack.name, pack.name + ".sha256"]
+    got = _install(tmp_path / "b", key, pack.read_bytes(), then)
+    assert got.returncode == 0, got.stderr
+    assert (tmp_path / "b" / ".mh" / "envs" / key / "bin" / "x").read_bytes() == b"abc"
+    # and back: the host taking the first format again keeps only that one
+    assert _install(tmp_path / "b", key, _packed_env(first), first).returncode == 0
+    held = tmp_path / "b" / ".mh" / "envs"
+    assert sorted(p.name for p in held.glob(f"{key}.tar.*")) == [
+        f"{key}.tar.{first}",
+        f"{key}.tar.{first}.sha256",
+    ]
+
+
+def _install(
+    home: Path, key: str, data: bytes, fmt: str = "gz"
+) -> subprocess.CompletedProcess[bytes]:
+    home.mkdir(parents=True, exist_ok=True)
+    command = script(INSTALL, paths={"b": "~/.mh"}, key=key, fmt=fmt,
                      digest=hashlib.sha256(data).hexdigest(), how="stdin", url="", fetch="",
                      timeout=0)  # fmt: skip
     return _sh(command, home, data)
@@ -136,25 +182,27 @@ def _altered(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_an_altered_kept_pack_is_packed_again(tmp_path: Path) -> None:
-    data = _packed_env()
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_altered_kept_pack_is_packed_again(tmp_path: Path, fmt: str) -> None:
+    data = _packed_env(fmt)
     key = "k" * 32
-    assert _install(tmp_path, key, data).returncode == 0
-    kept = tmp_path / ".mh" / "envs" / f"{key}.tar.gz"
-    assert (kept.parent / f"{key}.tar.gz.sha256").read_text().strip() == hashlib.sha256(
+    assert _install(tmp_path, key, data, fmt).returncode == 0
+    kept = tmp_path / ".mh" / "envs" / f"{key}.tar.{fmt}"
+    assert (kept.parent / f"{key}.tar.{fmt}.sha256").read_text().strip() == hashlib.sha256(
         data
     ).hexdigest()
     _altered(kept)
-    packed = _sh(script(PACK, paths={"b": "~/.mh"}, key=key), tmp_path)
+    packed = _sh(script(PACK, paths={"b": "~/.mh"}, key=key, fmt=fmt), tmp_path)
     assert packed.returncode == 0, packed.stderr
     first, last = packed.stdout.decode().splitlines()
     bad = hashlib.sha256(kept.read_bytes()).hexdigest()  # the new pack's
     assert first.startswith("repacked: its kept pack's sha256 is ")
     assert f"not the {hashlib.sha256(data).hexdigest()} it was packed with" in first
     assert last == f"packed {kept.stat().st_size} {bad}"
-    with tarfile.open(kept) as tar:  # packed again from the environment itself
-        assert tar.extractfile("./bin/x").read() == b"abc"  # type: ignore[union-attr]
-    again = _sh(script(PACK, paths={"b": "~/.mh"}, key=key), tmp_path)
+    other = tmp_path / "other"  # packed again from the environment itself: it installs
+    assert _install(other, key, kept.read_bytes(), fmt).returncode == 0
+    assert (other / ".mh" / "envs" / key / "bin" / "x").read_bytes() == b"abc"
+    again = _sh(script(PACK, paths={"b": "~/.mh"}, key=key, fmt=fmt), tmp_path)
     assert again.stdout.decode().splitlines() == [last]  # consistent now: handed on as is
 
 
@@ -172,17 +220,17 @@ def test_a_seed_serving_a_tampered_pack_is_refused(tmp_path: Path) -> None:
     host.mkdir()
     assert _install(seed, key, data).returncode == 0
     token = b"t0ken\n"
-    served = _sh(script(SERVE, paths={"b": "~/.mh"}, key=key, serve=python_source("seed_serve"),
-                        addr="127.0.0.1", lifetime="30", fetches=1, name=f"/{digest}.tar.gz"),
-                 seed, token)  # fmt: skip
+    served = _sh(script(SERVE, paths={"b": "~/.mh"}, key=key, fmt="gz",
+                        serve=python_source("seed_serve"), addr="127.0.0.1", lifetime="30",
+                        fetches=1, name=f"/{digest}.tar.gz"), seed, token)  # fmt: skip
     word, port, pid, folder = served.stdout.decode().split()
     assert word == "serving", served
     try:
         _altered(Path(folder) / "archive")  # on the seed, after the runner read its digest
         tampered = hashlib.sha256((Path(folder) / "archive").read_bytes()).hexdigest()
         url = f"http://127.0.0.1:{port}/{digest}.tar.gz"
-        got = _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, digest=digest, how="peer",
-                         url=url, fetch=python_source("seed_fetch"), timeout=10),
+        got = _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, fmt="gz", digest=digest,
+                         how="peer", url=url, fetch=python_source("seed_fetch"), timeout=10),
                   host, token)  # fmt: skip
         assert got.returncode == 3, got
         assert f"sha256 mismatch ({tampered}, expected {digest})" in got.stderr.decode()
@@ -207,6 +255,49 @@ def test_probe_reports_key_and_state(tmp_path: Path) -> None:
     assert Probe.parse(host, _sh(probe, tmp_path).stdout.decode()).state == "present"
     (env / "bin" / "x").write_bytes(b"ab")
     assert Probe.parse(host, _sh(probe, tmp_path).stdout.decode()).state == "damaged"
+
+
+def test_probe_says_whether_zstd_is_on_path(tmp_path: Path) -> None:
+    """zstd=yes only for an executable zstd on the host's PATH (not a directory, not a file
+    without x); a probe line without the word (an older multihost's) parses as no zstd."""
+    host = Host(address="127.0.0.1", process_id=0)
+    probe = script(PROBE, paths={"b": "~/.mh"}, lock="L", ruv="0.13.9",
+                   probe=python_source("env_probe"))  # fmt: skip
+    bare, tools = tmp_path / "bare", tmp_path / "tools"
+    for d in (bare, tools):
+        d.mkdir()
+        (d / "python3").symlink_to(shutil.which("python3", path="/usr/bin:/bin") or "python3")
+    (bare / "zstd").mkdir()  # a directory named zstd is no program
+    (tools / "zstd").write_text("#!/bin/sh\n")
+
+    def said(path: str) -> Probe:
+        out = subprocess.run(["/bin/sh", "-c", probe], capture_output=True, timeout=60,
+                             env={"HOME": str(tmp_path), "PATH": path}, check=True)  # fmt: skip
+        return Probe.parse(host, out.stdout.decode())
+
+    assert not said(f"{bare}").zstd
+    assert not said(f"{tools}").zstd  # not executable
+    (tools / "zstd").chmod(0o755)
+    assert said(f"{bare}:{tools}").zstd
+    line = "key=k state=absent python=3.11.2 exe=/p machine=x86_64 envs=/e uv=none"
+    assert not Probe.parse(host, line).zstd
+    assert Probe.parse(host, line + " zstd=yes").zstd
+
+
+def _probe(worker: int, zstd: bool) -> Probe:
+    host = Host(address=f"h{worker}", worker_id=worker, process_id=worker)
+    return Probe(host, "k", "absent", "3.11.2", "/p", "x86_64", "/e", False, zstd=zstd)
+
+
+def test_pack_format_is_zstd_only_when_every_host_reads_it() -> None:
+    w0, w1, w2, w3 = (_probe(0, True), _probe(1, True), _probe(2, False), _probe(3, False))
+    assert pack_format(w0, [w1], bucket=False) == ("zst", "")
+    assert pack_format(w0, [], bucket=False) == ("zst", "")  # kept for later: the builder's
+    assert pack_format(w0, [w1, w2], bucket=False) == ("gz", "no zstd on s0/w2")
+    assert pack_format(w2, [w1, w3], bucket=False) == (
+        "gz", "no zstd on s0/w2 (and 1 more host(s))")  # fmt: skip
+    assert pack_format(w2, [w3], bucket=False) == ("gz", "")  # none has it: nothing to say
+    assert pack_format(w0, [w1], bucket=True) == ("gz", "the pack may go through a bucket")
 
 
 # -- the whole path with --local workers (no SSH): real uv, an index served here --------------
@@ -568,26 +659,29 @@ def test_call_runs_in_the_callers_locked_environment(
         multihost.call(_where, local=1, uv_project=home, log_dir=home / "logs")
 
 
-def test_install_from_a_peer_hashes_once_and_refuses_a_wrong_sha256(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_install_from_a_peer_hashes_once_and_refuses_a_wrong_sha256(
+    tmp_path: Path, fmt: str
+) -> None:
     """The real SERVE and INSTALL templates on 127.0.0.1: seed_fetch checks the sha256 as the
     bytes come (no second pass), a wrong one is refused with nothing unpacked."""
-    data = _packed_env()
+    data = _packed_env(fmt)
     digest = hashlib.sha256(data).hexdigest()
     key = "p" * 32
     seed, taker = tmp_path / "seed", tmp_path / "taker"
     (seed / ".mh" / "envs").mkdir(parents=True)
-    (seed / ".mh" / "envs" / f"{key}.tar.gz").write_bytes(data)
+    (seed / ".mh" / "envs" / f"{key}.tar.{fmt}").write_bytes(data)
     token = b"t0ken\n"
-    served = _sh(script(SERVE, paths={"b": "~/.mh"}, key=key, serve=python_source("seed_serve"),
-                        addr="127.0.0.1", lifetime="30", fetches=2, name=f"/{digest}.tar.gz"),
-                 seed, token)  # fmt: skip
+    served = _sh(script(SERVE, paths={"b": "~/.mh"}, key=key, fmt=fmt,
+                        serve=python_source("seed_serve"), addr="127.0.0.1", lifetime="30",
+                        fetches=2, name=f"/{digest}.tar.{fmt}"), seed, token)  # fmt: skip
     word, port, pid, folder = served.stdout.decode().split()
     assert word == "serving", served.stderr
-    url = f"http://127.0.0.1:{port}/{digest}.tar.gz"
+    url = f"http://127.0.0.1:{port}/{digest}.tar.{fmt}"
 
     def install(want: str) -> subprocess.CompletedProcess[bytes]:
-        return _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, digest=want, how="peer",
-                          url=url, fetch=python_source("seed_fetch"), timeout=10),
+        return _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, fmt=fmt, digest=want,
+                          how="peer", url=url, fetch=python_source("seed_fetch"), timeout=10),
                    taker, token)  # fmt: skip
 
     try:
@@ -600,6 +694,6 @@ def test_install_from_a_peer_hashes_once_and_refuses_a_wrong_sha256(tmp_path: Pa
         assert good.returncode == 0, good.stderr
         assert good.stdout.split() == [b"installed"]
         assert (taker / ".mh" / "envs" / key / "bin" / "x").read_bytes() == b"abc"
-        assert (taker / ".mh" / "envs" / f"{key}.tar.gz").read_bytes() == data
+        assert (taker / ".mh" / "envs" / f"{key}.tar.{fmt}").read_bytes() == data
     finally:
         _sh(script(SEED_STOP, p=pid, s=folder), seed)

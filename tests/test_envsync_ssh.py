@@ -1,13 +1,17 @@
 """The locked environment on real OpenSSH hosts (issue 27): real uv against a package index
 served here on 127.0.0.1, wheels built in the test (one of 3 MB), hosts with /usr/bin/python3
-and no uv of their own (the runner's is shipped to the builder)."""
+and no uv of their own (the runner's is shipped to the builder); zstd where this machine has
+it, taken from some hosts for a test by an ACL on the program (:func:`_without_zstd`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import pwd
 import shutil
+import struct
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -63,6 +67,50 @@ def _envs(fleet: loopback.Fleet, i: int) -> Path:
     return fleet.hosts[i].home / ".multihost" / "envs"
 
 
+ZSTD = shutil.which("zstd")
+FMT = "zst" if ZSTD else "gz"  # the pack's format when every host has what this machine has
+_ACL = "system.posix_acl_access"
+
+
+def _packs(envs: Path, key: str) -> list[str]:
+    """The packs of ``key`` kept in ``envs`` (each with its sha256 beside it)."""
+    names = {p.name for p in envs.glob(f"{key}.tar.*")}
+    packs = sorted(n for n in names if not n.endswith(".sha256"))
+    assert names == {*packs, *(f"{n}.sha256" for n in packs)}, names
+    return packs
+
+
+@contextlib.contextmanager
+def _without_zstd(fleet: loopback.Fleet, *indices: int) -> Iterator[None]:
+    """The hosts ``indices`` have no zstd they can run: their users (who share this machine's
+    programs) are denied it by an ACL on the program itself, restored afterwards."""
+    if ZSTD is None:
+        pytest.skip("no zstd on this machine")
+    path = os.path.realpath(ZSTD)
+    mode = os.stat(path).st_mode
+    anyone = 0xFFFFFFFF
+    uids = sorted(pwd.getpwnam(fleet.hosts[i].user).pw_uid for i in indices)
+    entries = [(0x01, mode >> 6 & 7, anyone), *((0x02, 0, uid) for uid in uids),
+               (0x04, mode >> 3 & 7, anyone), (0x10, mode >> 3 & 7, anyone),
+               (0x20, mode & 7, anyone)]  # fmt: skip
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    try:
+        before: bytes | None = os.getxattr(path, _ACL)
+    except OSError:
+        before = None
+    try:
+        os.setxattr(path, _ACL, acl)
+    except OSError as exc:
+        pytest.skip(f"cannot deny zstd to a user here (an ACL on {path}): {exc}")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.removexattr(path, _ACL)
+        else:
+            os.setxattr(path, _ACL, before)
+
+
 def _keys(fleet: loopback.Fleet, i: int) -> set[str]:
     d = _envs(fleet, i)
     return (
@@ -101,6 +149,8 @@ def test_cold_warm_damaged_no_sync(ssh_fleet: loopback.Fleet, index: Index, tmp_
     key = next(iter(new[0]))
     assert "; built on s0/w0 (" in _said(notes)
     assert f"installed on {N - 1} host(s)" in _said(notes)
+    assert "gzip" not in _said(notes)
+    assert all(_packs(_envs(ssh_fleet, i), key) == [f"{key}.tar.{FMT}"] for i in range(N))
 
     # warm: nothing downloaded, nothing built, nothing sent
     index.hits.clear()
@@ -210,24 +260,28 @@ def test_a_host_lost_while_the_environment_is_built(
              "the other hosts' processes to end")  # fmt: skip
 
 
+@pytest.mark.parametrize("fmt", [FMT, "gz"] if FMT == "zst" else ["gz"])
 def test_an_altered_pack_is_not_handed_on(
-    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path, fmt: str
 ) -> None:
     """h0 holds the environment and its pack; the pack is altered there (same size). The run
     that needs it on the others packs it again from the environment, says so naming h0, and
-    no host gets the altered bytes."""
+    no host gets the altered bytes. A zstd pack (every host has zstd), or gzip (h0 has none)."""
     proj = _project(tmp_path / "proj", index)
     before = _keys(ssh_fleet, 0)
-    first = multihost.run("true", hosts="h0", ssh_config=ssh_fleet.ssh_config, script_dir=proj,
-                          log_dir=tmp_path / "logs", stream="none")  # fmt: skip
-    assert first.ok, first
-    (key,) = _keys(ssh_fleet, 0) - before
-    pack = _envs(ssh_fleet, 0) / f"{key}.tar.gz"
-    data = bytearray(pack.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    pack.write_bytes(bytes(data))
-    index.hits.clear()
-    res, lines, notes = _run(ssh_fleet, proj, tmp_path)
+    hidden = _without_zstd(ssh_fleet, 0) if fmt != FMT else contextlib.nullcontext()
+    with hidden:
+        first = multihost.run("true", hosts="h0", ssh_config=ssh_fleet.ssh_config,
+                              script_dir=proj, log_dir=tmp_path / "logs",
+                              stream="none")  # fmt: skip
+        assert first.ok, first
+        (key,) = _keys(ssh_fleet, 0) - before
+        pack = _envs(ssh_fleet, 0) / f"{key}.tar.{fmt}"
+        data = bytearray(pack.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        pack.write_bytes(bytes(data))
+        index.hits.clear()
+        res, lines, notes = _run(ssh_fleet, proj, tmp_path)
     assert res.ok, res
     assert lines == ["True 3"] * N
     assert not index.hits
@@ -236,8 +290,43 @@ def test_an_altered_pack_is_not_handed_on(
     assert "the altered pack was not handed on" in warned[0]
     assert f"installed on {N - 1} host(s)" in _said(notes)
     for i in range(1, N):
-        assert (_envs(ssh_fleet, i) / f"{key}.tar.gz").read_bytes() == pack.read_bytes()
+        assert (_envs(ssh_fleet, i) / f"{key}.tar.{fmt}").read_bytes() == pack.read_bytes()
+        assert _packs(_envs(ssh_fleet, i), key) == [pack.name]
     assert pack.read_bytes() != bytes(data)
+
+
+@pytest.mark.parametrize("via", ["direct", "peer"])
+def test_a_host_without_zstd_gets_gzip_then_zstd_replaces_it(
+    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path, via: str
+) -> None:
+    """h2 cannot run zstd: the cold run packs with gzip and says why, every host keeps that
+    pack and the environment works. h2 can again and its environment is damaged: h0 packs it
+    with zstd now (its gzip pack goes) and h2 takes that; h1 and h3 keep theirs."""
+    if ZSTD is None:
+        pytest.skip("no zstd on this machine")
+    proj = _project(tmp_path / "proj", index)
+    before = _keys(ssh_fleet, 0)
+    with _without_zstd(ssh_fleet, 2):
+        res, lines, notes = _run(ssh_fleet, proj, tmp_path, stage_via=via)
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    said = _said(notes)
+    assert f"installed on {N - 1} host(s)" in said
+    assert "; packed with gzip: no zstd on s0/w2" in said, said
+    (key,) = _keys(ssh_fleet, 0) - before
+    assert all(_packs(_envs(ssh_fleet, i), key) == [f"{key}.tar.gz"] for i in range(N))
+    next((_envs(ssh_fleet, 2) / key).rglob("blob.bin")).unlink()
+    index.hits.clear()
+    res, lines, notes = _run(ssh_fleet, proj, tmp_path, stage_via=via)
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    assert not index.hits
+    said = _said(notes)
+    assert "installed on 1 host(s) (1 repaired)" in said
+    assert "gzip" not in said
+    packs = [_packs(_envs(ssh_fleet, i), key) for i in range(N)]
+    assert packs == [[f"{key}.tar.zst"], [f"{key}.tar.gz"], [f"{key}.tar.zst"], [f"{key}.tar.gz"]]
+    wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
 
 
 def test_sweep_trials_share_one_build(
@@ -321,6 +410,7 @@ def test_peer_the_builder_serves_the_others(
     ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
 ) -> None:
     proj = _project(tmp_path / "proj", index)
+    before = _keys(ssh_fleet, 0)
     res, lines, notes = _run(ssh_fleet, proj, tmp_path, stage_via="peer")
     assert res.ok, res
     assert lines == ["True 3"] * N
@@ -332,6 +422,8 @@ def test_peer_the_builder_serves_the_others(
     assert uv is not None
     shipped = f"the runner sent {os.path.getsize(uv) / (1 << 20):.1f} MiB"
     assert "the runner sent" not in said or said.endswith(shipped), said
+    (key,) = _keys(ssh_fleet, 0) - before
+    assert all(_packs(_envs(ssh_fleet, i), key) == [f"{key}.tar.{FMT}"] for i in range(N))
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end (the seed's server)")
 
 
@@ -418,6 +510,8 @@ def test_bucket_the_builder_uploads_once_the_others_download(
         assert "; built on s0/w0 (" in said
         assert f"installed on {N - 1} host(s)" in said
         assert "; uploaded once to gs://mh-env/pre" in said
+        if ZSTD:  # every host has zstd, but a bucket's pack is gzip
+            assert "; packed with gzip: the pack may go through a bucket" in said, said
         if how == "auto":
             assert "via gs://mh-env/pre (auto: 4 hosts ×" in said
         uv = uv_binary()
@@ -503,7 +597,8 @@ def test_envs_lists_and_clean_removes_the_unused_keeps_the_running(
                 assert mine[key]["runs"] == [run]
                 assert mine[key]["running"] == running
                 assert mine[key]["size"] == _on_disk(held / key)
-                assert mine[key]["packed"] == (held / f"{key}.tar.gz").stat().st_size
+                (pack,) = _packs(held, key)
+                assert mine[key]["packed"] == (held / pack).stat().st_size
         clean = ["clean", "--older-than", "0s", "--log-dir", str(tmp_path / "logs")]
         dry = cli([*clean, "--dry-run"])
         assert dry.returncode == 0, dry.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -39,15 +40,19 @@ def _store(home: Path, mode: str = "list", age: float = 0.0, gone: tuple[str, ..
     return parse_store(HOST, res.stdout.decode())
 
 
-def _env(envs: Path, key: str, files: dict[str, bytes], used_days_ago: float) -> int:
-    """A complete environment (manifest, marker, archive, last-use stamp); its files' bytes."""
+def _env(
+    envs: Path, key: str, files: dict[str, bytes], used_days_ago: float, pack: str = "tar.gz"
+) -> int:
+    """A complete environment (manifest, marker, archive ``KEY.<pack>`` and its sha256,
+    last-use stamp); its files' bytes."""
     env = envs / key
     for name, data in files.items():
         (env / name).parent.mkdir(parents=True, exist_ok=True)
         (env / name).write_bytes(data)
     (env / ".multihost-manifest").write_text("".join(f"{len(d)} {n}\n" for n, d in files.items()))
     (env / ".multihost-complete").write_bytes(b"")
-    (envs / f"{key}.tar.gz").write_bytes(b"z" * 100)
+    (envs / f"{key}.{pack}").write_bytes(b"z" * 100)
+    (envs / f"{key}.{pack}.sha256").write_text("0" * 64 + "\n")
     stamp = envs / f"{key}.used"
     stamp.write_bytes(b"")
     then = time.time() - used_days_ago * DAY
@@ -70,8 +75,9 @@ def _run_dir(runs: Path, name: str, *, key: str, via: str, finished: bool) -> No
 @pytest.fixture
 def held(tmp_path: Path) -> tuple[Path, dict[str, str], dict[str, int]]:
     """~/.mh with four environments: one a finished run uses (job.sh), one a sweep point still
-    preparing uses (envkey, no exit), one unused for 10 days, one unused but used an hour ago;
-    and a build dir left by a killed build 8 days ago."""
+    preparing uses (envkey, no exit), one unused for 10 days (packed with zstd, the others with
+    gzip), one unused but used an hour ago; and a build dir left by a killed build 8 days
+    ago."""
     home = tmp_path / "home"
     envs, runs = home / ".mh" / "envs", home / ".mh" / "runs"
     envs.mkdir(parents=True)
@@ -79,7 +85,7 @@ def held(tmp_path: Path) -> tuple[Path, dict[str, str], dict[str, int]]:
     sizes = {
         "a": _env(envs, keys["a"], {"bin/python": b"x" * 10, "lib/m.py": b"y" * 1000}, 20),
         "b": _env(envs, keys["b"], {"bin/python": b"x" * 10}, 20),
-        "c": _env(envs, keys["c"], {"lib/big.bin": os.urandom(5000)}, 10),
+        "c": _env(envs, keys["c"], {"lib/big.bin": os.urandom(5000)}, 10, "tar.zst"),
         "d": _env(envs, keys["d"], {"lib/m.py": b"d"}, 1 / 24),
     }
     _run_dir(runs, "old", key=keys["a"], via="job.sh", finished=True)
@@ -102,7 +108,7 @@ def test_listing_says_sizes_states_last_use_and_users(
         e = by_key[key]
         assert e.state == "complete"
         assert e.size == sizes[name]  # the environment's files, manifest and marker included
-        assert e.packed == 100
+        assert e.packed == 100  # KEY.tar.gz, or KEY.tar.zst (c)
     assert by_key[keys["a"]].runs[0].run == "old"
     assert not by_key[keys["a"]].runs[0].running
     assert [(u.run, u.running) for u in by_key[keys["b"]].runs] == [("sweep-1/p0", True)]
@@ -134,7 +140,8 @@ def test_prune_removes_only_the_unused_and_old(
     assert not (envs / f".probe-{'c' * 64}").exists()  # its environment is gone: so is it
     assert (envs / f".probe-{'a' * 64}").exists()
     left = {p.name for p in envs.iterdir()}
-    assert not {keys["c"], f"{keys['c']}.tar.gz", f"{keys['c']}.used", ".build.Ab12Cd"} & left
+    gone = {keys["c"], f"{keys['c']}.tar.zst", f"{keys['c']}.tar.zst.sha256", f"{keys['c']}.used"}
+    assert not (gone | {".build.Ab12Cd"}) & left
     for k in ("a", "b", "d"):  # used by a run (finished or preparing), or used an hour ago
         assert (envs / keys[k] / ".multihost-complete").exists()
     # a partial build dir younger than a day stays whatever the age asked
@@ -183,9 +190,9 @@ def test_local_envs_listing_then_clean(home: Path, project: Path) -> None:
     assert row["running"] == []
     on_disk = sum(f.stat().st_size for f in env.rglob("*") if f.is_file() and not f.is_symlink())
     assert row["size"] == on_disk
-    assert (
-        row["packed"] == 0 or row["packed"] == (env.parent / f"{row['key']}.tar.gz").stat().st_size
-    )
+    packs = [p for p in env.parent.glob(f"{row['key']}.tar.*") if p.suffix != ".sha256"]
+    assert row["packed"] == sum(p.stat().st_size for p in packs)
+    assert [p.suffix for p in packs] == [".zst" if shutil.which("zstd") else ".gz"]
     table = cli(["envs", "--local", "1"], HOME=str(home))
     assert row["key"][:12] in table.stdout
     assert "r1" in table.stdout

@@ -8,7 +8,8 @@
    ``uv==<the runner's version>`` itself with its own pip (``--host-uv fetch``: always). Only
    the builder talks to the package index; the others only unpack (tar, sha256sum), no uv.
 4. The packed environment goes from the source to every other host that lacks it, checked by
-   sha256 before it is unpacked (atomically; a damaged one is replaced).
+   sha256 before it is unpacked (atomically; a damaged one is replaced). It is zstd when every
+   host of the transfer has zstd and no bucket may carry it (:func:`pack_format`), else gzip.
 5. Each host's command then sees ``MULTIHOST_ENV`` (the job script puts its ``bin`` first on
    PATH and sets VIRTUAL_ENV).
 """
@@ -57,6 +58,7 @@ class Probe:
     has_uv: bool
     os: str = "linux"  # sys.platform
     libc: str = ""  # glibc-2.35; anything else is not glibc
+    zstd: bool = False  # an executable zstd on its PATH
 
     @classmethod
     def parse(cls, host: Host, line: str) -> Probe:
@@ -64,7 +66,8 @@ class Probe:
         try:
             return cls(host, words["key"], words["state"], words["python"], words["exe"],
                        words["machine"], words["envs"], words["uv"] == "host",
-                       words.get("os", "linux"), words.get("libc", ""))  # fmt: skip
+                       words.get("os", "linux"), words.get("libc", ""),
+                       words.get("zstd") == "yes")  # fmt: skip
         except KeyError:
             raise RemoteError(host, f"environment check said {line!r}") from None
 
@@ -106,6 +109,7 @@ class EnvSummary:
     runner_bytes: int = 0
     uploaded: list[str] = field(default_factory=list)  # the buckets a pack was put in
     via: str = ""  # how auto staged the pack, and why ("" when asked for)
+    gzip: str = ""  # why a pack was gzip though some of its hosts have zstd ("": none was)
 
 
 def probe_script(sup: Supervisor, host: Host, req: EnvRequest, uv: RunnerUv) -> str:
@@ -178,6 +182,8 @@ async def sync_environment(
         said += f" ({summary.repaired} repaired)"
     if summary.installed and summary.via:
         said += f" via {summary.via}"
+    if summary.gzip:
+        said += f"; packed with gzip: {summary.gzip}"
     if summary.uploaded:
         said += f"; uploaded once to {', '.join(sorted(set(summary.uploaded)))}"
     if summary.present:
@@ -187,6 +193,23 @@ async def sync_environment(
         said += f"; the runner sent {sup.env_bytes / (1 << 20):.1f} MiB"
     sup.note(said)
     return [Outcome(p.host, error=errors.get(p.host.process_id)) for p in probes]
+
+
+def pack_format(source: Probe, takers: Sequence[Probe], bucket: bool) -> tuple[str, str]:
+    """The pack's format for a transfer from ``source`` to ``takers`` (``zst`` or ``gz``, its
+    suffix), and why gzip when some of them have zstd (else ``""``). zstd only when every one
+    of them has it, and never when the pack may go through a bucket (``bucket``: whoever takes
+    it from there was not probed)."""
+    hosts = [source, *takers]
+    lacking = [p for p in hosts if not p.zstd]
+    if not lacking and not bucket:
+        return "zst", ""
+    if len(lacking) == len(hosts):
+        return "gz", ""
+    if bucket:
+        return "gz", "the pack may go through a bucket"
+    more = f" (and {len(lacking) - 1} more host(s))" if len(lacking) > 1 else ""
+    return "gz", f"no zstd on {lacking[0].host.name}{more}"
 
 
 async def _one_key(
@@ -205,18 +228,22 @@ async def _one_key(
         need = await _cached(sup, need, key, requested.url, summary, errors)
         if not need:
             return
+    bucket = requested.kind == "gs" or (requested.kind == "auto" and bool(sup.options.stage_bucket))
+    source = have[0] if have else need[0]
+    takers = need if have else need[1:]
+    fmt, why = pack_format(source, takers, bucket)
+    summary.gzip = summary.gzip or why
     try:
         if have:
-            source = have[0]
             packed = await _run(
                 sup,
                 source.host,
-                script(PACK, paths={"b": _base(sup, source)}, key=key),
+                script(PACK, paths={"b": _base(sup, source)}, key=key, fmt=fmt),
                 "environment pack",
             )
         else:
-            source, need = need[0], need[1:]
-            packed = await _build(sup, source, key, uv, req)
+            need = takers
+            packed = await _build(sup, source, key, fmt, uv, req)
             summary.built.append(f"{source.host.name} ({source.host.target})")
             if not source.has_uv and not uv.ships_to(source):
                 summary.fetched.append(f"{source.host.name}")
@@ -243,13 +270,13 @@ async def _one_key(
     if why:
         summary.via = f"{via} ({why})"
     if via.kind == "peer":
-        need = await _from_peer(sup, source, need, key, digest, summary, errors)
+        need = await _from_peer(sup, source, need, key, fmt, digest, summary, errors)
     elif via.kind == "gs":
         need = await _from_bucket(sup, source, need, key, digest, via.url, summary, errors)
     if not need:
         return
     data = bytearray()
-    await conn.fetch(f"{source.envs}/{key}.tar.gz", data.extend)
+    await conn.fetch(f"{source.envs}/{key}.tar.{fmt}", data.extend)
     if len(data) != size:
         raise RemoteError(source.host, f"environment archive: got {len(data)} of {size} bytes")
     archive = bytes(data)
@@ -262,7 +289,7 @@ async def _one_key(
         p = next(m for m in need if m.host is host)
         c = sup.slots[host.process_id].conn
         assert c is not None
-        command = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest,
+        command = script(INSTALL, paths={"b": _base(sup, p)}, key=key, fmt=fmt, digest=digest,
                          how="stdin", url="", fetch="", timeout=0)  # fmt: skip
         res, _sent = await c.offer(command, b"absent", archive)
         if res.exit_status != 0:
@@ -279,7 +306,7 @@ async def _one_key(
 
 
 async def _from_peer(
-    sup: Supervisor, source: Probe, need: list[Probe], key: str, digest: str,
+    sup: Supervisor, source: Probe, need: list[Probe], key: str, fmt: str, digest: str,
     summary: EnvSummary, errors: dict[int, HostError],
 ) -> list[Probe]:  # fmt: skip
     """``--stage-via peer``: the source serves the pack to the others (token on stdin); returns
@@ -294,9 +321,9 @@ async def _from_peer(
         return need
     token = secrets.token_urlsafe(32)
     lifetime = sup.options.stage_timeout + stagevia.FETCH_TIMEOUT
-    command = script(SERVE, paths={"b": _base(sup, source)}, key=key,
+    command = script(SERVE, paths={"b": _base(sup, source)}, key=key, fmt=fmt,
                      serve=python_source("seed_serve"), addr=addr, lifetime=f"{lifetime:g}",
-                     fetches=len(need), name=f"/{digest}.tar.gz")  # fmt: skip
+                     fetches=len(need), name=f"/{digest}.tar.{fmt}")  # fmt: skip
     res = await conn.run(command, stdin=(token + "\n").encode())
     word, _, rest = res.stdout.decode(errors="replace").strip().partition(" ")
     if res.exit_status != 0 or word != "serving":
@@ -305,7 +332,7 @@ async def _from_peer(
         return need
     port, pid, folder = rest.split(" ", 2)
     host_part = f"[{addr}]" if ":" in addr else addr
-    url = f"http://{host_part}:{port}/{digest}.tar.gz"
+    url = f"http://{host_part}:{port}/{digest}.tar.{fmt}"
     failed: list[Probe] = []
     why: dict[int, str] = {}
 
@@ -313,8 +340,8 @@ async def _from_peer(
         p = next(m for m in need if m.host is host)
         c = sup.slots[host.process_id].conn
         assert c is not None
-        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest, how="peer",
-                      url=url, fetch=python_source("seed_fetch"),
+        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, fmt=fmt, digest=digest,
+                      how="peer", url=url, fetch=python_source("seed_fetch"),
                       timeout=f"{stagevia.FETCH_TIMEOUT:g}")  # fmt: skip
         done = await c.run(text, stdin=(token + "\n").encode())
         if done.exit_status != 0:
@@ -399,8 +426,8 @@ async def _fetch_bucket(
         p = next(m for m in need if m.host is host)
         c = sup.slots[host.process_id].conn
         assert c is not None
-        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, digest=digest, how="gs",
-                      url=url, fetch="", timeout=0)  # fmt: skip
+        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, fmt="gz", digest=digest,
+                      how="gs", url=url, fetch="", timeout=0)  # fmt: skip
         done = await c.run(text)
         if done.exit_status != 0:
             sup.note(f"{host.name}: environment fetch from {bucket} failed "
@@ -417,9 +444,12 @@ async def _fetch_bucket(
     return [p for p in need if p.host.process_id in done]
 
 
-async def _build(sup: Supervisor, p: Probe, key: str, uv: RunnerUv, req: EnvRequest) -> str:
+async def _build(
+    sup: Supervisor, p: Probe, key: str, fmt: str, uv: RunnerUv, req: EnvRequest
+) -> str:
     """Build ``key`` on ``p``'s host with uv: its own, else the runner's when that runs there
-    (shipped), else fetched there with its own pip (``uv==`` the runner's version)."""
+    (shipped), else fetched there with its own pip (``uv==`` the runner's version); packed in
+    ``fmt``."""
     stdin = req.requirements
     ship = 0 if p.has_uv else 1 if uv.ships_to(p) else 2
     if ship == 1:
@@ -429,7 +459,7 @@ async def _build(sup: Supervisor, p: Probe, key: str, uv: RunnerUv, req: EnvRequ
         stdin += binary
     code = sup.paths(p.host).code
     command = script(
-        BUILD, paths={"b": _base(sup, p), "code": code}, key=key, exe=p.exe,
+        BUILD, paths={"b": _base(sup, p), "code": code}, key=key, fmt=fmt, exe=p.exe,
         sel=" ".join(req.selection.flags()), req=len(req.requirements), ship=ship,
         uvv=uv.version, unwheel=python_source("uv_wheel"),
     )  # fmt: skip

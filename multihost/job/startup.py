@@ -9,11 +9,11 @@ and at exit, and at exit writes the exit code there.
 The locked environment (issue 27, item 8): each worker works out its key as ``run`` does
 (``env_probe.py``); one that has it complete does nothing. Else it looks in the job's bucket
 (``…/multihost/envs/<key>/<sha256>.tar.gz``) and takes the pack from there, sha256-checked,
-with the run path's own INSTALL. Process 0 (slice 0, worker 0) that finds none builds it with
-the run path's BUILD (fetching the job's uv when its host has none) and puts the pack there with
-UPLOAD; the other workers wait for it, at most ``env_wait`` seconds, and stop at once when
-process 0 leaves a ``failed-<job>-<attempt>`` marker beside it. A later attempt after a
-preemption finds the pack in the bucket: it never touches the package index.
+with the run path's own INSTALL (gzip, as every bucket's pack). Process 0 (slice 0, worker 0)
+that finds none builds it with the run path's BUILD (fetching the job's uv when its host has
+none) and puts the pack there with UPLOAD; the other workers wait for it, at most ``env_wait``
+seconds, and stop at once when process 0 leaves a ``failed-<job>-<attempt>`` marker beside it.
+A later attempt after a preemption finds the pack in the bucket: it never touches the package index.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ sync_env() {
     if [ -n "$pack" ]; then
       digest=${pack##*/}
       digest=${digest%.tar.gz}
-      if b=$base key=$key digest=$digest how=gs url=$pack fetch='' timeout=0 \
+      if b=$base key=$key fmt=gz digest=$digest how=gs url=$pack fetch='' timeout=0 \
         sh -c "$env_install" > /dev/null 2>> "$log"; then
         note "environment $key: taken from $pack"
         return 0
@@ -229,8 +229,9 @@ build_env() {
     chmod 755 "$base/bin/uv.part" && mv -f "$base/bin/uv.part" "$base/bin/uv" || return 1
   fi
   note "environment $key: building it with uv (process 0; nothing in $prefix)"
-  packed=$(printf '%s' "$env_requirements" | HOME=${HOME:-$base} b=$base key=$key code=$code \
-    exe=$exe sel=$env_select req=$env_requirements_bytes ship=0 sh -c "$env_build" 2>> "$log") || {
+  packed=$(printf '%s' "$env_requirements" | HOME=${HOME:-$base} b=$base key=$key fmt=gz \
+    code=$code exe=$exe sel=$env_select req=$env_requirements_bytes ship=0 \
+    sh -c "$env_build" 2>> "$log") || {
     note "environment $key: the build failed (uv's error above)"
     return 1
   }

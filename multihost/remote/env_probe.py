@@ -6,9 +6,10 @@ host's uv (a path, or empty), RUN the run's claimed directory. Prints one line o
 words: ``key`` (this host's environment key), ``state`` (``present``; ``absent``; ``damaged``:
 a marker without a matching manifest, or a half-finished unpack), ``python`` (version),
 ``exe`` (the interpreter), ``envs`` (the envs dir, absolute), ``uv`` (``host`` or ``none``),
-``os`` and ``libc`` (with ``machine``: what a uv binary must fit). Under a shared lock of
-``ENVS/.lock`` (``env_store.py`` prunes under the exclusive one) it writes the key to
-``RUN/envkey``, so the run uses that environment from now on, and stamps its last use
+``os`` and ``libc`` (with ``machine``: what a uv binary must fit), ``zstd`` (``yes`` when
+an executable ``zstd`` is on PATH: the pack it takes or hands on may then be zstd). Under a
+shared lock of ``ENVS/.lock`` (``env_store.py`` prunes under the exclusive one) it writes the
+key to ``RUN/envkey``, so the run uses that environment from now on, and stamps its last use
 (``ENVS/KEY.used``) when it is there.
 
 Every host runs it before every run's gate, so it imports only what it needs (``json``,
@@ -105,6 +106,15 @@ def _plain(s: str) -> bool:
     return s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
 
 
+def on_path(name: str) -> bool:
+    """Whether an executable ``name`` is on PATH (``shutil.which``, without importing it)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return True
+    return False
+
+
 def take(envs: str, key: str, run: str) -> str:
     """The environment's state; under the shared lock, ``run`` (when given) records that it
     uses ``key``, and a present or damaged environment's last use is now."""
@@ -155,6 +165,7 @@ def main(argv: list[str]) -> int:
         "uv": "host" if version else "none",
         "os": sys.platform,
         "libc": libc,
+        "zstd": "yes" if on_path("zstd") else "no",
     }
     said = " ".join(f"{k}={v}" for k, v in words.items() if k != "state")
     remember(envs, lock, runner_uv, uv, said)

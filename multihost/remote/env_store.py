@@ -10,9 +10,9 @@ was last used (``KEY.used``) more than AGE seconds ago, and build or unpack dirs
 and a day; ``dry`` says what ``prune`` would remove, removing nothing. GONE: run names, one a
 line, to count as removed already. Prints one JSON object: ``{"now": the host's clock, "envs":
 [{"key", "state" (complete, damaged; missing: only its archive is left; partial: a build or
-unpack dir), "bytes" (the environment's files), "packed" (its archive), "used" (last use),
-"runs": [[name, running]]}], "removed": [keys]}``; a run is running (or preparing) until its
-directory has an ``exit`` file.
+unpack dir), "bytes" (the environment's files), "packed" (its archive: ``KEY.tar.zst`` or
+``KEY.tar.gz``), "used" (last use), "runs": [[name, running]]}], "removed": [keys]}``; a run
+is running (or preparing) until its directory has an ``exit`` file.
 """
 
 from __future__ import annotations
@@ -105,14 +105,14 @@ def holdings(
     out: list[dict[str, object]] = []
     for key in keys:
         env = os.path.join(envs, key)
-        archive = env + ".tar.gz"
+        archives = [a for a in (env + ".tar.zst", env + ".tar.gz") if os.path.isfile(a)]
         found = state(env)
         out.append({
             "key": key,
             "state": {"present": "complete", "absent": "missing"}.get(found, found),
             "bytes": tree_bytes(env) if os.path.isdir(env) else 0,
-            "packed": os.path.getsize(archive) if os.path.isfile(archive) else 0,
-            "used": mtime(env + ".used", os.path.join(env, MARKER), env, archive),
+            "packed": sum(os.path.getsize(a) for a in archives),
+            "used": mtime(env + ".used", os.path.join(env, MARKER), env, *archives),
             "runs": sorted(used_by.get(key, [])),
         })  # fmt: skip
     for n in names:
@@ -126,7 +126,7 @@ def holdings(
 def remove(envs: str, key: str) -> None:
     path = os.path.join(envs, key)
     shutil.rmtree(path, ignore_errors=True)
-    for suffix in (".tar.gz", ".tar.gz.sha256", ".used"):
+    for suffix in (".tar.zst", ".tar.zst.sha256", ".tar.gz", ".tar.gz.sha256", ".used"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path + suffix)
 

@@ -2,8 +2,10 @@
 
 Constant POSIX sh, values assigned by :func:`multihost.remote.script`. An environment lives in
 ``<base>/envs/<key>`` with a manifest (``SIZE PATH`` per file, ``l PATH`` per link) and a
-completion marker written last; its packed archive stays beside it as ``<key>.tar.gz`` so that
-the host can hand it on.
+completion marker written last; its packed archive stays beside it so that the host can hand it
+on: ``<key>.tar.zst`` when every host of its transfer has zstd, else ``<key>.tar.gz`` (one or
+the other: packing or taking one format removes the other). Each template that packs or unpacks
+takes ``fmt`` (``zst`` or ``gz``: the suffix).
 """
 
 from __future__ import annotations
@@ -73,12 +75,15 @@ command -v python3 >/dev/null 2>&1 || { echo "no python3 on this host" >&2; exit
 exec python3 -c "$store" "$probe" "$mode" "$b" "$age" "$gone"
 """
 
-# Packing an environment that is complete here and its manifest, unless packed already. The
-# pack's sha256 is kept beside it (<key>.tar.gz.sha256); a kept pack that no longer matches it
-# (altered, corrupted) is never handed on: it is packed again, said as "repacked WHY". Vars: e
-# (envs dir), key. Says "packed SIZE SHA256".
+# Packing an environment that is complete here and its manifest, unless packed already in the
+# format asked for (fmt: zst, zstd on every core; gz). The pack's sha256 is kept beside it
+# (<key>.tar.FMT.sha256); a kept pack that no longer matches it (altered, corrupted) is never
+# handed on: it is packed again, said as "repacked WHY". A kept pack of the other format goes
+# (a host keeps one). Vars: e (envs dir), key, fmt. Says "packed SIZE SHA256".
 _PACK = """\
-k="$e/$key".tar.gz
+k="$e/$key".tar.$fmt
+o="$e/$key".tar.gz
+[ "$fmt" = zst ] || o="$e/$key".tar.zst
 h=
 if [ -s "$k" ]; then
   h=$(sha256sum "$k"); h=${h%% *}
@@ -88,25 +93,30 @@ if [ -s "$k" ]; then
   fi
 fi
 if [ -z "$h" ]; then
-  tar -czf "$k".$$ -C "$e/$key" .
+  if [ "$fmt" = zst ]; then
+    tar -I 'zstd -q -T0 -3' -cf "$k".$$ -C "$e/$key" .
+  else
+    tar -czf "$k".$$ -C "$e/$key" .
+  fi
   h=$(sha256sum "$k".$$); h=${h%% *}
   echo "$h" > "$k".sha256.$$
   mv -f "$k".sha256.$$ "$k".sha256
   mv -f "$k".$$ "$k"
 fi
+rm -f "$o" "$o".sha256
 echo "packed $(wc -c < "$k") $h"
 """
 
-# The builder. Vars: b, key, code (the staged code dir), exe (the Python), sel (uv's selection
-# flags, words without quotes: checked names only), req (0: from the lock; N: a requirements
-# file of N bytes comes first on stdin), ship (1: uv follows on stdin; 2: fetch uv==$uvv with
-# the host's own pip, from the index its pip uses, and take the binary out of the wheel with
-# unwheel (uv_wheel.py); either goes to <base>/bin/uv). Builds into a
+# The builder. Vars: b, key, fmt, code (the staged code dir), exe (the Python), sel (uv's
+# selection flags, words without quotes: checked names only), req (0: from the lock; N: a
+# requirements file of N bytes comes first on stdin), ship (1: uv follows on stdin; 2: fetch
+# uv==$uvv with the host's own pip, from the index its pip uses, and take the binary out of the
+# wheel with unwheel (uv_wheel.py); either goes to <base>/bin/uv). Builds into a
 # relocatable venv with uv (no interpreter downloads): from the lock, frozen; or exactly the
 # requirements (uv pip sync: nothing resolved, nothing else installed), then uv pip check (a
 # file that leaves out a dependency fails). Writes the manifest and the marker, moves it into
-# place atomically, then packs it (_PACK). A failed build: uv's last lines on stderr, exit 4,
-# nothing left.
+# place atomically, then packs it in fmt (_PACK). A failed build: uv's last lines on stderr,
+# exit 4, nothing left.
 BUILD = (
     """\
 set -e
@@ -162,14 +172,16 @@ find . -mindepth 1 \\( -type f -printf '%s %P\\n' \\) -o \\( -type l -printf 'l 
 mv "$t"/manifest .multihost-manifest
 : > .multihost-complete
 cd "$e"
-rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz "$e/$key".tar.gz.sha256
+rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz "$e/$key".tar.gz.sha256 "$e/$key".tar.zst \
+  "$e/$key".tar.zst.sha256
 mv -T "$t"/env "$e/$key"
 : > "$e/$key".used
 """
     + _PACK
 )
 
-# A host that has the environment complete, handing it on. Vars: b, key. Says "packed ...".
+# A host that has the environment complete, handing it on. Vars: b, key, fmt. Says
+# "packed ...".
 PACK = (
     """\
 set -e
@@ -179,7 +191,7 @@ test -e "$e/$key"/.multihost-complete || { echo "environment $key is not here" >
     + _PACK
 )
 
-# A host taking the packed environment. Vars: b, key, digest (sha256), how ("stdin": says
+# A host taking the packed environment. Vars: b, key, fmt, digest (sha256), how ("stdin": says
 # "absent" and reads it on stdin; "peer": fetches url from a seed with fetch (seed_fetch.py),
 # the token on stdin, waiting at most timeout s; "gs": the object url, with the host's
 # gcloud). Refuses a wrong sha256 (exit 3, nothing unpacked; "peer": seed_fetch hashes it as
@@ -205,19 +217,25 @@ if [ "$how" != peer ]; then  # seed_fetch hashed it as it came (a mismatch: exit
   [ "$h" = "$digest" ] || { echo "sha256 mismatch: got $h, want $digest" >&2; exit 3; }
 fi
 mkdir "$t"/env
-tar -xzf "$t"/archive -C "$t"/env
+if [ "$fmt" = zst ]; then
+  tar -I zstd -xf "$t"/archive -C "$t"/env
+else
+  tar -xzf "$t"/archive -C "$t"/env
+fi
 test -e "$t"/env/.multihost-complete || { echo "archive without a completion marker" >&2; exit 3; }
-rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz
+rm -rf "${e:?}/${key:?}" "$e/$key".tar.gz "$e/$key".tar.gz.sha256 "$e/$key".tar.zst \
+  "$e/$key".tar.zst.sha256
 mv -T "$t"/env "$e/$key"
-echo "$digest" > "$e/$key".tar.gz.sha256
-mv -f "$t"/archive "$e/$key".tar.gz
+echo "$digest" > "$e/$key".tar.$fmt.sha256
+mv -f "$t"/archive "$e/$key".tar.$fmt
 : > "$e/$key".used
 echo installed
 """
 )
 
-# The host that has the packed environment putting it in a bucket (``--stage-via gs://``).
-# Vars: b, key, url (the object: multihost.job.record.env_url). Says "uploaded".
+# The host that has the packed environment putting it in a bucket (``--stage-via gs://``): a
+# bucket's pack is always gzip (hosts nobody probed may take it). Vars: b, key, url (the
+# object: multihost.job.record.env_url). Says "uploaded".
 UPLOAD = (
     GS
     + """\
@@ -248,18 +266,19 @@ sh -c "$cmd" < /dev/null 2>&1 || exit $?
 """
 
 # A host that has the packed environment serving it to its peers for a bounded time (the
-# server of ``--stage-via peer``, seed_serve.py). Vars: b, key, serve, addr, lifetime (s),
-# fetches, name (the one URL path it serves). Reads the token line on stdin; says
+# server of ``--stage-via peer``, seed_serve.py). Vars: b, key, fmt (its pack's), serve, addr,
+# lifetime (s), fetches, name (the one URL path it serves). Reads the token line on stdin; says
 # "serving PORT PID DIR" or "noserver WHY".
 SERVE = (
     """\
 umask 077
 IFS= read -r token
 e="$b"/envs
-test -s "$e/$key".tar.gz || { echo "noserver no archive of $key here"; exit 0; }
+k="$e/$key".tar.$fmt
+test -s "$k" || { echo "noserver no archive of $key here"; exit 0; }
 mkdir -p "$b"/seed
 s=$(mktemp -d "$b"/seed/XXXXXX) || { echo "noserver no seed dir"; exit 0; }
-ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
+ln "$k" "$s"/archive 2>/dev/null || cp "$k" "$s"/archive
 """
     + START_SERVER
 )
@@ -267,10 +286,13 @@ ln "$e/$key".tar.gz "$s"/archive 2>/dev/null || cp "$e/$key".tar.gz "$s"/archive
 TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "env-probe": (PROBE, ("b", "r", "lock", "ruv", "probe")),
     "env-store": (STORE, ("b", "mode", "age", "gone", "store", "probe")),
-    "env-build": (BUILD, ("b", "key", "code", "exe", "sel", "req", "ship", "uvv", "unwheel")),
-    "env-pack": (PACK, ("b", "key")),
-    "env-install": (INSTALL, ("b", "key", "digest", "how", "url", "fetch", "timeout")),
+    "env-build": (
+        BUILD,
+        ("b", "key", "fmt", "code", "exe", "sel", "req", "ship", "uvv", "unwheel"),
+    ),
+    "env-pack": (PACK, ("b", "key", "fmt")),
+    "env-install": (INSTALL, ("b", "key", "fmt", "digest", "how", "url", "fetch", "timeout")),
     "env-upload": (UPLOAD, ("b", "key", "url")),
-    "env-serve": (SERVE, ("b", "key", "serve", "addr", "lifetime", "fetches", "name")),
+    "env-serve": (SERVE, ("b", "key", "fmt", "serve", "addr", "lifetime", "fetches", "name")),
     "setup": (SETUP, ("b", "c", "key", "cmd")),
 }
