@@ -121,6 +121,9 @@ def test_warm_check_starts_no_python(host: tuple[Path, dict[str, str]]) -> None:
     assert (base / "runs" / "r1" / "envkey").read_text() == key + "\n"  # the run uses it
     assert (base / "envs" / f"{key}.used").stat().st_mtime > 1  # and its last use is now
     assert _words(_probe(base, env))["state"] == "present"  # env_probe.py agrees
+    cache = base / "envs" / f".probe-{'ab' * 32}"
+    cache.write_text(cache.read_text().replace("zstd=yes", "zstd=no"))
+    assert _words(_probe(base, env, NO_PYTHON))["zstd"] == "yes"  # asked now, not cached
 
 
 @pytest.mark.parametrize("change", ["a file deleted", "a file's size", "no marker", "runner's uv"])

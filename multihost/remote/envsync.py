@@ -30,8 +30,9 @@ uv=$(command -v uv 2>/dev/null) || uv=
 # words); when python3, uv and the C library are the very files they were, the key is the
 # same, and an environment whose manifest's files are all there with their sizes (one find,
 # one awk) is used as env_probe.py would: under the shared lock, the run records the key and
-# the environment's last use is now. Anything else (no cache, a changed file, an absent or
-# damaged environment, no flock or GNU find): env_probe.py, which says why and repairs.
+# the environment's last use is now (whether zstd is on PATH is asked again). Anything else
+# (no cache, a changed file, an absent or damaged environment, no flock or GNU find):
+# env_probe.py, which says why and repairs.
 PROBE = (
     _FIND_UV
     + """\
@@ -57,7 +58,9 @@ then
           END { exit !(done && n == 0) }'
     then
       : > "$e/$key".used
-      echo "$words state=present"
+      z=no
+      ! command -v zstd > /dev/null 2>&1 || z=yes  # now, not when it was cached
+      echo "${words% zstd=*} zstd=$z state=present"
       exit 0
     fi
     exec 9>&-
