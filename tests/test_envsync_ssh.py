@@ -23,6 +23,8 @@ import pytest
 import multihost
 from multihost.envsync import uv_binary
 from multihost.errors import UsageError
+from multihost.remote import script
+from multihost.remote.envsync import PROBE
 from multihost.result import RunResult
 from multihost.runstate import Note
 from tests import fleet as loopback
@@ -131,6 +133,23 @@ def _run(
     return res, lines, notes
 
 
+def _warm_check(fleet: loopback.Fleet, i: int, key: str, probe: str) -> str:
+    """Host ``i``'s PROBE over ssh, as the run of ``key`` asked it (its lock and the runner's
+    uv, from the check's cache there) but with ``probe`` for env_probe.py: the key it says
+    present (the check fails if it had to start ``probe``)."""
+    caches = _envs(fleet, i).glob(".probe-*")
+    (cache,) = [c for c in caches if f"key={key} " in c.read_text()]
+    ruv = cache.read_text().splitlines()[1].split("|", 1)[0]
+    command = script(PROBE, paths={"b": "~/.multihost", "r": "~/.multihost/runs/none"},
+                     lock=cache.name.removeprefix(".probe-"), ruv=ruv, probe=probe)  # fmt: skip
+    out = subprocess.run(["ssh", "-F", str(fleet.ssh_config), fleet.hosts[i].alias, command],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out
+    words = dict(w.split("=", 1) for w in out.stdout.split())
+    assert words["state"] == "present", words
+    return words["key"]
+
+
 def _said(notes: list[str]) -> str:
     return next(n for n in notes if n.startswith("environment from uv.lock"))
 
@@ -159,6 +178,8 @@ def test_cold_warm_damaged_no_sync(ssh_fleet: loopback.Fleet, index: Index, tmp_
     assert lines == ["True 3"] * N
     assert not index.hits
     assert _said(notes).endswith(f"present on {N} host(s)")
+    for i in range(N):  # the warm check there starts no Python: it answers with a failing one
+        assert _warm_check(ssh_fleet, i, key, probe="import sys; sys.exit(7)") == key
 
     # damaged on one host (a file deleted): repaired from another host, not from the index
     blob = next((_envs(ssh_fleet, 2) / key).rglob("blob.bin"))
