@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,7 @@ def _probe(base: Path, env: dict[str, str], source: str = "", ruv: str = "0.13.9
     source = source or python_source("env_probe")
     command = script(PROBE, paths={"b": str(base), "r": str(base / "runs" / "r1")},
                      lock="ab" * 32, ruv=ruv, probe=source)  # fmt: skip
-    out = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True,
+    out = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True,
                          timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
@@ -174,3 +175,26 @@ def test_stage_then_runs_on_the_staging_channel(tmp_path: Path) -> None:
     assert (done.exit_status, done.stdout, done.stderr) == (9, b"said\n", b"oops\n")
     with pytest.raises(RunNameTaken):
         asyncio.run(stage_then(conn, archive, paths, "echo never", claim=True))
+
+
+def test_warm_check_asks_for_zstd_as_the_probe_does(host: tuple[Path, dict[str, str]]) -> None:
+    """Whether zstd is there is asked on every warm check (not cached), as env_probe.py asks
+    it: an executable file on PATH, not one without the execute bit, not a directory."""
+    base, env = host
+    tools = Path(env["PATH"].split(":", 1)[0])
+    for tool in ("stat", "find", "awk", "flock"):
+        found = shutil.which(tool)
+        assert found is not None
+        (tools / tool).symlink_to(found)
+    env = {**env, "PATH": str(tools)}  # no other zstd than the one made here
+    key = _words(_probe(base, env))["key"]
+    _complete(base, key)
+    assert _words(_probe(base, env))["zstd"] == "no"
+    (tools / "zstd").mkdir()
+    assert _words(_probe(base, env, NO_PYTHON))["zstd"] == "no"
+    (tools / "zstd").rmdir()
+    (tools / "zstd").write_text("#!/bin/sh\n")
+    assert _words(_probe(base, env, NO_PYTHON))["zstd"] == "no"
+    (tools / "zstd").chmod(0o755)
+    assert _words(_probe(base, env, NO_PYTHON))["zstd"] == "yes"
+    assert _words(_probe(base, env))["zstd"] == "yes"  # env_probe.py agrees

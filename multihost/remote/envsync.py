@@ -58,8 +58,14 @@ then
           END { exit !(done && n == 0) }'
     then
       : > "$e/$key".used
-      z=no
-      ! command -v zstd > /dev/null 2>&1 || z=yes  # now, not when it was cached
+      z=no  # now, not when it was cached; as env_probe.on_path asks (an ACL may deny it)
+      set -f
+      IFS=:
+      for d in $PATH; do
+        if [ -x "${d:-.}"/zstd ] && [ ! -d "${d:-.}"/zstd ]; then z=yes; break; fi
+      done
+      unset IFS
+      set +f
       echo "${words% zstd=*} zstd=$z state=present"
       exit 0
     fi
