@@ -10,7 +10,8 @@ from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
 from multihost.plan import Paths, claim_command, kill_command, release_command
-from multihost.transport import Connection, Shell
+from multihost.stage import and_then, what_then_did
+from multihost.transport import Completed, Connection, Shell
 
 
 async def claim(
@@ -18,13 +19,23 @@ async def claim(
     conns: Mapping[int, Connection],
     paths: Mapping[int, Paths],
     timeout: float,
+    then: Callable[[Host], str] | None = None,
+    said: dict[int, Completed] | None = None,
 ) -> list[Outcome[None]]:
     """Create the run's directory on every host before any job starts. If the name is taken
-    on any host, the others' claims are released and nothing starts anywhere (UsageError)."""
+    on any host, the others' claims are released and nothing starts anywhere (UsageError).
+    ``then``: a script each host runs once its claim is made, on the claim's channel; what
+    it did goes in ``said`` by process id."""
     taken: list[Host] = []
 
     async def one(host: Host) -> None:
-        res = await conns[host.process_id].run(claim_command(paths[host.process_id]))
+        command = claim_command(paths[host.process_id])
+        after = then(host) if then else ""
+        res = await conns[host.process_id].run(and_then(command, after))
+        if after and (did := what_then_did(res)) is not None:
+            if said is not None:
+                said[host.process_id] = did
+            return
         if res.exit_status == 3:
             taken.append(host)
         if res.exit_status != 0:

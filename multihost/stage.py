@@ -201,12 +201,9 @@ async def stage_then(
     its output, the channel's errors); a failed staging raises as :func:`stage` does."""
     # One channel: the host answers first, and the archive follows only if it is absent.
     command = stage_command(paths, claim=claim)
-    if then:
-        command = f"(\n{command}\n) || exit $?\necho {_THEN}\n{then}"
-    done, sent = await conn.offer(command, b"absent", archive.data, progress)
-    _, marked, after = done.stdout.partition(b"\n" + _THEN.encode() + b"\n")
-    if then and marked:
-        return len(archive.data) if sent else 0, Completed(done.exit_status, after, done.stderr)
+    done, sent = await conn.offer(and_then(command, then), b"absent", archive.data, progress)
+    if then and (after := what_then_did(done)) is not None:
+        return len(archive.data) if sent else 0, after
     if claim and done.exit_status == TAKEN:
         raise RunNameTaken(conn.host, _cause(done.stderr))
     if done.exit_status != 0 or then:  # ``then`` never ran: the staging failed
@@ -214,7 +211,20 @@ async def stage_then(
     return len(archive.data) if sent else 0, done
 
 
-_THEN = "multihost-staged"  # the line between the staging's output and what follows it
+_THEN = b"multihost-then"  # the line between a command's output and what follows it
+
+
+def and_then(command: str, then: str) -> str:
+    """``command``, then (once it succeeded) ``then``, on the same channel: no round trip of
+    its own (``then`` empty: ``command``). :func:`what_then_did` reads the result."""
+    return f"(\n{command}\n) || exit $?\necho {_THEN.decode()}\n{then}" if then else command
+
+
+def what_then_did(done: Completed) -> Completed | None:
+    """What ``then`` of :func:`and_then` did (its exit status, its output, the channel's
+    errors), or None when ``command`` failed (``done`` is then its own)."""
+    _, marked, after = (b"\n" + done.stdout).partition(b"\n" + _THEN + b"\n")
+    return Completed(done.exit_status, after, done.stderr) if marked else None
 
 
 def _cause(data: bytes) -> str:

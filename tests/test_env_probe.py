@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from multihost.errors import RunNameTaken
+from multihost.errors import RunNameTaken, UsageError
+from multihost.launch import claim
 from multihost.model import Host
 from multihost.plan import Paths
 from multihost.remote import env_probe, script
 from multihost.remote.envsync import PROBE
 from multihost.remote.staging import python_source
 from multihost.stage import pack, stage_then
+from multihost.transport import Completed
 from multihost.transport.local import LocalConnection
 
 FACTS = {
@@ -198,3 +200,20 @@ def test_warm_check_asks_for_zstd_as_the_probe_does(host: tuple[Path, dict[str, 
     (tools / "zstd").chmod(0o755)
     assert _words(_probe(base, env, NO_PYTHON))["zstd"] == "yes"
     assert _words(_probe(base, env))["zstd"] == "yes"  # env_probe.py agrees
+
+
+def test_claim_then_runs_once_the_run_is_claimed(tmp_path: Path) -> None:
+    """A phased run checks environments on the claim's channel: what follows the claim runs
+    in the claimed directory's presence and is handed back; a taken name never runs it."""
+    base = tmp_path / "base"
+    paths = {0: Paths(str(base), f"{base}/code/c", f"{base}/runs/r1")}
+    conns = {0: LocalConnection(Host("local0"))}
+    said: dict[int, Completed] = {}
+    then = f"test -d {base}/runs/r1 && echo claimed; exit 4"
+    outcomes = asyncio.run(claim([Host("local0")], conns, paths, 30, lambda h: then, said))
+    assert all(o.ok for o in outcomes)
+    assert (said[0].exit_status, said[0].stdout) == (4, b"claimed\n")
+    said.clear()
+    with pytest.raises(UsageError, match="exists"):
+        asyncio.run(claim([Host("local0")], conns, paths, 30, lambda h: "echo never", said))
+    assert not said

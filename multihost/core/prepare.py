@@ -95,8 +95,8 @@ class Prepare:
         if not self.staged and direct and not stale:
             if self.why:
                 sup.note(f"code via direct ({self.why})")
-            if opts.environment is not None:
-                await self._check_while_staging(opts.environment)
+            if opts.environment is not None:  # checked on the staging's channel
+                await self._check_on_the_way(opts.environment)
             outcomes = await self._pipelined()
         else:
             outcomes = await self._phased(stale)
@@ -157,6 +157,8 @@ class Prepare:
             outcomes = await sup.phase(self._stale_one, None, DEFAULTS.stale_timeout, "stale check")
         claimed = False
         if all(o.ok for o in outcomes) and not sup.interrupted:
+            if opts.environment is not None:  # checked on the claim's channel
+                await self._check_on_the_way(opts.environment)
             outcomes = await self._claim_all()
             claimed = all(o.ok for o in outcomes)
         for step in self.steps:
@@ -242,9 +244,11 @@ class Prepare:
                               sup.options.launch_timeout)  # fmt: skip
         return outcomes
 
-    async def _check_while_staging(self, req: EnvRequest) -> None:
-        """Each host checks its environment on the channel that stages its code (a warm run
-        then costs no round trip of its own); the environment phase reads what they said."""
+    async def _check_on_the_way(self, req: EnvRequest) -> None:
+        """Each host checks its environment on a channel the run opens anyway, once its run
+        directory is claimed (pipelined: the one that claims it and stages the code; phased:
+        the claim's): a warm run's check costs no round trip of its own. The environment
+        phase reads what they said."""
         from multihost.core.envsync import probe_script, runner_uv
 
         uv = self.uv = await runner_uv(self.sup.options.host_uv)
@@ -383,7 +387,8 @@ class Prepare:
         conns = sup.connections
         paths = {h.process_id: sup.paths(h) for h in sup.fleet}
         try:
-            return await claim(list(sup.fleet), conns, paths, sup.options.launch_timeout)
+            return await claim(list(sup.fleet), conns, paths, sup.options.launch_timeout,
+                               self.check, self.checked)  # fmt: skip
         except UsageError:
             for slot in sup.slots.values():
                 sup.set_state(slot, State.ERROR, "not started: the run name is taken")
