@@ -129,7 +129,9 @@ def test_warm_check_starts_no_python(host: tuple[Path, dict[str, str]]) -> None:
     assert _words(_probe(base, env, NO_PYTHON))["zstd"] == "yes"  # asked now, not cached
 
 
-@pytest.mark.parametrize("change", ["a file deleted", "a file's size", "no marker", "runner's uv"])
+@pytest.mark.parametrize(
+    "change", ["a file deleted", "a file's size", "no marker", "runner's uv", "another libc"]
+)
 def test_warm_check_hands_anything_else_to_the_probe(
     host: tuple[Path, dict[str, str]], change: str
 ) -> None:
@@ -145,6 +147,9 @@ def test_warm_check_hands_anything_else_to_the_probe(
         (envdir / "bin" / "tool").write_text("hello, world")
     elif change == "no marker":
         (envdir / ".multihost-complete").unlink()
+    elif change == "another libc":  # a file of the fingerprint that is not the one it was
+        cache = base / "envs" / f".probe-{'ab' * 32}"
+        cache.write_text("/bin/sh\n" + cache.read_text().split("\n", 1)[1])
     else:
         ruv = "0.14.0"  # a host without uv gets another version: another key
     command = script(PROBE, paths={"b": str(base), "r": str(base / "runs" / "r1")},
@@ -152,7 +157,11 @@ def test_warm_check_hands_anything_else_to_the_probe(
     out = subprocess.run(["sh", "-c", command], env=env, capture_output=True, timeout=60)
     assert out.returncode == 7, out
     said = _words(_probe(base, env, ruv=ruv))
-    if change == "runner's uv":
+    if change == "another libc":  # the probe says the same key, and leaves its cache again
+        assert said["key"] == key
+        assert said["state"] == "present"
+        assert _words(_probe(base, env, NO_PYTHON))["state"] == "present"
+    elif change == "runner's uv":
         assert said["key"] != key
         assert said["state"] == "absent"
     else:

@@ -26,11 +26,12 @@ uv=$(command -v uv 2>/dev/null) || uv=
 #
 # The warm path starts no Python (a Python start-up is most of a warm run's cost on a busy
 # host): env_probe.py leaves ``ENVS/.probe-LOCK`` (its C library's path; the fingerprint of
-# the runner's uv version, python3, uv and that C library as ``stat -L`` prints them; its
+# the runner's uv version, python3, uv and that C library: device, inode, size, mtime; its
 # words); when python3, uv and the C library are the very files they were, the key is the
-# same, and an environment whose manifest's files are all there with their sizes (one find,
-# one awk) is used as env_probe.py would: under the shared lock, the run records the key and
-# the environment's last use is now (whether zstd is on PATH is asked again). Anything else
+# same, and an environment whose manifest's files are all there with their sizes is used as
+# env_probe.py would (one flock, one find for both, one awk: about 5 ms of CPU here, against
+# 13 ms for env_probe.py): under the shared lock, the run records the key and the
+# environment's last use is now (whether zstd is on PATH is asked again). Anything else
 # (no cache, a changed file, an absent or damaged environment, no flock or GNU find):
 # env_probe.py, which says why and repairs.
 PROBE = (
@@ -40,22 +41,24 @@ py=$(command -v python3) || { echo "no python3 on this host" >&2; exit 4; }
 e="$b"/envs
 f="$e"/.probe-"$lock"
 if [ -r "$f" ] && command -v flock >/dev/null 2>&1 \\
-  && { IFS= read -r libc && IFS= read -r was && IFS= read -r words; } < "$f" \\
-  && now=$(stat -L --printf '%d.%i.%s.%Y ' -- "$py" ${uv:+"$uv"} "$libc" 2>/dev/null) \\
-  && [ "$ruv|$now" = "$was" ]
+  && { IFS= read -r libc && IFS= read -r was && IFS= read -r words; } < "$f"
 then
   key=${words#key=}
   key=${key%% *}
   umask 077
   if command exec 9>> "$e"/.lock && flock -s 9; then
     [ ! -d "$r" ] || echo "$key" > "$r"/envkey
-    if find "$e/$key" -mindepth 1 \\( -type f -printf '%s %P\\n' \\) \\
-      -o \\( -type l -printf 'l %P\\n' \\) 2>/dev/null \\
-      | awk -v m="$e/$key"/.multihost-manifest '
+    # one find: the fingerprint's files ("= " lines, as stat -L --printf '%d.%i.%s.%Y '
+    # says them), then the environment's files and links as the manifest lists them
+    if find -H "$py" ${uv:+"$uv"} "$libc" "$e/$key" \\( -path "$e/$key/*" \\( \\
+        \\( -type f -printf '%s %P\\n' \\) -o \\( -type l -printf 'l %P\\n' \\) -o -true \\) \\) \\
+        -o \\( ! -path "$e/$key" -printf '= %D.%i.%s.%Ts \\n' \\) 2>/dev/null \\
+      | awk -v m="$e/$key"/.multihost-manifest -v was="$was" -v now="$ruv|" '
           BEGIN { while ((getline l < m) > 0) { want[l] = 1; n++ }; if (n == 0) exit 1 }
+          /^= / { now = now substr($0, 3); next }
           $0 == "0 .multihost-complete" { done = 1 }
           $0 in want { delete want[$0]; n-- }
-          END { exit !(done && n == 0) }'
+          END { exit !(done && n == 0 && now == was) }'
     then
       : > "$e/$key".used
       z=no  # now, not when it was cached; as env_probe.on_path asks (an ACL may deny it)
