@@ -13,9 +13,20 @@ from __future__ import annotations
 from multihost.remote.staging import GS, START_SERVER
 
 # Where a host's uv is: on PATH, or the one multihost shipped before. Vars: b. Sets $uv ("" if
-# none).
+# none), and defines on_path (a program on PATH, as env_probe.on_path finds it).
 _FIND_UV = """\
-uv=$(command -v uv 2>/dev/null) || uv=
+on_path() {  # the first executable $1 on PATH in $found ("" if none): no subshell, no program
+  found=
+  set -f
+  IFS=:
+  for d in $PATH; do
+    if [ -x "${d:-.}/$1" ] && [ ! -d "${d:-.}/$1" ]; then found=${d:-.}/$1; break; fi
+  done
+  unset IFS
+  set +f
+}
+on_path uv
+uv=$found
 [ -n "$uv" ] || { [ -x "$b"/bin/uv ] && uv="$b"/bin/uv; } || :
 """
 
@@ -37,7 +48,9 @@ uv=$(command -v uv 2>/dev/null) || uv=
 PROBE = (
     _FIND_UV
     + """\
-py=$(command -v python3) || { echo "no python3 on this host" >&2; exit 4; }
+on_path python3
+py=$found
+[ -n "$py" ] || { echo "no python3 on this host" >&2; exit 4; }
 e="$b"/envs
 f="$e"/.probe-"$lock"
 if [ -r "$f" ] && command -v flock >/dev/null 2>&1 \\
@@ -62,13 +75,8 @@ then
     then
       : > "$e/$key".used
       z=no  # now, not when it was cached; as env_probe.on_path asks (an ACL may deny it)
-      set -f
-      IFS=:
-      for d in $PATH; do
-        if [ -x "${d:-.}"/zstd ] && [ ! -d "${d:-.}"/zstd ]; then z=yes; break; fi
-      done
-      unset IFS
-      set +f
+      on_path zstd
+      [ -z "$found" ] || z=yes
       echo "${words% zstd=*} zstd=$z state=present"
       exit 0
     fi
