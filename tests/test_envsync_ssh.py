@@ -150,6 +150,23 @@ def _warm_check(fleet: loopback.Fleet, i: int, key: str, probe: str) -> str:
     return words["key"]
 
 
+def _repair(
+    fleet: loopback.Fleet, i: int, key: str, proj: Path, tmp_path: Path, index: Index, **kw: Any
+) -> list[str]:
+    """Host ``i``'s environment damaged (its blob deleted), then a run: repaired in it from a
+    host that has it, not from the index; the run's notes."""
+    blob = next((_envs(fleet, i) / key).rglob("blob.bin"))
+    blob.unlink()
+    index.hits.clear()
+    res, lines, notes = _run(fleet, proj, tmp_path, **kw)
+    assert res.ok, res
+    assert lines == ["True 3"] * N
+    assert not index.hits
+    assert "installed on 1 host(s) (1 repaired)" in _said(notes)
+    assert blob.stat().st_size == 3_000_000
+    return notes
+
+
 def _said(notes: list[str]) -> str:
     return next(n for n in notes if n.startswith("environment from uv.lock"))
 
@@ -182,14 +199,7 @@ def test_cold_warm_damaged_no_sync(ssh_fleet: loopback.Fleet, index: Index, tmp_
         assert _warm_check(ssh_fleet, i, key, probe="import sys; sys.exit(7)") == key
 
     # damaged on one host (a file deleted): repaired from another host, not from the index
-    blob = next((_envs(ssh_fleet, 2) / key).rglob("blob.bin"))
-    blob.unlink()
-    res, lines, notes = _run(ssh_fleet, proj, tmp_path)
-    assert res.ok
-    assert lines == ["True 3"] * N
-    assert not index.hits
-    assert "installed on 1 host(s) (1 repaired)" in _said(notes)
-    assert blob.stat().st_size == 3_000_000
+    _repair(ssh_fleet, 2, key, proj, tmp_path, index)
 
     # --no-sync: the host's own python3, no VIRTUAL_ENV
     res, lines, notes = _run(ssh_fleet, proj, tmp_path, cmd="echo ${VIRTUAL_ENV:-none}",
@@ -336,15 +346,7 @@ def test_a_host_without_zstd_gets_gzip_then_zstd_replaces_it(
     assert "; packed with gzip: no zstd on s0/w2" in said, said
     (key,) = _keys(ssh_fleet, 0) - before
     assert all(_packs(_envs(ssh_fleet, i), key) == [f"{key}.tar.gz"] for i in range(N))
-    next((_envs(ssh_fleet, 2) / key).rglob("blob.bin")).unlink()
-    index.hits.clear()
-    res, lines, notes = _run(ssh_fleet, proj, tmp_path, stage_via=via)
-    assert res.ok, res
-    assert lines == ["True 3"] * N
-    assert not index.hits
-    said = _said(notes)
-    assert "installed on 1 host(s) (1 repaired)" in said
-    assert "gzip" not in said
+    assert "gzip" not in _said(_repair(ssh_fleet, 2, key, proj, tmp_path, index, stage_via=via))
     packs = [_packs(_envs(ssh_fleet, i), key) for i in range(N)]
     assert packs == [[f"{key}.tar.zst"], [f"{key}.tar.gz"], [f"{key}.tar.zst"], [f"{key}.tar.gz"]]
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
@@ -549,16 +551,8 @@ def test_bucket_the_builder_uploads_once_the_others_download(
             assert (_envs(ssh_fleet, i) / f"{key}.tar.gz").read_bytes() == data
             assert (_envs(ssh_fleet, i) / key / ".multihost-complete").exists()
         # one host damaged: repaired from a host that has it, the object already there
-        blob = next((_envs(ssh_fleet, 3) / key).rglob("blob.bin"))
-        blob.unlink()
-        index.hits.clear()
-        res, lines, notes = _run(ssh_fleet, proj, tmp_path, **kw)
-        assert res.ok, res
-        assert lines == ["True 3"] * N
-        assert not index.hits
-        said = _said(notes)
-        assert "installed on 1 host(s) (1 repaired)" in said
-        assert "uploaded" not in said
+        notes = _repair(ssh_fleet, 3, key, proj, tmp_path, index, **kw)
+        assert "uploaded" not in _said(notes)
         assert any("is already in gs://mh-env/pre: nothing to upload" in n for n in notes)
         assert len(gcs.objects("mh-env", f"pre/multihost/envs/{key}/")) == 1
         if how == "forced":  # hosts that have nothing (another base): found in the bucket
