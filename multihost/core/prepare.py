@@ -39,7 +39,7 @@ from multihost.launch import claim, name_taken, release
 from multihost.model import Host, State
 from multihost.plan import Paths
 from multihost.runstate import RunOptions, Transfer
-from multihost.stage import Archive, stage, stage_then
+from multihost.stage import Archive, stage_then
 from multihost.transport import Completed, connect
 
 if TYPE_CHECKING:
@@ -314,13 +314,11 @@ class Prepare:
             sup.emit(Transfer(host, "stage", done, size))
 
         try:
-            if self.check is None:
-                slot.bytes_sent = await stage(slot.conn, self.archive, paths, progress, claim=claim)
-            else:
-                then = self.check(host)
-                slot.bytes_sent, checked = await stage_then(
-                    slot.conn, self.archive, paths, then, progress, claim=claim
-                )
+            then = self.check(host) if self.check else ""
+            slot.bytes_sent, checked = await stage_then(
+                slot.conn, self.archive, paths, then, progress, claim=claim
+            )
+            if then:
                 self.checked[host.process_id] = checked
             self.stage_done.add(host.process_id)  # only a finished staging is counted
         finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over

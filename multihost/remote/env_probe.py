@@ -188,8 +188,8 @@ def libc_path() -> str:
 
 
 def fingerprint(runner_uv: str, files: list[str]) -> str:
-    """What the PROBE template's warm path compares: ``RUNNER_UV|`` then, per file,
-    ``stat -L --printf '%d.%i.%s.%Y '`` (device, inode, size, mtime: the very same file)."""
+    """What the PROBE template's warm path compares: ``RUNNER_UV|`` then, per file, what its
+    ``find -H … -printf '%D.%i.%s.%Ts '`` says (device, inode, size, mtime: the very file)."""
     out = [runner_uv + "|"]
     for path in files:
         st = os.stat(path)

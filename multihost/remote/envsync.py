@@ -61,8 +61,8 @@ then
   umask 077
   if command exec 9>> "$e"/.lock && flock -s 9; then
     [ ! -d "$r" ] || echo "$key" > "$r"/envkey
-    # one find: the fingerprint's files ("= " lines, as stat -L --printf '%d.%i.%s.%Y '
-    # says them), then the environment's files and links as the manifest lists them
+    # one find: the fingerprint's files ("= " lines, as env_probe.fingerprint writes them),
+    # then the environment's files and links as the manifest lists them
     if find -H "$py" ${uv:+"$uv"} "$libc" "$e/$key" \\( -path "$e/$key/*" \\( \\
         \\( -type f -printf '%s %P\\n' \\) -o \\( -type l -printf 'l %P\\n' \\) -o -true \\) \\) \\
         -o \\( ! -path "$e/$key" -printf '= %D.%i.%s.%Ts \\n' \\) 2>/dev/null \\
