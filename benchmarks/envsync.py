@@ -88,7 +88,7 @@ def _project(root: Path, idx: Index) -> Path:
         f'[[tool.uv.index]]\nurl = "{idx.url}"\ndefault = true\n'
     )
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(root.parent / "uvc"))
-    subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=120)
+    subprocess.run([uv_binary() or "uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=120)
     pins = [f"small{i}==1.0" for i in range(SMALL)] + ["big==1.0"]
     (root / "requirements.txt").write_text("\n".join(pins) + "\n")
     return root

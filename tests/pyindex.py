@@ -24,6 +24,8 @@ import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from multihost.envsync import uv_binary
+
 
 def build_wheel(
     out: Path,
@@ -170,8 +172,16 @@ def uv_project(
     )
     uvc = cache or root.parent / "uvc"
     env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_CACHE_DIR=str(uvc))
-    subprocess.run(["uv", "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
+    subprocess.run([uv(), "lock", "-q"], cwd=root, env=env, check=True, timeout=60)
     return root
+
+
+def uv() -> str:
+    """The uv the tests lock with: the runner's own (on PATH, else the ``uv`` package's binary,
+    which the ``dev`` extra installs), so a fresh venv that was never activated still has it."""
+    found = uv_binary()
+    assert found, "uv is missing: pip install -e '.[dev]' brings it"
+    return found
 
 
 def tinyab(root: Path, blob: int = 0) -> Index:
