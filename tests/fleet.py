@@ -30,7 +30,10 @@ from pathlib import Path
 
 DEFAULT_DIR = Path(os.environ.get("MULTIHOST_FLEET_DIR", "/tmp/multihost-fleet"))
 SSHD = "/usr/sbin/sshd"
-PORT = 2222
+# Several fleets can run side by side (one per checkout being worked on): each its own dir,
+# port and user names.
+PORT = int(os.environ.get("MULTIHOST_FLEET_PORT", "2222"))
+USER_PREFIX = os.environ.get("MULTIHOST_FLEET_USER", "mhw")
 MAX_HOSTS = 1000
 PER_OCTET = 250  # hosts per /24 of 127.0.0.0/8 (.2 to .251)
 DEAD_ADDRESS = "127.0.0.254"
@@ -123,7 +126,7 @@ def alias(i: int) -> str:
 
 def user(i: int) -> str:
     """Unix user of host ``i``."""
-    return f"mhw{i}"
+    return f"{USER_PREFIX}{i}"
 
 
 def address(i: int) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import fleet as loopback
 from tests.clitools import cli, fleet_run_args, host_logs, manifest, no_processes, spawn
 from tests.helpers import wait_for
 
@@ -51,7 +52,7 @@ def test_stage_run_and_env(ssh_fleet, code: Path, tmp_path: Path) -> None:  # ty
         text = per_host[f"slice_0000_worker_{i:04d}"]
         assert f"hello from {i}\n" in text
         assert blob in text
-        assert f"env {i}/{N} 0 {i} 1 r1 127.0.0.2:8476 h{i} mhw{i}\n" in text
+        assert f"env {i}/{N} 0 {i} 1 r1 127.0.0.2:8476 h{i} {loopback.user(i)}\n" in text
         assert f"[s0/w{i}] hello from {i}" in res.stdout
     data = manifest(logs, "r1")
     assert [h["state"] for h in data["hosts"]] == ["done"] * N
