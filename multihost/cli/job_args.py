@@ -100,7 +100,7 @@ def _watch_flags(p: argparse.ArgumentParser, positive: Positive) -> None:
     )  # fmt: skip
     p.add_argument("--detach", action="store_true",
                    help="watch in the background, without a terminal (output: the job's "
-                   "watch.log; see README for a systemd user unit)")  # fmt: skip
+                   "watch.log; a systemd user unit: docs/how-to/jobs.md)")  # fmt: skip
 
 
 def _patience_flag(p: argparse.ArgumentParser, positive: Positive) -> None:
