@@ -148,7 +148,9 @@ def cli_reference() -> str:
             if not action.option_strings:
                 continue
             flag = flags.get(action.option_strings[0])
-            group = getattr(flag, "group", None) or OTHER
+            group = str(
+                getattr(flag, "group", None) or OTHER
+            )  # the schema's group, once it has one
             notes = _notes(sub, action)
             if flag is not None and flag.setting and flag.name in _settings():
                 notes.append("*config*")
@@ -157,7 +159,7 @@ def cli_reference() -> str:
             line = f"- `{_usage(action)}`" + (f": {text}" if text else "") + tail
             groups.setdefault(group, []).append(line)
         for group, lines in groups.items():
-            if len(groups) > 1 or group != OTHER:
+            if len(groups) > 1 or group != OTHER or positional:
                 out += [f"**{group[0].upper() + group[1:]}**", ""]
             out += [*lines, ""]
     return "\n".join(out).rstrip() + "\n"
