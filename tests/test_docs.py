@@ -82,3 +82,14 @@ def test_every_page_is_in_the_nav() -> None:
     pages = [p.relative_to(docs).as_posix() for p in docs.rglob("*.md") if "notes" not in p.parts]
     missing = [page for page in pages if f": {page}\n" not in nav]
     assert not missing, f"not in mkdocs.yml's nav: {missing}"
+
+
+def test_no_issue_numbers_in_the_docs() -> None:
+    """The docs say what and why, not which ticket ("issue 27", "#26")."""
+    ticket = re.compile(r"\b[Ii]ssues? \d+|(?<![\w&/])#\d+\b(?!-)")
+    pages = [ROOT / "README.md", ROOT / "mkdocs.yml"]
+    pages += [p for p in (ROOT / "docs").rglob("*.md") if "notes" not in p.parts]
+    found = [
+        f"{p.relative_to(ROOT)}: {m.group()}" for p in pages for m in ticket.finditer(p.read_text())
+    ]
+    assert not found, found
