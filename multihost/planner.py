@@ -61,6 +61,7 @@ class Settings:
     megascale_port: int = D.megascale_port
     # how the run goes
     log_dir: str | Path | None = None
+    pull_to: str | Path | None = None  # run --pull's destination: never staged
     grace: float = D.grace
     timeout: float | None = None
     reconnect_timeout: float = D.reconnect_timeout
@@ -249,10 +250,15 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     logs = log_dir(s.log_dir)
     check_log_dir(logs)
     script_dir = Path(s.script_dir).expanduser()
-    excludes = tuple(s.exclude)
-    check_code_dir(script_dir, excludes, s.max_stage_bytes)
     from multihost.envsync import request as environment
-    from multihost.stage import excluded
+    from multihost.stage import excluded, outputs_excluded
+
+    pulled = Path("multihost-pull")  # where pulls land by default (made by an earlier pull)
+    outputs = [logs, *([pulled] if pulled.is_dir() else []), *([Path(s.pull_to)] if s.pull_to else [])]
+    excludes = tuple(s.exclude)
+    if script_dir.is_dir():  # the run's own outputs there are never staged
+        excludes += outputs_excluded(script_dir, outputs, job.run_name)
+    check_code_dir(script_dir, excludes, s.max_stage_bytes)
     from multihost.stagevia import parse as parse_stage_via
 
     options = RunOptions(

@@ -126,6 +126,11 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
         err.print(f"multihost: the sweep stopped: {sweep.env_failure}; {left} trial(s) not run",
                   style="bold red", markup=False, highlight=False)  # fmt: skip
     rows = sweep.store.load()
+    if not rows:  # interrupted (or stopped) before any point finished: there is nothing to show
+        err.print(f"multihost: no point finished: no results in {sweep.dir}",
+                  style="bold red" if not sweep.interrupted else "", markup=False,
+                  highlight=False)  # fmt: skip
+        return 130 if sweep.interrupted else 1
     sweep.store.write_csv(latest(rows), list(spec.grid_names))
     summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
     Console(highlight=False).print(report.sweep_table(summary, spec.metric, spec.grid_names))
