@@ -254,7 +254,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     from multihost.stage import excluded, outputs_excluded
 
     pulled = Path("multihost-pull")  # where pulls land by default (made by an earlier pull)
-    outputs = [logs, *([pulled] if pulled.is_dir() else []), *([Path(s.pull_to)] if s.pull_to else [])]
+    outputs = [logs, *([pulled] if pulled.is_dir() else [])]
+    outputs += [Path(s.pull_to)] if s.pull_to else []
     excludes = tuple(s.exclude)
     if script_dir.is_dir():  # the run's own outputs there are never staged
         excludes += outputs_excluded(script_dir, outputs, job.run_name)
@@ -357,7 +358,8 @@ def ssh_config(path: str | Path) -> tuple[Path, ...]:
     """The ssh config files to read: the one given, which must exist."""
     found = Path(path).expanduser()
     if not found.is_file():
-        raise SettingError(f"ssh config {path} does not exist")
+        why = "is a directory, not a file" if found.is_dir() else "does not exist"
+        raise SettingError(f"ssh config {path} {why}")
     return (found,)
 
 

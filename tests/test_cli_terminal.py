@@ -180,3 +180,18 @@ def test_a_payload_result_is_said_in_words_on_a_terminal(workdir: Path) -> None:
     assert all(len(r) <= 80 for r in shown), shown
     log = (workdir / "logs" / "words" / "slice_0000_worker_0000.log").read_text()
     assert 'MULTIHOST_RESULT {"step_time_s": 0.79' in log
+
+
+def test_a_one_host_run_says_so_in_words(workdir: Path) -> None:
+    """One host: no "all 1 hosts", no "0 hosts × 0.0 MiB" for a 7-byte code dir."""
+    child = spawn(["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs",
+                   "--cmd", "true"], workdir / "home", workdir)  # fmt: skip
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    shown = " ".join(screen(raw))
+    assert "the host succeeded" in shown, shown
+    assert "auto: no slice has a second host to share it" in shown, shown
+    for wrong in ("1 hosts", "0 hosts", "0.0 MiB"):
+        assert wrong not in shown, shown
