@@ -238,7 +238,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     check_port("megascale_port", s.megascale_port)
     where = reach(replace(s, add_key=True))  # a run connects: the user's key accepted first
     job = Job(
-        command=s.cmd,
+        command=utf8("cmd", s.cmd),
         run_name=check_run_name(s.run_name or default_run_name()),
         env=env_of(s.env),
         remote_dir=s.remote_dir,
@@ -333,7 +333,17 @@ def env_of(env: Mapping[str, object] | Sequence[str]) -> dict[str, str]:
     """``K=V`` strings or a mapping → the job's env, each name and value checked."""
     if isinstance(env, Mapping):
         env = [f"{k}={v}" for k, v in env.items()]
-    return parse_env(list(env))
+    return parse_env([utf8("env", e) for e in env])
+
+
+def utf8(name: str, text: str) -> str:
+    """Text that goes to a host must be UTF-8 (a lone surrogate, a byte that was not, fails
+    only when the launch script is written: after staging, naming nothing)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise SettingError(f"{name}={text!r}: not UTF-8 text") from None
+    return text
 
 
 def coordinator_port(fleet: Fleet, port: int | None) -> int:
