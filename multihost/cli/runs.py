@@ -51,9 +51,10 @@ def cmd_attach(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_kill(args: argparse.Namespace, err: Console) -> int:
-    """Stop a run on every host; one its record shows ended is left alone and said so."""
+    """Stop a run on every host; one its record shows ended everywhere is left alone and said
+    so (a host that was lost may still run its job: then every host is asked)."""
     _, record = runs.find_run(log_dir_of(args), args.run)
-    if record.state != "running":
+    if all(h.state in _ENDED for h in record.hosts):
         err.print(f"multihost: run {args.run} had already ended ({record.state}): nothing to "
                   "stop", markup=False, highlight=False)  # fmt: skip
         return 0
@@ -63,6 +64,10 @@ def cmd_kill(args: argparse.Namespace, err: Console) -> int:
     result = execute_run(Stop(record, options, display, signal=args.signal), display)
     err.print(report.summary_table(result))
     return 1 if any(r.state is State.LOST for r in result.hosts) else 0
+
+
+_ENDED = frozenset({State.DONE, State.FAILED, State.KILLED, State.ERROR, State.VANISHED,
+                    State.MISSING})  # a host in these has no job left to stop  # fmt: skip
 
 
 def cmd_status(args: argparse.Namespace, err: Console) -> int:
