@@ -236,11 +236,12 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     check_port("coordinator_port", s.coordinator_port)
     check_port("megascale_port", s.megascale_port)
+    command, env = utf8("cmd", s.cmd), env_of(s.env)  # refused before any host is asked
     where = reach(replace(s, add_key=True))  # a run connects: the user's key accepted first
     job = Job(
-        command=utf8("cmd", s.cmd),
+        command=command,
         run_name=check_run_name(s.run_name or default_run_name()),
-        env=env_of(s.env),
+        env=env,
         remote_dir=s.remote_dir,
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
