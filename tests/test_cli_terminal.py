@@ -195,3 +195,24 @@ def test_a_one_host_run_says_so_in_words(workdir: Path) -> None:
     assert "auto: no slice has a second host to share it" in shown, shown
     for wrong in ("1 hosts", "0 hosts", "0.0 MiB"):
         assert wrong not in shown, shown
+
+
+def test_a_second_ctrl_c_at_a_terminal_names_the_kill_command(workdir: Path) -> None:
+    cmd = "trap '' TERM; echo up; sleep 60"  # ignores the stop's TERM: the runner waits
+    child = spawn(["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs",
+                   "--run-name", "tw", "--grace", "60", "--cmd", cmd], workdir / "home",
+                  workdir)  # fmt: skip
+    child.expect("up")
+    child.sendintr()
+    child.expect("stopping every host")
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 130, raw
+    shown = " ".join(screen(raw))
+    assert "stop them with: multihost kill tw --log-dir logs)" in shown, shown
+    kill = spawn(["kill", "tw", "--log-dir", "logs", "--grace", "1"], workdir / "home", workdir)
+    kill.expect(pexpect.EOF)
+    kill.close()
+    assert kill.exitstatus == 0, kill.before
