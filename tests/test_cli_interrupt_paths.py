@@ -5,6 +5,7 @@ names must exist). The CLI is started from Python with no shell, so SIGINT is no
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
 import subprocess
@@ -96,3 +97,28 @@ def test_ctrl_c_on_a_sweep_writes_what_finished(home: Path, code: Path, tmp_path
     named = out.split("results: ", 1)[1].split()[:2]
     assert [Path(p.rstrip(",")).is_file() for p in named] == [True, True], out
     assert "\n0," in (logs / "sw" / "results.csv").read_text()  # the point that finished
+
+
+def test_a_second_ctrl_c_on_a_sweep_says_how_to_stop_its_trials(
+    home: Path, code: Path, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    err = tmp_path / "err"
+    args = _sweep(code, logs, "x=60")
+    args[args.index("--cmd") + 1] = "trap '' TERM; echo up {x}; sleep {x}"
+    args[args.index("--grace") + 1] = "60"
+    proc = _spawn(args, tmp_path, err)
+    wait_for(lambda: any("up 60" in p.read_text() for p in logs.rglob("*.log")), 30,
+             "the point running")  # fmt: skip
+    proc.send_signal(signal.SIGINT)
+    wait_for(lambda: "SIGINT: stopping the sweep" in err.read_text(), 30, "the first stop")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    last = err.read_text().strip().splitlines()[-1]
+    assert proc.returncode == 130, last
+    assert f"(stop each with: multihost kill RUN --log-dir {logs}; RUN as multihost ls" in last
+    listed = cli(["ls", "--log-dir", str(logs), "--json"])
+    running = [r["run"] for r in json.loads(listed.stdout) if "running" in r.get("states", "")]
+    assert len(running) == 1, listed.stdout
+    killed = cli(["kill", running[0], "--log-dir", str(logs), "--grace", "1"])
+    assert killed.returncode == 0, killed.stderr

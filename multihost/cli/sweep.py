@@ -11,7 +11,7 @@ from rich.console import Console
 
 from multihost.bridge import blocking
 from multihost.cli import report, terminal
-from multihost.cli.wiring import plan_args, raise_nofile_limit, signals
+from multihost.cli.wiring import kill_line, plan_args, raise_nofile_limit, signals
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.plan import check_run_name
@@ -120,7 +120,13 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
         f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
         f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim", markup=False,
     )  # fmt: skip
-    records = blocking(sweep.execute, signals(err, sweep.interrupt, "stopping the sweep"))
+    kill = kill_line("RUN", run.options.log_dir)
+    behind = (
+        f"its trials may still be running on the hosts (stop each with: {kill}; RUN as "
+        "multihost ls shows it)"
+    )
+    stop = signals(err, sweep.interrupt, "stopping the sweep", left=behind)
+    records = blocking(sweep.execute, stop)
     if sweep.env_failure is not None:
         left = sum(1 for r in records if r.status.startswith("not run"))
         err.print(f"multihost: the sweep stopped: {sweep.env_failure}; {left} trial(s) not run",
