@@ -4,6 +4,7 @@ No I/O here; how a run ended is in :mod:`multihost.result`."""
 from __future__ import annotations
 
 import enum
+import functools
 import signal
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -105,11 +106,11 @@ class Fleet:
                 )
         return cls(tuple(hosts))
 
-    @property
-    def num_slices(self) -> int:
+    @functools.cached_property
+    def num_slices(self) -> int:  # cached: asked once per host while planning
         return len({h.slice_id for h in self.hosts})
 
-    @property
+    @functools.cached_property
     def workers_per_slice(self) -> int:
         return max((h.worker_id + 1 for h in self.hosts), default=0)
 

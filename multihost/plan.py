@@ -226,11 +226,23 @@ def plan_hosts(
     """Per-host paths, env and launch script for the whole fleet (``watch``: launch scripts
     that go on to stream the log, see ``launch_script``; ``extra``: more variables per
     process id)."""
-    plans = []
-    for host in fleet:
-        paths = Paths.for_host(host, job, code_hash)
-        env = host_env(host, fleet, job, internal or {})
-        env |= (extra or {}).get(host.process_id, {})  # e.g. MULTIHOST_ENV (multihost.envsync)
-        launch = launch_script(paths, env, job.command, watch=watch)
-        plans.append(HostPlan(host, paths, env, launch))
-    return plans
+    return [plan_host(host, fleet, job, code_hash, internal, watch=watch, extra=extra)
+            for host in fleet]  # fmt: skip
+
+
+def plan_host(
+    host: Host,
+    fleet: Fleet,
+    job: Job,
+    code_hash: str,
+    internal: Mapping[int, str] | None = None,
+    *,
+    watch: bool = False,
+    extra: Mapping[int, Mapping[str, str]] | None = None,
+) -> HostPlan:
+    """One host's plan of :func:`plan_hosts` (``--dry-run`` prints them one at a time)."""
+    paths = Paths.for_host(host, job, code_hash)
+    env = host_env(host, fleet, job, internal or {})
+    env |= (extra or {}).get(host.process_id, {})  # e.g. MULTIHOST_ENV (multihost.envsync)
+    launch = launch_script(paths, env, job.command, watch=watch)
+    return HostPlan(host, paths, env, launch)

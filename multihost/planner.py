@@ -61,6 +61,7 @@ class Settings:
     megascale_port: int = D.megascale_port
     # how the run goes
     log_dir: str | Path | None = None
+    pull_to: str | Path | None = None  # run --pull's destination: never staged
     grace: float = D.grace
     timeout: float | None = None
     reconnect_timeout: float = D.reconnect_timeout
@@ -235,11 +236,12 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     check_port("coordinator_port", s.coordinator_port)
     check_port("megascale_port", s.megascale_port)
+    command, env = utf8("cmd", s.cmd), env_of(s.env)  # refused before any host is asked
     where = reach(replace(s, add_key=True))  # a run connects: the user's key accepted first
     job = Job(
-        command=s.cmd,
+        command=command,
         run_name=check_run_name(s.run_name or default_run_name()),
-        env=env_of(s.env),
+        env=env,
         remote_dir=s.remote_dir,
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
@@ -249,10 +251,16 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     logs = log_dir(s.log_dir)
     check_log_dir(logs)
     script_dir = Path(s.script_dir).expanduser()
-    excludes = tuple(s.exclude)
-    check_code_dir(script_dir, excludes, s.max_stage_bytes)
     from multihost.envsync import request as environment
-    from multihost.stage import excluded
+    from multihost.stage import excluded, outputs_excluded
+
+    pulled = Path("multihost-pull")  # where pulls land by default (made by an earlier pull)
+    outputs = [logs, *([pulled] if pulled.is_dir() else [])]
+    outputs += [Path(s.pull_to)] if s.pull_to else []
+    excludes = tuple(s.exclude)
+    if script_dir.is_dir():  # the run's own outputs there are never staged
+        excludes += outputs_excluded(script_dir, outputs, job.run_name)
+    check_code_dir(script_dir, excludes, s.max_stage_bytes)
     from multihost.stagevia import parse as parse_stage_via
 
     options = RunOptions(
@@ -326,7 +334,17 @@ def env_of(env: Mapping[str, object] | Sequence[str]) -> dict[str, str]:
     """``K=V`` strings or a mapping → the job's env, each name and value checked."""
     if isinstance(env, Mapping):
         env = [f"{k}={v}" for k, v in env.items()]
-    return parse_env(list(env))
+    return parse_env([utf8("env", e) for e in env])
+
+
+def utf8(name: str, text: str) -> str:
+    """Text that goes to a host must be UTF-8 (a lone surrogate, a byte that was not, fails
+    only when the launch script is written: after staging, naming nothing)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise SettingError(f"{name}={text!r}: not UTF-8 text") from None
+    return text
 
 
 def coordinator_port(fleet: Fleet, port: int | None) -> int:
@@ -351,7 +369,8 @@ def ssh_config(path: str | Path) -> tuple[Path, ...]:
     """The ssh config files to read: the one given, which must exist."""
     found = Path(path).expanduser()
     if not found.is_file():
-        raise SettingError(f"ssh config {path} does not exist")
+        why = "is a directory, not a file" if found.is_dir() else "does not exist"
+        raise SettingError(f"ssh config {path} {why}")
     return (found,)
 
 

@@ -87,7 +87,10 @@ def auto_threshold() -> int:
 
 
 def _mib(n: float) -> str:
-    return f"{n / 2**20:.1f} MiB"
+    """MiB, one decimal; an amount that would show as 0.0 MiB in KiB or bytes."""
+    if n >= 2**20 / 10 or n == 0:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**10:.1f} KiB" if n >= 2**10 else f"{n:.0f} B"
 
 
 def choose(
@@ -160,6 +163,8 @@ def _auto(
 ) -> tuple[StageVia, str]:
     """``peer`` when ``n`` hosts × ``size`` bytes exceed ``threshold`` and every seed (name →
     the address it would bind; ``None``: not known yet) has a private address; else direct."""
+    if n == 0:  # every slice has one host: there is no peer to fetch from
+        return StageVia("direct"), "auto: no slice has a second host to share it"
     load = f"{n} hosts × {_mib(size)}"
     if n * size <= threshold:
         return StageVia("direct"), f"auto: {load} under the {_mib(threshold)} threshold"

@@ -28,7 +28,7 @@ from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
-from multihost.plan import job_script, plan_hosts
+from multihost.plan import job_script, plan_host
 from multihost.planner import device_glob
 from multihost.result import HostResult, size
 from multihost.runstate import RunOptions
@@ -114,7 +114,7 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
     """Print, per host, the exact remote launch script and env; connect to nothing."""
     archive = pack(options.script_dir, options.excludes)
     print(f"# code {archive.short}: {archive.files} files, {len(archive.data)} bytes")
-    for plan in plan_hosts(fleet, job, archive.short):
+    for plan in (plan_host(h, fleet, job, archive.short) for h in fleet):  # one at a time
         print(f"### {plan.host.name} ({plan.host.target}) process {plan.host.process_id}")
         for k, v in plan.env.items():
             print(f"# {k}={v}")

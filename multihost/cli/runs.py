@@ -18,6 +18,7 @@ from multihost.cli.wiring import (
     Display,
     execute_run,
     finish,
+    kill_line,
     log_dir_of,
     raise_nofile_limit,
     record_options,
@@ -41,7 +42,7 @@ def cmd_attach(args: argparse.Namespace, err: Console) -> int:
     attach = Attach(record, options, display)
     if args.stop_on_interrupt:
         return finish(execute_run(attach, display), err, len(fleet))
-    what = f"detached; the run goes on (stop it with: multihost kill {args.run})"
+    what = f"detached; the run goes on (stop it with: {kill_line(args.run, log_dir_of(args))})"
     try:
         result = execute_run(attach, display, what=what, detach=True)
     except Detached:
@@ -50,13 +51,23 @@ def cmd_attach(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_kill(args: argparse.Namespace, err: Console) -> int:
+    """Stop a run on every host; one its record shows ended everywhere is left alone and said
+    so (a host that was lost may still run its job: then every host is asked)."""
     _, record = runs.find_run(log_dir_of(args), args.run)
+    if all(h.state in _ENDED for h in record.hosts):
+        err.print(f"multihost: run {args.run} had already ended ({record.state}): nothing to "
+                  "stop", markup=False, highlight=False)  # fmt: skip
+        return 0
     options = record_options(args, record, grace=args.grace, reconnect_timeout=0.0)
     fleet = record.fleet
     display = Display(fleet, args.run, "none", err)
     result = execute_run(Stop(record, options, display, signal=args.signal), display)
     err.print(report.summary_table(result))
     return 1 if any(r.state is State.LOST for r in result.hosts) else 0
+
+
+_ENDED = frozenset({State.DONE, State.FAILED, State.KILLED, State.ERROR, State.VANISHED,
+                    State.MISSING})  # a host in these has no job left to stop  # fmt: skip
 
 
 def cmd_status(args: argparse.Namespace, err: Console) -> int:
@@ -113,7 +124,8 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
     if args.follow:
         display = Display(record.fleet, args.run, "all", err)
         follow = Attach(record, replace(options, fail_fast=False), display, observe=True)
-        what = f"stopped following; the run goes on (stop it with: multihost kill {args.run})"
+        what = ("stopped following; the run goes on (stop it with: "
+                f"{kill_line(args.run, log_dir_of(args))})")  # fmt: skip
         result = execute_run(follow, display, what=what)
         return 0 if not result.interrupted else 130
     for o in blocking(lambda: runs.sync_logs(run_dir, record, options.ssh)):

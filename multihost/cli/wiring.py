@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import shlex
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -192,8 +193,16 @@ def execute_run(
                     display.live = None
         return await run.execute()
 
+    left = ("jobs may still be running on the hosts (stop them with: "
+            f"{kill_line(display.run_name, run.log_dir.parent)})")  # fmt: skip
     return blocking(go, signals(display.err, None if detach else run.interrupt, what,
-                                run.request_stacks))  # fmt: skip
+                                run.request_stacks, left=left))  # fmt: skip
+
+
+def kill_line(run_name: str, logs: Path) -> str:
+    """The command that stops a run on every host (``--log-dir`` when it is not the default)."""
+    where = "" if logs == log_dir(None) else f" --log-dir {shlex.quote(str(logs))}"
+    return f"multihost kill {shlex.quote(run_name)}{where}"
 
 
 def finish(result: RunResult, err: Console, n: int) -> int:
@@ -213,14 +222,17 @@ def signals(
     stop: Callable[[], None] | None,
     what: str,
     stacks: Callable[[], None] | None = None,
+    *,
+    left: str | None = None,
 ) -> Interrupt:
     """A command's interrupt policy: Ctrl-C, SIGTERM and SIGHUP call ``stop`` (``what`` says
-    what that does; no ``stop``: detach), a second one exits at once, Ctrl-\\ takes stacks."""
+    what that does; no ``stop``: detach), a second one exits at once (``left`` says what it
+    leaves behind), Ctrl-\\ takes stacks."""
     return Interrupt(
         stop, what, say=lambda text: err.print(text, style="bold red", markup=False,
                                                soft_wrap=True),
         signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP), exit_at_second=True,
-        stacks=stacks,
+        stacks=stacks, **({} if left is None else {"left": left}),
     )  # fmt: skip
 
 

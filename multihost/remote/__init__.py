@@ -342,6 +342,7 @@ for p in $pats; do
   set +f
   for f in $p; do
     [ -e "$f" ] || continue
+    case ${f##*/} in .|..) [ "$f" = "$p" ] || continue ;; esac  # a glob's . and .. (.*)
     found=yes
     case $f in -*) f=./$f ;; esac  # never an option or expression to find
     find -H "$f" -type f \\( -readable -printf 'F %s %T@ %p\\0' -o -printf 'D %p\\0' \\)

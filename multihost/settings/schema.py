@@ -26,6 +26,7 @@ from multihost.settings.types import (
     size,
     stage_bucket,
     stage_via,
+    workers,
 )
 
 # -- the fleet: where to run, and how to reach it --------------------------------------------
@@ -41,7 +42,8 @@ HOSTS = Flag(
     help="comma list of [user@]host[:port] with ranges (h[0-3], 10.0.0.[2-9]), a TOML "
     "inventory, or a file with one host per line",
 )
-LOCAL = Flag("local", type=positive(int), metavar="N", help="N workers on this machine, no SSH")
+LOCAL = Flag("local", type=workers, metavar="N",
+             help=f"N workers on this machine, no SSH (at most {D.local_max})")  # fmt: skip
 PREFIX = Flag("prefix", help="Cloud TPU node or queued resource name")
 SOURCES = ("hosts", "local", "prefix")  # one of them picks the fleet: one given replaces all
 PROJECT = Flag("project", help="with --prefix: gcloud project (default: gcloud's)")
