@@ -16,6 +16,7 @@ from multihost.bridge import Detached, blocking
 from multihost.cli import report, terminal
 from multihost.cli.wiring import (
     Display,
+    chosen_hosts,
     execute_run,
     finish,
     log_dir_of,
@@ -65,12 +66,13 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
     asked = args.refresh or record.state == "running"
     if asked:
         options = record_options(args, record)
-        statuses = blocking(lambda: runs.host_statuses(record, options.ssh))
-        runs.mark_states(run_dir, record, statuses)
+        some = chosen_hosts(args, record)
+        statuses = blocking(lambda: runs.host_statuses(some, options.ssh))
+        runs.mark_states(run_dir, record, statuses)  # the whole record, the asked hosts' news
         for o in statuses:
             rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
     else:
-        for h in record.hosts:
+        for h in chosen_hosts(args, record).hosts:
             rows.append(report.record_row(h))
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
@@ -100,14 +102,20 @@ def cmd_ls(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
-    if args.follow and (args.host or args.tail or args.grep or args.gather):
-        raise UsageError("--follow shows every host's new lines; it takes no --host, --tail, "
-                         "--grep or --gather (print those without --follow)")  # fmt: skip
+    some = args.workers or args.exclude_workers
+    if args.follow and (args.host or args.tail or args.grep or args.gather or some):
+        raise UsageError(
+            "--follow shows every host's new lines; it takes no --host, --tail, --grep, "
+            "--gather or --workers (print those without --follow)"
+        )
     if args.gather and (args.host or args.all):
         raise UsageError("--gather compares every host's log: it takes no --host or --all")
     if args.json and not args.gather:
         raise UsageError("--json goes with --gather")
     run_dir, record = runs.find_run(log_dir_of(args), args.run)
+    if args.host and some:
+        raise UsageError("--host prints one host's log: it takes no --workers (use --all)")
+    record = chosen_hosts(args, record)
     options = record_options(args, record)
     pattern = _pattern(args.grep)
     if args.follow:
