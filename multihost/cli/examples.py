@@ -12,8 +12,8 @@ EXAMPLES: dict[str, str] = {
         'multihost run --local 4 --cmd "python payloads/shardings.py -d 512 -b 128"',
         "multihost run --hosts 'h[0-3]' --cmd \"python train.py\"",
         'multihost run --prefix myqr --wait --cmd "python train.py" --pull out/',
-        'multihost run --hosts fleet.toml --detach --cmd "python train.py"   # then attach',
-        'multihost run --prefix myqr --workers 0,2 --cmd "df -h /tmp"   # some hosts, no JAX',
+        'multihost run --hosts fleet.toml --detach --cmd "python train.py"',
+        'multihost run --prefix myqr --workers 0,2 --cmd "df -h /tmp"  # no JAX',
         "multihost run --local 2 --payload shardings -- -d 512 -b 128",
     ),
     "config": _block(
@@ -73,7 +73,8 @@ EXAMPLES: dict[str, str] = {
         "multihost sweep --local 4 --grid d=256,512 --grid b=64,128 \\",
         '    --cmd "python payloads/shardings.py -d {d} -b {b}"',
         "multihost sweep --prefix myqr --grid-file grid.toml --parallel slice",
-        "multihost sweep --hosts fleet.toml --grid-file grid.toml --run-name s1 --resume",
+        "multihost sweep --hosts fleet.toml --grid-file grid.toml --run-name s1 \\",
+        "    --resume",
     ),
     "ls": _block("multihost ls", "multihost ls --json"),
     "clean": _block(
@@ -81,18 +82,19 @@ EXAMPLES: dict[str, str] = {
         "multihost clean --older-than 12h",
     ),
     "job": _block(
-        "multihost job submit train --tpu-type v5litepod-16 --runtime-version "
-        "v2-alpha-tpuv5-lite \\",
-        '    --zone us-west4-a --bucket gs://my-bucket --spot --cmd "python train.py" --watch',
+        "multihost job submit train --tpu-type v5litepod-16 \\",
+        "    --runtime-version v2-alpha-tpuv5-lite --zone us-west4-a \\",
+        '    --bucket gs://my-bucket --spot --cmd "python train.py" --watch',
         "multihost job status train",
         "multihost job logs train --host 0/1 --follow",
     ),
     "job submit": _block(
-        "multihost job submit train --tpu-type v4-16 --runtime-version tpu-ubuntu2204-base \\",
-        '    --zone us-central2-b --bucket gs://my-bucket --cmd "python train.py"',
-        "multihost job submit big --tpu-type v5p-64 --num-slices 2 --runtime-version V \\",
-        "    --bucket gs://b --spot --max-restarts 3 --secret HF_TOKEN=hf-token --cmd "
-        '"python train.py" --watch',
+        "multihost job submit train --tpu-type v4-16 \\",
+        "    --runtime-version tpu-ubuntu2204-base --zone us-central2-b \\",
+        '    --bucket gs://my-bucket --cmd "python train.py"',
+        "multihost job submit big --tpu-type v5p-64 --num-slices 2 \\",
+        "    --runtime-version V --bucket gs://b --spot --max-restarts 3 \\",
+        '    --secret HF_TOKEN=hf-token --cmd "python train.py" --watch',
     ),
     "job watch": _block("multihost job watch train", "multihost job watch train --keep --detach"),
     "job status": _block("multihost job status train", "multihost job status train --json"),

@@ -24,11 +24,11 @@ EXAMPLES = """\
 examples:
   multihost run --local 4 --cmd "python payloads/shardings.py -d 512 -b 128"
   multihost run --hosts 'h[0-3]' --script-dir . --cmd "python train.py"
-  multihost run --hosts fleet.toml --detach --cmd "python train.py"   # then: attach, logs, kill
+  multihost run --hosts fleet.toml --detach --cmd "python train.py"
   multihost logs RUN --all --tail 20
   multihost hosts --prefix myqr --check
 
-'multihost COMMAND --help' shows a command's options, under headings, with examples.
+'multihost COMMAND --help': its options under headings, and examples.
 """
 CONFIGURED = (
     "run",
