@@ -1,0 +1,126 @@
+"""``--workers`` on the real OpenSSH fleet: a run on some hosts runs only there (their /proc and
+homes say so), ``pull``/``status``/``logs``/``stack`` of a run on some of its hosts, a JAX
+launch on a subset refused before any host is touched, and a JAX program on a subset failing
+at once instead of waiting for processes that never come."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.clitools import cli, fleet_run_args, host_logs, manifest, no_processes, spawn, wait_for
+
+pytestmark = pytest.mark.usefixtures("fresh_runs")
+
+
+def _run_dirs(fleet, run: str) -> list[int]:  # type: ignore[no-untyped-def]
+    """The hosts (indices) that hold the run's directory."""
+    return [i for i, h in enumerate(fleet.hosts) if (h.home / ".multihost" / "runs" / run).exists()]
+
+
+def test_a_run_on_some_hosts_runs_only_there(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    logs = tmp_path / "logs"
+    cmd = (
+        'echo "p=$MULTIHOST_PROCESS_ID w=$MULTIHOST_WORKERS j=${JAX_PROCESS_ID-none}"; '
+        "exec python3 -c 'import time; time.sleep(60)'"
+    )
+    args = fleet_run_args(ssh_fleet, code, logs, "some", cmd, 6, "--workers", "s0/w[1,3-4]",
+                          "--detach")  # fmt: skip
+    res = cli(args)
+    assert res.returncode == 0, res.stderr
+    assert "started on 3 host(s)" in res.stdout
+    # /proc: the job runs under the chosen hosts' users only
+    wait_for(lambda: all(ssh_fleet.user_processes(i) for i in (1, 3, 4)), 20)
+    assert not any(ssh_fleet.user_processes(i) for i in (0, 2, 5))
+    assert _run_dirs(ssh_fleet, "some") == [1, 3, 4]
+    record = manifest(logs, "some")
+    assert [h["host"]["process_id"] for h in record["hosts"]] == [1, 3, 4]
+    status = cli(["status", "some", "--log-dir", str(logs), "--json", "--workers", "3-4"])
+    assert [(r["host"], r["state"]) for r in json.loads(status.stdout)] == [
+        ("s0/w3", "running"), ("s0/w4", "running")]  # fmt: skip
+    wait_for(lambda: "p=4" in cli(["logs", "some", "--log-dir", str(logs), "--host",
+                                   "s0/w4"]).stdout, 20)  # fmt: skip
+    seen = cli(["logs", "some", "--log-dir", str(logs), "--all", "--exclude-workers", "s0/w4"])
+    assert seen.stdout.splitlines() == ["[s0/w1] p=1 w=s0/w1,s0/w3-4 j=none",
+                                        "[s0/w3] p=3 w=s0/w1,s0/w3-4 j=none"]  # fmt: skip
+    stacks = cli(["stack", "some", "--log-dir", str(logs), "--workers", "1", "--json"])
+    taken = json.loads(stacks.stdout)
+    assert taken["errors"] == {}, stacks.stdout
+    assert [g["hosts"] for g in taken["groups"]] == ["s0/w1"]
+    kill = cli(["kill", "some", "--log-dir", str(logs)])
+    assert kill.returncode == 0, kill.stderr
+    wait_for(lambda: no_processes(ssh_fleet, 6), 20)
+    assert {h["state"] for h in manifest(logs, "some")["hosts"]} == {"killed"}
+
+
+def test_pull_from_some_hosts(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    logs, dest = tmp_path / "logs", tmp_path / "pulled"
+    cmd = "mkdir -p out && echo $MULTIHOST_WORKER_ID > out/who.txt"
+    res = cli(fleet_run_args(ssh_fleet, code, logs, "pl", cmd, 4))
+    assert res.returncode == 0, res.stderr
+    got = cli(["pull", "pl", "out", "--log-dir", str(logs), "--to", str(dest), "--workers",
+               "s0/w[1,3]", "--json"])  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert [r["host"] for r in json.loads(got.stdout)] == ["s0/w1", "s0/w3"]
+    assert sorted(p.name for p in dest.iterdir()) == ["slice_0000_worker_0001",
+                                                      "slice_0000_worker_0003"]  # fmt: skip
+    assert (dest / "slice_0000_worker_0003" / "out" / "who.txt").read_text() == "3\n"
+    rest = cli(["pull", "pl", "out/who.txt", "--log-dir", str(logs), "--to", str(tmp_path / "b"),
+                "--exclude-workers", "1-3"])  # fmt: skip
+    assert rest.returncode == 0, rest.stderr
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["slice_0000_worker_0000"]
+    bad = cli(["pull", "pl", "out", "--log-dir", str(logs), "--workers", "7"])
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "multihost: error: --workers 7: no process 7 (run pl: s0/w0-3, processes 0-3)"
+    )
+    assert (manifest(logs, "pl")["hosts"][0]["state"]) == "done"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--workers", "0,1", "--payload", "shardings"],
+     ["--exclude-workers", "s0/w2", "--trace", "3", "--cmd", "true"]],
+    ids=["payload", "trace"],
+)  # fmt: skip
+def test_a_jax_launch_on_some_hosts_is_refused(
+    ssh_fleet, tmp_path: Path, code: Path, extra: list[str]
+) -> None:  # type: ignore[no-untyped-def]
+    logs = tmp_path / "logs"
+    hosts = ["--hosts", ",".join(ssh_fleet.aliases[:3]), "--ssh-config", str(ssh_fleet.ssh_config)]
+    where = [] if "--payload" in extra else ["--script-dir", str(code)]
+    res = cli(["run", *hosts, *where, "--log-dir", str(logs), "--run-name", "jx", *extra])
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert "needs a JAX job on every process" in line
+    assert "On some hosts run a plain --cmd" in line
+    assert not logs.exists()
+    assert _run_dirs(ssh_fleet, "jx") == []
+
+
+@pytest.mark.jax
+def test_a_jax_program_on_some_hosts_fails_at_once(
+    ssh_fleet, remote_jax: dict[str, str], code: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """No JAX_* variables on a subset: a bare initialize() is told so, not left waiting at a
+    coordinator for processes that were never started."""
+    logs = tmp_path / "logs"
+    prog = "import jax; jax.distributed.initialize(); print('joined')"
+    args = fleet_run_args(
+        ssh_fleet, code, logs, "jx-some", f"{remote_jax['PYTHON']} -c \"{prog}\"", 3,
+        "--workers", "0,2", "--env", "JAX_PLATFORMS=cpu",
+        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--timeout", "60", "--no-fail-fast",
+    )  # fmt: skip
+    proc = spawn(args)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 1, err
+    assert "timeout" not in err
+    assert "joined" not in out
+    record = manifest(logs, "jx-some")
+    assert [(h["host"]["process_id"], h["state"]) for h in record["hosts"]] == [
+        (0, "failed"), (2, "failed")]  # fmt: skip
+    for text in host_logs(logs, "jx-some").values():
+        assert "coordinator_address should be defined" in text
+    assert no_processes(ssh_fleet, 3)
