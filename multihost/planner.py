@@ -33,7 +33,7 @@ class Settings:
     """What a plan is made from: the schema's settings (and the API's few more), typed."""
 
     cmd: str = ""
-    jax: str | None = None  # the command is a JAX job that needs every process: which one
+    jax_job: str | None = None  # the command is a JAX job that needs every process: what it is
     run_name: str | None = None
     # where: exactly one of hosts (a list, an inventory, or a Fleet), local, prefix
     hosts: str | Fleet | None = None
@@ -254,7 +254,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         megascale_port=s.megascale_port,
         workers=where.subset,
     )
-    jax = s.jax or ("--trace" if s.trace is not None else None)
+    jax = s.jax_job or ("--trace" if s.trace is not None else None)
     if where.subset and jax:
         raise UsageError(refuse_jax(jax, where.subset))
     if s.trace is not None and s.trace > D.trace_max:
@@ -310,9 +310,11 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
 
 def refuse_jax(what: str, subset: str) -> str:
     """Why a JAX launch cannot go to some of the hosts: it waits for every process."""
-    return (f"{what} needs a JAX job on every process (it waits at its coordinator for all of "
-            f"them): not with --workers {subset}. On some hosts run a plain --cmd (it gets no "
-            "JAX_* variables), or leave out --workers")  # fmt: skip
+    return (
+        f"{what} needs a JAX job on every process (it waits at its coordinator for all of "
+        f"them): not with --workers {subset}. On some hosts run a plain --cmd (it gets no "
+        "JAX_* variables), or leave out --workers"
+    )
 
 
 def check_port(name: str, value: object) -> None:

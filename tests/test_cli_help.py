@@ -102,14 +102,24 @@ def test_the_schema_is_the_one_place_of_a_flags_heading() -> None:
 def test_run_help_at_80_columns_on_a_terminal() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color"}
     env.pop("COLUMNS", None)  # the pty's own width decides
-    child = pexpect.spawn(sys.executable, ["-m", "multihost", "run", "--help"], env=env,
-                          dimensions=(24, 80), timeout=30, encoding="utf-8")  # fmt: skip
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "multihost", "run", "--help"],
+        env=env,
+        dimensions=(24, 80),
+        timeout=30,
+        encoding="utf-8",
+    )
     raw = child.read()
     child.close()
     assert child.exitstatus == 0
     rows = screen(raw)
     assert max(len(r) for r in rows) <= 80
     headings = [r for r in rows if r.endswith(":") and not r.startswith(" ")]
-    assert headings == ["positional arguments:", "options:", *[
-        t + ":" for t in GROUPS.values() if t != GROUPS["sweep"]], "examples:"]  # fmt: skip
+    assert headings == [
+        "positional arguments:",
+        "options:",
+        *[t + ":" for t in GROUPS.values() if t != GROUPS["sweep"]],
+        "examples:",
+    ]
     assert any(r.startswith("  --workers SPEC") for r in rows)

@@ -107,9 +107,13 @@ def test_a_subset_gets_no_jax_wiring_and_keeps_its_numbers() -> None:
     host = FLEET.hosts[5]
     fleet = Fleet((FLEET.hosts[2], host))
     assert host_env(host, fleet, job, {}) == {
-        "MULTIHOST_RUN": "r", "MULTIHOST_SLICE_ID": "1", "MULTIHOST_WORKER_ID": "1",
-        "MULTIHOST_PROCESS_ID": "5", "MULTIHOST_WORKERS": "s0/w2,s1/w1", "A": "1",
-    }  # fmt: skip
+        "MULTIHOST_RUN": "r",
+        "MULTIHOST_SLICE_ID": "1",
+        "MULTIHOST_WORKER_ID": "1",
+        "MULTIHOST_PROCESS_ID": "5",
+        "MULTIHOST_WORKERS": "s0/w2,s1/w1",
+        "A": "1",
+    }
     whole = host_env(host, FLEET, Job(command="true", run_name="r"), {})
     assert whole["JAX_PROCESS_ID"] == "5"
     assert whole["JAX_PROCESS_COUNT"] == "8"
@@ -124,11 +128,13 @@ def test_a_subset_gets_no_jax_wiring_and_keeps_its_numbers() -> None:
         (["--workers", "s1"], "--workers s1: no slice 1"),
         (["--workers", "x"], "--workers 'x': not a process index"),
         (["--workers", "0", "--exclude-workers", "0"], "no host left"),
-        (["--workers", "0,1", "--payload", "shardings"],
-         "--payload shardings needs a JAX job on every process"),
+        (
+            ["--workers", "0,1", "--payload", "shardings"],
+            "--payload shardings needs a JAX job on every process",
+        ),
         (["--workers", "1", "--trace", "2", "--cmd", "true"], "--trace needs a JAX job"),
     ],
-)  # fmt: skip
+)
 def test_run_refuses_before_anything_starts(tmp_path: Path, extra: list[str], said: str) -> None:
     logs = tmp_path / "logs"
     cmd = [] if "--cmd" in extra or "--payload" in extra else ["--cmd", "true"]
@@ -143,25 +149,57 @@ def test_run_refuses_before_anything_starts(tmp_path: Path, extra: list[str], sa
 
 def test_a_payload_on_every_host_named_is_no_subset(tmp_path: Path) -> None:
     """``--workers all`` (or every index) is the whole fleet: a JAX launch may go."""
-    res = cli(["run", "--local", "2", "--workers", "0-1", "--payload", "shardings", "--dry-run",
-               "--", "-d", "64", "-b", "8"])  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--workers",
+            "0-1",
+            "--payload",
+            "shardings",
+            "--dry-run",
+            "--",
+            "-d",
+            "64",
+            "-b",
+            "8",
+        ]
+    )
     assert res.returncode == 0, res.stderr
     assert "# JAX_PROCESS_COUNT=2" in res.stdout
 
 
+@pytest.mark.usefixtures("home")  # local workers keep their runs under $HOME
 def test_a_local_subset_runs_only_there(code: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     cmd = 'echo "pid=$MULTIHOST_PROCESS_ID of=$MULTIHOST_WORKERS jax=${JAX_PROCESS_ID-unset}"'
-    res = cli(["run", "--local", "4", "--workers", "1,3", "--script-dir", str(code),
-               "--log-dir", str(logs), "--run-name", "some", "--cmd", cmd])  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--local",
+            "4",
+            "--workers",
+            "1,3",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "some",
+            "--cmd",
+            cmd,
+        ]
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == ["pid=1 of=s0/w1,s0/w3 jax=unset"]  # host0: its first
     run = json.loads((logs / "some" / "run.json").read_text())
     assert [h["host"]["process_id"] for h in run["hosts"]] == [1, 3]
     assert run["job"]["workers"] == "s0/w1,s0/w3"
     assert sorted(p.name for p in (logs / "some").glob("*.log")) == [
-        "slice_0000_worker_0001.log", "slice_0000_worker_0003.log",
-    ]  # fmt: skip
+        "slice_0000_worker_0001.log",
+        "slice_0000_worker_0003.log",
+    ]
     status = cli(["status", "some", "--log-dir", str(logs), "--json"])
     assert [r["host"] for r in json.loads(status.stdout)] == ["s0/w1", "s0/w3"]
     one = cli(["logs", "some", "--log-dir", str(logs), "--all", "--workers", "3"])
@@ -175,3 +213,23 @@ def test_hosts_shows_the_chosen_ones() -> None:
     res = cli(["hosts", "--local", "4", "--exclude-workers", "0,2", "--json"])
     assert res.returncode == 0, res.stderr
     assert [row["process"] for row in json.loads(res.stdout)] == [1, 3]
+
+
+@pytest.mark.usefixtures("home")
+def test_the_api_takes_the_same_keywords(tmp_path: Path) -> None:
+    import multihost
+
+    logs = tmp_path / "logs"
+    result = multihost.run(
+        "true", local=3, workers="s0/w[1-2]", script_dir=tmp_path, log_dir=logs, stream="none"
+    )
+    assert [(h.host.name, h.ok) for h in result.hosts] == [("s0/w1", True), ("s0/w2", True)]
+    with pytest.raises(UsageError, match="my trainer needs a JAX job on every process"):
+        multihost.run(
+            "true",
+            local=3,
+            exclude_workers="0",
+            jax_job="my trainer",
+            script_dir=tmp_path,
+            log_dir=logs,
+        )

@@ -26,8 +26,9 @@ def test_a_run_on_some_hosts_runs_only_there(ssh_fleet, code: Path, tmp_path: Pa
         'echo "p=$MULTIHOST_PROCESS_ID w=$MULTIHOST_WORKERS j=${JAX_PROCESS_ID-none}"; '
         "exec python3 -c 'import time; time.sleep(60)'"
     )
-    args = fleet_run_args(ssh_fleet, code, logs, "some", cmd, 6, "--workers", "s0/w[1,3-4]",
-                          "--detach")  # fmt: skip
+    args = fleet_run_args(
+        ssh_fleet, code, logs, "some", cmd, 6, "--workers", "s0/w[1,3-4]", "--detach"
+    )
     res = cli(args)
     assert res.returncode == 0, res.stderr
     assert "started on 3 host(s)" in res.stdout
@@ -39,12 +40,17 @@ def test_a_run_on_some_hosts_runs_only_there(ssh_fleet, code: Path, tmp_path: Pa
     assert [h["host"]["process_id"] for h in record["hosts"]] == [1, 3, 4]
     status = cli(["status", "some", "--log-dir", str(logs), "--json", "--workers", "3-4"])
     assert [(r["host"], r["state"]) for r in json.loads(status.stdout)] == [
-        ("s0/w3", "running"), ("s0/w4", "running")]  # fmt: skip
-    wait_for(lambda: "p=4" in cli(["logs", "some", "--log-dir", str(logs), "--host",
-                                   "s0/w4"]).stdout, 20)  # fmt: skip
+        ("s0/w3", "running"),
+        ("s0/w4", "running"),
+    ]
+    wait_for(
+        lambda: "p=4" in cli(["logs", "some", "--log-dir", str(logs), "--host", "s0/w4"]).stdout, 20
+    )
     seen = cli(["logs", "some", "--log-dir", str(logs), "--all", "--exclude-workers", "s0/w4"])
-    assert seen.stdout.splitlines() == ["[s0/w1] p=1 w=s0/w1,s0/w3-4 j=none",
-                                        "[s0/w3] p=3 w=s0/w1,s0/w3-4 j=none"]  # fmt: skip
+    assert seen.stdout.splitlines() == [
+        "[s0/w1] p=1 w=s0/w1,s0/w3-4 j=none",
+        "[s0/w3] p=3 w=s0/w1,s0/w3-4 j=none",
+    ]
     stacks = cli(["stack", "some", "--log-dir", str(logs), "--workers", "1", "--json"])
     taken = json.loads(stacks.stdout)
     assert taken["errors"] == {}, stacks.stdout
@@ -60,15 +66,40 @@ def test_pull_from_some_hosts(ssh_fleet, code: Path, tmp_path: Path) -> None:  #
     cmd = "mkdir -p out && echo $MULTIHOST_WORKER_ID > out/who.txt"
     res = cli(fleet_run_args(ssh_fleet, code, logs, "pl", cmd, 4))
     assert res.returncode == 0, res.stderr
-    got = cli(["pull", "pl", "out", "--log-dir", str(logs), "--to", str(dest), "--workers",
-               "s0/w[1,3]", "--json"])  # fmt: skip
+    got = cli(
+        [
+            "pull",
+            "pl",
+            "out",
+            "--log-dir",
+            str(logs),
+            "--to",
+            str(dest),
+            "--workers",
+            "s0/w[1,3]",
+            "--json",
+        ]
+    )
     assert got.returncode == 0, got.stderr
     assert [r["host"] for r in json.loads(got.stdout)] == ["s0/w1", "s0/w3"]
-    assert sorted(p.name for p in dest.iterdir()) == ["slice_0000_worker_0001",
-                                                      "slice_0000_worker_0003"]  # fmt: skip
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "slice_0000_worker_0001",
+        "slice_0000_worker_0003",
+    ]
     assert (dest / "slice_0000_worker_0003" / "out" / "who.txt").read_text() == "3\n"
-    rest = cli(["pull", "pl", "out/who.txt", "--log-dir", str(logs), "--to", str(tmp_path / "b"),
-                "--exclude-workers", "1-3"])  # fmt: skip
+    rest = cli(
+        [
+            "pull",
+            "pl",
+            "out/who.txt",
+            "--log-dir",
+            str(logs),
+            "--to",
+            str(tmp_path / "b"),
+            "--exclude-workers",
+            "1-3",
+        ]
+    )
     assert rest.returncode == 0, rest.stderr
     assert [p.name for p in (tmp_path / "b").iterdir()] == ["slice_0000_worker_0000"]
     bad = cli(["pull", "pl", "out", "--log-dir", str(logs), "--workers", "7"])
@@ -81,10 +112,12 @@ def test_pull_from_some_hosts(ssh_fleet, code: Path, tmp_path: Path) -> None:  #
 
 @pytest.mark.parametrize(
     "extra",
-    [["--workers", "0,1", "--payload", "shardings"],
-     ["--exclude-workers", "s0/w2", "--trace", "3", "--cmd", "true"]],
+    [
+        ["--workers", "0,1", "--payload", "shardings"],
+        ["--exclude-workers", "s0/w2", "--trace", "3", "--cmd", "true"],
+    ],
     ids=["payload", "trace"],
-)  # fmt: skip
+)
 def test_a_jax_launch_on_some_hosts_is_refused(
     ssh_fleet, tmp_path: Path, code: Path, extra: list[str]
 ) -> None:  # type: ignore[no-untyped-def]
@@ -109,10 +142,22 @@ def test_a_jax_program_on_some_hosts_fails_at_once(
     logs = tmp_path / "logs"
     prog = "import jax; jax.distributed.initialize(); print('joined')"
     args = fleet_run_args(
-        ssh_fleet, code, logs, "jx-some", f"{remote_jax['PYTHON']} -c \"{prog}\"", 3,
-        "--workers", "0,2", "--env", "JAX_PLATFORMS=cpu",
-        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--timeout", "60", "--no-fail-fast",
-    )  # fmt: skip
+        ssh_fleet,
+        code,
+        logs,
+        "jx-some",
+        f'{remote_jax["PYTHON"]} -c "{prog}"',
+        3,
+        "--workers",
+        "0,2",
+        "--env",
+        "JAX_PLATFORMS=cpu",
+        "--env",
+        f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+        "--timeout",
+        "60",
+        "--no-fail-fast",
+    )
     proc = spawn(args)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 1, err
@@ -120,7 +165,9 @@ def test_a_jax_program_on_some_hosts_fails_at_once(
     assert "joined" not in out
     record = manifest(logs, "jx-some")
     assert [(h["host"]["process_id"], h["state"]) for h in record["hosts"]] == [
-        (0, "failed"), (2, "failed")]  # fmt: skip
+        (0, "failed"),
+        (2, "failed"),
+    ]
     for text in host_logs(logs, "jx-some").values():
         assert "coordinator_address should be defined" in text
     assert no_processes(ssh_fleet, 3)

@@ -128,10 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
         "environments no remaining run there uses",
     )
     clean.at("launch").add_argument(
-        "--older-than", required=True, metavar="AGE", help="e.g. 7d, 12h"
+        "--older-than",
+        required=True,
+        metavar="AGE",
+        help="runs finished before AGE ago, e.g. 7d, 12h",
     )
-    add(clean, s.LOG_DIR, s.DRY_RUN.but(help="say what would be removed (asks the hosts which "
-                                          "environments would go)"))  # fmt: skip
+    add(
+        clean,
+        s.LOG_DIR,
+        s.DRY_RUN.but(
+            help="say what would be removed (asks the hosts which environments would go)"
+        ),
+    )
     add_job_parser(sub)
     return parser
 

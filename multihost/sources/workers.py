@@ -69,8 +69,11 @@ def _pick(item: str, flag: str) -> Pick:
     if m := _INDEX.match(item):
         return Pick(item, indices=_range(int(m[1]), int(m[2] or m[1]), item, flag))
     if m := _LABEL.match(item):
-        return Pick(item, slices=_numbers(m["s"], item, flag),
-                    workers=None if m["w"] is None else _numbers(m["w"], item, flag))  # fmt: skip
+        return Pick(
+            item,
+            slices=_numbers(m["s"], item, flag),
+            workers=None if m["w"] is None else _numbers(m["w"], item, flag),
+        )
     raise UsageError(
         f"{flag} {item!r}: not a process index (2, 0-3), a host label (s0/w3, s0/w[0-3], s1) or all"
     )
@@ -125,9 +128,12 @@ def _span(numbers: Iterable[int]) -> str:
 
 
 def select(
-    fleet: Fleet, workers: str | None = None, exclude: str | None = None, *,
+    fleet: Fleet,
+    workers: str | None = None,
+    exclude: str | None = None,
+    *,
     whose: str = "the fleet",
-) -> tuple[Fleet, str]:  # fmt: skip
+) -> tuple[Fleet, str]:
     """The hosts ``workers`` names (default: all) less those ``exclude`` names, in the fleet's
     order and keeping each host's slice, worker and process numbers; and, when that is not the
     whole fleet, the chosen hosts folded (``s0/w0,s0/w2``), else ``""``. ``whose``: what an
@@ -144,8 +150,9 @@ def select(
         _check(drop, fleet, "--exclude-workers", whose)
         chosen = [h for h in chosen if not any(p.matches(h) for p in drop)]
     if not chosen:
-        given = " ".join(f"{f} {v}" for f, v in (("--workers", workers),
-                                                 ("--exclude-workers", exclude)) if v)  # fmt: skip
+        given = " ".join(
+            f"{f} {v}" for f, v in (("--workers", workers), ("--exclude-workers", exclude)) if v
+        )
         raise UsageError(f"{given}: no host left ({whose}: {fold(_labels(fleet))})")
     if len(chosen) == len(fleet):
         return fleet, ""
