@@ -256,7 +256,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     )
     jax = s.jax_job or ("--trace" if s.trace is not None else None)
     if where.subset and jax:
-        raise UsageError(refuse_jax(jax, where.subset))
+        raise UsageError(workers.refusal(jax, where.subset))
     if s.trace is not None and s.trace > D.trace_max:
         raise UsageError(f"--trace {s.trace:g}: at most {D.trace_max:g} seconds")
     logs = log_dir(s.log_dir)
@@ -306,15 +306,6 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         host_uv=s.host_uv,
     )
     return Plan(where.fleet, job, options, where.warnings, where.notes)
-
-
-def refuse_jax(what: str, subset: str) -> str:
-    """Why a JAX launch cannot go to some of the hosts: it waits for every process."""
-    return (
-        f"{what} needs a JAX job on every process (it waits at its coordinator for all of "
-        f"them): not with --workers {subset}. On some hosts run a plain --cmd (it gets no "
-        "JAX_* variables), or leave out --workers"
-    )
 
 
 def check_port(name: str, value: object) -> None:

@@ -220,10 +220,18 @@ def test_the_api_takes_the_same_keywords(tmp_path: Path) -> None:
     import multihost
 
     logs = tmp_path / "logs"
+    lines: list[tuple[str, str]] = []
     result = multihost.run(
-        "true", local=3, workers="s0/w[1-2]", script_dir=tmp_path, log_dir=logs, stream="none"
+        "echo $MULTIHOST_PROCESS_ID",
+        local=3,
+        workers="s0/w[1-2]",
+        script_dir=tmp_path,
+        log_dir=logs,
+        stream="host0",  # the first chosen host
+        on_output=lambda host, line: lines.append((host, line)),
     )
     assert [(h.host.name, h.ok) for h in result.hosts] == [("s0/w1", True), ("s0/w2", True)]
+    assert lines == [("s0/w1", "1")]
     with pytest.raises(UsageError, match="my trainer needs a JAX job on every process"):
         multihost.run(
             "true",

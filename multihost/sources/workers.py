@@ -161,3 +161,12 @@ def select(
 
 def _labels(hosts: Fleet | list[Host]) -> list[tuple[int, int]]:
     return [(h.slice_id, h.worker_id) for h in hosts]
+
+
+def refusal(what: str, subset: str) -> str:
+    """Why a JAX launch cannot go to some of the hosts: it waits for every process."""
+    return (
+        f"{what} needs a JAX job on every process (it waits at its coordinator for all of "
+        f"them): not with --workers {subset}. On some hosts run a plain --cmd (it gets no "
+        "JAX_* variables), or leave out --workers"
+    )
