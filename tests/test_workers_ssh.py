@@ -171,3 +171,29 @@ def test_a_jax_program_on_some_hosts_fails_at_once(
     for text in host_logs(logs, "jx-some").values():
         assert "coordinator_address should be defined" in text
     assert no_processes(ssh_fleet, 3)
+
+
+def test_some_workers_of_a_multislice_prefix(ssh_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Discovered as a whole (two slices of two), run on slice 1 and s0/w0: each keeps its
+    slice and worker, nobody gets Megascale or JAX wiring."""
+    from tests.gcloud_fixtures import make_nodes
+    from tests.test_sources_tpu_ssh import _run_args, _setup
+
+    nodes = make_nodes("myqr", 2, 2, "v4-16", internal_ips=[f"127.0.0.{k}" for k in (2, 3, 4, 5)])
+    config, env = _setup(ssh_fleet, tmp_path, nodes)
+    cmd = (
+        'echo "$MULTIHOST_SLICE_ID $MULTIHOST_WORKER_ID $MULTIHOST_PROCESS_ID '
+        '${MEGASCALE_SLICE_ID:-none} ${JAX_COORDINATOR_ADDRESS:-none} $MULTIHOST_TEST_HOST"'
+    )
+    args = [*_run_args(config, tmp_path, "ms-some", cmd), "--host-keys", "strict"]
+    res = cli([*args, "--workers", "s1,s0/w0"], **env)
+    assert res.returncode == 0, res.stderr
+    assert host_logs(tmp_path / "logs", "ms-some") == {
+        "slice_0000_worker_0000": "0 0 0 none none h0\n",
+        "slice_0001_worker_0000": "1 0 2 none none h2\n",
+        "slice_0001_worker_0001": "1 1 3 none none h3\n",
+    }
+    assert _run_dirs(ssh_fleet, "ms-some") == [0, 2, 3]
+    bad = cli([*args, "--run-name", "ms-bad", "--workers", "s2"], **env)
+    assert bad.returncode == 2
+    assert "--workers s2: no slice 2 (the fleet: s0/w0-1,s1/w0-1, processes 0-3)" in bad.stderr
