@@ -197,3 +197,49 @@ def test_some_workers_of_a_multislice_prefix(ssh_fleet, tmp_path: Path) -> None:
     bad = cli([*args, "--run-name", "ms-bad", "--workers", "s2"], **env)
     assert bad.returncode == 2
     assert "--workers s2: no slice 2 (the fleet: s0/w0-1,s1/w0-1, processes 0-3)" in bad.stderr
+
+
+def test_kill_and_follow_some_hosts_of_a_run(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``kill --workers`` stops those hosts only, ``logs --follow --workers`` follows those only;
+    run.json keeps every host, the others as they were."""
+    logs = tmp_path / "logs"
+    (code / "go.sh").write_text(
+        'echo "start $MULTIHOST_WORKER_ID"\n'
+        'while [ ! -e "$HOME/.multihost/runs/$MULTIHOST_RUN/stop" ]; do sleep 0.2; done\n'
+        'echo "end $MULTIHOST_WORKER_ID"\n'
+    )
+    res = cli(fleet_run_args(ssh_fleet, code, logs, "part", "sh go.sh", 4, "--detach"))
+    assert res.returncode == 0, res.stderr
+    wait_for(lambda: all(ssh_fleet.user_processes(i) for i in range(4)), 20)
+    kill = cli(["kill", "part", "--log-dir", str(logs), "--workers", "s0/w3"])
+    assert kill.returncode == 0, kill.stderr
+    wait_for(lambda: not ssh_fleet.user_processes(3), 20)
+    assert all(ssh_fleet.user_processes(i) for i in range(3))
+    states = [h["state"] for h in manifest(logs, "part")["hosts"]]
+    assert states == ["running", "running", "running", "killed"]
+    assert not manifest(logs, "part")["interrupted"]
+    wait_for(
+        lambda: "start" in cli(["logs", "part", "--log-dir", str(logs), "--host", "s0/w2"]).stdout,
+        20,
+    )
+    follow = spawn(["logs", "part", "--log-dir", str(logs), "--follow", "--workers", "1-2"])
+    for i in (1, 2):
+        (ssh_fleet.hosts[i].home / ".multihost" / "runs" / "part" / "stop").touch()
+    out, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0, err
+    assert sorted(line for line in out.splitlines() if "end" in line) == [
+        "[s0/w1] end 1",
+        "[s0/w2] end 2",
+    ]
+    assert "s0/w0" not in out
+    states = [h["state"] for h in manifest(logs, "part")["hosts"]]
+    assert states == ["running", "done", "done", "killed"]
+    rest = cli(["kill", "part", "--log-dir", str(logs)])
+    assert rest.returncode == 0, rest.stderr
+    wait_for(lambda: no_processes(ssh_fleet, 4), 20)
+    assert [h["state"] for h in manifest(logs, "part")["hosts"]] == [
+        "killed",
+        "done",
+        "done",
+        "killed",
+    ]

@@ -68,6 +68,7 @@ EXAMPLES: dict[str, str] = {
     "kill": _block(
         "multihost kill RUN",
         "multihost kill RUN --signal INT --grace 30",
+        "multihost kill RUN --workers s0/w3   # the others go on",
     ),
     "sweep": _block(
         "multihost sweep --local 4 --grid d=256,512 --grid b=64,128 \\",

@@ -66,7 +66,7 @@ def add_run_commands(sub: Any) -> None:
         help="the capture's folder under the run's traces/ (default: the time)",
     )
     add(trace, s.JSON.but(help="the per-host rows as JSON"))
-    kill = run_command(sub, "kill", "stop a run on every host")
+    kill = run_command(sub, "kill", "stop a run on every host (or on --workers)", some=True)
     kill.at("launch").add_argument(
         "--signal",
         default="TERM",

@@ -53,9 +53,10 @@ def cmd_attach(args: argparse.Namespace, err: Console) -> int:
 def cmd_kill(args: argparse.Namespace, err: Console) -> int:
     _, record = runs.find_run(log_dir_of(args), args.run)
     options = record_options(args, record, grace=args.grace, reconnect_timeout=0.0)
-    fleet = record.fleet
+    fleet = chosen_hosts(args, record).fleet
     display = Display(fleet, args.run, "none", err)
-    result = execute_run(Stop(record, options, display, signal=args.signal), display)
+    only = {h.process_id for h in fleet}
+    result = execute_run(Stop(record, options, display, signal=args.signal, only=only), display)
     err.print(report.summary_table(result))
     return 1 if any(r.state is State.LOST for r in result.hosts) else 0
 
@@ -103,11 +104,9 @@ def cmd_ls(args: argparse.Namespace, err: Console) -> int:
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
     some = args.workers or args.exclude_workers
-    if args.follow and (args.host or args.tail or args.grep or args.gather or some):
-        raise UsageError(
-            "--follow shows every host's new lines; it takes no --host, --tail, --grep, "
-            "--gather or --workers (print those without --follow)"
-        )
+    if args.follow and (args.host or args.tail or args.grep or args.gather):
+        raise UsageError("--follow shows every host's new lines; it takes no --host, --tail, "
+                         "--grep or --gather (print those without --follow)")  # fmt: skip
     if args.gather and (args.host or args.all):
         raise UsageError("--gather compares every host's log: it takes no --host or --all")
     if args.json and not args.gather:
@@ -115,12 +114,13 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
     run_dir, record = runs.find_run(log_dir_of(args), args.run)
     if args.host and some:
         raise UsageError("--host prints one host's log: it takes no --workers (use --all)")
-    record = chosen_hosts(args, record)
+    whole, record = record, chosen_hosts(args, record)
     options = record_options(args, record)
     pattern = _pattern(args.grep)
     if args.follow:
         display = Display(record.fleet, args.run, "all", err)
-        follow = Attach(record, replace(options, fail_fast=False), display, observe=True)
+        only = {h.host.process_id for h in record.hosts}
+        follow = Attach(whole, replace(options, fail_fast=False), display, observe=True, only=only)
         what = f"stopped following; the run goes on (stop it with: multihost kill {args.run})"
         result = execute_run(follow, display, what=what)
         return 0 if not result.interrupted else 130
