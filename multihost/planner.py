@@ -149,7 +149,7 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         found_cloud = found.cloud
     fleet, subset = workers.select(fleet, s.workers, s.exclude_workers)  # before any contact
     if found_cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
-        added = _add_key(found_cloud, s)
+        added = _add_key(found_cloud, s, {h.slice_id for h in fleet})
         if added.user is not None:
             fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
     ssh = s.ssh or SSHOptions(
@@ -201,10 +201,12 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
 
 
 # -- first contact (issue 26): the user's key accepted, as gcloud does --------------------------
-def _add_key(where: CloudFound, s: Settings) -> KeyAdded:
+def _add_key(where: CloudFound, s: Settings, slices: set[int]) -> KeyAdded:
+    """The key on the nodes of the chosen hosts' slices (``where.nodes`` is in slice order)."""
     from multihost.sources.tpukeys import add_key
 
-    return add_key(where.nodes, project=where.project, zone=where.zone, user=s.user,
+    nodes = [n for i, n in enumerate(where.nodes) if i in slices]
+    return add_key(nodes, project=where.project, zone=where.zone, user=s.user,
                    gcloud=where.gcloud)  # fmt: skip
 
 

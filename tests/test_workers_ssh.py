@@ -243,3 +243,35 @@ def test_kill_and_follow_some_hosts_of_a_run(ssh_fleet, code: Path, tmp_path: Pa
         "done",
         "killed",
     ]
+
+
+def test_first_contact_only_where_the_chosen_hosts_are(cloud, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two slices on the stand-in cloud, ``--workers s1``: the key goes into slice 1's node
+    metadata only (the real gcloud CLI, one PATCH), and the run is there only."""
+    from tests.test_sources_tpukeys_ssh import multihost, patches, ssh_config
+
+    cloud.tpu.add("myqr", "v4-16", 2)
+    qr = cloud.tpu.wait_state("myqr", "ACTIVE")
+    config = str(ssh_config(cloud.fleet, tmp_path))
+    res = multihost(
+        cloud,
+        tmp_path,
+        tmp_path / "home",
+        "--ssh-config",
+        config,
+        "--run-name",
+        "fc",
+        "--workers",
+        "s1",
+        cmd="echo $MULTIHOST_SLICE_ID",
+    )
+    assert res.returncode == 0, res.stderr
+    assert "adding your key to 1 node…" in res.stderr
+    assert "was added to the metadata of myqr-1" in res.stderr
+    assert patches(cloud) == 1
+    assert "ssh-keys" not in qr.node_metadata(0)
+    assert "ssh-keys" in qr.node_metadata(1)
+    assert sorted(host_logs(tmp_path / "logs", "fc")) == [
+        "slice_0001_worker_0000",
+        "slice_0001_worker_0001",
+    ]
