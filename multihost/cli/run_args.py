@@ -80,7 +80,9 @@ def _logs(logs: Parser) -> None:
     which = logs.at("hosts").add_mutually_exclusive_group()
     which.add_argument("--host", metavar="sS/wW", help="print this host's log (default s0/w0)")
     which.add_argument(
-        "--all", action="store_true", help="every host's log, each line prefixed [s0/w3]"
+        "--all",
+        action="store_true",
+        help="every host's log (or --workers'), each line prefixed [s0/w3]",
     )
     out = logs.at("output")
     out.add_argument(
@@ -97,7 +99,7 @@ def _logs(logs: Parser) -> None:
     out.add_argument(
         "--follow",
         action="store_true",
-        help="follow every host's log; Ctrl-C stops following, not the run",
+        help="follow every host's log (or --workers'); Ctrl-C stops following, not the run",
     )
     out.add_argument(
         "--gather",
