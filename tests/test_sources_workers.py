@@ -241,3 +241,14 @@ def test_the_api_takes_the_same_keywords(tmp_path: Path) -> None:
             script_dir=tmp_path,
             log_dir=logs,
         )
+
+
+def test_a_big_fleet_is_described_in_one_short_line() -> None:
+    pod = Fleet.from_slices([[Host(f"h{s}-{w}") for w in range(64)] for s in range(16)])
+    with pytest.raises(UsageError) as err:
+        select(pod, "s3/w64")
+    assert str(err.value) == (
+        "--workers s3/w64: no host s3/w64 (the fleet: slices 0-15, workers 0-63 (1024 hosts), "
+        "processes 0-1023)"
+    )
+    assert len(select(pod, "0-1023", "s[1-15]")[0]) == 64

@@ -29,9 +29,9 @@ class Pick:
     """One item of a spec: process indices, or slices × workers (None: every one)."""
 
     text: str
-    indices: tuple[int, ...] | None = None
-    slices: tuple[int, ...] | None = None
-    workers: tuple[int, ...] | None = None
+    indices: frozenset[int] | None = None
+    slices: frozenset[int] | None = None
+    workers: frozenset[int] | None = None
 
     def matches(self, host: Host) -> bool:
         if self.indices is not None:
@@ -79,48 +79,62 @@ def _pick(item: str, flag: str) -> Pick:
     )
 
 
-def _numbers(text: str, item: str, flag: str) -> tuple[int, ...] | None:
+def _numbers(text: str, item: str, flag: str) -> frozenset[int] | None:
     if text == "*":
         return None
-    found: list[int] = []
+    found: set[int] = set()
     for part in text.strip("[]").split(","):
         m = _INDEX.match(part.strip())
         if m is None:
             raise UsageError(f"{flag} {item!r}: bad number set [{text.strip('[]')}]")
-        found.extend(_range(int(m[1]), int(m[2] or m[1]), item, flag))
-    return tuple(found)
+        found |= _range(int(m[1]), int(m[2] or m[1]), item, flag)
+    return frozenset(found)
 
 
-def _range(lo: int, hi: int, item: str, flag: str) -> tuple[int, ...]:
+def _range(lo: int, hi: int, item: str, flag: str) -> frozenset[int]:
     if hi < lo:
         raise UsageError(f"{flag} {item!r}: the range {lo}-{hi} runs backwards")
     if hi - lo >= MAX_HOSTS:
         raise UsageError(f"{flag} {item!r}: more than {MAX_HOSTS} numbers")
-    return tuple(range(lo, hi + 1))
+    return frozenset(range(lo, hi + 1))
 
 
 def _check(picks: tuple[Pick, ...], fleet: Fleet, flag: str, whose: str) -> None:
     """Every number a pick names is one the fleet has."""
     pids = {h.process_id for h in fleet}
     labels = {(h.slice_id, h.worker_id) for h in fleet}
-    have = f"({whose}: {fold(labels)}, processes {_span(pids)})"
+    have = f"({whose}: {_describe(labels)}, processes {_span(pids)})"
     for pick in picks:
         if pick.indices is not None:
-            missing = [i for i in pick.indices if i not in pids]
+            missing = pick.indices - pids
             if missing:
                 raise UsageError(f"{flag} {pick.text}: no process {_span(missing)} {have}")
             continue
-        slices = pick.slices if pick.slices is not None else sorted({s for s, _ in labels})
-        gone = [s for s in slices if not any(ls == s for ls, _ in labels)]
+        have_slices = {s for s, _ in labels}
+        slices = sorted(pick.slices if pick.slices is not None else have_slices)
+        gone = [s for s in slices if s not in have_slices]
         if gone:
             raise UsageError(f"{flag} {pick.text}: no slice {_span(gone)} {have}")
         if pick.workers is None:
             continue
-        absent = [(s, w) for s in slices for w in pick.workers if (s, w) not in labels]
+        absent = [(s, w) for s in slices for w in sorted(pick.workers) if (s, w) not in labels]
         if pick.slices is None:  # s*/wN: a worker some slice has is enough
-            absent = [(s, w) for s, w in absent if not any(lw == w for _, lw in labels)]
+            have_workers = {w for _, w in labels}
+            absent = [(s, w) for s, w in absent if w not in have_workers]
         if absent:
             raise UsageError(f"{flag} {pick.text}: no host {fold(absent)} {have}")
+
+
+def _describe(labels: Iterable[tuple[int, int]]) -> str:
+    """The fleet's hosts folded; a big fleet as its slices and workers, to stay one line."""
+    labels = list(labels)
+    text = fold(labels)
+    if len(text) <= 120:
+        return text
+    return (
+        f"slices {_span(s for s, _ in labels)}, workers {_span(w for _, w in labels)}"
+        f" ({len(labels)} hosts)"
+    )
 
 
 def _span(numbers: Iterable[int]) -> str:
@@ -153,7 +167,7 @@ def select(
         given = " ".join(
             f"{f} {v}" for f, v in (("--workers", workers), ("--exclude-workers", exclude)) if v
         )
-        raise UsageError(f"{given}: no host left ({whose}: {fold(_labels(fleet))})")
+        raise UsageError(f"{given}: no host left ({whose}: {_describe(_labels(fleet))})")
     if len(chosen) == len(fleet):
         return fleet, ""
     return Fleet(tuple(chosen)), fold(_labels(chosen))
