@@ -23,7 +23,7 @@ from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
 from multihost.plan import check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
-from multihost.sources import CloudFound, FleetSpec, Found, resolve
+from multihost.sources import CloudFound, FleetSpec, Found, resolve, workers
 from multihost.sources.tpukeys import GOOGLE_KEY, KeyAdded
 from multihost.transport import HostKeyPolicy, SSHOptions
 
@@ -33,6 +33,7 @@ class Settings:
     """What a plan is made from: the schema's settings (and the API's few more), typed."""
 
     cmd: str = ""
+    jax_job: str | None = None  # the command is a JAX job that needs every process: what it is
     run_name: str | None = None
     # where: exactly one of hosts (a list, an inventory, or a Fleet), local, prefix
     hosts: str | Fleet | None = None
@@ -43,6 +44,8 @@ class Settings:
     ip: str = "auto"
     user: str | None = None
     tunnel_through_iap: bool = False
+    workers: str | None = None  # some of the hosts (multihost.sources.workers); None: all
+    exclude_workers: str | None = None
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
@@ -109,6 +112,7 @@ class Reach:
     cloud: bool = False
     warnings: tuple[str, ...] = ()  # what the fleet's source had to say
     notes: tuple[str, ...] = ()  # what first contact did (a key added, and where)
+    subset: str = ""  # --workers chose some of the hosts: these, folded ("": every host)
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,10 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     added: KeyAdded | None = None
     found_cloud: CloudFound | None = None
     started = time.monotonic()
+    if s.workers is not None:
+        workers.parse(s.workers)  # a bad spec is refused before the fleet is looked for
+    if s.exclude_workers is not None:
+        workers.parse(s.exclude_workers, "--exclude-workers")
     if isinstance(s.hosts, Fleet):
         if s.local is not None or s.prefix is not None:
             raise ValueError("give exactly one of hosts=, local= or prefix=")
@@ -140,10 +148,11 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
         found_cloud = found.cloud
-        if found.cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
-            added = _add_key(found.cloud, s)
-            if added.user is not None:
-                fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
+    fleet, subset = workers.select(fleet, s.workers, s.exclude_workers)  # before any contact
+    if found_cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
+        added = _add_key(found_cloud, s, {h.slice_id for h in fleet})
+        if added.user is not None:
+            fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
     ssh = s.ssh or SSHOptions(
         host_keys="accept-new" if cloud else "strict",
         fallback_identity=GOOGLE_KEY if cloud else None,
@@ -189,14 +198,16 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
                   f"{'' if added.user is None else f'; logging in as {added.user}'}",)  # fmt: skip
     if s.wait is not None and not fleet.local:
         _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
-    return Reach(fleet, ssh, cloud, warnings, notes)
+    return Reach(fleet, ssh, cloud, warnings, notes, subset)
 
 
 # -- first contact (issue 26): the user's key accepted, as gcloud does --------------------------
-def _add_key(where: CloudFound, s: Settings) -> KeyAdded:
+def _add_key(where: CloudFound, s: Settings, slices: set[int]) -> KeyAdded:
+    """The key on the nodes of the chosen hosts' slices (``where.nodes`` is in slice order)."""
     from multihost.sources.tpukeys import add_key
 
-    return add_key(where.nodes, project=where.project, zone=where.zone, user=s.user,
+    nodes = [n for i, n in enumerate(where.nodes) if i in slices]
+    return add_key(nodes, project=where.project, zone=where.zone, user=s.user,
                    gcloud=where.gcloud)  # fmt: skip
 
 
@@ -245,7 +256,11 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         remote_dir=s.remote_dir,
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
+        workers=where.subset,
     )
+    jax = s.jax_job or ("--trace" if s.trace is not None else None)
+    if where.subset and jax:
+        raise UsageError(workers.refusal(jax, where.subset))
     if s.trace is not None and s.trace > D.trace_max:
         raise UsageError(f"--trace {s.trace:g}: at most {D.trace_max:g} seconds")
     logs = log_dir(s.log_dir)
