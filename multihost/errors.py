@@ -5,6 +5,7 @@ MultihostError
  │    ├── InventoryError       a host list or inventory file that cannot be used
  │    ├── DiscoveryError       gcloud missing, failing, or no matching TPU slices
  │    └── SettingError         a setting that cannot be used (also a ValueError)
+ ├── KeyRefused                the key first contact added is still refused (.hosts)
  └── HostError                 something went wrong on one host (.host)
       ├── ConnectError         could not connect or log in
       │    ├── HostKeyError    the host key is unknown or does not match
@@ -45,6 +46,15 @@ class DiscoveryError(UsageError):
 class SettingError(UsageError, ValueError):
     """A setting that cannot be used (a missing ssh config or code dir): exit 2 on the command
     line, a ValueError to the API's callers."""
+
+
+class KeyRefused(MultihostError):
+    """The key first contact added to a cloud fleet is still refused when the wait for it
+    ends: nothing started; ``hosts`` are those that refuse it."""
+
+    def __init__(self, hosts: tuple[Host, ...], message: str) -> None:
+        super().__init__(message)
+        self.hosts = hosts
 
 
 class HostError(MultihostError):
