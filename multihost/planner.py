@@ -94,6 +94,7 @@ class Settings:
     lock_dir: str | Path | None = None  # call: the project its staged uv.lock was copied from
     no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
     add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
+    dry_run: bool = False  # a plan only, to print: no first contact, no host asked anything
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Settings:
@@ -171,7 +172,7 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
             verb = "publishes" if len(unpublished) == 1 else "publish"
             warnings += (f"{', '.join(unpublished)} {verb} no host keys (guest attributes "
                          "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
-    if s.wait is not None and not fleet.local:
+    if s.wait is not None and not fleet.local and not s.dry_run:
         _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
     return Reach(fleet, ssh, cloud, warnings, notes)
 
@@ -230,7 +231,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     check_port("coordinator_port", s.coordinator_port)
     check_port("megascale_port", s.megascale_port)
-    where = reach(replace(s, add_key=True))  # a run connects: the user's key accepted first
+    # a run connects: the user's key accepted first; a dry run only prints what it would do
+    where = reach(replace(s, add_key=not s.dry_run))
     job = Job(
         command=s.cmd,
         run_name=check_run_name(s.run_name or default_run_name()),

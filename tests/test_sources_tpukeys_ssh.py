@@ -271,3 +271,20 @@ def test_internal_only_workers_are_said_at_once(cloud: Cloud, tmp_path: Path) ->
     assert "only an internal address" in said
     assert "--tunnel-through-iap" in said
     assert "still waiting, up to 600 s" in said
+
+
+def test_dry_run_makes_no_first_contact(cloud: Cloud, tmp_path: Path) -> None:
+    """``run --dry-run`` on a fresh HOME: the plan printed from discovery alone; no key made
+    or pushed, no project metadata, no guest attributes read, nothing connected to."""
+    cloud.tpu.add("myqr", "v4-16")
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    cloud.tpu.requests.clear()
+    config = str(ssh_config(cloud.fleet, tmp_path))
+    home = tmp_path / "home"
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "d1",
+                    "--dry-run")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "### s0/w1 (127.0.0.3)" in res.stdout
+    assert cloud.requests() == [("GET", f"/v2/projects/p/locations/{ZONE}/nodes")]
+    assert not (home / ".ssh").exists()
+    assert res.stderr == ""
