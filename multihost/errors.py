@@ -92,6 +92,15 @@ class EnvFailed(RemoteError):
     cause in the message): nothing started, and trying again without a change fails again."""
 
 
+class StaleLock(EnvFailed):
+    """The builder found ``uv.lock`` out of date with (or unreadable beside) pyproject.toml:
+    the run stops as for bad input (exit 2). ``stderr``: what uv said."""
+
+    def __init__(self, host: Host, message: str, stderr: str) -> None:
+        super().__init__(host, message)
+        self.stderr = stderr
+
+
 class PortBusy(RemoteError):
     """Host 0 cannot bind the job's coordinator port: nothing may start."""
 

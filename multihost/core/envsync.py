@@ -28,9 +28,9 @@ from pathlib import Path
 from multihost import stagevia
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
-from multihost.envsync import EnvRequest, satisfies, uv_binary, uv_version
+from multihost.envsync import EnvRequest, lock_problem, satisfies, uv_binary, uv_version
 from multihost.envsync.uvbin import Binary, inspect
-from multihost.errors import EnvFailed, HostError, RemoteError, UsageError
+from multihost.errors import EnvFailed, HostError, RemoteError, StaleLock, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.job.cloud import CloudError
 from multihost.job.record import env_prefix, env_url
@@ -166,6 +166,13 @@ async def sync_environment(
     async with asyncio.TaskGroup() as tg:
         for members in keys.values():
             tg.create_task(_one_key(sup, members, uv, req, summary, errors))
+    stale = next((e for e in errors.values() if isinstance(e, StaleLock)), None)
+    if stale is not None:  # the lock is the run's, not the host's: bad input (exit 2)
+        raise lock_problem(
+            req.lock or "uv.lock",
+            stale.stderr,
+            f"; checked on the builder {stale.host.name} ({stale.host.target})",
+        )
     for p in probes:
         sup.extra_env[p.host.process_id] = {"MULTIHOST_ENV": f"{p.envs}/{p.key}"}
     done = [h for h in summary.built]
@@ -466,6 +473,9 @@ async def _build(
     conn = sup.slots[p.host.process_id].conn
     assert conn is not None
     res = await conn.run(command, stdin=stdin or None)
+    if res.exit_status == 5:
+        raise StaleLock(p.host, f"uv.lock does not match pyproject.toml: {_said(res.stderr, 6)}",
+                        res.stderr.decode(errors="replace"))  # fmt: skip
     if res.exit_status != 0:
         raise EnvFailed(p.host, f"environment build failed: {_said(res.stderr, 6)}")
     return res.stdout.decode(errors="replace")

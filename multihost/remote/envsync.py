@@ -132,7 +132,8 @@ echo "packed $(wc -c < "$k") $h"
 # requirements file of N bytes comes first on stdin), ship (1: uv follows on stdin; 2: fetch
 # uv==$uvv with the host's own pip, from the index its pip uses, and take the binary out of the
 # wheel with unwheel (uv_wheel.py); either goes to <base>/bin/uv). Builds into a
-# relocatable venv with uv (no interpreter downloads): from the lock, frozen; or exactly the
+# relocatable venv with uv (no interpreter downloads): from the lock, once it is checked
+# against pyproject.toml (a lock out of date: uv's lines on stderr, exit 5); or exactly the
 # requirements (uv pip sync: nothing resolved, nothing else installed), then uv pip check (a
 # file that leaves out a dependency fails). Writes the manifest and the marker, moves it into
 # place atomically, then packs it in fmt (_PACK). A failed build: uv's last lines on stderr,
@@ -179,9 +180,14 @@ if [ "$req" != 0 ]; then
     tail -n 20 "$t"/log >&2; exit 4
   }
 else
+  # the lock must match pyproject.toml (the runner may have had no uv to check it with):
+  # checked offline (a matching lock needs no resolution), then synced --locked
+  "$uv" lock --check --offline --python "$exe" > "$t"/log 2>&1 || {
+    tail -n 20 "$t"/log >&2; exit 5
+  }
   set -f
   # shellcheck disable=SC2086 # the selection flags, split on purpose
-  "$uv" sync -q --frozen --no-install-project $sel > "$t"/log 2>&1 || {
+  "$uv" sync -q --locked --no-install-project $sel > "$t"/log 2>&1 || {
     tail -n 20 "$t"/log >&2; exit 4
   }
   set +f
