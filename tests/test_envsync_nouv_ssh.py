@@ -1,6 +1,6 @@
 """A runner without uv (no uv on PATH, no ``uv`` package): the lock is checked where uv is, on
-the builder, on the real sshd fleet against an index served here. The runner is the real CLI run
-by a Python that has every package of the test venv but ``uv``."""
+the builder or on a host that has uv, on the real sshd fleet against an index served here. The
+runner is the real CLI run by a Python that has every package of the test venv but ``uv``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,14 +26,7 @@ pytestmark = pytest.mark.usefixtures("fresh_runs")
 N = 4
 PATH = "/usr/local/bin:/usr/bin:/bin"  # this machine's programs: no uv among them
 BASE = ".multihost-nouv"  # a remote dir of its own: no uv shipped there by another test
-TOUCH = "/tmp/mh-nouv-$MULTIHOST_TEST_HOST"  # what the job would leave, had it started
-
-
-@pytest.fixture
-def index(tmp_path: Path) -> Iterator[Index]:
-    idx = tinyab(tmp_path / "index")
-    with idx.serving():
-        yield idx
+TOUCH = "/tmp/mh-nouv-$MULTIHOST_TEST_HOST"  # what the job leaves where it starts
 
 
 def python_without_uv(root: Path) -> Path:
@@ -46,12 +40,51 @@ def python_without_uv(root: Path) -> Path:
     return root / "bin" / "python"
 
 
-def test_a_stale_lock_is_refused_by_the_builder(
-    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
-) -> None:
-    """pyproject.toml asks for more than uv.lock has, and the runner cannot check it: the
-    builder (which fetches uv with its own pip) does, before it syncs anything; the run ends
-    with exit 2 naming the lock and ``uv lock``, and nothing started on any host."""
+@dataclass
+class Runner:
+    """The CLI without uv, the index (with a wheel of the real uv binary for the builder's
+    pip to fetch), and the project."""
+
+    python: Path
+    env: dict[str, str]
+    index: Index
+    uv_wheel: str
+    project: Path
+    fleet: loopback.Fleet
+    tmp: Path
+
+    def run(self, name: str) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.python), "-m", "multihost", "run", "--hosts", "h0,h1,h2,h3",
+                "--ssh-config", str(self.fleet.ssh_config), "--script-dir", str(self.project),
+                "--log-dir", str(self.tmp / "logs"), "--remote-dir", f"~/{BASE}",
+                "--run-name", name, "--cmd", f"touch {TOUCH}"]  # fmt: skip
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+
+    def stale(self) -> None:
+        """pyproject.toml asks for more than uv.lock has."""
+        text = (self.project / "pyproject.toml").read_text()
+        (self.project / "pyproject.toml").write_text(
+            text.replace('["tinya"]', '["tinya", "tinyb"]')
+        )
+
+    def refused(self, res: subprocess.CompletedProcess[str], name: str, where: str) -> None:
+        """Exit 2 naming the lock and ``uv lock``; nothing started on any host."""
+        assert res.returncode == 2, res.stderr
+        error = res.stderr.strip().splitlines()[-1]
+        said = (f"multihost: error: {self.project / 'uv.lock'} is out of date with "
+                f"pyproject.toml: run `uv lock` (nothing started; checked on {where}")  # fmt: skip
+        assert error.startswith(said), error
+        assert "Traceback" not in res.stderr
+        assert not [p for p in self.index.hits if p.startswith("/files/tiny")]  # nothing synced
+        assert not [h for h in self.fleet.hosts[:N] if Path(f"/tmp/mh-nouv-{h.alias}").exists()]
+        for h in self.fleet.hosts[:N]:
+            assert not (h.home / BASE / "runs" / name).exists()
+        wait_for(lambda: no_processes(self.fleet, N), 10, "host processes to end")
+
+
+@pytest.fixture
+def runner(ssh_fleet: loopback.Fleet, tmp_path: Path) -> Iterator[Runner]:
     if shutil.which("uv", path=PATH):
         pytest.skip(f"uv is on {PATH}: no runner without uv here")
     python = python_without_uv(tmp_path / "nouv")
@@ -62,46 +95,51 @@ def test_a_stale_lock_is_refused_by_the_builder(
     assert probe.stdout.strip() == "None", probe  # the runner has no uv at all
     real = uv_binary()
     assert real is not None
+    index = tinyab(tmp_path / "index")
     tag = f"py3-none-manylinux_2_17_{platform.machine()}"
     wheel = index.add("uv", DEFAULTS.uv_version,
                       {f"uv-{DEFAULTS.uv_version}.data/scripts/uv": Path(real).read_bytes()},
                       tag=tag)  # fmt: skip
-    proj = uv_project(tmp_path / "proj", index.url)
-    text = (proj / "pyproject.toml").read_text()
-    (proj / "pyproject.toml").write_text(text.replace('["tinya"]', '["tinya", "tinyb"]'))
-    index.hits.clear()
-    homes = [ssh_fleet.hosts[i].home for i in range(N)]
-    conf = homes[0] / ".config" / "pip" / "pip.conf"
+    homes = [h.home for h in ssh_fleet.hosts[:N]]
+    conf = homes[0] / ".config" / "pip" / "pip.conf"  # the builder's pip finds uv there
     made = not (homes[0] / ".config").exists()
-    marks = [Path(f"/tmp/mh-nouv-{h.alias}") for h in ssh_fleet.hosts[:N]]
-    for m in marks:
-        m.unlink(missing_ok=True)
+    for h in ssh_fleet.hosts[:N]:
+        Path(f"/tmp/mh-nouv-{h.alias}").unlink(missing_ok=True)
     try:
-        conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text(f"[global]\nindex-url = {index.url}\n")
-        argv = [str(python), "-m", "multihost", "run", "--hosts", "h0,h1,h2,h3",
-                "--ssh-config", str(ssh_fleet.ssh_config), "--script-dir", str(proj),
-                "--log-dir", str(tmp_path / "logs"), "--remote-dir", f"~/{BASE}",
-                "--run-name", "stale", "--cmd", f"touch {TOUCH}"]  # fmt: skip
-        res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
-                             stdin=subprocess.DEVNULL)  # fmt: skip
-        assert res.returncode == 2, res.stderr
-        error = res.stderr.strip().splitlines()[-1]
-        assert error.startswith(f"multihost: error: {proj / 'uv.lock'} is out of date with "
-                                "pyproject.toml: run `uv lock` (nothing started; checked on the "
-                                "builder s0/w0 ("), error  # fmt: skip
-        assert "Traceback" not in res.stderr
-        # the builder fetched uv to check the lock, and synced nothing
-        assert index.hits[f"/files/{wheel.name}"] == 1
-        assert not [p for p in index.hits if p.startswith("/files/tiny")]
-        assert not [m for m in marks if m.exists()]
-        for home in homes:
-            runs = home / BASE / "runs"
-            assert not runs.exists() or not any(runs.iterdir())
-            envs = home / BASE / "envs"
-            assert not envs.exists() or not [p for p in envs.iterdir() if p.is_dir()]
-        wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+        with index.serving():
+            project = uv_project(tmp_path / "proj", index.url)
+            index.hits.clear()
+            conf.parent.mkdir(parents=True, exist_ok=True)
+            conf.write_text(f"[global]\nindex-url = {index.url}\n")
+            yield Runner(python, env, index, wheel.name, project, ssh_fleet, tmp_path)
     finally:
         shutil.rmtree(homes[0] / ".config" if made else conf.parent, ignore_errors=True)
         for home in homes:
             shutil.rmtree(home / BASE, ignore_errors=True)
+
+
+def test_a_stale_lock_is_refused_by_the_builder(runner: Runner) -> None:
+    """The runner cannot check the lock: the builder (which fetches uv with its own pip)
+    does, before it syncs anything."""
+    runner.stale()
+    res = runner.run("stale")
+    runner.refused(res, "stale", "the builder s0/w0 (")
+    assert runner.index.hits[f"/files/{runner.uv_wheel}"] == 1  # the builder's uv, to check
+    for h in runner.fleet.hosts[:N]:
+        envs = h.home / BASE / "envs"
+        assert not envs.exists() or not [p for p in envs.iterdir() if p.is_dir()]
+
+
+def test_a_stale_lock_is_refused_when_nothing_is_built(runner: Runner) -> None:
+    """The environment is on every host already and pyproject.toml changes (the lock, and so
+    the key, does not): a host with uv (the one that built it) checks the lock."""
+    res = runner.run("fresh")
+    assert res.returncode == 0, res.stderr
+    assert "built on s0/w0" in res.stderr
+    for h in runner.fleet.hosts[:N]:
+        Path(f"/tmp/mh-nouv-{h.alias}").unlink()
+    runner.index.hits.clear()
+    runner.stale()
+    res = runner.run("stale")
+    runner.refused(res, "stale", "s0/w0 (")
+    assert not runner.index.hits  # checked offline: nothing asked of the index

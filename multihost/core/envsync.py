@@ -36,7 +36,7 @@ from multihost.job.cloud import CloudError
 from multihost.job.record import env_prefix, env_url
 from multihost.model import Host
 from multihost.remote import script
-from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE, SERVE, UPLOAD
+from multihost.remote.envsync import BUILD, INSTALL, LOCK_CHECK, PACK, PROBE, SERVE, UPLOAD
 from multihost.remote.staging import SEED_STOP, python_source
 from multihost.transport import Completed
 
@@ -158,6 +158,8 @@ async def sync_environment(
                 f"{p.host.name} ({p.host.target}): Python {p.python} ({p.exe}) does not "
                 f"satisfy requires-python {req.requires_python}{more}; nothing started"
             )
+    if uv.path is None and not req.requirements:  # this machine could not check the lock
+        await _check_lock(sup, probes, req)
     summary = EnvSummary()
     errors: dict[int, HostError] = {}
     keys: dict[str, list[Probe]] = {}
@@ -200,6 +202,30 @@ async def sync_environment(
         said += f"; the runner sent {sup.env_bytes / (1 << 20):.1f} MiB"
     sup.note(said)
     return [Outcome(p.host, error=errors.get(p.host.process_id)) for p in probes]
+
+
+async def _check_lock(sup: Supervisor, probes: Sequence[Probe], req: EnvRequest) -> None:
+    """uv.lock against pyproject.toml on a host with uv, for a runner without one: a warm run
+    builds nothing (the key is the lock's), so no builder would check it. A lock out of date
+    is bad input (exit 2, nothing started)."""
+    checker = next((p for p in probes if p.has_uv), None)
+    if checker is None:
+        if any(p.state == "present" for p in probes):
+            sup.note("uv.lock not checked against pyproject.toml: no uv here nor on any host "
+                     "(a host that builds checks it)", "warning")  # fmt: skip
+        return
+    host = checker.host
+    conn = sup.slots[host.process_id].conn
+    assert conn is not None
+    command = script(LOCK_CHECK, paths={"b": _base(sup, checker), "code": sup.paths(host).code},
+                     exe=checker.exe)  # fmt: skip
+    done = await conn.run(command)
+    if done.exit_status == 5:
+        raise lock_problem(req.lock or "uv.lock", done.stderr.decode(errors="replace"),
+                           f"; checked on {host.name} ({host.target})")  # fmt: skip
+    if done.exit_status != 0:
+        sup.note(f"{host.name}: cannot check uv.lock against pyproject.toml: "
+                 f"{_said(done.stderr)}", "warning")  # fmt: skip
 
 
 def pack_format(source: Probe, takers: Sequence[Probe], bucket: bool) -> tuple[str, str]:

@@ -206,6 +206,23 @@ mv -T "$t"/env "$e/$key"
     + _PACK
 )
 
+# uv.lock checked against pyproject.toml on a host with uv, when the runner has none and no
+# host builds (a warm run: its key is the lock's, so a changed pyproject.toml alone does not
+# change it). Vars: b, code (the staged code dir), exe (the Python). Exit 5 with uv's lines on
+# stderr when the lock is out of date; 4 when it cannot check.
+LOCK_CHECK = (
+    _FIND_UV
+    + """\
+[ -n "$uv" ] || { echo "no uv on this host" >&2; exit 4; }
+export UV_PYTHON_DOWNLOADS=never UV_CACHE_DIR="$b"/uv-cache UV_NO_PROGRESS=1
+unset VIRTUAL_ENV
+cd "$code" || exit 4
+said=$("$uv" lock --check --offline --python "$exe" 2>&1) || {
+  printf '%s\\n' "$said" | tail -n 20 >&2; exit 5
+}
+"""
+)
+
 # A host that has the environment complete, handing it on. Vars: b, key, fmt. Says
 # "packed ...".
 PACK = (
@@ -317,6 +334,7 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("b", "key", "fmt", "code", "exe", "sel", "req", "ship", "uvv", "unwheel"),
     ),
     "env-pack": (PACK, ("b", "key", "fmt")),
+    "env-lock-check": (LOCK_CHECK, ("b", "code", "exe")),
     "env-install": (INSTALL, ("b", "key", "fmt", "digest", "how", "url", "fetch", "timeout")),
     "env-upload": (UPLOAD, ("b", "key", "url")),
     "env-serve": (SERVE, ("b", "key", "fmt", "serve", "addr", "lifetime", "fetches", "name")),
