@@ -9,8 +9,12 @@ node's ``ssh-keys``, appends it to the node's ``ssh-keys``. We do the same throu
 ``enable-oslogin``, else the project's) the key goes to the user's profile instead and the login
 name is the profile's primary POSIX username.
 
+USER is the user the worker is logged into (the guest agent installs the key for the user its
+line names, and for no one else): one line per distinct login user of a node
+(``multihost.fleetops.contact`` works them out from ``--user`` and the ssh config).
+
 The nodes' metadata comes from discovery's own list call: nothing more is asked of gcloud
-when every node already has the line.
+when every node already has its lines.
 """
 
 from __future__ import annotations
