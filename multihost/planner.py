@@ -161,17 +161,17 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         if loop is not None:
             raise SettingError(f"ssh config: an Include loop: {loop}")
     notes: tuple[str, ...] = ()
-    first_contact = found_cloud is not None and s.add_key
-    if found_cloud is not None and first_contact and not s.no_add_key:
-        fleet, notes = _first_contact(fleet, ssh, found_cloud, s)
-    if found_cloud is not None and first_contact and ssh.host_keys == "accept-new":
-        from multihost.fleetops.contact import pin_host_keys
+    if found_cloud is not None and s.add_key:  # first contact (not for a dry run)
+        if not s.no_add_key:
+            fleet, notes = _first_contact(fleet, ssh, found_cloud, s)
+        if ssh.host_keys == "accept-new":
+            from multihost.fleetops.contact import pin_host_keys
 
-        ssh, unpublished = pin_host_keys(fleet, ssh, found_cloud)
-        if unpublished:
-            verb = "publishes" if len(unpublished) == 1 else "publish"
-            warnings += (f"{', '.join(unpublished)} {verb} no host keys (guest attributes "
-                         "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
+            ssh, unpublished = pin_host_keys(fleet, ssh, found_cloud)
+            if unpublished:
+                verb = "publishes" if len(unpublished) == 1 else "publish"
+                warnings += (f"{', '.join(unpublished)} {verb} no host keys (guest attributes "
+                             "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
     if s.wait is not None and not fleet.local and not s.dry_run:
         _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
     return Reach(fleet, ssh, cloud, warnings, notes)
