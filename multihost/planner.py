@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import SettingError, UsageError
@@ -24,8 +24,11 @@ from multihost.model import Fleet, Job
 from multihost.plan import check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
 from multihost.sources import CloudFound, FleetSpec, Found, resolve, workers
-from multihost.sources.tpukeys import GOOGLE_KEY, KeyAdded
+from multihost.sources.tpukeys import GOOGLE_KEY
 from multihost.transport import HostKeyPolicy, SSHOptions
+
+if TYPE_CHECKING:
+    from multihost.fleetops.reachable import Reached
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class Settings:
     lock_dir: str | Path | None = None  # call: the project its staged uv.lock was copied from
     no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
     add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
+    dry_run: bool = False  # a plan only, to print: no first contact, no host asked anything
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Settings:
@@ -127,10 +131,11 @@ class Plan:
 
 
 def reach(settings: Settings | Mapping[str, Any]) -> Reach:
-    """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it."""
+    """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it; for a run
+    (``add_key``) on a --prefix fleet, first contact too: the user's key accepted, host keys
+    pinned."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     warnings: tuple[str, ...] = ()
-    added: KeyAdded | None = None
     found_cloud: CloudFound | None = None
     started = time.monotonic()
     if s.workers is not None:
@@ -149,30 +154,12 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
         found_cloud = found.cloud
     fleet, subset = workers.select(fleet, s.workers, s.exclude_workers)  # before any contact
-    if found_cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
-        added = _add_key(found_cloud, s, {h.slice_id for h in fleet})
-        if added.user is not None:
-            fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
     ssh = s.ssh or SSHOptions(
         host_keys="accept-new" if cloud else "strict",
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
     if s.host_keys is not None:
         ssh = replace(ssh, host_keys=s.host_keys)
-    if found_cloud is not None and s.add_key and ssh.host_keys == "accept-new":  # issue 26
-        from multihost.sources.tpuhostkeys import pin
-
-        pins = pin(fleet, [str(n.get("name", "")).rsplit("/", 1)[-1] for n in found_cloud.nodes],
-                   found_cloud.project, found_cloud.zone, found_cloud.gcloud)  # fmt: skip
-        ssh = replace(ssh, pinned=pins.keys)
-        from multihost.transport.hostkeys import record_pins
-
-        ports = {h.address: h.port for h in fleet}
-        record_pins([(a, ports.get(a), k) for a, k in pins.keys], ssh.trust_file)
-        if pins.unpublished:
-            verb = "publishes" if len(pins.unpublished) == 1 else "publish"
-            warnings += (f"{', '.join(pins.unpublished)} {verb} no host keys (guest attributes "
-                         "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
     if s.connect_timeout is not None:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
     if s.ssh_config is not None:
@@ -184,31 +171,34 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         if loop is not None:
             raise SettingError(f"ssh config: an Include loop: {loop}")
     notes: tuple[str, ...] = ()
-    if added is not None and (added.nodes or added.profile):
-        say = s.progress or (lambda _: None)
-        n = len(added.nodes)
-        say(f"adding your key to {n} node{'s' * (n != 1)}…" if n else
-            "adding your key to your OS Login profile…")  # fmt: skip
-        _wait_reachable(fleet, ssh, s, _key_wait(), auth=True)
-        if n:
-            notes = (f"your key ({GOOGLE_KEY}.pub) was added to the metadata of "
-                     f"{', '.join(added.nodes)}",)  # fmt: skip
-    if added is not None and added.oslogin:
-        notes += (f"OS Login: your key is in your profile"
-                  f"{'' if added.user is None else f'; logging in as {added.user}'}",)  # fmt: skip
-    if s.wait is not None and not fleet.local:
+    if found_cloud is not None and s.add_key:  # first contact (not for a dry run)
+        if not s.no_add_key:
+            fleet, notes = _first_contact(fleet, ssh, found_cloud, s)
+        if ssh.host_keys == "accept-new":
+            from multihost.fleetops.contact import pin_host_keys
+
+            ssh, unpublished = pin_host_keys(fleet, ssh, found_cloud)
+            if unpublished:
+                verb = "publishes" if len(unpublished) == 1 else "publish"
+                warnings += (f"{', '.join(unpublished)} {verb} no host keys (guest attributes "
+                             "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
+    if s.wait is not None and not fleet.local and not s.dry_run:
         _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
     return Reach(fleet, ssh, cloud, warnings, notes, subset)
 
 
-# -- first contact (issue 26): the user's key accepted, as gcloud does --------------------------
-def _add_key(where: CloudFound, s: Settings, slices: set[int]) -> KeyAdded:
-    """The key on the nodes of the chosen hosts' slices (``where.nodes`` is in slice order)."""
-    from multihost.sources.tpukeys import add_key
+# -- first contact: the user's key accepted, as gcloud does -------------------------------------
+def _first_contact(
+    fleet: Fleet, ssh: SSHOptions, where: CloudFound, s: Settings
+) -> tuple[Fleet, tuple[str, ...]]:
+    from multihost.fleetops.contact import first_contact
 
-    nodes = [n for i, n in enumerate(where.nodes) if i in slices]
-    return add_key(nodes, project=where.project, zone=where.zone, user=s.user,
-                   gcloud=where.gcloud)  # fmt: skip
+    def wait(fleet: Fleet, seconds: float) -> Reached:
+        return _wait_reachable(fleet, ssh, s, seconds, auth=True)
+
+    say = s.progress or (lambda _: None)
+    return first_contact(fleet, ssh, where, user=s.user, say=say, wait=wait,
+                         seconds=_key_wait())  # fmt: skip
 
 
 def _key_wait() -> float:
@@ -232,13 +222,17 @@ def _waited(spec: FleetSpec, s: Settings) -> Found:
 
 def _wait_reachable(
     fleet: Fleet, ssh: SSHOptions, s: Settings, seconds: float, *, auth: bool = False
-) -> None:
+) -> Reached:
     from multihost.bridge import blocking
     from multihost.fleetops.reachable import wait_reachable
 
     say = s.progress or (lambda _: None)
-    blocking(lambda: wait_reachable(fleet, ssh, seconds, say, limit=s.connect_limit,
-                                    poll=min(_poll(), 2.0), auth=auth))  # fmt: skip
+    reached: Reached = blocking(
+        lambda: wait_reachable(
+            fleet, ssh, seconds, say, limit=s.connect_limit, poll=min(_poll(), 2.0), auth=auth
+        )
+    )
+    return reached
 
 
 def plan(settings: Settings | Mapping[str, Any]) -> Plan:
@@ -248,7 +242,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     check_port("coordinator_port", s.coordinator_port)
     check_port("megascale_port", s.megascale_port)
     command, env = utf8("cmd", s.cmd), env_of(s.env)  # refused before any host is asked
-    where = reach(replace(s, add_key=True))  # a run connects: the user's key accepted first
+    # a run connects: the user's key accepted first; a dry run only prints what it would do
+    where = reach(replace(s, add_key=not s.dry_run))
     job = Job(
         command=command,
         run_name=check_run_name(s.run_name or default_run_name()),
