@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from multihost import remote
-from multihost.diagnose.collect import COLLECT
 from multihost.fleetops.preflight import check_command
 from multihost.fleetops.stale import _BODY as stale_body
 from multihost.fleetops.stale import stale_command
@@ -34,7 +33,7 @@ from multihost.remote import envsync, staging
 from multihost.stream import parse_exit, parse_watch_end
 from tests.helpers import wait_for
 
-ALL = {**staging.TEMPLATES, **envsync.TEMPLATES, "collect": (COLLECT, ())}
+ALL = {**staging.TEMPLATES, **envsync.TEMPLATES}
 SCRIPTS = sorted(resources.files(remote).joinpath(".").iterdir(), key=lambda p: p.name)
 SCRIPTS = [p for p in SCRIPTS if p.name.endswith(".sh")]
 
