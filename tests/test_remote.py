@@ -29,11 +29,11 @@ from multihost.plan import (
     status_command,
     watch_command,
 )
-from multihost.remote import envsync, staging
+from multihost.remote import envsync
 from multihost.stream import parse_exit, parse_watch_end
 from tests.helpers import wait_for
 
-ALL = {**staging.TEMPLATES, **envsync.TEMPLATES}
+ALL = dict(envsync.TEMPLATES)
 SCRIPTS = sorted(resources.files(remote).joinpath(".").iterdir(), key=lambda p: p.name)
 SCRIPTS = [p for p in SCRIPTS if p.name.endswith(".sh")]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 _SOURCE = re.compile(r"^\. \./(_[a-z_]+\.sh)\n", re.M)
-_ARG = re.compile(r"^([a-z_]+)=\$([0-9])\n", re.M)
+_ARG = re.compile(r"^([a-z_]+)=\$(?:([1-9])|\{([1-9][0-9])\})\n", re.M)
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,16 @@ def load(name: str) -> Script:
     args: list[str] = []
     at = 0
     while m := _ARG.match(text, at):
-        if int(m[2]) != len(args) + 1:
+        if int(m[2] or m[3]) != len(args) + 1:
             raise ValueError(f"{name}.sh: its arguments must be assigned as $1, $2, ... in order")
         args.append(m[1])
         at = m.end()
     return Script(name, text, tuple(args))
+
+
+def fragment(name: str) -> str:
+    """The fragment ``_NAME.sh`` as put in place (for the templates still kept as strings)."""
+    return _body(_read(f"_{name}.sh"))
 
 
 STAGE = load("stage")  # b c done: "present", or "absent" and the archive unpacked from stdin
