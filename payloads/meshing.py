@@ -367,3 +367,9 @@ def timing_stats(values: Sequence[float]) -> dict[str, float]:
         "min_s": float(arr.min()),
         "max_s": float(arr.max()),
     }
+
+
+def mean_of(timed: int, warmup: int) -> str:
+    """What the step time is the mean of, in the words the run's summary uses too
+    (``mean of 18 steps after 2 warm-up``): the result's ``timed_steps`` and ``warmup_steps``."""
+    return f"mean of {timed} steps" + (f" after {warmup} warm-up" if warmup else "")

@@ -283,13 +283,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"average time: {mean}, timings (seconds) {timings}", flush=True)
     print(f"time is {mean} seconds, TFLOP is {tflop}, TFLOP/s is {tflop / mean}")
     print(
-        f"  (time is the mean of {len(timings)} timed steps, as MaxText's; median "
+        f"  (time is the {meshing.mean_of(len(timings), args.warmup)}, as MaxText's; median "
         f"{stats['median_s']:.6g} s, min {stats['min_s']:.6g} s, max {stats['max_s']:.6g} s)",
         flush=True,
     )
     fields.update(
         meshing.result_fields("shardings", mesh, tflop / mean),
         step_time_s=mean,
+        timed_steps=len(timings),  # timings_s holds only these: the warm-up is not timed
+        warmup_steps=args.warmup,
         step_time_median_s=stats["median_s"],
         step_time_min_s=stats["min_s"],
         step_time_max_s=stats["max_s"],

@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> None:
     tflop_full = step_flop(args, n_dev, causal=False) / n_dev / 1e12
     print(f"time is {mean} seconds, TFLOP is {tflop}, TFLOP/s is {tflop / mean}")
     print(
-        f"  (time: mean of {len(times) - warmup} steps after {warmup} warm-up, median "
+        f"  (time: {meshing.mean_of(len(times) - warmup, warmup)}, median "
         f"{stats['median_s']:.6g} s, min {stats['min_s']:.6g} s, max {stats['max_s']:.6g} s; "
         f"TFLOP as MaxText counts it, causal attention at half; full-mask hardware count "
         f"{tflop_full:.6g} TFLOP, {tflop_full / mean:.6g} TFLOP/s)",
@@ -543,6 +543,8 @@ def main(argv: list[str] | None = None) -> None:
         losses=losses,
         step_times_s=times,
         step_time_s=mean,
+        timed_steps=len(times) - warmup,  # step_time_s is the mean of the last ones
+        warmup_steps=warmup,
         step_time_median_s=stats["median_s"],
         step_time_min_s=stats["min_s"],
         step_time_max_s=stats["max_s"],

@@ -207,6 +207,7 @@ def test_shardings_result_line_fields() -> None:
     assert res["utilization"] is None
     assert res["tflop_per_device"] == pytest.approx(48 * 64**2 * 2 * 16 / 1e12)
     assert len(res["timings_s"]) == 2
+    assert (res["timed_steps"], res["warmup_steps"]) == (2, 0)
     # "time is" is the mean of the timed steps, as MaxText's shardings.py prints it.
     assert res["step_time_s"] == pytest.approx(sum(res["timings_s"]) / 2)
     assert res["step_time_min_s"] <= res["step_time_median_s"] <= res["step_time_max_s"]
