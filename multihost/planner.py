@@ -21,7 +21,7 @@ from typing import Any
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
-from multihost.plan import check_run_name, parse_env
+from multihost.plan import JOIN_ENV, check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
 from multihost.sources import CloudFound, FleetSpec, Found, resolve
 from multihost.sources.tpukeys import GOOGLE_KEY, KeyAdded
@@ -76,6 +76,7 @@ class Settings:
     on_hang: str = "stop"
     trace: float | None = None
     trace_after: float = D.trace_after
+    jax_init: bool = True  # the hook joins JAX processes to one job (MULTIHOST_JAX_INIT)
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
@@ -239,7 +240,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     job = Job(
         command=s.cmd,
         run_name=check_run_name(s.run_name or default_run_name()),
-        env=env_of(s.env),
+        env=env_of(s.env) | ({} if s.jax_init else {JOIN_ENV: "0"}),
         remote_dir=s.remote_dir,
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,

@@ -10,6 +10,14 @@ job: when (and only when) the program imports ``jax._src.clusters``, a ``Multiho
 is registered there, first in line, answering from the ``JAX_*`` variables multihost set. A
 program that never imports jax pays one string comparison per import and nothing else.
 
+Joining: on a TPU pod the runtime makes one JAX job of all hosts by itself, and programs
+written for pods (MaxText's) never call ``jax.distributed.initialize()``. Elsewhere (CPU, GPU)
+each process would see only its own devices. So in a run of several processes, just before
+the program's first backend use (``xla_bridge.backends()``), the hook calls
+``jax.distributed.initialize`` with the run's coordinator, process id and count: unless the
+program already did, the platform is TPU, or ``MULTIHOST_JAX_INIT=0`` (``--no-jax-init``). A
+later ``jax.distributed.initialize()`` of the program's own is then a no-op.
+
 Traces: in a process that imports jax, a daemon thread looks every quarter second for
 ``$MULTIHOST_STACK_DIR/trace.request`` (one JSON line: capture name, start time, seconds). On a
 new capture it waits for the start time (every host the same wall-clock moment), runs
@@ -25,12 +33,14 @@ import sys
 
 TYPE_CHECKING = False  # typing itself costs an import: mypy reads this name as True
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
 CLUSTERS = "jax._src.clusters"  # where jax keeps its ClusterEnv registry
+BRIDGE = "jax._src.xla_bridge"  # where jax creates its backends
 NEEDED = ("MULTIHOST_RUN", "JAX_COORDINATOR_ADDRESS", "JAX_PROCESS_ID", "JAX_PROCESS_COUNT")
+JOIN = "MULTIHOST_JAX_INIT"  # "0": never join the program to the run's JAX job
 
 
 def _install() -> None:
@@ -51,17 +61,22 @@ def _install() -> None:
         return
 
 
-class ClustersWatcher:
-    """A meta path finder that waits for jax's cluster registry to be imported, lets the real
-    finder load it, then adds ``MultihostCluster``; it removes itself on first sight."""
+class JaxWatcher:
+    """A meta path finder that waits for some of jax's modules to be imported, lets the real
+    finder load each, then runs its action on it; it removes itself once all were seen."""
+
+    def __init__(self, actions: "dict[str, Callable[[ModuleType], None]]") -> None:
+        self.actions = actions
 
     def find_spec(
         self, name: str, path: "Sequence[str] | None", target: "ModuleType | None" = None
     ) -> "ModuleSpec | None":
-        if name != CLUSTERS:
+        action = self.actions.pop(name, None)
+        if action is None:
             return None
         try:
-            sys.meta_path.remove(self)
+            if not self.actions:
+                sys.meta_path.remove(self)
             import importlib.util
 
             spec = importlib.util.find_spec(name)
@@ -72,16 +87,92 @@ class ClustersWatcher:
 
             def exec_module(module: "ModuleType") -> None:
                 load(module)
-                _start_tracer()
                 try:
-                    register(module)
-                except Exception:  # jax changed its registry: initialize() says what is missing
+                    action(module)
+                except Exception:  # jax changed: the program runs as without the hook
                     return
 
             loader.exec_module = exec_module
             return spec
         except Exception:
             return None
+
+
+def _on_clusters(module: "ModuleType") -> None:
+    _start_tracer()
+    register(module)
+
+
+def joins(env: "Mapping[str, str]", platforms: str, tpu_chips: int) -> bool:
+    """Whether this process joins the run's JAX job itself: several processes, multihost's
+    variables set, not opted out, and not on TPU (``platforms``: jax's ``jax_platforms``,
+    empty for its own choice, then TPU chips on the PCI bus decide)."""
+    if env.get(JOIN, "1").strip().lower() in ("0", "off", "no", "false"):
+        return False
+    if not all(env.get(k) for k in NEEDED):
+        return False
+    try:
+        if int(env["JAX_PROCESS_COUNT"]) < 2:
+            return False
+    except ValueError:
+        return False
+    chosen = [p.strip().lower() for p in platforms.split(",") if p.strip()]
+    return "tpu" not in chosen if chosen else tpu_chips == 0
+
+
+def _on_bridge(bridge: "ModuleType") -> None:
+    """Wrap ``backends()`` so that the first backend is made inside the run's JAX job, and
+    ``jax.distributed.initialize`` so that the program's own call after that is a no-op."""
+    import functools
+    import threading
+
+    distributed = sys.modules["jax._src.distributed"]
+    own_init, own_backends = distributed.initialize, bridge.backends
+    lock, state = threading.Lock(), {"pending": True, "joined": False}
+
+    @functools.wraps(own_init)
+    def initialize(*args: object, **kwargs: object) -> None:
+        if state["joined"] and distributed.global_state.client is not None:
+            return  # multihost joined this process before its first JAX call
+        own_init(*args, **kwargs)
+
+    @functools.wraps(own_backends)
+    def backends() -> object:
+        if state["pending"]:
+            with lock:
+                if state["pending"]:
+                    state["pending"] = False
+                    state["joined"] = _join(distributed, own_init)
+        return own_backends()
+
+    setattr(distributed, "initialize", initialize)  # noqa: B010 (a module jax typed)
+    setattr(bridge, "backends", backends)  # noqa: B010
+
+
+def _join(distributed: "ModuleType", own_init: "Callable[..., None]") -> bool:
+    if distributed.global_state.client is not None:
+        return False  # the program initialized itself
+    try:
+        from jax._src import config, hardware_utils
+
+        platforms = str(config.jax_platforms.value or "")
+        tpu = hardware_utils.num_available_tpu_chips_and_device_id
+        chips = 0 if platforms else int(tpu()[0])  # type: ignore[no-untyped-call]
+    except Exception:
+        return False
+    if not joins(os.environ, platforms, chips):
+        return False
+    address, pid = os.environ["JAX_COORDINATOR_ADDRESS"], int(os.environ["JAX_PROCESS_ID"])
+    count = int(os.environ["JAX_PROCESS_COUNT"])
+    try:
+        own_init(coordinator_address=address, num_processes=count, process_id=pid)
+    except Exception as e:
+        raise RuntimeError(
+            f"multihost: process {pid} of {count} could not join the run's JAX job "
+            f"(jax.distributed.initialize, coordinator {address}): {e} "
+            f"({JOIN}=0 or --no-jax-init leaves initializing to the program)"
+        ) from e
+    return True
 
 
 def register(clusters: "ModuleType") -> type:
@@ -123,12 +214,15 @@ def register(clusters: "ModuleType") -> type:
 
 def _watch_for_jax() -> None:
     if all(os.environ.get(k) for k in NEEDED) and CLUSTERS not in sys.modules:
-        sys.meta_path.insert(0, ClustersWatcher())
+        actions: dict[str, Callable[[ModuleType], None]] = {CLUSTERS: _on_clusters}
+        if joins(os.environ, "", 0) and BRIDGE not in sys.modules:  # the platform: later
+            actions[BRIDGE] = _on_bridge
+        sys.meta_path.insert(0, JaxWatcher(actions))
     elif os.environ.get("MULTIHOST_STACK_DIR") and CLUSTERS not in sys.modules:
         sys.meta_path.insert(0, TracerWatcher())
 
 
-class TracerWatcher(ClustersWatcher):
+class TracerWatcher:
     """Without the JAX_* variables only the tracer is wanted once jax is imported."""
 
     def find_spec(

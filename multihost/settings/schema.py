@@ -222,6 +222,16 @@ TRACE_AFTER = Flag(
     "StepTraceAnnotation; without one, S s after its first JAX computation) "
     "(default %(default)g s)",
 )
+JAX_INIT = Flag(
+    "jax-init",
+    kind="bool",
+    default=True,
+    help="join every process's JAX to one job before its first JAX call "
+    "(jax.distributed.initialize from the run's coordinator, id and count), as a TPU pod's "
+    "runtime does, so a script written for a pod runs unchanged; never on TPU, and a "
+    "program's own initialize() still works (default: yes; --no-jax-init leaves it to the "
+    "program)",
+)
 RUN: Group = (
     SCRIPT_DIR,
     EXCLUDE,
@@ -238,6 +248,7 @@ RUN: Group = (
     ON_HANG,
     TRACE,
     TRACE_AFTER,
+    JAX_INIT,
     *ENVIRONMENT,
 )
 
