@@ -23,6 +23,7 @@ from multihost.settings.types import (
     port,
     positive,
     remote_dir,
+    seconds,
     size,
     stage_bucket,
     stage_via,
@@ -210,17 +211,17 @@ TRACE = Flag(
     "trace",
     type=positive(float),
     metavar="N",
-    help="once every host has started stepping: a jax.profiler trace of N seconds from every "
-    "JAX process, a per-host table after the run (default: none)",
+    help="once every JAX process has completed its first step: a jax.profiler trace of N "
+    "seconds from each, a per-host table after the run (default: none)",
 )
 TRACE_AFTER = Flag(
     "trace-after",
-    type=positive(float),
+    type=seconds,
     default=D.trace_after,
     metavar="S",
-    help="with --trace: start S seconds after the last JAX process started stepping (its first "
-    "StepTraceAnnotation; without one, S s after its first JAX computation) "
-    "(default %(default)g s)",
+    help="with --trace: start S seconds after the last JAX process completed its first step "
+    "(its first StepTraceAnnotation, compilation included; a process that annotates none: "
+    f"{D.trace_unannotated:g} s after its first JAX computation) (default %(default)g s)",
 )
 JAX_INIT = Flag(
     "jax-init",
