@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import memory
 import meshing
 import numpy as np
 import steps
@@ -57,8 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--memory_limit_gb",
         type=float,
         default=None,
-        help="memory limit for the guard: per process on CPU (the devices share the host's "
-        "RAM), per device elsewhere (env MULTIHOST_MEMORY_LIMIT_GB)",
+        help="memory limit for the guard: per machine on CPU (its processes' devices share its "
+        "RAM; default: its available memory), per device elsewhere (env "
+        "MULTIHOST_MEMORY_LIMIT_GB)",
     )
     args = p.parse_args(argv)
     for name in ("embedding_dimension", "batch_size", "num_layers", "tries"):
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     # Weights are replicated over "data"; activations are split over every device.
     weight_shards = plan.shape["fsdp"] * plan.shape["tensor"]
-    meshing.check_memory(params_b / weight_shards + acts_b / n_dev, args.memory_limit_gb)
+    memory.check(params_b / weight_shards + acts_b / n_dev, args.memory_limit_gb)
     if args.verify and 4 * (params_b + acts_b) > VERIFY_MAX_BYTES:
         meshing.fail(
             f"--verify keeps the whole step in float64 on each host, "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import checkpoint
+import memory
 import meshing
 import numpy as np
 import verify
@@ -74,8 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--memory_limit_gb",
         type=float,
         default=None,
-        help="memory limit for the guard: per process on CPU (the devices share the host's "
-        "RAM), per device elsewhere (env MULTIHOST_MEMORY_LIMIT_GB)",
+        help="memory limit for the guard: per machine on CPU (its processes' devices share its "
+        "RAM; default: its available memory), per device elsewhere (env "
+        "MULTIHOST_MEMORY_LIMIT_GB)",
     )
     meshing.add_mesh_flags(p, ici_fsdp_default=-1)
     args = p.parse_args(argv)
@@ -501,7 +503,7 @@ def main(argv: list[str] | None = None) -> None:
         f"optimizer state {state_b / 1e9:.3f} GB, activations {acts_b / 1e9:.3f} GB)",
         flush=True,
     )
-    meshing.check_memory(state_b + acts_b, args.memory_limit_gb, "a smaller model or batch")
+    memory.check(state_b + acts_b, args.memory_limit_gb, "a smaller model or batch")
     if args.verify:
         with jax.set_mesh(mesh):
             verdict, lr = run_verify(args, mesh)

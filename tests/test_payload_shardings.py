@@ -284,5 +284,30 @@ def test_shardings_four_processes_memory_guard() -> None:
     )
     for p in procs:
         assert p.returncode == 2, p.stderr[-2000:]
-        assert "estimated memory per process (2 CPU devices" in p.stderr
+        assert "estimated memory of the 4 processes on this machine (2 CPU devices each" in p.stderr
     assert max(p.seconds for p in procs) < 30
+
+
+def _per_process_gb(d: int, layers: int, b: int, devices: int, shards: int, local: int) -> float:
+    """What the guard estimates for one process: its devices' share of weights and acts."""
+    params_b, acts_b = shardings.memory_bytes(d, layers, b * devices)
+    return (params_b / shards + acts_b / devices) * local / 1e9
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_shardings_memory_guard_counts_the_processes_sharing_a_machine() -> None:
+    """Four processes on one machine need four times what one does: a limit of 2.5 processes'
+    worth is refused (each process alone fits, which is all the guard used to check)."""
+    one = _per_process_gb(64, 2, 16, devices=8, shards=4, local=2)
+    args = [*SMALL, "-dd", "2", "-if", "4"]
+    procs = run_payload("shardings.py", [*args, "--memory_limit_gb", f"{2.5 * one:.9f}"],
+                        processes=4, devices=2, timeout=90)  # fmt: skip
+    for p in procs:
+        assert p.returncode == 2, p.stderr[-2000:]
+        assert "of the 4 processes on this machine (2 CPU devices each; all share its RAM) " \
+               f"{4 * one:.3f} GB exceeds the limit {2.5 * one:.3f} GB" in p.stderr  # fmt: skip
+        assert not parse_result_lines(p.stdout)
+    fits = run_payload("shardings.py", [*args, "--memory_limit_gb", f"{4.5 * one:.9f}"],
+                       processes=4, devices=2, timeout=90)  # fmt: skip
+    assert all(p.returncode == 0 for p in fits), fits[0].stderr[-2000:]
