@@ -87,9 +87,18 @@ def verdict(rows: np.ndarray, me: int) -> tuple[int, int, float, float | None]:
     return worst[1]
 
 
-def check(per_device_bytes: float, override_gb: float | None, hint: str = "smaller -b/-d") -> None:
+RUNTIME_BYTES = 0.5e9  # a CPU JAX process before its arrays (peak RSS of a tiny step)
+
+
+def check(
+    per_device_bytes: float,
+    cpu_per_device: float | None,
+    override_gb: float | None,
+    hint: str = "smaller -b/-d",
+) -> None:
     """Exit(2), in words, when the estimate exceeds the memory it has to fit in (every
-    process of a CPU job the same way)."""
+    process of a CPU job the same way). On CPU the need per device is ``cpu_per_device``
+    when the payload knows it (else ``per_device_bytes``), plus each process's runtime."""
     import jax
 
     if override_gb is None:
@@ -105,7 +114,8 @@ def check(per_device_bytes: float, override_gb: float | None, hint: str = "small
                          "or more devices")  # fmt: skip
         return
     limit = override_gb * 1e9 if override_gb is not None else host_memory_bytes()
-    rows = machines(per_device_bytes * len(local), limit)
+    need = (cpu_per_device or per_device_bytes) * len(local) + RUNTIME_BYTES
+    rows = machines(need, limit)
     first, count, need, most = verdict(rows, jax.process_index())
     if most is None or need <= most:
         return

@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> None:
         f"optimizer state {state_b / 1e9:.3f} GB, activations {acts_b / 1e9:.3f} GB)",
         flush=True,
     )
-    memory.check(state_b + acts_b, args.memory_limit_gb, "a smaller model or batch")
+    memory.check(state_b + acts_b, None, args.memory_limit_gb, "a smaller model or batch")
     if args.verify:
         with jax.set_mesh(mesh):
             verdict, lr = run_verify(args, mesh)

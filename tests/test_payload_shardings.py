@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAYLOADS = ROOT / "payloads"
 sys.path.insert(0, str(PAYLOADS))
 
+import memory  # noqa: E402
 import meshing  # noqa: E402
 import shardings  # noqa: E402
 
@@ -248,7 +249,10 @@ def test_shardings_memory_guard_counts_all_cpu_devices() -> None:
     (proc,) = run_payload("shardings.py", args, timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "estimated memory per process (8 CPU devices" in proc.stderr
-    assert "86.168 GB exceeds the limit 16.000 GB" in proc.stderr
+    # MaxText's 10.77 GB per device, the weights gathered on CPU, and the runtime
+    need = _per_process_gb(2048, 4, 131072, devices=8, shape=(8, 1), local=8)
+    assert f"{need:.3f} GB exceeds the limit 16.000 GB" in proc.stderr
+    assert 93 < need < 94
 
 
 # ---------------------------------------------------------------- shardings.py, 4 processes
@@ -288,10 +292,14 @@ def test_shardings_four_processes_memory_guard() -> None:
     assert max(p.seconds for p in procs) < 30
 
 
-def _per_process_gb(d: int, layers: int, b: int, devices: int, shards: int, local: int) -> float:
-    """What the guard estimates for one process: its devices' share of weights and acts."""
+def _per_process_gb(
+    d: int, layers: int, b: int, devices: int, shape: tuple[int, int], local: int
+) -> float:
+    """What the guard estimates for one CPU process: its devices' need and its runtime."""
     params_b, acts_b = shardings.memory_bytes(d, layers, b * devices)
-    return (params_b / shards + acts_b / devices) * local / 1e9
+    mesh = {"fsdp": shape[0], "tensor": shape[1]}
+    _, cpu = shardings.per_device_bytes(params_b, acts_b, mesh, devices)
+    return (cpu * local + memory.RUNTIME_BYTES) / 1e9
 
 
 @pytest.mark.jax
@@ -299,7 +307,7 @@ def _per_process_gb(d: int, layers: int, b: int, devices: int, shards: int, loca
 def test_shardings_memory_guard_counts_the_processes_sharing_a_machine() -> None:
     """Four processes on one machine need four times what one does: a limit of 2.5 processes'
     worth is refused (each process alone fits, which is all the guard used to check)."""
-    one = _per_process_gb(64, 2, 16, devices=8, shards=4, local=2)
+    one = _per_process_gb(64, 2, 16, devices=8, shape=(4, 1), local=2)
     args = [*SMALL, "-dd", "2", "-if", "4"]
     procs = run_payload("shardings.py", [*args, "--memory_limit_gb", f"{2.5 * one:.9f}"],
                         processes=4, devices=2, timeout=90)  # fmt: skip
