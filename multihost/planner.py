@@ -75,7 +75,7 @@ class Settings:
     hang_timeout: float | None = None
     on_hang: str = "stop"
     trace: float | None = None
-    trace_after: float = D.trace_after
+    trace_after: float | None = D.trace_after
     jax_init: bool = True  # the hook joins JAX processes to one job (MULTIHOST_JAX_INIT)
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)

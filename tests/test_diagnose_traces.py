@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from multihost.defaults import DEFAULTS
 from multihost.diagnose.capture import (
     TRACE,
     Capture,
@@ -115,10 +114,10 @@ def test_a_capture_waits_for_every_first_step_to_end() -> None:
     assert ready_ago(now + "p 1 90.0 97.0 80.0\np 2 91.0 99.0 80.0\n") == pytest.approx(1.0)
     # a first step still running (compiling) is waited for, however long ago it began
     assert ready_ago(now + "p 1 10.0 - 5.0\np 2 90.0 97.0 80.0\n") is None
-    # a program that annotates no step: DEFAULTS.trace_unannotated after its first computation
-    unannotated = DEFAULTS.trace_unannotated
-    assert ready_ago(f"{now}p 1 - - {95 - unannotated}\n") == pytest.approx(5.0)
-    assert ready_ago(f"{now}p 1 - - {99 - unannotated + 2}\n") is None
+    # by default, a program that annotates no step is never ready: a first step may come
+    assert ready_ago(now + "p 1 - - 50.0\n") is None
+    # --trace-after S: from the first step's beginning, or, annotating none, the backend's
+    assert ready_ago(now + "p 1 10.0 - 5.0\np 2 - - 95.0\n", 1.0) == pytest.approx(5.0)
     assert ready_ago(now) is None  # no process has imported jax yet
     assert ready_ago("now 1.0\nfinished\n") == float("inf")
 

@@ -38,10 +38,10 @@ async def watch_all(sup: Supervisor, started: float) -> None:
         if tracer is not None and not tracing.is_set():
             tracer.cancel()  # a capture under way ends by itself, bounded; else none is taken
             sup.note("trace: none taken, the run ended before every JAX process had "
-                     "completed its first step (a step annotated with jax.profiler."
-                     "StepTraceAnnotation; a program without one: "
-                     f"{DEFAULTS.trace_unannotated:g} s after its first JAX computation); "
-                     "run more steps to trace them", "warning")  # fmt: skip
+                     "completed its first step (annotated with jax.profiler."
+                     "StepTraceAnnotation): run more steps, or for a program that annotates "
+                     "none, --trace-after S traces S s after its first JAX computation",
+                     "warning")  # fmt: skip
 
 
 async def watch_one(sup: Supervisor, slot: Slot) -> None:

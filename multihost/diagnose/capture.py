@@ -106,12 +106,13 @@ done
 """
 
 
-def ready_ago(text: str) -> float | None:
+def ready_ago(text: str, after: float | None = None) -> float | None:
     """From a host's STEPPING answer: how many seconds ago its last JAX process became ready
-    to trace: its first annotated step completed (compiled and run once); one that annotates
-    none, ``DEFAULTS.trace_unannotated`` s after its first JAX computation. None while any is
-    not ready (a first step still running waits, however long), or none imported jax;
-    infinity when the host's job has ended (nothing to wait for there)."""
+    to trace. By default (``after`` None) when its first annotated step completed (compiled
+    and run once; a first step still running is waited for, however long); with ``after``
+    (``--trace-after``) when it began its first step, or, annotating none, made its first JAX
+    computation. None while any is not ready, or none imported jax; infinity when the host's
+    job has ended (nothing to wait for there)."""
     now, moments = None, []
     for line in text.splitlines():
         word, *rest = line.split() or [""]
@@ -122,12 +123,10 @@ def ready_ago(text: str) -> float | None:
                 now = float(rest[0])
             elif word == "p" and len(rest) == 4:
                 began, stepped, backend = rest[1:]
-                if stepped != "-":
-                    moments.append(float(stepped))
-                elif began == "-" and backend != "-":
-                    moments.append(float(backend) + DEFAULTS.trace_unannotated)
-                else:
+                moment = stepped if after is None else (began if began != "-" else backend)
+                if moment == "-":
                     return None
+                moments.append(float(moment))
         except ValueError:
             return None
     if now is None or not moments or max(moments) > now:
@@ -350,19 +349,19 @@ async def when_stepping(
     hosts: Sequence[Host],
     conns: Mapping[int, Connection],
     run_dirs: Mapping[int, str],
-    after: float,
+    after: float | None,
     *,
     poll: float = 0.5,
 ) -> bool:
-    """Return ``after`` seconds after the last JAX process of the run completed its first
-    step (see :func:`ready_ago`), asking every host each ``poll`` seconds (a host that cannot
-    answer is asked again); False at once when every host's job has ended. The run's end
-    cancels it."""
+    """Return once every JAX process of the run completed its first step, or ``after``
+    seconds after each began it (see :func:`ready_ago`), asking every host each ``poll``
+    seconds (a host that cannot answer is asked again); False at once when every host's job
+    has ended. The run's end cancels it."""
 
     async def ask(host: Host) -> float | None:
         script = f"sh -c {shlex.quote(STEPPING)} sh {shlex.quote(run_dirs[host.process_id])}"
         res = await conns[host.process_id].run(script)
-        return ready_ago(res.stdout.decode(errors="replace"))
+        return ready_ago(res.stdout.decode(errors="replace"), after)
 
     while True:
         outcomes = await map_hosts(ask, list(hosts), timeout=DEFAULTS.command_timeout,
@@ -372,7 +371,7 @@ async def when_stepping(
             if all(math.isinf(a) for a in ages):
                 return False
             youngest = min(ages)
-            if youngest < after:
+            if after is not None and youngest < after:
                 await asyncio.sleep(after - youngest)
             return True
         await asyncio.sleep(poll)

@@ -219,9 +219,10 @@ TRACE_AFTER = Flag(
     type=seconds,
     default=D.trace_after,
     metavar="S",
-    help="with --trace: start S seconds after the last JAX process completed its first step "
-    "(its first StepTraceAnnotation, compilation included; a process that annotates none: "
-    f"{D.trace_unannotated:g} s after its first JAX computation) (default %(default)g s)",
+    help="with --trace: start S seconds after the last JAX process began its first step (its "
+    "first StepTraceAnnotation; a process that annotates none: S s after its first JAX "
+    "computation) (default: once every JAX process has completed its first step, "
+    "compilation included)",
 )
 JAX_INIT = Flag(
     "jax-init",
