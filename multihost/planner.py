@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
-from multihost.plan import check_run_name, parse_env
+from multihost.plan import JOIN_ENV, check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
 from multihost.sources import CloudFound, FleetSpec, Found, resolve, workers
 from multihost.sources.tpukeys import GOOGLE_KEY
@@ -82,7 +82,8 @@ class Settings:
     hang_timeout: float | None = None
     on_hang: str = "stop"
     trace: float | None = None
-    trace_after: float = D.trace_after
+    trace_after: float | None = D.trace_after
+    jax_init: bool = True  # the hook joins JAX processes to one job (MULTIHOST_JAX_INIT)
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
@@ -247,7 +248,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     job = Job(
         command=command,
         run_name=check_run_name(s.run_name or default_run_name()),
-        env=env,
+        env=env | ({} if s.jax_init else {JOIN_ENV: "0"}),
         remote_dir=s.remote_dir,
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,

@@ -51,7 +51,7 @@ class RunOptions:
     hang_timeout: float | None = None  # no output from any host this long: take stacks, then
     on_hang: str = "stop"  # "stop" the run (exit 1) or only "report" and go on
     trace: float | None = None  # seconds of jax.profiler trace once every host steps
-    trace_after: float = DEFAULTS.trace_after  # ... this long after the last one started
+    trace_after: float | None = DEFAULTS.trace_after  # None: once every first step ended
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
     environment: EnvRequest | None = None  # issue 27: the locked env on every host

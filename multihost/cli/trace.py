@@ -43,6 +43,8 @@ def table(data: dict[str, Any]) -> Table:
         note = Text(r["error"], style="red") if r["error"] else Text("")
         if r["skipped"] and not r["error"]:
             note = Text(f"{len(r['skipped'])} process(es) without jax skipped", style="dim")
+        if r.get("cut") and not r["error"]:  # summaries of older captures have no "cut"
+            note = Text(f"the job ended {r['traced_s']:.1f} s in", style="yellow")
         t.add_row(r["host"], _seconds(r["span_s"]), str(r["steps"]),
                   _seconds(r["median_step_s"]), busy, note)  # fmt: skip
     return t
