@@ -43,6 +43,7 @@ class Settings:
     ip: str = "auto"
     user: str | None = None
     tunnel_through_iap: bool = False
+    iap_per_host: bool = False
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
@@ -135,14 +136,15 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     else:
         spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
                          zone=s.zone, ip=s.ip, user=s.user,
-                         tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
+                         tunnel_through_iap=s.tunnel_through_iap,
+                         iap_per_host=s.iap_per_host)  # fmt: skip
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
         found_cloud = found.cloud
         if found.cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
             added = _add_key(found.cloud, s)
             if added.user is not None:
-                fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
+                fleet = Fleet(tuple(h.with_user(h.user or added.user) for h in fleet))
     ssh = s.ssh or SSHOptions(
         host_keys="accept-new" if cloud else "strict",
         fallback_identity=GOOGLE_KEY if cloud else None,
