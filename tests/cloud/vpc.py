@@ -104,6 +104,12 @@ class Vpc:
                 raise RuntimeError(f"the VPC's sshd for h{i} did not start")
             time.sleep(0.01)
 
+    def running(self, i: int) -> bool:
+        try:
+            return Path(f"/proc/{int(self._pidfile(i).read_text())}").exists()
+        except (OSError, ValueError):
+            return False
+
     def stop_host(self, i: int) -> None:
         """Worker ``i``'s sshd and its sessions killed (the VM is gone; its jobs run on)."""
         try:
