@@ -139,7 +139,7 @@ def test_lost_hop_fails_its_slice_with_that_cause(
     hosts = manifest(logs, "gone")["hosts"]
     assert [h["state"] for h in hosts] == ["error"] * 8
     assert "through its proxy command" in hosts[4]["error"]
-    hop = f"through its hop s1/w0 ({cloud.fleet.hosts[4].user}@{vpcs.address(4)})"
+    hop = f"through its hop s1/w0 ({vpcs.address(4)})"
     for h in hosts[5:]:
         assert hop in h["error"], h["error"]
     assert no_processes(cloud.fleet, 8)
@@ -160,7 +160,7 @@ def test_lost_hop_fails_its_slice_with_that_cause(
         proc.kill()
     assert proc.returncode == 1, err
     hosts = manifest(logs, "mid")["hosts"]
-    assert [h["state"] for h in hosts[4:]] == ["lost"] * 4, hosts
+    assert [h["state"] for h in hosts[4:]] == ["lost"] * 4, err
     for h in hosts[5:]:
         assert "s1/w0" in h["error"], h["error"]
     vpc.start_host(4)

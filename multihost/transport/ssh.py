@@ -65,7 +65,7 @@ class SSHConnection:
             proc = await self._conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
             raise self._lost(exc) from exc
-        async for chunk in _output(self.host, proc, stderr):
+        async for chunk in _output(self.host, self._conn, proc, stderr):
             yield chunk
 
     async def offer(
@@ -101,7 +101,7 @@ class SSHConnection:
             proc = await self._conn.create_process(SHELL, encoding=None)
         except (asyncssh.Error, OSError) as exc:
             raise self._lost(exc) from exc
-        return SSHShell(self.host, proc)
+        return SSHShell(self.host, self._conn, proc)
 
     async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
         size = 0
@@ -141,8 +141,14 @@ class SSHConnection:
 class SSHShell:
     """``sh -s`` on a host, waiting for its script on stdin (see ``Shell``)."""
 
-    def __init__(self, host: Host, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+    def __init__(
+        self,
+        host: Host,
+        conn: asyncssh.SSHClientConnection,
+        proc: asyncssh.SSHClientProcess[bytes],
+    ) -> None:
         self.host = host
+        self._conn = conn
         self._proc = proc
 
     async def stream(
@@ -154,8 +160,8 @@ class SSHShell:
                 self._proc.stdin.write_eof()
         except (asyncssh.Error, OSError) as exc:
             self._proc.close()
-            raise _lost(self.host, self._proc.channel.get_connection(), exc) from exc
-        async for chunk in _output(self.host, self._proc, stderr):
+            raise _lost(self.host, self._conn, exc) from exc
+        async for chunk in _output(self.host, self._conn, self._proc, stderr):
             yield chunk
 
     def send(self, data: bytes) -> None:
@@ -634,7 +640,10 @@ def _proxy_said(host: Host) -> str:
 
 
 async def _output(
-    host: Host, proc: asyncssh.SSHClientProcess[bytes], stderr: bytearray | None
+    host: Host,
+    conn: asyncssh.SSHClientConnection,
+    proc: asyncssh.SSHClientProcess[bytes],
+    stderr: bytearray | None,
 ) -> AsyncIterator[bytes]:
     """A started process's stdout as it comes, then its stderr into ``stderr``; a lost
     connection (or no exit status) is HostLost; the process is closed however it ends."""
@@ -643,10 +652,10 @@ async def _output(
             yield chunk
         done = await proc.wait()
         if proc.exit_status is None:
-            raise _lost(host, proc.channel.get_connection(), None)
+            raise _lost(host, conn, None)
         if stderr is not None:
             stderr += _as_bytes(done.stderr)
     except (asyncssh.Error, OSError) as exc:
-        raise _lost(host, proc.channel.get_connection(), exc) from exc
+        raise _lost(host, conn, exc) from exc
     finally:
         proc.close()
