@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from multihost.model import Host
+
 
 class Closable(Protocol):
     def close(self) -> None: ...
@@ -129,3 +131,22 @@ def pool() -> Pool[Any]:
     if found is None:
         found = _POOLS[loop] = Pool()
     return found
+
+
+def jump_host(spec: str) -> Host:
+    """The last hop of a ProxyJump value (``[user@]host[:port]``, comma-separated, or
+    ``ssh://`` URIs), reached through the ones before it."""
+    jump: Host | None = None
+    for part in spec.split(","):
+        text = part.strip().removeprefix("ssh://")
+        user, _, rest = text.rpartition("@")
+        address, port = rest, None
+        if rest.startswith("["):  # [IPv6]:port
+            address, _, tail = rest[1:].partition("]")
+            port = tail.removeprefix(":") or None
+        elif rest.count(":") == 1:
+            address, port = rest.split(":")
+        jump = Host(address, user=user or None, port=int(port) if port and port.isdigit() else None,
+                    jump=jump)  # fmt: skip
+    assert jump is not None  # split always yields at least one part
+    return jump

@@ -458,7 +458,7 @@ async def _open(
     if jump is not None:
         via = f"its hop {jump.name} ({jump.target})"
     elif cfg.jump:
-        jump = _jump_host(cfg.jump)
+        jump = hops.jump_host(cfg.jump)
         via = f"its ProxyJump {jump.target}"
     proxy = None
     if jump is not None:  # a direct-tcpip channel of the hop's own connection, shared
@@ -486,25 +486,6 @@ async def _open(
             await hop.close()
 
     return conn, after
-
-
-def _jump_host(spec: str) -> Host:
-    """The last hop of a ProxyJump value (``[user@]host[:port]``, comma-separated, or
-    ``ssh://`` URIs), reached through the ones before it."""
-    jump: Host | None = None
-    for part in spec.split(","):
-        text = part.strip().removeprefix("ssh://")
-        user, _, rest = text.rpartition("@")
-        address, port = rest, None
-        if rest.startswith("["):  # [IPv6]:port
-            address, _, tail = rest[1:].partition("]")
-            port = tail.removeprefix(":") or None
-        elif rest.count(":") == 1:
-            address, port = rest.split(":")
-        jump = Host(address, user=user or None, port=int(port) if port and port.isdigit() else None,
-                    jump=jump)  # fmt: skip
-    assert jump is not None  # split always yields at least one part
-    return jump
 
 
 async def _handshake(
