@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
+from multihost.errors import ConnectError
 from multihost.model import Fleet, Host
 from multihost.record import _host_json
 from multihost.sources.iap import through_iap
+from multihost.transport import SSHOptions
 from multihost.transport.hops import Pool, jump_host
+from multihost.transport.ssh import connect_ssh
 
 
 class FakeConn:
@@ -114,3 +118,14 @@ def test_iap_hops_per_slice_and_per_host(monkeypatch: pytest.MonkeyPatch) -> Non
     data = json.loads(json.dumps(_host_json(h)))
     assert Host(**data) == h
     assert h.with_user("u").jump == tunnelled[0].with_user("u")
+
+
+def test_a_proxy_jump_loop_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text("Host a\n  ProxyJump b\nHost b\n  ProxyJump a\n")
+
+    async def go() -> None:
+        await connect_ssh(Host("a"), SSHOptions(config=(config,), connect_timeout=2))
+
+    with pytest.raises(ConnectError, match="loop in the ssh config"):
+        asyncio.run(asyncio.wait_for(go(), 10))

@@ -400,12 +400,18 @@ def _forget_advice(host: Host, tofu: _TrustOnFirstUse, options: SSHOptions) -> s
     )
 
 
-async def connect_ssh(host: Host, options: SSHOptions, depth: int = 0) -> SSHConnection:
+async def connect_ssh(
+    host: Host, options: SSHOptions, through: tuple[Hashable, ...] = ()
+) -> SSHConnection:
     """A connection to ``host``, verifying its host key per the policy: the one already open
     to the same place if there is one (a hop's own steps share the connection its hosts go
     through), else a new one."""
     try:
-        lease = await hops.pool().lease(_reach(host, options), lambda: _open(host, options, depth))
+        key = _reach(host, options)
+        if key in through:  # waiting for itself would never end
+            raise ConnectError(host, "its ProxyJump chain comes back to itself (a loop in the "
+                               "ssh config)")  # fmt: skip
+        lease = await hops.pool().lease(key, lambda: _open(host, options, (*through, key)))
     except HostError as exc:
         if exc.host is host:
             raise
@@ -424,7 +430,7 @@ MAX_HOPS = 8  # a ProxyJump chain deeper than this is a loop in the ssh config
 
 
 async def _open(
-    host: Host, options: SSHOptions, depth: int
+    host: Host, options: SSHOptions, through: tuple[Hashable, ...]
 ) -> tuple[asyncssh.SSHClientConnection, Callable[[], Awaitable[None]]]:
     """Opens one SSH connection (through its hop, if any); returns it and what lets go of the
     hop once it is closed."""
@@ -462,10 +468,10 @@ async def _open(
         via = f"its ProxyJump {jump.target}"
     proxy = None
     if jump is not None:  # a direct-tcpip channel of the hop's own connection, shared
-        if depth >= MAX_HOPS:
+        if len(through) > MAX_HOPS:
             raise ConnectError(host, f"more than {MAX_HOPS} ProxyJump hops: a loop in the config?")
         try:
-            hop = await connect_ssh(jump, options, depth + 1)
+            hop = await connect_ssh(jump, options, through)
         except HostError as exc:
             raise ConnectError(host, f"cannot connect through {via}: {exc.message}") from None
         kwargs["tunnel"] = hop.tunnel
