@@ -21,6 +21,8 @@ from multihost.model import Host
 
 
 class Closable(Protocol):
+    """What the pool needs of a connection (asyncssh's has it)."""
+
     def close(self) -> None: ...
 
     async def wait_closed(self) -> None: ...
@@ -42,6 +44,7 @@ class Lease(Generic[C]):
 
     @property
     def conn(self) -> C:
+        """The connection (open when the lease was given)."""
         return self._entry.opening.result()
 
     async def release(self) -> None:
@@ -73,7 +76,7 @@ class Pool(Generic[C]):
         self._entries: dict[Hashable, _Entry[C]] = {}
         self.opened = 0  # connections opened so far (what a test counts)
 
-    async def lease(self, key: Hashable, opener: Opener[C]) -> Lease[C]:
+    async def lease(self, key: Hashable, opener: Opener[C], retry: bool = True) -> Lease[C]:
         """The open connection for ``key``, opened by ``opener`` when there is none; raises
         what opening it raised."""
         entry = self._entries.get(key)
@@ -89,9 +92,9 @@ class Pool(Generic[C]):
         except BaseException:
             await lease.release()
             raise
-        if conn.is_closed():  # lost between its opening and this ask
+        if conn.is_closed() and retry:  # lost between its opening and this ask: once more
             await lease.release()
-            return await self.lease(key, opener)
+            return await self.lease(key, opener, retry=False)
         return lease
 
     async def _open(self, opener: Opener[C], entry: _Entry[C]) -> C:
