@@ -49,6 +49,7 @@ class Settings:
     tunnel_through_iap: bool = False
     workers: str | None = None  # some of the hosts (multihost.sources.workers); None: all
     exclude_workers: str | None = None
+    iap_per_host: bool = False
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
@@ -150,7 +151,8 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     else:
         spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
                          zone=s.zone, ip=s.ip, user=s.user,
-                         tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
+                         tunnel_through_iap=s.tunnel_through_iap,
+                         iap_per_host=s.iap_per_host)  # fmt: skip
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
         found_cloud = found.cloud

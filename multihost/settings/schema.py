@@ -111,8 +111,15 @@ WAIT = Flag(  # issue 26: a queued resource still provisioning
 TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
     "tunnel-through-iap",
     kind="switch",
-    help="with --prefix: reach every worker through an IAP tunnel (gcloud start-iap-tunnel "
-    "as ProxyCommand, to its internal address; default: connect directly)",
+    help="with --prefix: reach the workers at their internal addresses through IAP: one "
+    "tunnel (gcloud start-iap-tunnel) per slice, the slice's other workers through its "
+    "first worker's connection (default: connect directly)",
+)
+IAP_PER_HOST = Flag(
+    "iap-per-host",
+    kind="switch",
+    help="with --tunnel-through-iap: a tunnel for every worker, for networks where workers "
+    "cannot reach each other (default: one per slice)",
     group="cloud",
 )
 
@@ -159,6 +166,7 @@ def fleet(required: bool = True) -> Group:
         CONNECT_LIMIT,
         WAIT,
         TUNNEL_THROUGH_IAP,
+        IAP_PER_HOST,
         NO_ADD_KEY,
     )
 

@@ -28,7 +28,8 @@ class FleetSpec:
     zone: str | None = None  # with prefix: gcloud zone
     ip: str = "auto"  # with prefix: internal | external | auto
     user: str | None = None  # ssh user for every host (overrides the source's)
-    tunnel_through_iap: bool = False  # with prefix: every worker through an IAP tunnel
+    tunnel_through_iap: bool = False  # with prefix: workers through IAP tunnels
+    iap_per_host: bool = False  # with tunnel_through_iap: a tunnel per worker, not per slice
 
     @property
     def source(self) -> str:
@@ -89,7 +90,13 @@ def _prefix(spec: FleetSpec) -> Found:
     if spec.tunnel_through_iap:
         from multihost.sources.iap import through_iap
 
-        fleet = through_iap(found.fleet, found.slice_names, found.project, found.zone)
+        fleet = through_iap(
+            found.fleet,
+            found.slice_names,
+            found.project,
+            found.zone,
+            per_host=spec.iap_per_host,
+        )
         return Found(fleet, found.warnings, where)
     return Found(found.fleet, found.warnings, where)
 
@@ -106,11 +113,13 @@ def resolve(spec: FleetSpec) -> Found:
     if spec.tunnel_through_iap and spec.source != "prefix":
         raise UsageError("--tunnel-through-iap goes with --prefix (for other hosts, put a "
                          "ProxyCommand or ProxyJump in your ssh config)")  # fmt: skip
+    if spec.iap_per_host and not spec.tunnel_through_iap:
+        raise UsageError("--iap-per-host goes with --tunnel-through-iap")
     if spec.source == "prefix" and not (spec.prefix or "").strip():
         raise UsageError("--prefix is empty: name the queued resource (or node) to run on")
     found = SOURCES[spec.source].resolve(spec)
     if spec.user:
-        fleet = Fleet(tuple(replace(h, user=spec.user) for h in found.fleet))
+        fleet = Fleet(tuple(h.with_user(spec.user) for h in found.fleet))
         found = replace(found, fleet=fleet)
     return found
 
