@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from multihost.bundled import PAYLOADS
 from multihost.cli.job_args import add_job_parser
+from multihost.cli.pods_args import add_pod_parsers, add_run_pod_flags
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.settings import schema as s
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(run, *s.RUN, s.RUN_NAME, *s.RUN_ONLY, s.DRY_RUN, s.DETACH)
     run.add_argument("args", nargs="*", metavar="ARG", help="after --: the --payload's arguments")
     add(run, s.PULL, s.PULL_TO)
+    add_run_pod_flags(run)
 
     config = sub.add_parser(
         "config", help="the defaults in effect: config files, a --profile, flags; and where from"
@@ -273,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(kill, s.GRACE.but(help="seconds before KILL (default %(default)g s)"))
 
     sweep = sub.add_parser("sweep", help="run a command over a grid of configs and rank them")
+    add_run_pod_flags(sweep)
     add(
         sweep,
         *s.fleet(),
@@ -336,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(clean, s.LOG_DIR, s.DRY_RUN.but(help="say what would be removed (asks the hosts which "
                                           "environments would go)"))  # fmt: skip
     add_job_parser(sub, positive, add)
+    add_pod_parsers(sub, add)
     return parser
 
 

@@ -1,0 +1,74 @@
+"""The arguments of ``up``, ``down``, ``pods``, ``gc``, ``autodown``, and the pod flags of
+``run``/``sweep`` (``--up``, ``--down`` and up's own flags). No rich here: --help stays light."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from multihost.settings import schema as s
+
+QUEUE_TIMEOUT = 900.0  # s a request waits for capacity in one zone (its valid-until)
+
+
+def request_flags(p: argparse.ArgumentParser, *, zone: bool) -> None:
+    """What a pod is made of: the same names as ``job submit``."""
+    p.add_argument("--tpu-type", help="accelerator type, e.g. v4-16, v5litepod-16")
+    p.add_argument("--num-slices", type=int, default=1, metavar="N")
+    p.add_argument("--runtime-version", help="TPU VM software version, e.g. tpu-ubuntu2204-base")
+    cap = p.add_mutually_exclusive_group()
+    for flag in ("spot", "reserved", "best-effort"):
+        cap.add_argument(f"--{flag}", dest="capacity", action="store_const", const=flag)
+    if zone:
+        p.add_argument("--zone", help="the zone to ask in")
+        p.add_argument("--project", help="gcloud project (default: gcloud's)")
+    p.add_argument("--zones", metavar="A,B,C", help="zones to try in order (failover)")
+    p.add_argument("--queue-timeout", default=str(QUEUE_TIMEOUT), metavar="DURATION",
+                   help="how long one zone's request may wait for capacity before the next "
+                   "zone is tried; also the request's --valid-until-duration (default "
+                   f"{QUEUE_TIMEOUT:g}s)")  # fmt: skip
+    p.add_argument("--autodown", metavar="DURATION",
+                   help="the pod deletes itself once idle this long (e.g. 30m, 3600)")  # fmt: skip
+
+
+def add_pod_parsers(sub: Any, add: Callable[..., None]) -> None:
+    up = sub.add_parser("up", help="create a pod (queued resource) and wait until every worker "
+                        "accepts SSH")  # fmt: skip
+    up.add_argument("name", metavar="NAME")
+    request_flags(up, zone=True)
+    add(up, s.IP, s.USER, s.SSH_CONFIG, s.HOST_KEYS, s.CONNECT_TIMEOUT, s.CONNECT_LIMIT,
+        s.TUNNEL_THROUGH_IAP, s.NO_ADD_KEY)  # fmt: skip
+
+    down = sub.add_parser("down", help="delete a pod made by multihost (every slice)")
+    down.add_argument("name", metavar="NAME")
+    down.add_argument(
+        "--async",
+        dest="no_wait",
+        action="store_true",
+        help="send the delete and return (default: wait until it is gone)",
+    )
+    down.add_argument("--zone", help="where to look for a pod with no record here (its label)")
+    down.add_argument("--project")
+
+    pods = sub.add_parser("pods", help="the pods multihost made: state, price, cost so far")
+    pods.add_argument("--json", action="store_true")
+
+    gc = sub.add_parser("gc", help="delete the requests multihost made that can never run")
+    gc.add_argument("--dry-run", action="store_true", help="say what would be deleted")
+
+    auto = sub.add_parser("autodown", help="change when an idle pod deletes itself")
+    auto.add_argument("name", metavar="NAME")
+    auto.add_argument("duration", metavar="DURATION|off")
+    add(auto, s.SSH_CONFIG, s.HOST_KEYS, s.NO_ADD_KEY, s.IP, s.USER, s.TUNNEL_THROUGH_IAP)
+
+
+def add_run_pod_flags(p: argparse.ArgumentParser) -> None:
+    """``run``/``sweep --prefix NAME --up/--down``: one command, one ephemeral pod."""
+    p.add_argument("--up", action="store_true",
+                   help="with --prefix NAME: create the pod first when it does not exist "
+                   "(up's flags: --tpu-type, --runtime-version, --zones...)")  # fmt: skip
+    p.add_argument("--down", action="store_true",
+                   help="with --prefix NAME: delete the pod when the run ends (success, "
+                   "failure, Ctrl-C or SIGTERM)")  # fmt: skip
+    request_flags(p, zone=False)
