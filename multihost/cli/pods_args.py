@@ -14,22 +14,28 @@ QUEUE_TIMEOUT = 900.0  # s a request waits for capacity in one zone (its valid-u
 
 def request_flags(p: argparse.ArgumentParser, *, zone: bool) -> None:
     """What a pod is made of: the same names as ``job submit``."""
-    p.add_argument("--tpu-type", help="accelerator type, e.g. v4-16, v5litepod-16")
-    p.add_argument("--num-slices", type=int, default=1, metavar="N")
-    p.add_argument("--runtime-version", help="TPU VM software version, e.g. tpu-ubuntu2204-base")
+    p.add_argument("--tpu-type", help="accelerator type, e.g. v4-16, v5litepod-16 (default: "
+                   "none, required to create a pod)")  # fmt: skip
+    p.add_argument("--num-slices", type=int, default=1, metavar="N",
+                   help="slices (multislice when 2 or more; default %(default)s)")  # fmt: skip
+    p.add_argument("--runtime-version", help="TPU VM software version, e.g. "
+                   "tpu-ubuntu2204-base (default: none, required to create a pod)")  # fmt: skip
     cap = p.add_mutually_exclusive_group()
     for flag in ("spot", "reserved", "best-effort"):
-        cap.add_argument(f"--{flag}", dest="capacity", action="store_const", const=flag)
+        cap.add_argument(f"--{flag}", dest="capacity", action="store_const", const=flag,
+                         help=f"{flag} capacity (default: on-demand)")  # fmt: skip
     if zone:
-        p.add_argument("--zone", help="the zone to ask in")
+        p.add_argument("--zone", help="the zone to ask in (default: none; or --zones)")
         p.add_argument("--project", help="gcloud project (default: gcloud's)")
-    p.add_argument("--zones", metavar="A,B,C", help="zones to try in order (failover)")
+    p.add_argument("--zones", metavar="A,B,C",
+                   help="zones to try in order (failover; default: --zone alone)")  # fmt: skip
     p.add_argument("--queue-timeout", default=str(QUEUE_TIMEOUT), metavar="DURATION",
                    help="how long one zone's request may wait for capacity before the next "
                    "zone is tried; also the request's --valid-until-duration (default "
                    f"{QUEUE_TIMEOUT:g}s)")  # fmt: skip
     p.add_argument("--autodown", metavar="DURATION",
-                   help="the pod deletes itself once idle this long (e.g. 30m, 3600)")  # fmt: skip
+                   help="the pod deletes itself once idle this long, e.g. 30m, 3600 "
+                   "(default: off)")  # fmt: skip
 
 
 def add_pod_parsers(sub: Any, add: Callable[..., None]) -> None:
