@@ -228,3 +228,40 @@ def test_up_killed_mid_wait_then_pods_and_gc(cloud: Cloud, tmp_path: Path) -> No
     assert "deleted orphan in us-central2-b: FAILED" in res.stderr
     wait_for(lambda: cloud.tpu.resources == {}, timeout=10, what="the request to go")
     assert json.loads(cli(["pods", "--json"], **e).stdout) == []
+
+
+def test_autodown_two_slices_kept_by_a_run_then_deleted_by_the_pod(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    cloud.tpu.vm_image = True  # workers: gcloud and the metadata server from an SSH session
+    e = env(cloud, tmp_path)
+    config = ssh_config(cloud.fleet, tmp_path)
+    res = cli([*up_args("auto", config, "--num-slices", "2", "--zone", ZONE)], **e)
+    assert res.returncode == 0, res.stderr
+    code = tmp_path / "code"
+    code.mkdir()
+    run = cli(["run", "--prefix", "auto", "--zone", ZONE, "--ssh-config", str(config),
+               "--no-add-key", "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"),
+               "--run-name", "long", "--detach", "--cmd", "sleep 12"], **e)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    res = cli(["autodown", "auto", "3", "--ssh-config", str(config), "--no-add-key"], **e)
+    assert res.returncode == 0, res.stderr
+    assert "pod auto deletes itself once idle for 3 s (watched on s0/w0)" in res.stderr
+
+    def sleeping() -> bool:
+        return any("sleep 12" in c for h in range(8) for _, c in cloud.fleet.user_processes(h))
+
+    def autodown_says() -> str:
+        listed = cli(["pods", "--json", "--ssh-config", str(config)], **e)
+        return str(json.loads(listed.stdout)[0]["autodown"])
+
+    wait_for(lambda: "3s idle; busy: multihost run long" in autodown_says(), timeout=30,
+             what="autodown to see the run")  # fmt: skip
+    wait_for(lambda: not sleeping(), timeout=60, what="the run to end")
+    assert [r for r in cloud.tpu.requests if r.method == "DELETE"] == []  # kept while busy
+    assert cloud.tpu.resources["auto"].state == "ACTIVE"
+    wait_for(lambda: "auto" not in cloud.tpu.resources, timeout=60, what="the pod to go")
+    deletes = [r for r in cloud.tpu.requests if r.method == "DELETE"]
+    assert [r.name for r in deletes] == ["auto"]
+    assert deletes[0].auth == "Bearer ya29.vm-auto-s0-w0"  # from the VM, not the runner
+    assert deletes[0].query.get("force") == ["True"]  # as gcloud sends --force

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
+from multihost.planner import Reach
 from multihost.pods import lifecycle, plan, prices, records
 from multihost.pods.plan import PodSpec
 from multihost.pods.records import PodRecord
@@ -90,11 +91,10 @@ def cmd_up(args: argparse.Namespace, err: Console) -> int:
     return code
 
 
-def _first_contact(args: argparse.Namespace, record: PodRecord, err: Console) -> int:
-    """Every worker accepts SSH, reached as ``run --prefix`` reaches them (the key added to
-    the nodes where missing, host keys pinned from the guest attributes)."""
-    from multihost import fleetops
-    from multihost.bridge import blocking
+def _reach(args: argparse.Namespace, record: PodRecord, err: Console, add_key: bool) -> Reach:
+    """The pod's workers, reached as ``run --prefix`` reaches them (the key added to the
+    nodes where missing, host keys pinned from the guest attributes); ``args``' own reach
+    flags (--ssh-config, --no-add-key...) taken over."""
     from multihost.cli.parser import parse
     from multihost.cli.wiring import reach_args
 
@@ -103,9 +103,16 @@ def _first_contact(args: argparse.Namespace, record: PodRecord, err: Console) ->
     for key, value in vars(args).items():
         if hasattr(base, key) and key not in ("command", "zone", "project", "config"):
             setattr(base, key, value)
-    where = reach_args(base, err, add_key=True)
-    outcomes = blocking(lambda: fleetops.check(where.fleet, where.ssh, "~/.multihost", 1,
-                                               limit=base.connect_limit))  # fmt: skip
+    return reach_args(base, err, add_key=add_key)
+
+
+def _first_contact(args: argparse.Namespace, record: PodRecord, err: Console) -> int:
+    """Every worker accepts SSH (first contact as ``run`` makes it)."""
+    from multihost import fleetops
+    from multihost.bridge import blocking
+
+    where = _reach(args, record, err, add_key=True)
+    outcomes = blocking(lambda: fleetops.check(where.fleet, where.ssh, D.remote_dir, 1))
     bad = [(h, o) for h, o in zip(where.fleet, outcomes, strict=True) if not o.ok]
     for h, o in bad:
         err.print(f"multihost: {escape(h.name)}: {escape(o.error.message if o.error else '?')}",
@@ -121,15 +128,57 @@ def _first_contact(args: argparse.Namespace, record: PodRecord, err: Console) ->
     return 0
 
 
+def _on_worker0(where: Reach, command: str, stdin: bytes | None = None) -> str:
+    """Run ``command`` on worker 0 of slice 0; its stdout, or a MultihostError naming it."""
+    from multihost.bridge import blocking
+    from multihost.errors import MultihostError
+    from multihost.fanout import on_every_host
+    from multihost.model import Fleet
+    from multihost.transport import Connection
+
+    host = where.fleet.hosts[0]
+
+    async def one(conn: Connection) -> str:
+        res = await conn.run(command, stdin)
+        if res.exit_status != 0:
+            why = res.stderr.decode(errors="replace").strip()[-300:]
+            raise MultihostError(f"{host.name}: exit {res.exit_status}: {why}")
+        return res.stdout.decode(errors="replace")
+
+    (out,) = blocking(lambda: on_every_host(Fleet((host,)), where.ssh, one, limit=1))
+    if not out.ok or out.value is None:
+        raise MultihostError(f"{host.name}: {out.error.message if out.error else 'failed'}")
+    return out.value
+
+
 def _arm_autodown(args: argparse.Namespace, record: PodRecord, seconds: float | None,
                   err: Console) -> int:  # fmt: skip
-    err.print(
-        "multihost: autodown is not available in this build: the pod stays up until "
-        f"multihost down {escape(record.name)}",
-        style="bold red",
-        highlight=False,
-    )
-    return 1
+    """Start (or change, or stop with None) the daemon on worker 0 that deletes the idle pod."""
+    from multihost.pods import autodown
+
+    where = _reach(args, record, err, add_key=False)
+    _on_worker0(where, autodown.arm_command(seconds), autodown.script().encode())
+    records.save(record.evolve(autodown=seconds))
+    host = where.fleet.hosts[0].name
+    if seconds is None:
+        err.print(f"multihost: autodown of pod {escape(record.name)} is off", highlight=False)
+    else:
+        err.print(f"multihost: pod {escape(record.name)} deletes itself once idle for "
+                  f"{seconds:g} s (watched on {escape(host)})", highlight=False)  # fmt: skip
+    return 0
+
+
+def _autodown_status(args: argparse.Namespace, record: PodRecord, err: Console) -> str:
+    """What the daemon on the pod says (one SSH command), or why it could not be asked."""
+    from multihost.errors import MultihostError
+    from multihost.pods import autodown
+
+    try:
+        where = _reach(args, record, err, add_key=False)
+        text = _on_worker0(where, autodown.status_command())
+    except MultihostError as exc:
+        return f"{record.autodown:g}s idle (not asked: {exc})"
+    return autodown.parse_status(text).describe(time.time())
 
 
 def _ran(record: PodRecord, now: float) -> tuple[str, float | None]:
@@ -163,11 +212,15 @@ def down_line(name: str, zone: str, record: PodRecord | None, sent: bool, waited
     return what
 
 
-def _row(s: lifecycle.Standing, now: float) -> dict[str, object]:
+def _row(
+    args: argparse.Namespace, s: lifecycle.Standing, now: float, err: Console
+) -> dict[str, object]:
     r = s.record
     per_hour = prices.hourly(r.tpu_type, r.zone, r.capacity, r.num_slices)
     ran, cost = _ran(r, now)
-    auto = None if r.autodown is None else f"{r.autodown:g}s idle"
+    auto = None
+    if r.autodown is not None:
+        auto = _autodown_status(args, r, err) if s.state == "ACTIVE" else f"{r.autodown:g}s idle"
     return {
         "name": r.name, "zone": r.zone, "tpu_type": r.tpu_type, "num_slices": r.num_slices,
         "capacity": r.capacity, "state": s.state, "reason": s.reason,
@@ -179,7 +232,7 @@ def _row(s: lifecycle.Standing, now: float) -> dict[str, object]:
 def cmd_pods(args: argparse.Namespace, err: Console) -> int:
     gcloud = _gcloud()
     now = time.time()
-    rows = [_row(lifecycle.standing(gcloud, r), now) for r in records.all_records()]
+    rows = [_row(args, lifecycle.standing(gcloud, r), now, err) for r in records.all_records()]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -226,6 +279,9 @@ def with_pod(args: argparse.Namespace, err: Console, inner: Callable[[], int]) -
     record = records.find(name)
     if args.up and record is None:
         record = create(args, name, err)
+        # autodown armed before the run (its first contact made here first)
+        if record.autodown is not None and _first_contact(args, record, err) == 0:
+            _arm_autodown(args, record, record.autodown, err)
     elif args.up and record is not None:
         say(f"pod {name} exists ({record.state} in {record.zone}): using it")
     code = 130

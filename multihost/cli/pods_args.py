@@ -59,6 +59,7 @@ def add_pod_parsers(sub: Any, add: Callable[..., None]) -> None:
 
     pods = sub.add_parser("pods", help="the pods multihost made: state, price, cost so far")
     pods.add_argument("--json", action="store_true")
+    add(pods, s.SSH_CONFIG, s.HOST_KEYS, s.IP, s.USER, s.TUNNEL_THROUGH_IAP)
 
     gc = sub.add_parser("gc", help="delete the requests multihost made that can never run")
     gc.add_argument("--dry-run", action="store_true", help="say what would be deleted")

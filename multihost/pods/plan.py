@@ -124,10 +124,6 @@ def delete_argv(name: str, zone: str, project: str | None = None) -> list[str]:
     return [*QR, "delete", name, "--force", "--async", "--quiet", *_where(project, zone)]
 
 
-def list_argv(zone: str, project: str | None = None) -> list[str]:
-    return [*QR, "list", "--format=json", *_where(project, zone)]
-
-
 def skip_after_quota(zones: Sequence[str], refused: set[str]) -> list[str]:
     """The zones still worth trying once the regions in ``refused`` refused for quota."""
     return [z for z in zones if region_of(z) not in refused]
