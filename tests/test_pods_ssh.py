@@ -265,3 +265,46 @@ def test_autodown_two_slices_kept_by_a_run_then_deleted_by_the_pod(
     assert [r.name for r in deletes] == ["auto"]
     assert deletes[0].auth == "Bearer ya29.vm-auto-s0-w0"  # from the VM, not the runner
     assert deletes[0].query.get("force") == ["True"]  # as gcloud sends --force
+
+
+@pytest.mark.parametrize("capacity", ["on-demand", "spot", "reserved", "best-effort"])
+@pytest.mark.parametrize("slices", [1, 2])
+def test_gcloud_accepts_every_command_line(cloud: Cloud, capacity: str, slices: int) -> None:
+    """Each command line multihost makes, replayed with the real gcloud against the stand-in."""
+    from multihost.pods import plan
+
+    spec = plan.PodSpec("cl", "v4-8", "v", (ZONE,), num_slices=slices, capacity=capacity,
+                        project="p", queue_timeout=120)  # fmt: skip
+    cloud.tpu.held.add("cl")  # it stays ACCEPTED: only the command lines are under test
+
+    def gcloud(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["gcloud", *argv], env=cloud.env, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+
+    res = gcloud(plan.create_argv(spec, ZONE))
+    assert res.returncode == 0, res.stderr
+    body = cloud.tpu.resources["cl"].body
+    extra = {k: v for k, v in body.items() if k not in ("tpu", "queueingPolicy")}
+    expected: dict[str, object] = {
+        "on-demand": {},
+        "spot": {"spot": {}},
+        "reserved": {"reservationName": f"projects/p/locations/{ZONE}/reservations/-"},
+        "best-effort": {"bestEffort": {}, "provisioningModel": "STANDARD"},  # alpha track
+    }
+    assert extra == expected[capacity]
+    assert body["queueingPolicy"] == {"validUntilDuration": "120s"}
+    node_spec = body["tpu"]["nodeSpec"][0]
+    assert node_spec["node"]["labels"] == {"multihost": "cl"}
+    if slices > 1:
+        assert node_spec["multisliceParams"] == {"nodeCount": 2, "nodeIdPrefix": "cl"}
+    else:
+        assert node_spec["nodeId"] == "cl"
+    described = gcloud(plan.describe_argv("cl", ZONE, "p"))
+    assert described.returncode == 0, described.stderr
+    assert json.loads(described.stdout)["state"]["state"] == "ACCEPTED"
+    elsewhere = gcloud(plan.describe_argv("cl", "us-east1-d", "p"))
+    assert elsewhere.returncode != 0
+    assert "NOT_FOUND" in elsewhere.stderr  # a resource lives in its zone
+    deleted = gcloud(plan.delete_argv("cl", ZONE, "p"))
+    assert deleted.returncode == 0, deleted.stderr
+    wait_for(lambda: "cl" not in cloud.tpu.resources, timeout=10, what="the delete")

@@ -18,7 +18,7 @@ from multihost.defaults import DEFAULTS
 ARM = """\
 umask 077
 b=$1
-case $b in "~/"*) b=$HOME/${b#"~/"} ;; esac
+case $b in \\~/*) b=$HOME/${b#\\~/} ;; esac
 d=$b/autodown
 mkdir -p "$d" || exit 1
 cat > "$d/autodown.sh.tmp" && mv -f "$d/autodown.sh.tmp" "$d/autodown.sh" || exit 1
@@ -38,7 +38,7 @@ echo armed
 # The daemon's status line and setting. Arg: BASE.
 STATUS = """\
 b=$1
-case $b in "~/"*) b=$HOME/${b#"~/"} ;; esac
+case $b in \\~/*) b=$HOME/${b#\\~/} ;; esac
 idle=off; st=none
 read -r idle < "$b/autodown/idle" 2>/dev/null
 read -r st < "$b/autodown/status" 2>/dev/null

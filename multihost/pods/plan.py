@@ -101,8 +101,10 @@ def _where(project: str | None, zone: str) -> list[str]:
 
 
 def create_argv(spec: PodSpec, zone: str) -> list[str]:
-    """``queued-resources create`` for one zone: labelled, valid for the queue timeout."""
-    argv = [*QR, "create", spec.name, "--accelerator-type", spec.tpu_type,
+    """``queued-resources create`` for one zone: labelled, valid for the queue timeout.
+    Best-effort capacity exists only in gcloud's alpha track (``--best-effort``)."""
+    track = ["alpha"] if spec.capacity == "best-effort" else []
+    argv = [*track, *QR, "create", spec.name, "--accelerator-type", spec.tpu_type,
             "--runtime-version", spec.runtime_version]  # fmt: skip
     if spec.num_slices > 1:  # gcloud refuses --node-count 1
         argv += ["--node-count", str(spec.num_slices), "--node-prefix", spec.name]

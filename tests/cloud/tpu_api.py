@@ -36,8 +36,11 @@ from tests.cloud.zones import (
 _ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
 # accelerator type → TPU VM workers per slice (the fleet has only so many hosts)
 WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v5litepod-16": 4}
-_QR = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$")
-_OP = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
+# v2, and v2alpha1 for gcloud's alpha track (``--best-effort``): the same resources
+_QR = re.compile(
+    r"^/v2(?:alpha1)?/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$"
+)
+_OP = re.compile(r"^/v2(?:alpha1)?/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
 # a real ed25519 public key that no fleet host has (served as a worker's "wrong" host key)
 WRONG_ED25519 = "AAAAC3NzaC1lZDI1NTE5AAAAIKgn1VTkT+8EQ8A/x51qiEooVwZIE5MYAk3dVp/EC14C"
 _PROJECT = re.compile(r"^/compute/v1/projects/([^/]+)$")
@@ -248,6 +251,9 @@ class TpuApi:
                 kind = str(body["tpu"]["nodeSpec"][0]["node"].get("acceleratorType", "v4-8"))
                 return _error(429, quota_message(region_of(zone), ctype, kind),
                               "RESOURCE_EXHAUSTED")  # fmt: skip
+            for spec in body.get("tpu", {}).get("nodeSpec", []):  # v2alpha1's name for it
+                if "multiNodeParams" in spec:
+                    spec["multisliceParams"] = spec.pop("multiNodeParams")
             qr = QueuedResource(qid, project, zone, body, internal_only=qid in self.internal_only)
             self.resources[qid] = qr
             threading.Thread(target=self._provision, args=(qr,), daemon=True).start()
