@@ -308,3 +308,26 @@ def test_gcloud_accepts_every_command_line(cloud: Cloud, capacity: str, slices: 
     deleted = gcloud(plan.delete_argv("cl", ZONE, "p"))
     assert deleted.returncode == 0, deleted.stderr
     wait_for(lambda: "cl" not in cloud.tpu.resources, timeout=10, what="the delete")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_up_interrupted_deletes_its_request(cloud: Cloud, tmp_path: Path, sig: int) -> None:
+    cloud.tpu.capacity.starve(ZONE)
+    e = env(cloud, tmp_path)
+    err = tmp_path / "err"
+    with err.open("w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "multihost",
+             *up_args("stop", tmp_path / "none", "--zone", ZONE, "--queue-timeout", "600")],
+            env=e, stdout=subprocess.DEVNULL, stderr=f,
+        )  # fmt: skip
+    try:
+        cloud.tpu.wait_state("stop", "WAITING_FOR_RESOURCES", 60)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err.read_text()
+    assert "interrupted: deleting the request in us-central2-b" in err.read_text()
+    assert cloud.tpu.resources == {}
+    assert json.loads(cli(["pods", "--json"], **e).stdout) == []
