@@ -186,7 +186,9 @@ def _ran(record: PodRecord, now: float) -> tuple[str, float | None]:
         return "", None
     seconds = now - record.active_at
     per_hour = prices.hourly(record.tpu_type, record.zone, record.capacity, record.num_slices)
-    return time.strftime("%H:%M:%S", time.gmtime(seconds)), prices.cost(per_hour, seconds)
+    whole = int(max(0.0, seconds))
+    ran = f"{whole // 3600:02d}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+    return ran, prices.cost(per_hour, seconds)
 
 
 def cmd_down(args: argparse.Namespace, err: Console) -> int:
