@@ -14,6 +14,7 @@ import pytest
 from tests import fleet as loopback
 from tests.clitools import cli, wait_for
 from tests.cloud.fixture import ZONE, Cloud
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 
@@ -155,7 +156,8 @@ def run_args(tmp_path: Path, config: Path, name: str, run: str, cmd: str) -> lis
     return ["run", "--prefix", name, "--up", "--down", "--tpu-type", "v4-8",
             "--runtime-version", "tpu-ubuntu2204-base", "--zone", ZONE,
             "--ssh-config", str(config), "--no-add-key", "--script-dir", str(code),
-            "--log-dir", str(tmp_path / "logs"), "--run-name", run, "--cmd", cmd]  # fmt: skip
+            "--log-dir", str(tmp_path / "logs"), "--run-name", run,
+            "--coordinator-port", str(free_port()), "--cmd", cmd]  # fmt: skip
 
 
 @pytest.mark.parametrize(("cmd", "code"), [("echo hi from $MULTIHOST_TEST_HOST", 0), ("exit 3", 1)])
@@ -240,27 +242,33 @@ def test_autodown_two_slices_kept_by_a_run_then_deleted_by_the_pod(
     assert res.returncode == 0, res.stderr
     code = tmp_path / "code"
     code.mkdir()
+    logs = str(tmp_path / "logs")
     run = cli(["run", "--prefix", "auto", "--zone", ZONE, "--ssh-config", str(config),
-               "--no-add-key", "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"),
-               "--run-name", "long", "--detach", "--cmd", "sleep 12"], **e)  # fmt: skip
+               "--no-add-key", "--script-dir", str(code), "--log-dir", logs,
+               "--run-name", "long", "--coordinator-port", str(free_port()), "--detach",
+               "--cmd", "sleep 600"], **e)  # fmt: skip
     assert run.returncode == 0, run.stderr
     res = cli(["autodown", "auto", "3", "--ssh-config", str(config), "--no-add-key"], **e)
     assert res.returncode == 0, res.stderr
     assert "pod auto deletes itself once idle for 3 s (watched on s0/w0)" in res.stderr
+    worker0 = cloud.fleet.hosts[cloud.tpu.resources["auto"].workers[0].host]
+    status = worker0.home / ".multihost" / "autodown" / "status"
 
-    def sleeping() -> bool:
-        return any("sleep 12" in c for h in range(8) for _, c in cloud.fleet.user_processes(h))
+    def busy_at() -> float:
+        words = status.read_text().split() if status.exists() else []
+        return float(words[1]) if words[:1] == ["busy"] else 0.0
 
-    def autodown_says() -> str:
-        listed = cli(["pods", "--json", "--ssh-config", str(config)], **e)
-        return str(json.loads(listed.stdout)[0]["autodown"])
-
-    wait_for(lambda: "3s idle; busy: multihost run long" in autodown_says(), timeout=30,
-             what="autodown to see the run")  # fmt: skip
-    wait_for(lambda: not sleeping(), timeout=60, what="the run to end")
-    assert [r for r in cloud.tpu.requests if r.method == "DELETE"] == []  # kept while busy
+    wait_for(lambda: busy_at() > 0, timeout=60, what="autodown to see the run")
+    first = busy_at()
+    listed = cli(["pods", "--json", "--ssh-config", str(config)], **e)
+    assert "3s idle; busy: multihost run long" in json.loads(listed.stdout)[0]["autodown"]
+    # busy for longer than the idle time: the pod stays
+    wait_for(lambda: busy_at() >= first + 5, timeout=60, what="autodown to look again")
+    assert [r for r in cloud.tpu.requests if r.method == "DELETE"] == []
     assert cloud.tpu.resources["auto"].state == "ACTIVE"
-    wait_for(lambda: "auto" not in cloud.tpu.resources, timeout=60, what="the pod to go")
+    killed = cli(["kill", "long", "--log-dir", logs], **e)
+    assert killed.returncode == 0, killed.stderr
+    wait_for(lambda: "auto" not in cloud.tpu.resources, timeout=90, what="the pod to go")
     deletes = [r for r in cloud.tpu.requests if r.method == "DELETE"]
     assert [r.name for r in deletes] == ["auto"]
     assert deletes[0].auth == "Bearer ya29.vm-auto-s0-w0"  # from the VM, not the runner

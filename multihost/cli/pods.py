@@ -289,14 +289,25 @@ def with_pod(args: argparse.Namespace, err: Console, inner: Callable[[], int]) -
     code = 130
     try:
         code = inner()
-    except KeyboardInterrupt:
-        code = 130
-        raise
     finally:
-        if args.down:
-            zones = (args.zone,) if args.zone else ()
-            rec, zone, sent = lifecycle.down(_gcloud(), name, say, wait=True, poll=wait_poll(),
-                                             zones=zones, project=args.project)  # fmt: skip
-            err.print(f"multihost: run ended (exit {code}): "
-                      f"{down_line(name, zone, rec, sent, True)}", highlight=False)  # fmt: skip
+        if args.down and not _down_after(args, name, code, err):
+            code = code or 1  # the run went well but the pod may still be up: say it in the exit
     return code
+
+
+def _down_after(args: argparse.Namespace, name: str, code: int, err: Console) -> bool:
+    """``--down`` once the run has ended: the pod deleted and said so; a failure to delete is
+    said too (never hiding the run's own error) and returns False."""
+    from multihost.errors import MultihostError
+
+    zones = (args.zone,) if args.zone else ()
+    try:
+        rec, zone, sent = lifecycle.down(_gcloud(), name, _say(err), wait=True, poll=wait_poll(),
+                                         zones=zones, project=args.project)  # fmt: skip
+    except MultihostError as exc:
+        text = f"run ended (exit {code}) but --down could not delete pod {name}: {exc}"
+        err.print(f"multihost: {escape(text)}", style="bold red", highlight=False)
+        return False
+    err.print(f"multihost: run ended (exit {code}): {down_line(name, zone, rec, sent, True)}",
+              highlight=False)  # fmt: skip
+    return True
