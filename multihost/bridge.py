@@ -44,6 +44,7 @@ class Interrupt:
     exit_at_second: bool = False  # a command: the second signal exits the process at once
     label: str | None = None  # the signal's name in what is said (default: SIGINT, ...)
     stacks: Callable[[], None] | None = None  # SIGQUIT (Ctrl-\): every host's stacks, now
+    left: str = "jobs may still be running on the hosts"  # what the second signal leaves
 
     def first(self, signum: int) -> str:
         return f"multihost: {self.label or signal.Signals(signum).name}: {self.what}"
@@ -88,8 +89,7 @@ def _hook(
     def on_signal(signum: int) -> None:
         box["presses"] = box.get("presses", 0) + 1
         if box["presses"] > 1:  # only when the handler stays: exit_at_second
-            _say(i, f"multihost: second {signal.Signals(signum).name}: exiting now; jobs may "
-                 "still be running on the hosts")  # fmt: skip
+            _say(i, f"multihost: second {signal.Signals(signum).name}: exiting now; {i.left}")
             os._exit(130)
         _say(i, i.first(signum))
         if not i.exit_at_second:  # the next one is a KeyboardInterrupt again

@@ -11,6 +11,7 @@ it under its keywords, so the run is planned from the same settings either way.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ def _read(path: Path, *, project: bool = False) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         if project:
             return {}
-        raise ConfigError(f"{path}: cannot be read: {exc}") from None
+        raise ConfigError(f"{path}: cannot be read: {_why(exc)}") from None
     if project and "multihost" not in text:
         return {}
     import tomllib
@@ -103,6 +104,17 @@ def _read(path: Path, *, project: bool = False) -> dict[str, Any]:
         tool = data.get("tool", {})
         return {PROJECT_TABLE: tool["multihost"]} if "multihost" in tool else {}
     return data
+
+
+def _why(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a config file cannot be read, in words."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not text (UTF-8)"
+    if isinstance(exc, IsADirectoryError):
+        return "a directory, not a file"
+    if exc.errno == errno.ELOOP:
+        return "a loop of symbolic links"
+    return exc.strerror or str(exc)
 
 
 def _split(path: Path, table: str, data: object) -> tuple[Layer, dict[str, Any]]:
@@ -125,7 +137,7 @@ def load(start: Path, profile: str | None = None, env: Mapping[str, str] | None 
     ``profile`` chosen; an unknown profile is an error naming the ones there are."""
     found: list[tuple[Layer, dict[str, Any]]] = []
     user = user_config_path(env)
-    if user.is_file():
+    if os.path.lexists(user):  # a directory or a broken link there is an error, not "none"
         found.append(_split(user, "", _read(user)))
     project = project_table(start)
     if project is not None:

@@ -77,12 +77,18 @@ class Listing:
 
 
 def check_patterns(patterns: Sequence[str]) -> tuple[str, ...]:
-    """Remote paths or globs as given; a usage error for none, an empty one or a newline."""
+    """Remote paths or globs as given; a usage error for none, an empty one, a newline, or a
+    relative one that leaves the run's work dir (``../x``: its files could not land below the
+    host's folder, and a glob there would list the host's other runs and code)."""
     if not patterns:
         raise UsageError("name at least one remote path or glob to pull")
     for p in patterns:
         if not p.strip() or "\n" in p or "\0" in p:
             raise UsageError(f"not a remote path: {p!r}")
+        relative = p != "~" and not p.startswith(("/", "~/"))  # ~/ is the host's home
+        if relative and posixpath.normpath(p).split("/")[0] == "..":
+            raise UsageError(f"{p!r} leaves the run's work dir: name a path inside it, or an "
+                             "absolute one")  # fmt: skip
     return tuple(patterns)
 
 

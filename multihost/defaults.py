@@ -50,6 +50,7 @@ class Defaults:
     reconnect_first_delay: float = 0.5  # s, doubling up to reconnect_max_delay
     reconnect_max_delay: float = 10.0
     run_name_max: int = 100  # characters in a run name
+    local_max: int = 1024  # --local workers, each a process on this machine (more: refused)
     manifest_interval: float = 0.5  # s between run.json rewrites (final states always write)
 
 

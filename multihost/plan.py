@@ -76,8 +76,18 @@ class Paths:
 def host_env(host: Host, fleet: Fleet, job: Job, internal: Mapping[int, str]) -> dict[str, str]:
     """The variables a host's command sees: JAX/Megascale wiring, run identity, then ``--env``.
 
-    ``internal`` maps process ids to the address other workers use to reach that host.
+    ``internal`` maps process ids to the address other workers use to reach that host. On some
+    of the fleet's hosts (``job.workers``) there is no JAX job to wire: each host keeps its
+    numbers in the whole fleet and is told which hosts run (``MULTIHOST_WORKERS``).
     """
+    if job.workers:
+        return {
+            "MULTIHOST_RUN": job.run_name,
+            "MULTIHOST_SLICE_ID": str(host.slice_id),
+            "MULTIHOST_WORKER_ID": str(host.worker_id),
+            "MULTIHOST_PROCESS_ID": str(host.process_id),
+            "MULTIHOST_WORKERS": job.workers,
+        } | dict(job.env)
     first = fleet.hosts[0]
     coordinator = internal.get(first.process_id) or first.internal_address or first.address
     if ":" in coordinator and not coordinator.startswith("["):
@@ -226,11 +236,23 @@ def plan_hosts(
     """Per-host paths, env and launch script for the whole fleet (``watch``: launch scripts
     that go on to stream the log, see ``launch_script``; ``extra``: more variables per
     process id)."""
-    plans = []
-    for host in fleet:
-        paths = Paths.for_host(host, job, code_hash)
-        env = host_env(host, fleet, job, internal or {})
-        env |= (extra or {}).get(host.process_id, {})  # e.g. MULTIHOST_ENV (multihost.envsync)
-        launch = launch_script(paths, env, job.command, watch=watch)
-        plans.append(HostPlan(host, paths, env, launch))
-    return plans
+    return [plan_host(host, fleet, job, code_hash, internal, watch=watch, extra=extra)
+            for host in fleet]  # fmt: skip
+
+
+def plan_host(
+    host: Host,
+    fleet: Fleet,
+    job: Job,
+    code_hash: str,
+    internal: Mapping[int, str] | None = None,
+    *,
+    watch: bool = False,
+    extra: Mapping[int, Mapping[str, str]] | None = None,
+) -> HostPlan:
+    """One host's plan of :func:`plan_hosts` (``--dry-run`` prints them one at a time)."""
+    paths = Paths.for_host(host, job, code_hash)
+    env = host_env(host, fleet, job, internal or {})
+    env |= (extra or {}).get(host.process_id, {})  # e.g. MULTIHOST_ENV (multihost.envsync)
+    launch = launch_script(paths, env, job.command, watch=watch)
+    return HostPlan(host, paths, env, launch)

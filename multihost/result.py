@@ -248,8 +248,9 @@ def verdict(result: RunResult) -> Verdict:
     """All good, or how many succeeded and who failed first."""
     ok, total = sum(1 for r in result.hosts if r.ok), len(result.hosts)
     if result.ok:
-        return Verdict(True, (f"all {total} hosts succeeded",))
-    parts = [f"{ok}/{total} hosts succeeded"]
+        return Verdict(True, ("the host succeeded" if total == 1 else
+                              f"all {total} hosts succeeded",))  # fmt: skip
+    parts = [f"{ok}/{total} host{'s' * (total != 1)} succeeded"]
     if result.interrupted:
         parts.append("; interrupted")
     if result.timed_out:

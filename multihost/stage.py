@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import glob
 import gzip
 import hashlib
 import io
@@ -10,6 +11,7 @@ import os
 import stat
 import subprocess
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +151,27 @@ def excluded(name: str, patterns: tuple[str, ...]) -> bool:
         if not anchored and any(fnmatch.fnmatch(part, pattern) for part in dirs):
             return True
     return False
+
+
+def outputs_excluded(root: Path, outputs: Sequence[Path], run: str = "") -> tuple[str, ...]:
+    """Exclude patterns for the run's own output dirs inside the code dir ``root`` (the log
+    dir, a pull destination). Staged, each run would ship every earlier run's logs to every
+    host and get a new code hash. A log dir that is ``root`` itself: each run's folder in it
+    (one holding a run record or sweep results) and this ``run``'s."""
+    base = root.expanduser().resolve()
+    patterns: list[str] = []
+    for out in outputs:
+        path = out.expanduser().resolve()
+        if path == base:
+            made = [d.name for d in base.iterdir() if d.is_dir() and not d.is_symlink()
+                    and any((d / n).exists() for n in _RUN_FILES)]  # fmt: skip
+            patterns += [f"/{glob.escape(n)}/" for n in sorted({*made, run} - {""})]
+        elif base in path.parents:
+            patterns.append(f"/{glob.escape(path.relative_to(base).as_posix())}/")
+    return tuple(dict.fromkeys(patterns))
+
+
+_RUN_FILES = ("run.json", "sweep.json", "results.jsonl")  # what makes a folder a run's output
 
 
 def pack(root: Path, excludes: tuple[str, ...] = (), max_bytes: int | None = None) -> Archive:

@@ -110,7 +110,7 @@ def test_result_line_and_reprs(home: Path) -> None:
     assert repr(r) == "<RunResult res: exit 0; s0/w0 done, s0/w1 done>"
     failed = multihost.run("exit 3", local=1, stream="none")
     assert repr(failed.hosts[0]) == "<HostResult s0/w0 failed exited with code 3>"
-    assert "0/1 hosts succeeded" in failed._repr_html_()
+    assert "0/1 host succeeded" in failed._repr_html_()
 
 
 def _twice_plus_id(x: int) -> int:

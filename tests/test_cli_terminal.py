@@ -180,3 +180,39 @@ def test_a_payload_result_is_said_in_words_on_a_terminal(workdir: Path) -> None:
     assert all(len(r) <= 80 for r in shown), shown
     log = (workdir / "logs" / "words" / "slice_0000_worker_0000.log").read_text()
     assert 'MULTIHOST_RESULT {"step_time_s": 0.79' in log
+
+
+def test_a_one_host_run_says_so_in_words(workdir: Path) -> None:
+    """One host: no "all 1 hosts", no "0 hosts × 0.0 MiB" for a 7-byte code dir."""
+    child = spawn(["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs",
+                   "--cmd", "true"], workdir / "home", workdir)  # fmt: skip
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    shown = " ".join(screen(raw))
+    assert "the host succeeded" in shown, shown
+    assert "auto: no slice has a second host to share it" in shown, shown
+    for wrong in ("1 hosts", "0 hosts", "0.0 MiB"):
+        assert wrong not in shown, shown
+
+
+def test_a_second_ctrl_c_at_a_terminal_names_the_kill_command(workdir: Path) -> None:
+    cmd = "trap '' TERM; echo up; sleep 60"  # ignores the stop's TERM: the runner waits
+    child = spawn(["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs",
+                   "--run-name", "tw", "--grace", "60", "--cmd", cmd], workdir / "home",
+                  workdir)  # fmt: skip
+    child.expect("up")
+    child.sendintr()
+    child.expect("stopping every host")
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 130, raw
+    shown = " ".join(screen(raw))
+    assert "stop them with: multihost kill tw --log-dir logs)" in shown, shown
+    kill = spawn(["kill", "tw", "--log-dir", "logs", "--grace", "1"], workdir / "home", workdir)
+    kill.expect(pexpect.EOF)
+    kill.close()
+    assert kill.exitstatus == 0, kill.before

@@ -12,6 +12,7 @@ import pytest
 
 import multihost
 from multihost.copyback import RemoteFile, list_command, parse_listing
+from multihost.errors import UsageError
 from tests.clitools import REPO, cli
 
 N = 3
@@ -105,16 +106,20 @@ def test_nothing_is_written_outside_the_folder(run: Path, tmp_path: Path) -> Non
     # A symbolic link planted inside the folder for host 0: pulling through it is refused.
     (dest / "slice_0000_worker_0000").mkdir(parents=True)
     (dest / "slice_0000_worker_0000" / "out").symlink_to(outside)
-    # ../<hash>/out/p.txt is a real file next to the work dir: its name would leave the folder.
+    # ../<hash>/out/p.txt is a real file next to the work dir: a path that leaves the work dir
+    # is refused before any host is asked, and a name with '..' a host lists is never written.
     code_hash = next((Path(os.environ["HOME"]) / ".cache/multihost/local/w0/code").iterdir()).name
-    results = multihost.pull("r", ["out/p.txt", f"../{code_hash}/out/p.txt"], to=dest,
-                             log_dir=run)  # fmt: skip
+    with pytest.raises(UsageError, match="leaves the run's work dir"):
+        multihost.pull("r", [f"../{code_hash}/out/p.txt"], to=dest, log_dir=run)
+    assert RemoteFile(f"../{code_hash}/out/p.txt", 1, 0.0).local_name is None
+    results = multihost.pull("r", ["out/p.txt", ".*"], to=dest, log_dir=run)
     assert not results[0].ok
     assert any("symbolic link" in e and "out/p.txt" in e for e in results[0].errors)
     assert list(outside.iterdir()) == []
-    for r in results:
-        assert any("refused" in e and "'..'" in e for e in r.errors), r.errors
-    assert [r.files for r in results] == [0, 1, 1]
+    for r in results:  # '.*' matches no '..': the host's other runs and code are not listed
+        assert not any(".." in e for e in r.errors), r.errors
+    assert [(dest / f"slice_0000_worker_000{i}" / "out" / "p.txt").is_file()
+            for i in range(3)] == [False, True, True]  # fmt: skip
     assert not list(tmp_path.glob("*/p.txt"))
     assert not (tmp_path / "out").exists()
 
@@ -130,7 +135,7 @@ def test_cli_pull_and_run_pull(home: Path, code: Path, tmp_path: Path) -> None:
     assert (got / "slice_0000_worker_0001" / "out" / "p.txt").read_text() == "p 1\n"
     assert "s0/w1  FAILED" in res.stdout
     assert "no match for '*.json'" in res.stdout
-    assert "from 1 of 2 host(s)" in res.stdout
+    assert "from 2 of 2 host(s) into multihost-pull/cp; 1 host(s) had problems" in res.stdout
     res = cli(["pull", "cp", "--log-dir", "logs", "out", "--to", "again", "--json"],
               cwd=tmp_path, **_env(home))  # fmt: skip
     assert res.returncode == 0, res.stderr

@@ -74,6 +74,10 @@ def test_the_wheel_has_the_package_payloads_license_and_types(built: Built) -> N
     names = built.wheel_names()
     package = {n for n in _source_files() if n.startswith("multihost/") and n.endswith(".py")}
     assert package <= names, sorted(package - names)  # pyproject's package list is complete
+    scripts = {
+        n for n in _source_files() if n.startswith("multihost/remote/") and n.endswith(".sh")
+    }
+    assert scripts <= names, sorted(scripts - names)  # the hosts' scripts are package data
     assert {f"multihost/payloads/{n}" for n in PAYLOAD_FILES} <= names
     assert "multihost/py.typed" in names
     dist_info = next(n.split("/")[0] for n in names if ".dist-info/" in n)
@@ -87,10 +91,11 @@ def test_the_wheel_has_the_package_payloads_license_and_types(built: Built) -> N
 @pytest.mark.slow  # one build for the module: ~15-30 s
 def test_the_sdist_can_run_its_tests(built: Built) -> None:
     names = built.sdist_names()
-    needed = [n for n in _source_files() if n.startswith(("tests/", "payloads/", "benchmarks/"))]
+    kept = ("tests/", "payloads/", "benchmarks/", "docs/")
+    needed = [n for n in _source_files() if n.startswith(kept)]
     assert set(needed) <= names, sorted(set(needed) - names)
     assert {"tests/conftest.py", "tests/fleet.py", "tests/clitools.py", "LICENSE",
-            "pyproject.toml", "README.md"} <= names  # fmt: skip
+            "pyproject.toml", "README.md", "mkdocs.yml"} <= names  # fmt: skip
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 

@@ -40,6 +40,10 @@ def test_the_rules_are_the_planner_s(home: Path, tmp_path: Path) -> None:
         plan({**base, "script_dir": tmp_path / "nope"})
     with pytest.raises(UsageError, match="NAME=VALUE"):
         plan({**base, "env": ["OOPS"]})
+    with pytest.raises(SettingError, match="not UTF-8 text"):  # refused before staging
+        plan({**base, "cmd": "echo \udcff"})
+    with pytest.raises(SettingError, match="not UTF-8 text"):
+        plan({**base, "env": {"A": "\udcff"}})
     (tmp_path / "big").write_bytes(b"x" * 2048)
     with pytest.raises(UsageError, match="biggest: big"):
         plan({**base, "max_stage_bytes": 1024})

@@ -46,7 +46,7 @@ def test_create_argv_single_and_multislice() -> None:
     [
         ({"tpu_type": "v9-8"}, "unknown TPU type 'v9-8'"),
         ({"tpu_type": "v4"}, "unknown TPU type 'v4'"),
-        ({"name": "Bad"}, "bad job name 'Bad'"),
+        ({"name": "Bad"}, "bad pod name 'Bad'"),
         ({"capacity": "cheap"}, "unknown capacity 'cheap'"),
         ({"num_slices": 0}, "--num-slices must be at least 1"),
     ],

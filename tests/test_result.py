@@ -87,3 +87,23 @@ def test_a_payload_run_in_words() -> None:
     )
     assert payload_lines(_run()) == ()  # no payload: nothing more said
     assert "slowest: s0/w2" in str(slow)
+
+
+def test_the_verdict_counts_one_host_as_one() -> None:
+    one = HostResult(HOST, State.DONE, exit_code=0)
+    assert verdict(RunResult("r", (one,))).text == "the host succeeded"
+    assert verdict(RunResult("r", (one, one))).text == "all 2 hosts succeeded"
+    bad = HostResult(HOST, State.FAILED, exit_code=3)
+    assert verdict(RunResult("r", (bad,), first_failure="x")).text.startswith("0/1 host succeeded")
+
+
+def test_pull_totals_count_the_hosts_that_gave_files(tmp_path: Path) -> None:
+    """A host that gave files but missed a pattern is counted as giving them (and said to
+    have had problems): never "pulled 6 file(s) from 0 of 3 host(s)"."""
+    from multihost.copyback import PullResult
+
+    results = [PullResult(Host(f"h{i}", worker_id=i), tmp_path, files=2, bytes=6,
+                          errors=("no match for '*.json'",)) for i in range(3)]  # fmt: skip
+    last = report.pull_lines(results, tmp_path)[-1]
+    assert last == (f"pulled 6 file(s), 18 B from 3 of 3 host(s) into {tmp_path}; "
+                    "3 host(s) had problems (above)")  # fmt: skip

@@ -60,7 +60,11 @@ MIB = 2**20
         ("gs://my-b", (64,), 20 * MIB, None, "gs://my-b", ""),
         ("auto", (8,), MIB // 5, None, "direct", "auto: 8 hosts × 0.2 MiB under the 256.0 MiB"),
         ("auto", (64,), 20 * MIB, None, "peer", "auto: 64 hosts × 20.0 MiB over the 256.0 MiB"),
-        ("auto", (1,) * 64, 20 * MIB, None, "direct", "auto: 0 hosts"),  # one-host slices
+        # one-host slices: nothing for a peer to share (never "0 hosts × ...")
+        ("auto", (1,) * 64, 20 * MIB, None, "direct", "auto: no slice has a second host"),
+        ("auto", (1,), 45, None, "direct", "auto: no slice has a second host to share it"),
+        ("auto", (3,), 45, None, "direct", "auto: 3 hosts × 45 B under the 256.0 MiB"),
+        ("auto", (3,), 50 * 1024, None, "direct", "auto: 3 hosts × 50.0 KiB under"),
         ("auto", (32, 32), 20 * MIB, {0: "10.1.2.3", 32: "127.0.0.1"}, "peer", "over"),
         ("auto", (32, 32), 20 * MIB, {0: "10.1.2.3", 32: "34.1.2.3"}, "direct", "s1/w0's"),
         ("auto", (64,), 20 * MIB, {0: "seed.example"}, "direct", "not private"),  # a hostname
@@ -289,7 +293,7 @@ def test_local_auto_picks_peer_over_the_threshold(
     assert small.ok
     assert small.staging is not None
     assert small.staging.via == "direct"
-    assert small.staging.why.startswith("auto: 3 hosts × 0.")
+    assert small.staging.why.startswith("auto: 3 hosts × ")
     monkeypatch.setenv("MULTIHOST_STAGE_AUTO_THRESHOLD", "1000")
     code.joinpath("blob").write_bytes(os.urandom(50_000))  # a new hash: staged again
     res = multihost.run("true", local=3, script_dir=code, log_dir=tmp_path / "logs",
@@ -297,7 +301,7 @@ def test_local_auto_picks_peer_over_the_threshold(
     assert res.ok
     assert res.staging is not None
     assert res.staging.via == "peer"
-    assert "over the 0.0 MiB threshold" in res.staging.why
+    assert "over the 1000 B threshold" in res.staging.why
     assert (res.staging.uploads, res.staging.fetched, res.staging.fallbacks) == (1, 2, ())
 
 

@@ -42,7 +42,9 @@ def command(name: str) -> Callable[[argparse.Namespace, Console], int]:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
-        args = parse(list(sys.argv[1:] if argv is None else argv))
+        argv = list(sys.argv[1:] if argv is None else argv)
+        check_text(argv)
+        args = parse(argv)
         from rich.console import Console  # not needed for --help or a usage error
 
         err = Console(stderr=True, highlight=False)
@@ -60,6 +62,23 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = 0
     _flush_quietly()
     sys.exit(code)
+
+
+def check_text(argv: Sequence[str]) -> None:
+    """Every argument must be UTF-8 text: a byte that is not (Python keeps it as a lone
+    surrogate) would fail deep in the run, after staging, naming no argument."""
+    for i, arg in enumerate(argv):
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            name, value = "", arg
+            if arg.startswith("--") and "=" in arg:  # --cmd=VALUE
+                name, value = arg.split("=", 1)
+            elif i and argv[i - 1].startswith("-") and "=" not in argv[i - 1]:  # --cmd VALUE
+                name = argv[i - 1]
+            shown = value.encode(errors="surrogateescape").decode(errors="backslashreplace")
+            where = f"argument {name}: " if name else ""
+            raise UsageError(f"{where}not UTF-8 text: '{shown}' (each argument must be)") from None
 
 
 def _flush_quietly() -> None:

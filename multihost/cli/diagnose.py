@@ -11,7 +11,7 @@ from rich.text import Text
 
 from multihost import runs
 from multihost.bridge import blocking
-from multihost.cli.wiring import log_dir_of, record_options
+from multihost.cli.wiring import chosen_hosts, log_dir_of, record_options
 from multihost.diagnose.collect import take
 from multihost.diagnose.stacks import StackReport
 from multihost.errors import UsageError
@@ -22,6 +22,7 @@ def cmd_stack(args: argparse.Namespace, err: Console) -> int:
     run_dir, record = runs.find_run(log_dir_of(args), args.run)
     if record.state != "running":
         raise UsageError(f"run {args.run} is {record.state}: there are no stacks to take")
+    record = chosen_hosts(args, record)
     options = record_options(args, record)
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
     report, folder = blocking(

@@ -28,7 +28,7 @@ from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
-from multihost.plan import job_script, plan_hosts
+from multihost.plan import job_script, plan_host
 from multihost.planner import device_glob
 from multihost.result import HostResult, size
 from multihost.runstate import RunOptions
@@ -114,7 +114,7 @@ def with_payload(args: argparse.Namespace) -> dict[str, object]:
         raise UsageError("--payload stages the payloads that ship with multihost: leave out "
                          "--script-dir, or run your own code with --cmd")  # fmt: skip
     python = args.python or (sys.executable if args.local is not None else "python3")
-    return {**vars(args), "script_dir": payloads_dir(),
+    return {**vars(args), "script_dir": payloads_dir(), "jax_job": f"--payload {args.payload}",
             "cmd": payload_command(args.payload, args.args, python)}  # fmt: skip
 
 
@@ -122,7 +122,7 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
     """Print, per host, the exact remote launch script and env; connect to nothing."""
     archive = pack(options.script_dir, options.excludes)
     print(f"# code {archive.short}: {archive.files} files, {len(archive.data)} bytes")
-    for plan in plan_hosts(fleet, job, archive.short):
+    for plan in (plan_host(h, fleet, job, archive.short) for h in fleet):  # one at a time
         print(f"### {plan.host.name} ({plan.host.target}) process {plan.host.process_id}")
         for k, v in plan.env.items():
             print(f"# {k}={v}")

@@ -29,7 +29,7 @@ def wait_poll() -> float:
 
 
 def _gcloud() -> lifecycle.Runner:
-    from multihost.job.cloud import Gcloud
+    from multihost.cloud.gcloud import Gcloud
 
     return Gcloud.from_env()
 

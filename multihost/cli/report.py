@@ -310,10 +310,11 @@ def pull_lines(results: Sequence[PullResult], dest: Path, *, all_hosts: bool = T
         lines += [f"  {safe_text(problem)}" for problem in r.errors]
     failed = sum(1 for r in results if not r.ok)
     files, skipped = sum(r.files for r in results), sum(r.skipped for r in results)
+    gave = sum(1 for r in results if r.files or r.skipped)  # a host that failed may give some
     lines.append(
         f"pulled {files} file(s), {size(sum(r.bytes for r in results))}"
         + (f" ({skipped} already there)" if skipped else "")
-        + f" from {len(results) - failed} of {len(results)} host(s) into {dest}"
-        + (f"; {failed} host(s) failed" if failed else "")
+        + f" from {gave} of {len(results)} host(s) into {dest}"
+        + (f"; {failed} host(s) had problems (above)" if failed else "")
     )
     return lines

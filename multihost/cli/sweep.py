@@ -11,7 +11,7 @@ from rich.console import Console
 
 from multihost.bridge import blocking
 from multihost.cli import report, terminal
-from multihost.cli.wiring import plan_args, raise_nofile_limit, signals
+from multihost.cli.wiring import kill_line, plan_args, raise_nofile_limit, signals
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.plan import check_run_name
@@ -128,12 +128,23 @@ def _sweep(args: argparse.Namespace, err: Console) -> int:
         f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
         f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim", markup=False,
     )  # fmt: skip
-    records = blocking(sweep.execute, signals(err, sweep.interrupt, "stopping the sweep"))
+    kill = kill_line("RUN", run.options.log_dir)
+    behind = (
+        f"its trials may still be running on the hosts (stop each with: {kill}; RUN as "
+        "multihost ls shows it)"
+    )
+    stop = signals(err, sweep.interrupt, "stopping the sweep", left=behind)
+    records = blocking(sweep.execute, stop)
     if sweep.env_failure is not None:
         left = sum(1 for r in records if r.status.startswith("not run"))
         err.print(f"multihost: the sweep stopped: {sweep.env_failure}; {left} trial(s) not run",
                   style="bold red", markup=False, highlight=False)  # fmt: skip
     rows = sweep.store.load()
+    if not rows:  # interrupted (or stopped) before any point finished: there is nothing to show
+        err.print(f"multihost: no point finished: no results in {sweep.dir}",
+                  style="bold red" if not sweep.interrupted else "", markup=False,
+                  highlight=False)  # fmt: skip
+        return 130 if sweep.interrupted else 1
     sweep.store.write_csv(latest(rows), list(spec.grid_names))
     summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
     Console(highlight=False).print(report.sweep_table(summary, spec.metric, spec.grid_names))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import shlex
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from multihost.planner import Plan, Reach, log_dir, plan, reach, ssh_config
 from multihost.record import RunRecord
 from multihost.result import RESULT_MARKER, RunResult, payload_lines
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
+from multihost.sources import workers
 from multihost.stream import Line
 
 RESULT_LINE = RESULT_MARKER + " "
@@ -80,6 +82,7 @@ class Display:
         self.out = Console(file=stdout(), highlight=False, soft_wrap=True)
         self.states = {h.process_id: State.PENDING for h in fleet}
         self.hosts = {h.process_id: h for h in fleet}
+        self.first = fleet.hosts[0].process_id  # host0: the first host (of --workers: its first)
         self.started = time.monotonic()
         self.heard: dict[int, float] = {}  # process id -> when it last printed (or started)
         self.live: Live | None = None
@@ -121,7 +124,7 @@ class Display:
     def _host_line(self, event: Line) -> None:
         if self.quiet or self.stream == "none":
             return
-        if self.stream == "host0" and event.host.process_id != 0:
+        if self.stream == "host0" and event.host.process_id != self.first:
             return
         host = event.host if self.stream == "all" else None
         try:
@@ -192,8 +195,16 @@ def execute_run(
                     display.live = None
         return await run.execute()
 
+    left = ("jobs may still be running on the hosts (stop them with: "
+            f"{kill_line(display.run_name, run.log_dir.parent)})")  # fmt: skip
     return blocking(go, signals(display.err, None if detach else run.interrupt, what,
-                                run.request_stacks))  # fmt: skip
+                                run.request_stacks, left=left))  # fmt: skip
+
+
+def kill_line(run_name: str, logs: Path) -> str:
+    """The command that stops a run on every host (``--log-dir`` when it is not the default)."""
+    where = "" if logs == log_dir(None) else f" --log-dir {shlex.quote(str(logs))}"
+    return f"multihost kill {shlex.quote(run_name)}{where}"
 
 
 def finish(result: RunResult, err: Console, n: int) -> int:
@@ -213,14 +224,17 @@ def signals(
     stop: Callable[[], None] | None,
     what: str,
     stacks: Callable[[], None] | None = None,
+    *,
+    left: str | None = None,
 ) -> Interrupt:
     """A command's interrupt policy: Ctrl-C, SIGTERM and SIGHUP call ``stop`` (``what`` says
-    what that does; no ``stop``: detach), a second one exits at once, Ctrl-\\ takes stacks."""
+    what that does; no ``stop``: detach), a second one exits at once (``left`` says what it
+    leaves behind), Ctrl-\\ takes stacks."""
     return Interrupt(
         stop, what, say=lambda text: err.print(text, style="bold red", markup=False,
                                                soft_wrap=True),
         signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP), exit_at_second=True,
-        stacks=stacks,
+        stacks=stacks, **({} if left is None else {"left": left}),
     )  # fmt: skip
 
 
@@ -229,6 +243,21 @@ def record_options(args: argparse.Namespace, record: RunRecord, **kw: object) ->
     if args.ssh_config is not None:
         opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(args.ssh_config)))
     return opts
+
+
+def chosen_hosts(args: argparse.Namespace, record: RunRecord) -> RunRecord:
+    """The run's record with only the hosts ``--workers``/``--exclude-workers`` name (for
+    what a command does on them; write back the whole record, never this one)."""
+    fleet, subset = workers.select(
+        record.fleet,
+        getattr(args, "workers", None),
+        getattr(args, "exclude_workers", None),
+        whose=f"run {record.run_name}",
+    )
+    if not subset:
+        return record
+    pids = {h.process_id for h in fleet}
+    return replace(record, hosts=tuple(h for h in record.hosts if h.host.process_id in pids))
 
 
 def log_dir_of(args: argparse.Namespace) -> Path:

@@ -4,7 +4,8 @@ Each watcher holds an exclusive ``flock`` on its own marker, ``jobs/NAME/watch.P
 "PID MODE STARTED"): the lock lives exactly as long as the process, so ``job status`` tells a
 live watcher from a stale marker without trusting a pid. ``detach`` starts ``job watch`` in
 its own session with its output appended to ``jobs/NAME/watch.log`` (0600): it survives the
-terminal; what survives a reboot is the user's supervisor (README: a systemd user unit).
+terminal; what survives a reboot is the user's supervisor (a systemd user unit:
+docs/how-to/jobs.md).
 """
 
 from __future__ import annotations

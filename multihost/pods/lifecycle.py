@@ -8,14 +8,13 @@ the command lines come from :mod:`multihost.pods.plan`.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from multihost.cloud.gcloud import Ran, one_line
 from multihost.errors import MultihostError, UsageError
-from multihost.job.cloud import one_line
 from multihost.pods import plan, records
 from multihost.pods.plan import PodSpec
 from multihost.pods.prices import region_of
@@ -27,7 +26,7 @@ Say = Callable[[str], None]
 class Runner(Protocol):
     """Runs ``gcloud ARGV`` (the package's gcloud runner satisfies this)."""
 
-    def run(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[bytes]: ...
+    def run(self, argv: list[str], *, check: bool = True) -> Ran[bytes]: ...
 
 
 class PodError(MultihostError):
@@ -47,7 +46,7 @@ class Attempt:
         return f"{self.zone}: {self.outcome}: {self.detail}"
 
 
-def _err(proc: subprocess.CompletedProcess[bytes]) -> str:
+def _err(proc: Ran[bytes]) -> str:
     return proc.stderr.decode(errors="replace")
 
 

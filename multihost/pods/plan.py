@@ -8,16 +8,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from multihost.errors import UsageError
-from multihost.job.record import check_name, workers_per_slice
-
-__all__ = ["check_name", "check_tpu_type", "create_argv", "delete_argv", "describe_argv"]
+from multihost.cloud import queued
+from multihost.cloud.gcloud import error_class, one_line
+from multihost.errors import CloudAlreadyExists, CloudNoCapacity, CloudQuotaExhausted, UsageError
 from multihost.pods.prices import region_of
 from multihost.pods.records import PodRecord
 
-QR = ("compute", "tpus", "queued-resources")
 LABEL = "multihost"  # every request multihost makes carries multihost=<pod name>
 CAPACITIES = ("on-demand", "spot", "reserved", "best-effort")
+_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
 _TPU_TYPE = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e)-([1-9][0-9]*)$")
 _ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhd]?)$")
@@ -26,9 +25,20 @@ DEAD = ("FAILED", "SUSPENDED")
 WAITING = ("CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING")
 
 
+def check_name(name: str) -> str:
+    """A pod's name is its queued resource's (and its nodes' prefix): the TPU API's rule."""
+    if not _NAME.match(name):
+        raise UsageError(
+            f"bad pod name {name!r}: a lowercase letter, then lowercase letters, digits or '-' "
+            "(at most 40, not ending in '-')"
+        )
+    return name
+
+
 def check_tpu_type(tpu_type: str) -> str:
-    """A Cloud TPU accelerator type multihost knows the workers of (v4-16, v5litepod-16...)."""
-    if not _TPU_TYPE.match(tpu_type) or workers_per_slice(tpu_type) is None:
+    """A Cloud TPU accelerator type: v2, v3, v4, v5p (the suffix counts cores), v5litepod,
+    v6e (it counts chips), e.g. v4-16, v5litepod-16, v5p-8, v6e-8."""
+    if not _TPU_TYPE.match(tpu_type):
         raise UsageError(
             f"unknown TPU type {tpu_type!r}: expected e.g. v4-16, v5litepod-16, v5p-8, v6e-8"
         )
@@ -96,34 +106,23 @@ class PodSpec:
         )  # fmt: skip
 
 
-def _where(project: str | None, zone: str) -> list[str]:
-    return [*(["--project", project] if project else []), "--zone", zone]
-
-
 def create_argv(spec: PodSpec, zone: str) -> list[str]:
-    """``queued-resources create`` for one zone: labelled, valid for the queue timeout.
-    Best-effort capacity exists only in gcloud's alpha track (``--best-effort``)."""
-    track = ["alpha"] if spec.capacity == "best-effort" else []
-    argv = [*track, *QR, "create", spec.name, "--accelerator-type", spec.tpu_type,
-            "--runtime-version", spec.runtime_version]  # fmt: skip
-    if spec.num_slices > 1:  # gcloud refuses --node-count 1
-        argv += ["--node-count", str(spec.num_slices), "--node-prefix", spec.name]
-    else:
-        argv += ["--node-id", spec.name]
-    if spec.capacity != "on-demand":
-        argv.append(f"--{spec.capacity}")
-    argv += ["--labels", f"{LABEL}={spec.name}",
-             "--valid-until-duration", gcloud_duration(spec.queue_timeout), "--async"]  # fmt: skip
-    return argv + _where(spec.project, zone)
+    """``queued-resources create`` for one zone: labelled, valid for the queue timeout (the
+    seam's builder; best-effort capacity goes through gcloud's alpha track)."""
+    return queued.create_argv(
+        spec.name, accelerator_type=spec.tpu_type, runtime_version=spec.runtime_version,
+        project=spec.project, zone=zone, node_count=spec.num_slices, capacity=spec.capacity,
+        labels={LABEL: spec.name}, valid_until=gcloud_duration(spec.queue_timeout),
+    )  # fmt: skip
 
 
 def describe_argv(name: str, zone: str, project: str | None = None) -> list[str]:
-    return [*QR, "describe", name, "--format=json", *_where(project, zone)]
+    return queued.describe_argv(name, project, zone)
 
 
 def delete_argv(name: str, zone: str, project: str | None = None) -> list[str]:
     """Deletes the request and its nodes (``--force``), without waiting (``--async``)."""
-    return [*QR, "delete", name, "--force", "--async", "--quiet", *_where(project, zone)]
+    return queued.delete_argv(name, project, zone)
 
 
 def skip_after_quota(zones: Sequence[str], refused: set[str]) -> list[str]:
@@ -132,15 +131,13 @@ def skip_after_quota(zones: Sequence[str], refused: set[str]) -> list[str]:
 
 
 def classify(stderr: str) -> str:
-    """What a failed create means: ``quota`` (skip the region for this capacity type),
-    ``capacity`` (this zone has none now), ``exists`` or ``error``."""
-    if "RESOURCE_EXHAUSTED" in stderr or "Quota limit" in stderr or "quota" in stderr.lower():
-        return "quota"
-    if "no more capacity" in stderr or "Insufficient reserved capacity" in stderr:
-        return "capacity"
-    if "ALREADY_EXISTS" in stderr or "already exists" in stderr:
-        return "exists"
-    return "error"
+    """What a failed create means, read by the seam (:func:`multihost.cloud.gcloud.error_class`):
+    ``quota`` (skip the region for this capacity type), ``capacity`` (this zone has none now),
+    ``exists`` or ``error``."""
+    kind = error_class(one_line(stderr))
+    kinds = {CloudQuotaExhausted: "quota", CloudNoCapacity: "capacity",
+             CloudAlreadyExists: "exists"}  # fmt: skip
+    return kinds.get(kind, "error")
 
 
 def ours(qr: dict[str, object]) -> str | None:

@@ -20,6 +20,16 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
+def workers(text: str) -> int:
+    """``--local N``: 1 to ``local_max`` workers, refused before any is made."""
+    from multihost.defaults import DEFAULTS
+
+    n = int(positive(int)(text))
+    if n > DEFAULTS.local_max:
+        raise ArgumentTypeError(f"at most {DEFAULTS.local_max} workers on this machine: {text!r}")
+    return n
+
+
 def count(text: str) -> int:
     """A whole number, 0 or more."""
     if not text.isdigit():

@@ -7,7 +7,6 @@ the :class:`FleetSpec` field that selects it. A new source is a module here, a f
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -61,7 +60,7 @@ class CloudFound:
     project: str | None
     zone: str | None
     nodes: tuple[Mapping[str, Any], ...]
-    gcloud: str = "gcloud"
+    gcloud: str | None = None  # the gcloud binary; None: ``$MULTIHOST_GCLOUD`` or ``gcloud``
 
 
 @dataclass(frozen=True)
@@ -85,15 +84,12 @@ def _local(spec: FleetSpec) -> Found:
 def _prefix(spec: FleetSpec) -> Found:
     from multihost.sources.tpu import discover
 
-    gcloud = os.environ.get("MULTIHOST_GCLOUD", "gcloud")
-    found = discover(
-        str(spec.prefix), project=spec.project, zone=spec.zone, ip=spec.ip, gcloud=gcloud,
-    )  # fmt: skip
-    where = CloudFound(found.project, found.zone, found.nodes, gcloud)
+    found = discover(str(spec.prefix), project=spec.project, zone=spec.zone, ip=spec.ip)
+    where = CloudFound(found.project, found.zone, found.nodes)
     if spec.tunnel_through_iap:
         from multihost.sources.iap import through_iap
 
-        fleet = through_iap(found.fleet, found.slice_names, found.project, found.zone, gcloud)
+        fleet = through_iap(found.fleet, found.slice_names, found.project, found.zone)
         return Found(fleet, found.warnings, where)
     return Found(found.fleet, found.warnings, where)
 

@@ -11,49 +11,48 @@ guest attribute ``deviceInfo/hostname`` (one ``get-guest-attributes`` call per n
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
-from multihost.errors import DiscoveryError
+from multihost.cloud import gcloud as runner
+from multihost.cloud import tpus
+from multihost.errors import CloudError, DiscoveryError
 from multihost.model import Fleet
+from multihost.sources.tpu import stderr_message
 
 
-def guest_attributes_argv(
-    node: str, project: str | None, zone: str | None, gcloud: str = "gcloud"
-) -> list[str]:
-    where = [*(["--project", project] if project else []), *(["--zone", zone] if zone else [])]
-    return [gcloud, "compute", "tpus", "tpu-vm", "get-guest-attributes", node, *where,
-            "--format=json"]  # fmt: skip
-
-
-def tunnel_argv(gcloud: str, instance: str, project: str, zone: str) -> tuple[str, ...]:
-    """The ProxyCommand, ``%p`` left for the transport to fill in."""
-    return (gcloud, "alpha", "compute", "start-iap-tunnel", instance, "%p", "--listen-on-stdin",
-            f"--project={project}", f"--zone={zone}", "--verbosity=warning")  # fmt: skip
+def guest_attributes(
+    node: str, project: str | None, zone: str | None, gcloud: str | None, timeout: float = 60
+) -> Any:
+    """The node's guest attributes (rows of key, namespace, value, worker_id), one gcloud call;
+    a failure is a ``DiscoveryError`` naming the node."""
+    argv = tpus.guest_attributes_argv(node, project, zone)
+    try:
+        proc = runner.run(argv, gcloud=gcloud, timeout=timeout)
+    except CloudError as exc:
+        raise DiscoveryError(f"cannot read {node}'s guest attributes: {exc}") from None
+    if proc.returncode != 0:
+        raise DiscoveryError(
+            f"cannot read {node}'s guest attributes (exit {proc.returncode}): "
+            f"{stderr_message(proc.stderr)}"
+        )
+    try:
+        return json.loads(proc.stdout or "[]")
+    except json.JSONDecodeError as exc:
+        raise DiscoveryError(f"cannot parse {node}'s guest attributes: {exc}") from None
 
 
 def hostnames(
-    node: str, project: str | None, zone: str | None, gcloud: str = "gcloud", timeout: float = 60
+    node: str,
+    project: str | None,
+    zone: str | None,
+    gcloud: str | None = None,
+    timeout: float = 60,
 ) -> dict[int, str]:
     """Worker id -> its instance name (``deviceInfo/hostname``), from one gcloud call."""
-    argv = guest_attributes_argv(node, project, zone, gcloud)
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DiscoveryError(f"cannot read {node}'s guest attributes: {exc}") from None
-    if proc.returncode != 0:
-        from multihost.sources.tpu import _stderr_message
-
-        raise DiscoveryError(
-            f"cannot read {node}'s guest attributes (exit {proc.returncode}): "
-            f"{_stderr_message(proc.stderr)}"
-        )
-    try:
-        rows = json.loads(proc.stdout or "[]")
-    except json.JSONDecodeError as exc:
-        raise DiscoveryError(f"cannot parse {node}'s guest attributes: {exc}") from None
+    rows = guest_attributes(node, project, zone, gcloud, timeout)
     return {
         int(r.get("worker_id", 0)): str(r["value"])
         for r in rows
@@ -67,14 +66,15 @@ def through_iap(
     slice_names: Sequence[str],
     project: str | None,
     zone: str | None,
-    gcloud: str = "gcloud",
+    gcloud: str | None = None,
     timeout: float = 60,
 ) -> Fleet:
     """The fleet with every worker reached at its internal address through an IAP tunnel."""
     if not project or not zone:
         raise DiscoveryError("--tunnel-through-iap needs the project and zone (--project, --zone)")
+    binary = gcloud or runner.binary()
     with ThreadPoolExecutor(max_workers=min(8, len(slice_names)) or 1) as pool:
-        names = list(pool.map(lambda n: hostnames(n, project, zone, gcloud, timeout), slice_names))
+        names = list(pool.map(lambda n: hostnames(n, project, zone, binary, timeout), slice_names))
     hosts = []
     for h in fleet:
         instance = names[h.slice_id].get(h.worker_id)
@@ -84,6 +84,6 @@ def through_iap(
                 "guest attribute (its instance name, which the IAP tunnel needs)"
             )
         hosts.append(replace(h, address=h.internal_address or h.address,
-                             proxy_command=tunnel_argv(gcloud, instance, project, zone),
+                             proxy_command=tpus.iap_tunnel_argv(binary, instance, project, zone),
                              reach_hint=None))  # fmt: skip
     return Fleet(tuple(hosts))

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from multihost.defaults import DEFAULTS
 from multihost.errors import InventoryError
 from multihost.model import Fleet, Host
 
@@ -227,6 +228,8 @@ def load_inventory(path: Path) -> Fleet:
         if path.suffix == ".toml":
             raise InventoryError(f"{path}: not valid TOML: {exc}") from None
         return parse_hosts_file(text, str(path))
+    if not data and path.suffix != ".toml":  # empty, or only comments: no hosts either way
+        raise InventoryError(f"{path}: no hosts in the file")
     return parse_inventory(data, str(path))
 
 
@@ -241,6 +244,8 @@ def local_fleet(n: int, base: str | None = None) -> Fleet:
     """N workers on this machine, each with its own directory under ``base``."""
     if n < 1:
         raise InventoryError(f"--local needs at least 1 worker, got {n}")
+    if n > DEFAULTS.local_max:  # each is a process here; refused before any is made
+        raise InventoryError(f"--local {n}: at most {DEFAULTS.local_max} workers on this machine")
     base = base or local_base()
     hosts = [
         Host(

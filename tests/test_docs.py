@@ -1,0 +1,95 @@
+"""The docs pages read from the code are current: the CLI reference names every flag of every
+command, and the architecture page's layers are pyproject.toml's import contract."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+from multihost.cli.parser import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gen() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_gen", ROOT / "docs" / "gen.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _gen()
+
+
+def _sections(page: str) -> dict[str, str]:
+    """The CLI page by command: ``run`` or ``job submit`` -> its section's text."""
+    parts = re.split(r"^#{2,3} multihost ?(.*)$", page, flags=re.M)
+    return {parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def test_cli_reference_is_current() -> None:
+    committed = gen.CLI_PAGE.read_text()
+    assert committed == gen.cli_reference(), "docs/reference/cli.md is stale: python docs/gen.py"
+
+
+def test_cli_reference_names_every_flag_of_every_command() -> None:
+    sections = _sections(gen.CLI_PAGE.read_text())
+    commands = list(gen._commands(build_parser()))
+    assert len(commands) > 20
+    missing = []
+    for path, _, parser in commands:
+        text = sections.get(" ".join(path), "")
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            for option in action.option_strings or [str(action.metavar or action.dest)]:
+                if f"`{option}" not in text and f"/ {option}" not in text:
+                    missing.append(f"multihost {' '.join(path)} {option}")
+    assert not missing, f"not in docs/reference/cli.md: {missing}"
+
+
+def test_architecture_layers_are_pyproject_contract() -> None:
+    page = gen.ARCH_PAGE.read_text()
+    assert page == gen.architecture_page(page), "docs/architecture.md is stale: python docs/gen.py"
+    block = page[page.index(gen.LAYERS_START) : page.index(gen.LAYERS_END)]
+    for _, run in gen.layers():
+        for layer in run:
+            row = ", ".join(f"`{m.strip()}`" for m in layer.split("|"))
+            assert f" | {row} | " in block
+
+
+def test_gen_check_passes_on_the_committed_pages() -> None:
+    assert gen.main(["--check"]) == 0
+
+
+def test_api_reference_documents_every_public_name() -> None:
+    import multihost
+
+    page = (ROOT / "docs" / "reference" / "api.md").read_text()
+    missing = [name for name in multihost.__all__ if f"::: multihost.{name}\n" not in page]
+    assert not missing, f"not in docs/reference/api.md: {missing}"
+
+
+def test_every_page_is_in_the_nav() -> None:
+    """A page left out of mkdocs.yml's nav is built but never found."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    docs = ROOT / "docs"
+    pages = [p.relative_to(docs).as_posix() for p in docs.rglob("*.md") if "notes" not in p.parts]
+    missing = [page for page in pages if f": {page}\n" not in nav]
+    assert not missing, f"not in mkdocs.yml's nav: {missing}"
+
+
+def test_no_issue_numbers_in_the_docs() -> None:
+    """The docs say what and why, not which ticket ("issue 27", "#26")."""
+    ticket = re.compile(r"\b[Ii]ssues? \d+|(?<![\w&/])#\d+\b(?!-)")
+    pages = [ROOT / "README.md", ROOT / "mkdocs.yml"]
+    pages += [p for p in (ROOT / "docs").rglob("*.md") if "notes" not in p.parts]
+    found = [
+        f"{p.relative_to(ROOT)}: {m.group()}" for p in pages for m in ticket.finditer(p.read_text())
+    ]
+    assert not found, found
