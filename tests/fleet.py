@@ -351,6 +351,7 @@ MaxStartups 200:30:1000
 MaxSessions 100
 SetEnv MULTIHOST_TEST_HOST={alias(i)}
 AcceptEnv LANG LC_*
+PermitUserEnvironment GCE_METADATA_HOST,GCE_METADATA_ROOT,CLOUDSDK_*
 UseDNS no
 PrintMotd no
 PrintLastLog no

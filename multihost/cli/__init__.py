@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
     "trace": "cli.trace",
     "job": "cli.job", "config": "cli.config", "pull": "cli.pull",
+    "up": "cli.pods", "down": "cli.pods", "pods": "cli.pods", "gc": "cli.pods",
+    "autodown": "cli.pods",
 }  # fmt: skip
 
 

@@ -106,4 +106,18 @@ EXAMPLES: dict[str, str] = {
     ),
     "job stop": _block("multihost job stop train"),
     "job ls": _block("multihost job ls", "multihost job ls --json"),
+    "up": _block(
+        "multihost up exp1 --tpu-type v4-16 --runtime-version tpu-ubuntu2204-base "
+        "--zone us-central2-b",
+        "multihost up exp1 --tpu-type v5litepod-16 --num-slices 2 --runtime-version "
+        "v2-alpha-tpuv5-lite --spot --zones us-west4-a,us-east5-b --autodown 30m",
+    ),
+    "down": _block(
+        "multihost down exp1",
+        "multihost down exp1 --async",
+        "multihost down exp1 --zone us-central2-b   # made elsewhere: by its label",
+    ),
+    "pods": _block("multihost pods", "multihost pods --json"),
+    "gc": _block("multihost gc --dry-run", "multihost gc"),
+    "autodown": _block("multihost autodown exp1 30m", "multihost autodown exp1 off"),
 }

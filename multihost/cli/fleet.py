@@ -38,6 +38,14 @@ from multihost.transport import forget
 
 
 def cmd_run(args: argparse.Namespace, err: Console) -> int:
+    if args.up or args.down:  # one ephemeral pod around the run (imported only then)
+        from multihost.cli.pods import with_pod
+
+        return with_pod(args, err, lambda: _run(args, err))
+    return _run(args, err)
+
+
+def _run(args: argparse.Namespace, err: Console) -> int:
     run = plan_args(with_payload(args), err)
     fleet, job, options = run.fleet, run.job, run.options
     if args.dry_run:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from multihost.bundled import PAYLOADS
 from multihost.cli.args import Parser, add, command
 from multihost.cli.job_args import add_job_parser
+from multihost.cli.pods_args import add_pod_parsers, add_run_pod_flags
 from multihost.cli.run_args import add_run_commands
 from multihost.defaults import DEFAULTS as D
 from multihost.settings import schema as s
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(run, *s.RUN, s.RUN_NAME, *s.RUN_ONLY, s.DRY_RUN, s.DETACH)
     run.add_argument("args", nargs="*", metavar="ARG", help="after --: the --payload's arguments")
     add(run, s.PULL, s.PULL_TO)
+    add_run_pod_flags(run)
 
     config = command(
         sub, "config", "the defaults in effect: config files, a --profile, flags; and where from"
@@ -141,10 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     add_job_parser(sub)
+    add_pod_parsers(sub)
     return parser
 
 
 def _sweep(sweep: Parser) -> None:
+    add_run_pod_flags(sweep)
     add(
         sweep,
         *s.fleet(),

@@ -102,6 +102,14 @@ def _warm(text: str) -> bool:
 
 
 def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
+    if args.up or args.down:  # one ephemeral pod around the sweep (imported only then)
+        from multihost.cli.pods import with_pod
+
+        return with_pod(args, err, lambda: _sweep(args, err))
+    return _sweep(args, err)
+
+
+def _sweep(args: argparse.Namespace, err: Console) -> int:
     spec = sweep_spec(args)
     run = plan_args({**vars(args), "cmd": "", "run_name": spec.name, **SWEEP_SETTINGS}, err)
     raise_nofile_limit()

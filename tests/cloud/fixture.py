@@ -109,11 +109,42 @@ class Cloud:
         return self.gcs.read(self.bucket, name).decode()
 
 
+def vm_session_env(host: loopback.FleetHost, tpu: TpuApi, worker: Worker) -> dict[str, str]:
+    """What an ordinary SSH session on a TPU VM image has: the metadata server (as
+    ``GCE_METADATA_HOST`` for google-auth, ``GCE_METADATA_ROOT`` for gcloud) and gcloud, on
+    PATH, reaching the TPU API (here the stand-in) with no credentials of its own."""
+    return {
+        "GCE_METADATA_HOST": worker.metadata.host,
+        "GCE_METADATA_ROOT": worker.metadata.host,
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu.endpoint,
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+        "CLOUDSDK_CONFIG": f"/tmp/multihost-cloud-{host.user}/gcloud-vm",
+    }
+
+
+def _ssh_environment(host: loopback.FleetHost) -> Path:
+    return host.home / ".ssh" / "environment"
+
+
+def set_vm_image(host: loopback.FleetHost, env: dict[str, str] | None) -> None:
+    """``~/.ssh/environment`` (the fleet's sshd permits these names): written, or removed."""
+    path = _ssh_environment(host)
+    if env is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    shutil.chown(path.parent, host.user, host.user)
+    path.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    shutil.chown(path, host.user, host.user)
+
+
 def _launcher(  # type: ignore[no-untyped-def]
     fleet: loopback.Fleet, gcs: FakeGcs, tpu: list[TpuApi], dead: str, secrets: SecretManager
 ):
     def launch(worker: Worker, qr: QueuedResource) -> None:
         host = fleet.hosts[worker.host]
+        if tpu[0].vm_image:
+            set_vm_image(host, vm_session_env(host, tpu[0], worker))
         storage = dead if qr.name in tpu[0].broken_storage else gcs.endpoint
         scratch = f"/tmp/multihost-cloud-{host.user}"
         env = gcloud_env(f"{scratch}/gcloud", tpu[0].endpoint, storage, secrets.endpoint)
@@ -145,10 +176,16 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
     faults = Faults()
     secrets = SecretManager()
     proxy = FaultProxy(("127.0.0.1", gcs.port), faults)
+
+    def stop_hosts(indices: list[int]) -> None:
+        ssh_fleet.kill_user_processes(indices)
+        for i in indices:
+            set_vm_image(ssh_fleet.hosts[i], None)
+
     tpu = TpuApi(
         [h.index for h in ssh_fleet.hosts],
         _launcher(ssh_fleet, gcs, holder, dead, secrets),
-        ssh_fleet.kill_user_processes,
+        stop_hosts,
         faults=faults,
     )
     holder.append(tpu)

@@ -23,12 +23,24 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.cloud.faults import Faults, answer
 from tests.cloud.metadata import MetadataServer, worker_values
+from tests.cloud.zones import (
+    PROJECT_NUMBER,
+    Capacity,
+    capacity_type,
+    no_capacity,
+    quota_message,
+    region_of,
+    valid_for,
+)
 
 _ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
 # accelerator type → TPU VM workers per slice (the fleet has only so many hosts)
 WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v4-64": 8, "v5litepod-16": 4}
-_QR = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$")
-_OP = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
+# v2, and v2alpha1 for gcloud's alpha track (``--best-effort``): the same resources
+_QR = re.compile(
+    r"^/v2(?:alpha1)?/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$"
+)
+_OP = re.compile(r"^/v2(?:alpha1)?/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
 # a real ed25519 public key that no fleet host has (served as a worker's "wrong" host key)
 WRONG_ED25519 = "AAAAC3NzaC1lZDI1NTE5AAAAIKgn1VTkT+8EQ8A/x51qiEooVwZIE5MYAk3dVp/EC14C"
 _PROJECT = re.compile(r"^/compute/v1/projects/([^/]+)$")
@@ -112,6 +124,12 @@ class Request:
     path: str
     query: dict[str, list[str]]
     body: dict[str, Any] | None
+    auth: str = ""  # the Authorization header: "" from the runner's gcloud, a worker's token
+
+    @property
+    def name(self) -> str:
+        """The queued resource's name, for a request about one."""
+        return self.path.rsplit("/", 1)[-1] if "/queuedResources/" in self.path else ""
 
 
 class TpuApi:
@@ -149,6 +167,10 @@ class TpuApi:
         # 127.1.0.x, where nothing listens
         self.internal_address: Callable[[int], str] | None = None
         self.no_host_keys: set[str] = set()
+        self.capacity = Capacity()  # quota refusals per region, zones with no capacity
+        # provisioned workers look like TPU VM images to an ordinary SSH session: gcloud on
+        # PATH pointed here, the metadata server reachable (see tests.cloud.fixture)
+        self.vm_image = False
         self.lock = threading.RLock()
         api = self
 
@@ -189,7 +211,8 @@ class TpuApi:
         length = int(h.headers.get("Content-Length") or 0)
         body = json.loads(h.rfile.read(length)) if length else None
         with self.lock:
-            self.requests.append(Request(method, url.path, query, body))
+            auth = h.headers.get("Authorization", "")
+            self.requests.append(Request(method, url.path, query, body, auth))
             code, reply = self._route(method, url.path, query, body)
         data = json.dumps(reply).encode()
         h.send_response(code)
@@ -218,7 +241,7 @@ class TpuApi:
         m = _QR.match(path)
         if not m:
             return _error(404, f"no such API path {path}")
-        project, zone, name = m[1], m[2], m[3]
+        project, zone, name = "p" if m[1] == PROJECT_NUMBER else m[1], m[2], m[3]
         ops = f"projects/{project}/locations/{zone}/operations/"
         if method == "POST" and name is None:
             qid = query.get("queuedResourceId", [""])[0]
@@ -226,20 +249,32 @@ class TpuApi:
                 return _error(400, "queuedResourceId and a body are required")
             if qid in self.resources:
                 return _error(409, f"queued resource {qid} already exists", "ALREADY_EXISTS")
+            ctype = capacity_type(body)
+            if (region_of(zone), ctype) in self.capacity.quota:
+                kind = str(body["tpu"]["nodeSpec"][0]["node"].get("acceleratorType", "v4-8"))
+                return _error(429, quota_message(region_of(zone), ctype, kind),
+                              "RESOURCE_EXHAUSTED")  # fmt: skip
+            for spec in body.get("tpu", {}).get("nodeSpec", []):  # v2alpha1's name for it
+                if "multiNodeParams" in spec:
+                    spec["multisliceParams"] = spec.pop("multiNodeParams")
             qr = QueuedResource(qid, project, zone, body, internal_only=qid in self.internal_only)
             self.resources[qid] = qr
             threading.Thread(target=self._provision, args=(qr,), daemon=True).start()
             return 200, _operation(ops + uuid.uuid4().hex)
         if method == "GET" and name is None:
-            return 200, {"queuedResources": [q.to_json() for q in self.resources.values()]}
+            here = [q for q in self.resources.values() if (q.project, q.zone) == (project, zone)]
+            return 200, {"queuedResources": [q.to_json() for q in here]}
         qr = self.resources.get(name or "")
-        if qr is None:
+        if qr is None or (qr.project, qr.zone) != (project, zone):  # a resource lives in its zone
             return _error(404, f"queued resource {name} not found", "NOT_FOUND")
         if method == "GET":
             return 200, qr.to_json()
         if method == "DELETE":
-            if qr.state == "ACTIVE" and query.get("force", ["false"])[0].lower() != "true":
+            forced = query.get("force", ["false"])[0].lower() == "true"
+            if qr.state in ("PROVISIONING", "ACTIVE") and not forced:
                 return _error(400, "it has nodes: delete with force", "FAILED_PRECONDITION")
+            if qr.state == "DELETING":
+                return 200, _operation(ops + uuid.uuid4().hex)
             self._set(qr, "DELETING")
             threading.Thread(target=self._delete, args=(qr,), daemon=True).start()
             return 200, _operation(ops + uuid.uuid4().hex)
@@ -258,8 +293,13 @@ class TpuApi:
             if qr.state != "ACCEPTED" or qr.name in self.held:
                 return
             need = qr.num_slices * WORKERS.get(qr.accelerator_type, 1)
-            if need > len(self.free):
+            if need > len(self.free) or qr.zone in self.capacity.starved:
                 self._set(qr, "WAITING_FOR_RESOURCES")
+                seconds = valid_for(qr.body)
+                if seconds is not None:  # the service gives up at the request's valid-until
+                    at = threading.Timer(qr.created + seconds - time.time(), self._expire, [qr])
+                    at.daemon = True
+                    at.start()
                 return
             self._set(qr, "PROVISIONING")
             hosts, self.free = self.free[:need], self.free[need:]
@@ -277,6 +317,7 @@ class TpuApi:
                 accelerator_type=qr.accelerator_type,
                 slice_ips=ips[s * per_slice : (s + 1) * per_slice], coordinator_ip=ips[0],
             )  # fmt: skip
+            values |= vm_values(qr, s, w)
             workers.append(Worker(h, s, w, MetadataServer(values)))
         with self.lock:
             qr.workers = workers
@@ -289,6 +330,13 @@ class TpuApi:
             t.start()
         for t in threads:
             t.join()
+
+    def _expire(self, qr: QueuedResource) -> None:
+        """Past its valid-until with no capacity: FAILED, with the capacity message."""
+        with self.lock:
+            if self.resources.get(qr.name) is qr and qr.state == "WAITING_FOR_RESOURCES":
+                self._set(qr, "FAILED")
+                qr.reason = no_capacity(qr.zone)
 
     def _release(self, qr: QueuedResource) -> None:
         """The nodes go: every process of their hosts is killed, the hosts are free again."""
@@ -505,6 +553,8 @@ class TpuApi:
             self.faults.clear()
             self.project_metadata.clear()
             self.oslogin_profile = None
+            self.capacity.clear()
+            self.vm_image = False
             self.wrong_host_keys.clear()
             self.no_host_keys.clear()
             self.internal_address = None
@@ -513,6 +563,25 @@ class TpuApi:
         self.reset()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def worker_token(qr: QueuedResource, slice_id: int, worker: int) -> str:
+    """The access token a worker's metadata server hands out (its service account's)."""
+    return f"ya29.vm-{qr.name}-s{slice_id}-w{worker}"
+
+
+def vm_values(qr: QueuedResource, slice_id: int, worker: int) -> dict[str, str]:
+    """What every TPU VM's metadata server serves besides the TPU attributes."""
+    token = worker_token(qr, slice_id, worker)
+    return {
+        "instance/attributes/queued-resource-name":
+            f"projects/{PROJECT_NUMBER}/locations/{qr.zone}/queuedResources/{qr.name}",
+        "instance/zone": f"projects/{PROJECT_NUMBER}/zones/{qr.zone}",
+        "project/project-id": qr.project,
+        "project/numeric-project-id": PROJECT_NUMBER,
+        "instance/service-accounts/default/token":
+            json.dumps({"access_token": token, "expires_in": 3599, "token_type": "Bearer"}),
+    }  # fmt: skip
 
 
 def _operation(name: str) -> dict[str, Any]:

@@ -1,0 +1,89 @@
+"""The arguments of ``up``, ``down``, ``pods``, ``gc``, ``autodown``, and the pod flags of
+``run``/``sweep`` (``--up``, ``--down`` and up's own flags). No rich here: --help stays light."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multihost.cli.args import Parser, add, command
+from multihost.settings import schema as s
+from multihost.settings.types import positive
+
+QUEUE_TIMEOUT = 900.0  # s a request waits for capacity in one zone (its valid-until)
+NAME_HELP = "the pod's name: its queued resource (and its nodes' prefix), its record here"
+
+
+def request_flags(p: Parser, *, zone: bool) -> None:
+    """What a pod is made of: the same names as ``job submit``."""
+    cloud = p.at("cloud")
+    cloud.add_argument("--tpu-type", metavar="TYPE", help="accelerator type, e.g. v4-16, "
+                       "v5litepod-16 (default: none, required to create a pod)")  # fmt: skip
+    cloud.add_argument("--num-slices", type=positive(int), default=1, metavar="N",
+                       help="slices (multislice when 2 or more; default %(default)s)")  # fmt: skip
+    cloud.add_argument("--runtime-version", metavar="V", help="TPU VM software version, e.g. "
+                       "tpu-ubuntu2204-base (default: none, required to create a pod)")  # fmt: skip
+    cap = cloud.add_mutually_exclusive_group()
+    for flag in ("spot", "reserved", "best-effort"):
+        cap.add_argument(f"--{flag}", dest="capacity", action="store_const", const=flag,
+                         help=f"{flag} capacity (default: on-demand)")  # fmt: skip
+    if zone:
+        cloud.add_argument("--zone", help="the zone to ask in (default: none; or --zones)")
+        cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
+    cloud.add_argument("--zones", metavar="A,B,C",
+                       help="zones to try in order (failover; default: --zone alone)")  # fmt: skip
+    cloud.add_argument("--queue-timeout", default=str(QUEUE_TIMEOUT), metavar="DURATION",
+                       help="how long one zone's request may wait for capacity before the next "
+                       "zone is tried; also the request's --valid-until-duration (default "
+                       f"{QUEUE_TIMEOUT:g}s)")  # fmt: skip
+    cloud.add_argument("--autodown", metavar="DURATION",
+                       help="the pod deletes itself once idle this long, e.g. 30m, 3600 "
+                       "(default: off)")  # fmt: skip
+
+
+def add_pod_parsers(sub: Any) -> None:
+    up = command(sub, "up", "create a pod (a queued resource) and wait until every worker "
+                 "accepts SSH")  # fmt: skip
+    up.add_argument("name", metavar="NAME", help=NAME_HELP)
+    request_flags(up, zone=True)
+    add(up, s.IP, s.USER, s.SSH_CONFIG, s.HOST_KEYS, s.CONNECT_TIMEOUT, s.CONNECT_LIMIT,
+        s.TUNNEL_THROUGH_IAP, s.NO_ADD_KEY)  # fmt: skip
+
+    down = command(sub, "down", "delete a pod made by multihost (every slice)")
+    down.add_argument("name", metavar="NAME", help=NAME_HELP)
+    cloud = down.at("cloud")
+    cloud.add_argument(
+        "--async",
+        dest="no_wait",
+        action="store_true",
+        help="send the delete and return (default: wait until it is gone)",
+    )
+    cloud.add_argument("--zone", help="where to look for a pod with no record here, by its "
+                       "label (default: the record's zone)")  # fmt: skip
+    cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
+
+    pods = command(sub, "pods", "the pods multihost made: state, price, cost so far, autodown")
+    add(pods, s.JSON, s.SSH_CONFIG, s.HOST_KEYS, s.IP, s.USER, s.TUNNEL_THROUGH_IAP)
+
+    gc = command(sub, "gc", "delete the requests multihost made that can never run again")
+    add(gc, s.DRY_RUN.but(help="say what would be deleted"))
+
+    auto = command(sub, "autodown", "change when an idle pod deletes itself")
+    auto.add_argument("name", metavar="NAME", help=NAME_HELP)
+    auto.add_argument(
+        "duration",
+        metavar="DURATION|off",
+        help="idle time before the pod deletes itself, e.g. 30m; off stops it",
+    )
+    add(auto, s.SSH_CONFIG, s.HOST_KEYS, s.NO_ADD_KEY, s.IP, s.USER, s.TUNNEL_THROUGH_IAP)
+
+
+def add_run_pod_flags(p: Parser) -> None:
+    """``run``/``sweep --prefix NAME --up/--down``: one command, one ephemeral pod."""
+    cloud = p.at("cloud")
+    cloud.add_argument("--up", action="store_true",
+                       help="with --prefix NAME: create the pod first when it does not exist "
+                       "(up's flags: --tpu-type, --runtime-version, --zones...)")  # fmt: skip
+    cloud.add_argument("--down", action="store_true",
+                       help="with --prefix NAME: delete the pod when the run ends (success, "
+                       "failure, Ctrl-C or SIGTERM)")  # fmt: skip
+    request_flags(p, zone=False)

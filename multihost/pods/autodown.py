@@ -1,0 +1,111 @@
+"""Autodown: the pod deletes itself once idle. The daemon is ``multihost/remote/autodown.sh``
+(it runs on worker 0 of slice 0, with the VM's own credentials); this module builds the
+commands that arm, disarm and read it over SSH, and reads its status line."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from importlib import resources
+
+from multihost.defaults import DEFAULTS
+
+# Arm (or disarm) the daemon. Args: BASE (multihost's remote dir), IDLE (seconds or "off"),
+# TICK (seconds between looks); the daemon's script on stdin. A daemon already running keeps
+# running (it reads idle and since on each tick); else one is started detached. With crontab
+# on the host, an @reboot line starts it again after a reboot (the idle timer restarts then).
+ARM = """\
+umask 077
+b=$1
+case $b in \\~/*) b=$HOME/${b#\\~/} ;; esac
+d=$b/autodown
+mkdir -p "$d" || exit 1
+cat > "$d/autodown.sh.tmp" && mv -f "$d/autodown.sh.tmp" "$d/autodown.sh" || exit 1
+printf '%s\\n' "$2" > "$d/idle.tmp" && mv -f "$d/idle.tmp" "$d/idle" || exit 1
+mark='# multihost-autodown'
+if command -v crontab >/dev/null 2>&1; then
+  { crontab -l 2>/dev/null | grep -v "$mark\\$"
+    [ "$2" = off ] || echo "@reboot sh '$d/autodown.sh' '$d' '$b/runs' $3 $mark"
+  } | crontab - 2>/dev/null || :
+fi
+if [ "$2" = off ]; then echo off; exit 0; fi
+date +%s > "$d/since"
+setsid sh "$d/autodown.sh" "$d" "$b/runs" "$3" </dev/null >>"$d/log" 2>&1 &
+echo armed
+"""
+
+# The daemon's status line and setting. Arg: BASE.
+STATUS = """\
+b=$1
+case $b in \\~/*) b=$HOME/${b#\\~/} ;; esac
+idle=off; st=none
+read -r idle < "$b/autodown/idle" 2>/dev/null
+read -r st < "$b/autodown/status" 2>/dev/null
+echo "$idle"
+echo "$st"
+"""
+
+
+def script() -> str:
+    return resources.files("multihost.remote").joinpath("autodown.sh").read_text()
+
+
+def tick(seconds: float) -> int:
+    """Seconds between the daemon's looks: 10, or less for a short idle time."""
+    return max(1, min(10, int(seconds // 5)))
+
+
+def arm_command(seconds: float | None, base: str = DEFAULTS.remote_dir) -> str:
+    idle = "off" if seconds is None else str(math.ceil(seconds))
+    every = tick(seconds or 10)
+    return f"sh -c {shlex.quote(ARM)} sh {shlex.quote(base)} {idle} {every}"
+
+
+def status_command(base: str = DEFAULTS.remote_dir) -> str:
+    return f"sh -c {shlex.quote(STATUS)} sh {shlex.quote(base)}"
+
+
+@dataclass(frozen=True)
+class Status:
+    """What the daemon on worker 0 last said: ``state`` busy, idle, deleted, failed, off or
+    none (never started); ``at`` when; ``words`` the rest (why busy, since when idle, why
+    its delete failed)."""
+
+    idle: float | None
+    state: str
+    at: float | None
+    words: str
+
+    def fires_in(self, now: float) -> float | None:
+        """Seconds until the delete, when idle now; None when busy or off."""
+        if self.state != "idle" or self.idle is None:
+            return None
+        since = self.words.removeprefix("since ").strip()
+        try:
+            return max(0.0, float(since) + self.idle - now)
+        except ValueError:
+            return None
+
+    def describe(self, now: float) -> str:
+        if self.idle is None:
+            return "off"
+        head = f"{self.idle:g}s idle"
+        fires = self.fires_in(now)
+        if fires is not None:
+            return f"{head}, fires in {fires:.0f}s"
+        if self.state in ("busy", "failed"):
+            return f"{head}; {self.state}: {self.words}"
+        return f"{head}; {self.state}"
+
+
+def parse_status(text: str) -> Status:
+    lines = [*text.splitlines(), "", ""]
+    idle = None if lines[0].strip() in ("off", "") else float(lines[0])
+    state, _, rest = lines[1].strip().partition(" ")
+    at, _, words = rest.partition(" ")
+    try:
+        when = float(at)
+    except ValueError:
+        when, words = None, rest
+    return Status(idle, state or "none", when, words)

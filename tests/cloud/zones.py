@@ -1,0 +1,82 @@
+"""Zones, regions and capacity in the TPU API stand-in, shaped as the real service answers.
+
+A resource lives in its zone. A region can refuse a capacity type at once for quota (the
+synchronous ``RESOURCE_EXHAUSTED`` of ``queuedResources.create``); a zone with no capacity
+accepts the request, keeps it WAITING_FOR_RESOURCES and FAILs it (code 8, the service's
+capacity message) at its valid-until (``queueingPolicy.validUntilDuration``, as gcloud's
+``--valid-until-duration`` sends it).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+PROJECT_NUMBER = "1234567890"  # project "p" by number, as VMs' metadata names it
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]*)?)s$")
+
+
+def region_of(zone: str) -> str:
+    """``us-central2-b`` -> ``us-central2``."""
+    return zone.rsplit("-", 1)[0]
+
+
+def capacity_type(body: dict[str, Any]) -> str:
+    """The request's capacity type, as quota counts it."""
+    if "spot" in body:
+        return "spot"
+    if "bestEffort" in body:
+        return "best-effort"
+    if "guaranteed" in body or body.get("reservationName"):
+        return "reserved"
+    return "on-demand"
+
+
+def valid_for(body: dict[str, Any]) -> float | None:
+    """Seconds after creation at which the service gives up (None: never)."""
+    policy = body.get("queueingPolicy") or {}
+    m = _DURATION.match(str(policy.get("validUntilDuration", "")))
+    return float(m[1]) if m else None
+
+
+def quota_message(region: str, ctype: str, accelerator_type: str) -> str:
+    family = accelerator_type.split("-", 1)[0].upper()
+    kind = "Preemptible" if ctype in ("spot", "best-effort") else ""
+    return (
+        f"Quota limit 'TPU{family}{kind}PodPerProjectPerRegionForTPUAPI' has been exceeded. "
+        f"Limit: 0 in region {region}."
+    )
+
+
+def no_capacity(zone: str) -> dict[str, Any]:
+    """``state.failedData`` of a request the zone had no capacity for (code 8)."""
+    message = (
+        f'There is no more capacity in the zone "{zone}"; you can try in another zone where '
+        "Cloud TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions) "
+        "[EID: 0x5eb0c0ffee]"
+    )
+    return {"failedData": {"error": {"code": 8, "message": message}}}
+
+
+@dataclass
+class Capacity:
+    """What the stand-in's zones can give."""
+
+    quota: set[tuple[str, str]] = field(default_factory=set)  # (region, capacity type) refused
+    starved: set[str] = field(default_factory=set)  # zones with no capacity at all
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def refuse_quota(self, region: str, ctype: str = "on-demand") -> None:
+        with self.lock:
+            self.quota.add((region, ctype))
+
+    def starve(self, zone: str) -> None:
+        with self.lock:
+            self.starved.add(zone)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.quota.clear()
+            self.starved.clear()

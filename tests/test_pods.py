@@ -1,0 +1,190 @@
+"""A pod's life, the pure parts: checked input, each gcloud command line, zone order and
+quota skipping, the price table and its rebuild script, the records, the autodown status."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from multihost.errors import UsageError
+from multihost.pods import autodown, plan, prices, records
+from multihost.pods.plan import PodSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spec(**kw: object) -> PodSpec:
+    base: dict[str, object] = {"name": "exp", "tpu_type": "v4-16", "runtime_version": "v",
+                               "zones": ("us-central2-b",)}  # fmt: skip
+    return PodSpec(**(base | kw))  # type: ignore[arg-type]
+
+
+def test_create_argv_single_and_multislice() -> None:
+    assert plan.create_argv(spec(), "us-central2-b") == [
+        "compute", "tpus", "queued-resources", "create", "exp", "--accelerator-type", "v4-16",
+        "--runtime-version", "v", "--node-id", "exp", "--labels", "multihost=exp",
+        "--valid-until-duration", "900s", "--async", "--zone", "us-central2-b",
+    ]  # fmt: skip
+    multi = plan.create_argv(spec(num_slices=2, capacity="spot", project="pr",
+                                  queue_timeout=90.4), "z-a1-b")  # fmt: skip
+    assert multi[9:13] == ["--node-count", "2", "--node-prefix", "exp"]
+    assert "--spot" in multi
+    assert multi[-7:] == ["--valid-until-duration", "90s", "--async", "--project", "pr",
+                          "--zone", "z-a1-b"]  # fmt: skip
+    assert plan.delete_argv("exp", "z") == ["compute", "tpus", "queued-resources", "delete",
+                                            "exp", "--force", "--async", "--quiet", "--zone",
+                                            "z"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"tpu_type": "v9-8"}, "unknown TPU type 'v9-8'"),
+        ({"tpu_type": "v4"}, "unknown TPU type 'v4'"),
+        ({"name": "Bad"}, "bad pod name 'Bad'"),
+        ({"capacity": "cheap"}, "unknown capacity 'cheap'"),
+        ({"num_slices": 0}, "--num-slices must be at least 1"),
+    ],
+)
+def test_bad_specs(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        spec(**kw)
+
+
+def test_zones_durations_and_quota_skip() -> None:
+    assert plan.zones_of(None, "us-east1-d, us-central2-b") == ("us-east1-d", "us-central2-b")
+    assert plan.zones_of("us-central2-b", None) == ("us-central2-b",)
+    bad = [
+        (None, None, "up needs --zone"),
+        ("a-b1-c", "a-b1-c", "not both"),
+        (None, "a-b1-c,a-b1-c", "twice"),
+        (None, "nowhere", "bad zone"),
+    ]
+    for zone, zones, message in bad:
+        with pytest.raises(UsageError, match=message):
+            plan.zones_of(zone, zones)
+    assert [plan.parse_duration(t) for t in ("5", "90s", "15m", "2h", "1d", "0.5")] == [
+        5,
+        90,
+        900,
+        7200,
+        86400,
+        0.5,
+    ]
+    for bad in ("0", "-1", "soon", "5 m", ""):
+        with pytest.raises(UsageError, match="bad duration"):
+            plan.parse_duration(bad)
+    assert plan.gcloud_duration(0.2) == "1s"
+    zones = ["us-east1-b", "us-east1-d", "us-central2-b"]
+    assert plan.skip_after_quota(zones, {"us-east1"}) == ["us-central2-b"]
+
+
+def test_classify_and_read_the_service() -> None:
+    quota = (
+        "ERROR: (gcloud.compute.tpus.queued-resources.create) RESOURCE_EXHAUSTED: Quota "
+        "limit 'TPUV6EPreemptiblePerProjectPerRegionForTPUAPI' has been exceeded."
+    )
+    assert plan.classify(quota) == "quota"
+    assert plan.classify('There is no more capacity in the zone "z"') == "capacity"
+    assert plan.classify("ALREADY_EXISTS: x") == "exists"
+    assert plan.classify("PERMISSION_DENIED: Location z not found") == "error"
+    failed = {"state": "FAILED", "failedData": {"error": {"code": 8, "message": "no"}}}
+    qr = {"tpu": {"nodeSpec": [{"node": {"labels": {"multihost": "exp"}}}]}, "state": failed}
+    assert plan.ours(qr) == "exp"
+    assert plan.ours({"tpu": {"nodeSpec": [{"node": {}}]}}) is None
+    assert plan.failure(qr) == "no (code 8)"
+    suspended = {"state": {"state": "SUSPENDED", "stateInitiator": "SERVICE"}}
+    assert plan.failure(suspended) == "SUSPENDED by service"
+
+
+def test_price_table_says_its_source_and_unknown_is_none() -> None:
+    assert "skypilot-catalog" in prices.source()
+    assert "2c3d7ea7d76bf84cf80d382e946c1609571485fd" in prices.source()
+    assert "date: read 2026-11-28" in prices.source()
+    assert prices.hourly("v4-16", "us-central2-b", "on-demand") == 25.76
+    assert prices.hourly("v4-16", "us-central2-b", "spot", num_slices=2) == pytest.approx(14.744)
+    assert prices.hourly("v3-8", "us-east1-d", "spot") is None  # the catalog has no spot price
+    assert prices.hourly("v4-16", "europe-west4-a", "on-demand") is None  # not in the table
+    assert prices.hourly("v4-16", "us-central2-b", "reserved") is None
+    assert prices.money(None) == "unknown"
+    assert prices.money(25.76, "/h") == "$25.76/h"
+    assert prices.cost(36.0, 1800) == 18.0
+    assert prices.cost(None, 1800) is None
+    for (tpu, region), price in prices.table().items():
+        assert price.on_demand is None or price.on_demand > 0, (tpu, region)
+        assert price.spot is None or price.spot > 0, (tpu, region)
+
+
+def test_rebuild_script_reads_a_vms_csv(tmp_path: Path) -> None:
+    csv = tmp_path / "vms.csv"
+    csv.write_text(
+        "InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,"
+        "AvailabilityZone,Price,SpotPrice\n"
+        "a2-highgpu-1g,12.0,85.0,,,,us-central1,us-central1-a,0.73948,0.38812\n"
+        ",,,tpu-v4-16,1,tpu-v4-16,us-central2,us-central2-b,25.76,7.372\n"
+        ",,,tpu-v4-16,1,tpu-v4-16,us-central2,us-central2-b,25.76,7.372\n"
+        ",,,tpu-v3-8,1,tpu-v3-8,us-east1,us-east1-d,8.0,\n"
+        ",,,tpu-v6e-8,1,tpu-v6e-8,us-central2,us-central2-b,700.0,700.0\n"
+    )
+    script = str(ROOT / "scripts" / "tpu_prices.py")
+    out = subprocess.run([sys.executable, script, str(csv), "--commit", "abc"],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    table = prices.parse(out.stdout)
+    assert table == {
+        ("v3-8", "us-east1"): prices.Price(8.0, None),
+        ("v4-16", "us-central2"): prices.Price(25.76, 7.372),
+        ("v6e-8", "us-central2"): prices.Price(None, None),
+    }
+    assert "at commit\n#   abc" in out.stdout
+    shipped = (ROOT / "multihost" / "pods" / "prices.csv").read_text()
+    assert shipped.splitlines()[7] == out.stdout.splitlines()[7]  # the same header row
+
+
+def test_records_are_private_and_round_trip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
+    record = spec(zones=("us-east1-d", "us-central2-b")).record("us-central2-b", 1000.0)
+    path = records.save(record.evolve(state="active", active_at=1010.0, autodown=60.0))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    back = records.load("exp")
+    assert back.zones == ("us-east1-d", "us-central2-b")
+    assert (back.active_at, back.autodown, back.valid_until) == (1010.0, 60.0, 1900.0)
+    assert [r.name for r in records.all_records()] == ["exp"]
+    path.write_text('{"schema": 1, "name": 3}')
+    with pytest.raises(records.PodRecordError, match="malformed pod record"):
+        records.load("exp")
+    records.forget("exp")
+    with pytest.raises(UsageError, match="no pod 'exp' made from here"):
+        records.load("exp")
+    assert not os.path.exists(path)
+
+
+def test_autodown_commands_and_status() -> None:
+    assert autodown.tick(3) == 1
+    assert autodown.tick(1800) == 10
+    armed = autodown.arm_command(2.5)
+    assert armed.endswith(" sh '~/.multihost' 3 1")
+    assert autodown.arm_command(None).endswith(" off 2")
+    st = autodown.parse_status("60\nidle 1000 since 990\n")
+    assert st.fires_in(1010) == 40
+    assert st.describe(1010) == "60s idle, fires in 40s"
+    busy = autodown.parse_status("60\nbusy 1000 multihost run long\n")
+    assert busy.describe(1010) == "60s idle; busy: multihost run long"
+    failed = autodown.parse_status("60\nfailed 1000 gcloud could not delete x: denied\n")
+    assert failed.describe(0) == "60s idle; failed: gcloud could not delete x: denied"
+    assert autodown.parse_status("off\nnone\n").describe(0) == "off"
+
+
+@pytest.mark.parametrize("text", [autodown.script(), autodown.ARM, autodown.STATUS])
+def test_autodown_scripts_parse_and_pass_shellcheck(text: str) -> None:
+    subprocess.run(["sh", "-n", "-c", text], check=True)
+    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
+                          capture_output=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
