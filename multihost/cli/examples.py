@@ -107,10 +107,11 @@ EXAMPLES: dict[str, str] = {
     "job stop": _block("multihost job stop train"),
     "job ls": _block("multihost job ls", "multihost job ls --json"),
     "up": _block(
-        "multihost up exp1 --tpu-type v4-16 --runtime-version tpu-ubuntu2204-base "
-        "--zone us-central2-b",
-        "multihost up exp1 --tpu-type v5litepod-16 --num-slices 2 --runtime-version "
-        "v2-alpha-tpuv5-lite --spot --zones us-west4-a,us-east5-b --autodown 30m",
+        "multihost up exp1 --tpu-type v4-16 --runtime-version tpu-ubuntu2204-base \\",
+        "    --zone us-central2-b",
+        "multihost up exp2 --tpu-type v5litepod-16 --num-slices 2 --spot \\",
+        "    --runtime-version v2-alpha-tpuv5-lite --zones us-west4-a,us-east5-b \\",
+        "    --autodown 30m",
     ),
     "down": _block(
         "multihost down exp1",
