@@ -15,8 +15,9 @@ from multihost.bridge import blocking
 from multihost.cli import report
 from multihost.cli.progress import TransferView
 from multihost.cli.wiring import log_dir_of, record_options
-from multihost.copyback import PullResult, check_dest, check_patterns, default_dest, pull_run
+from multihost.copyback import check_dest, check_patterns, default_dest, pull_run
 from multihost.record import RunRecord
+from multihost.result import PullResult
 from multihost.runstate import Event, Transfer
 from multihost.transport import SSHOptions
 

@@ -88,6 +88,7 @@ class Display:
         self._prefixes: dict[int, str] = {}  # process id -> its rendered prefix (a terminal)
         self.tty = self.out.is_terminal
         self.staging = TransferView("staging code", len(fleet))  # drawn only while live
+        self.pulling = TransferView("pulling", len(fleet), per_host=True)  # after the run: pull=
         self._drawn = 0.0  # when a transfer last asked for a redraw
 
     @property
@@ -108,7 +109,7 @@ class Display:
             if self.live is not None:
                 self.live.refresh()
         elif isinstance(event, Transfer):
-            self.staging.update(event)
+            (self.pulling if event.what == "pull" else self.staging).update(event)
             now = time.monotonic()
             if self.live is not None and (now - self._drawn >= 0.1 or event.finished):
                 self._drawn = now
@@ -157,6 +158,8 @@ class Display:
             if self.states[pid] is State.RUNNING and now - t >= SILENT_AFTER
         }  # fmt: skip
         line = report.status_line(self.run_name, self.states, now - self.started, silent)
+        if self.pulling.started:
+            return Group(self.pulling.renderable(), line)
         if self.staging.started and State.STAGING in self.states.values():
             return Group(self.staging.renderable(), line)
         return line
