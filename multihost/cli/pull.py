@@ -14,8 +14,9 @@ from multihost import runs
 from multihost.bridge import blocking
 from multihost.cli import report
 from multihost.cli.progress import TransferView
-from multihost.cli.wiring import log_dir_of, record_options
+from multihost.cli.wiring import record_options
 from multihost.copyback import check_dest, check_patterns, default_dest, pull_run
+from multihost.planner import log_dir
 from multihost.record import RunRecord
 from multihost.result import PullResult
 from multihost.runstate import Event, Transfer
@@ -24,8 +25,8 @@ from multihost.transport import SSHOptions
 
 def cmd_pull(args: argparse.Namespace, err: Console) -> int:
     patterns = check_patterns(args.paths)
-    _, record = runs.find_run(log_dir_of(args), args.run)
-    options = record_options(args, record)
+    _, record = runs.find_run(log_dir(args.log_dir), args.run)
+    options = record_options(record, args.log_dir, args.ssh_config)
     dest = check_dest(args.to if args.to is not None else default_dest(args.run))
     return pull_and_report(record, patterns, dest, options.ssh, args.limit, err, json_out=args.json)
 

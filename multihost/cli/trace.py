@@ -13,9 +13,10 @@ from rich.text import Text
 
 from multihost import runs
 from multihost.bridge import blocking
-from multihost.cli.wiring import log_dir_of, record_options
+from multihost.cli.wiring import record_options
 from multihost.diagnose.capture import Capture, capture, summary
 from multihost.errors import UsageError
+from multihost.planner import log_dir
 
 OPEN_HINT = (
     "open with: xprof --logdir {folder} (pip install xprof), tensorboard --logdir {folder} "
@@ -88,10 +89,10 @@ def show_saved(log_dir: Path, err: Console) -> None:
 
 
 def cmd_trace(args: argparse.Namespace, err: Console) -> int:
-    run_dir, record = runs.find_run(log_dir_of(args), args.run)
+    run_dir, record = runs.find_run(log_dir(args.log_dir), args.run)
     if record.state != "running":
         raise UsageError(f"run {args.run} is {record.state}: there is nothing to trace")
-    options = record_options(args, record)
+    options = record_options(record, args.log_dir, args.ssh_config)
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
     err.print(f"tracing {len(record.hosts)} host(s) for {args.seconds:g} s…", style="dim",
               markup=False, highlight=False)  # fmt: skip

@@ -3,7 +3,6 @@ signals' policy, the summary and exit code."""
 
 from __future__ import annotations
 
-import argparse
 import resource
 import shlex
 import signal
@@ -23,7 +22,7 @@ from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
 from multihost.core import Attach, Run
 from multihost.model import Fleet, Host, State
-from multihost.planner import Plan, Reach, log_dir, plan, reach, ssh_config
+from multihost.planner import Plan, log_dir, plan, ssh_config
 from multihost.record import RunRecord
 from multihost.result import RESULT_MARKER, RunResult, payload_lines
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
@@ -34,33 +33,24 @@ RESULT_LINE = RESULT_MARKER + " "
 
 def plan_args(settings: Mapping[str, Any], err: Console) -> Plan:
     """The run the flags ask for (``multihost.planner``), the source's warnings said."""
-    found = plan({**settings, "progress": _progress(err)})
-    _warn(err, found.warnings)
-    _note(err, found.notes)
+    found = plan({**settings, "progress": progress(err)})
+    warn(err, found.warnings)
+    note(err, found.notes)
     return found
 
 
-def reach_args(args: argparse.Namespace, err: Console, *, add_key: bool = False) -> Reach:
-    """The fleet the flags name and how to reach it, the source's warnings said; ``add_key``:
-    a command that logs in (``hosts --check``) makes sure a --prefix fleet takes the key."""
-    found = reach({**vars(args), "progress": _progress(err), "add_key": add_key})
-    _warn(err, found.warnings)
-    _note(err, found.notes)
-    return found
-
-
-def _progress(err: Console) -> Callable[[str], None]:
+def progress(err: Console) -> Callable[[str], None]:
     """Where a --wait says how it goes."""
     return lambda text: err.print(f"multihost: {text}", style="dim", markup=False,
                                   highlight=False)  # fmt: skip
 
 
-def _note(err: Console, notes: tuple[str, ...]) -> None:
+def note(err: Console, notes: tuple[str, ...]) -> None:
     for note in notes:
         err.print(f"multihost: {note}", markup=False, highlight=False)
 
 
-def _warn(err: Console, warnings: tuple[str, ...]) -> None:
+def warn(err: Console, warnings: tuple[str, ...]) -> None:
     for warning in warnings:
         err.print(f"multihost: warning: {warning}", style="yellow", markup=False)
 
@@ -239,13 +229,11 @@ def signals(
     )  # fmt: skip
 
 
-def record_options(args: argparse.Namespace, record: RunRecord, **kw: object) -> RunOptions:
-    opts = runs.options_from_record(record, log_dir(args.log_dir), **kw)
-    if args.ssh_config is not None:
-        opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(args.ssh_config)))
+def record_options(
+    record: RunRecord, logs: str | Path | None, config: str | Path | None, **kw: object
+) -> RunOptions:
+    """A recorded run's options: its log dir (``--log-dir``), ``--ssh-config`` over its own."""
+    opts = runs.options_from_record(record, log_dir(logs), **kw)
+    if config is not None:
+        opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(config)))
     return opts
-
-
-def log_dir_of(args: argparse.Namespace) -> Path:
-    """The local log dir: --log-dir, $MULTIHOST_LOG_DIR or ~/multihost-logs."""
-    return log_dir(args.log_dir)
