@@ -65,7 +65,8 @@ async def run_async(command: str, **options: Any) -> RunResult:
     one). Keywords: see :func:`run`."""
     check_options("run_async", options)
     p = await asyncio.to_thread(plan_run, command, options, "run_async")  # may ask gcloud
-    return await Run(p.fleet, p.job, p.options, events_of(options)).execute()
+    events = events_of(options, p.fleet.hosts[0].process_id)
+    return await Run(p.fleet, p.job, p.options, events).execute()
 
 
 def run(command: str, **options: Any) -> RunResult:
@@ -80,7 +81,7 @@ def run(command: str, **options: Any) -> RunResult:
     under the keywords (see :func:`plan_run`). An unknown keyword is a TypeError.
     """
     p = plan_run(command, options)  # checked here, so that a bad keyword fails at once
-    runner = Run(p.fleet, p.job, p.options, events_of(options))
+    runner = Run(p.fleet, p.job, p.options, events_of(options, p.fleet.hosts[0].process_id))
     return blocking(runner.execute, ctrl_c(runner.interrupt))
 
 
@@ -122,7 +123,8 @@ def attach(
     """Follow an existing run from where its local logs end, to every host's exit."""
     logs, _, record = _record(run_name, log_dir)
     options = options_from_record(record, logs, reconnect_timeout=reconnect_timeout)
-    runner = Attach(record, options, output_events(stream, on_output, None))
+    first = record.hosts[0].host.process_id  # of a run on some hosts (workers=): its first
+    runner = Attach(record, options, output_events(stream, on_output, None, first))
     return blocking(runner.execute, ctrl_c(runner.interrupt))
 
 

@@ -5,6 +5,7 @@ MultihostError
  │    ├── InventoryError       a host list or inventory file that cannot be used
  │    ├── DiscoveryError       gcloud missing, failing, or no matching TPU slices
  │    └── SettingError         a setting that cannot be used (also a ValueError)
+ ├── KeyRefused                the key first contact added is still refused (.hosts)
  └── HostError                 something went wrong on one host (.host)
       ├── ConnectError         could not connect or log in
       │    ├── HostKeyError    the host key is unknown or does not match
@@ -47,6 +48,15 @@ class SettingError(UsageError, ValueError):
     line, a ValueError to the API's callers."""
 
 
+class KeyRefused(MultihostError):
+    """The key first contact added to a cloud fleet is still refused when the wait for it
+    ends: nothing started; ``hosts`` are those that refuse it."""
+
+    def __init__(self, hosts: tuple[Host, ...], message: str) -> None:
+        super().__init__(message)
+        self.hosts = hosts
+
+
 class HostError(MultihostError):
     """Something went wrong on one host."""
 
@@ -80,6 +90,15 @@ class RunDirGone(RemoteError):
 class EnvFailed(RemoteError):
     """The locked environment could not be built, packed or installed on the host (uv's
     cause in the message): nothing started, and trying again without a change fails again."""
+
+
+class StaleLock(EnvFailed):
+    """The builder found ``uv.lock`` out of date with (or unreadable beside) pyproject.toml:
+    the run stops as for bad input (exit 2). ``stderr``: what uv said."""
+
+    def __init__(self, host: Host, message: str, stderr: str) -> None:
+        super().__init__(host, message)
+        self.stderr = stderr
 
 
 class PortBusy(RemoteError):

@@ -14,27 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.model import Host
+from multihost.model import Host, fold
 
 
 def host_ranges(hosts: Sequence[Host]) -> str:
     """``s0/w0-2,s1/w0-3``: hosts written compactly, slice by slice, in order."""
-    by_slice: dict[int, list[int]] = {}
-    for h in sorted(hosts, key=lambda h: (h.slice_id, h.worker_id)):
-        by_slice.setdefault(h.slice_id, []).append(h.worker_id)
-    parts: list[str] = []
-    for slice_id, workers in by_slice.items():
-        runs: list[str] = []
-        start = prev = workers[0]
-        for w in [*workers[1:], None]:
-            if w is not None and w == prev + 1:
-                prev = w
-                continue
-            runs.append(str(start) if start == prev else f"{start}-{prev}")
-            if w is not None:
-                start = prev = w
-        parts.extend(f"s{slice_id}/w{r}" for r in runs)
-    return ",".join(parts)
+    return fold((h.slice_id, h.worker_id) for h in hosts)
 
 
 @dataclass(frozen=True)

@@ -58,10 +58,11 @@ def plan_run(
     return plan({**given, "cmd": command})
 
 
-def events_of(options: Mapping[str, Any]) -> Callable[[Event], None]:
-    """Where a run's events go, by the keywords ``stream=``, ``on_output=``, ``on_event=``."""
+def events_of(options: Mapping[str, Any], first: int = 0) -> Callable[[Event], None]:
+    """Where a run's events go, by the keywords ``stream=``, ``on_output=``, ``on_event=``;
+    ``first``: the process id that ``stream="host0"`` shows (of ``workers=``: the first)."""
     return output_events(
-        options.get("stream", "all"), options.get("on_output"), options.get("on_event")
+        options.get("stream", "all"), options.get("on_output"), options.get("on_event"), first
     )
 
 
@@ -74,7 +75,10 @@ def print_lines(host: str, texts: Sequence[str]) -> None:
 
 
 def output_events(
-    stream: str, on_output: OnOutput | None, on_event: Callable[[Event], None] | None
+    stream: str,
+    on_output: OnOutput | None,
+    on_event: Callable[[Event], None] | None,
+    first: int = 0,
 ) -> Callable[[Event], None]:
     """Run events → ``on_output(host_name, line)`` for the lines ``stream`` selects ("all",
     "host0" or "none"); errors and warnings about the run go to stderr."""
@@ -85,7 +89,7 @@ def output_events(
         if on_event is not None:
             on_event(event)
         if isinstance(event, Line):
-            if stream == "all" or (stream == "host0" and event.host.process_id == 0):
+            if stream == "all" or (stream == "host0" and event.host.process_id == first):
                 if on_output is None:
                     print_lines(event.host.name, event.texts)
                     return

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import functools
 import signal
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from multihost.defaults import DEFAULTS
@@ -139,6 +139,33 @@ class Job:
     remote_dir: str = DEFAULTS.remote_dir
     coordinator_port: int = DEFAULTS.coordinator_port
     megascale_port: int = DEFAULTS.megascale_port
+    workers: str = ""  # some hosts of the fleet (--workers, folded): no JAX job; "": all
+
+
+def spans(numbers: Iterable[int]) -> list[str]:
+    """``["0-3", "5"]`` for 0, 1, 2, 3, 5: runs of consecutive numbers, in order."""
+    found: list[str] = []
+    ordered = sorted(set(numbers))
+    if not ordered:
+        return found
+    start = prev = ordered[0]
+    for n in [*ordered[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        found.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return found
+
+
+def fold(pairs: Iterable[tuple[int, int]]) -> str:
+    """``s0/w0-2,s1/w0-3``: (slice, worker) pairs written compactly, slice by slice, in order;
+    ``multihost.sources.workers`` reads the same notation back."""
+    by_slice: dict[int, list[int]] = {}
+    for slice_id, worker_id in sorted(set(pairs)):
+        by_slice.setdefault(slice_id, []).append(worker_id)
+    return ",".join(f"s{s}/w{r}" for s, workers in by_slice.items() for r in spans(workers))
 
 
 def signal_name(number: int) -> str:

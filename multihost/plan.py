@@ -76,8 +76,18 @@ class Paths:
 def host_env(host: Host, fleet: Fleet, job: Job, internal: Mapping[int, str]) -> dict[str, str]:
     """The variables a host's command sees: JAX/Megascale wiring, run identity, then ``--env``.
 
-    ``internal`` maps process ids to the address other workers use to reach that host.
+    ``internal`` maps process ids to the address other workers use to reach that host. On some
+    of the fleet's hosts (``job.workers``) there is no JAX job to wire: each host keeps its
+    numbers in the whole fleet and is told which hosts run (``MULTIHOST_WORKERS``).
     """
+    if job.workers:
+        return {
+            "MULTIHOST_RUN": job.run_name,
+            "MULTIHOST_SLICE_ID": str(host.slice_id),
+            "MULTIHOST_WORKER_ID": str(host.worker_id),
+            "MULTIHOST_PROCESS_ID": str(host.process_id),
+            "MULTIHOST_WORKERS": job.workers,
+        } | dict(job.env)
     first = fleet.hosts[0]
     coordinator = internal.get(first.process_id) or first.internal_address or first.address
     if ":" in coordinator and not coordinator.startswith("["):

@@ -16,16 +16,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
 from multihost.plan import check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
-from multihost.sources import CloudFound, FleetSpec, Found, resolve
-from multihost.sources.tpukeys import GOOGLE_KEY, KeyAdded
+from multihost.sources import CloudFound, FleetSpec, Found, resolve, workers
+from multihost.sources.tpukeys import GOOGLE_KEY
 from multihost.transport import HostKeyPolicy, SSHOptions
+
+if TYPE_CHECKING:
+    from multihost.fleetops.reachable import Reached
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class Settings:
     """What a plan is made from: the schema's settings (and the API's few more), typed."""
 
     cmd: str = ""
+    jax_job: str | None = None  # the command is a JAX job that needs every process: what it is
     run_name: str | None = None
     # where: exactly one of hosts (a list, an inventory, or a Fleet), local, prefix
     hosts: str | Fleet | None = None
@@ -43,6 +47,8 @@ class Settings:
     ip: str = "auto"
     user: str | None = None
     tunnel_through_iap: bool = False
+    workers: str | None = None  # some of the hosts (multihost.sources.workers); None: all
+    exclude_workers: str | None = None
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
@@ -93,6 +99,7 @@ class Settings:
     lock_dir: str | Path | None = None  # call: the project its staged uv.lock was copied from
     no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
     add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
+    dry_run: bool = False  # a plan only, to print: no first contact, no host asked anything
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> Settings:
@@ -110,6 +117,7 @@ class Reach:
     cloud: bool = False
     warnings: tuple[str, ...] = ()  # what the fleet's source had to say
     notes: tuple[str, ...] = ()  # what first contact did (a key added, and where)
+    subset: str = ""  # --workers chose some of the hosts: these, folded ("": every host)
 
 
 @dataclass(frozen=True)
@@ -124,12 +132,17 @@ class Plan:
 
 
 def reach(settings: Settings | Mapping[str, Any]) -> Reach:
-    """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it."""
+    """The fleet (resolved once: a --prefix asks gcloud) and the SSH options for it; for a run
+    (``add_key``) on a --prefix fleet, first contact too: the user's key accepted, host keys
+    pinned."""
     s = settings if isinstance(settings, Settings) else Settings.of(settings)
     warnings: tuple[str, ...] = ()
-    added: KeyAdded | None = None
     found_cloud: CloudFound | None = None
     started = time.monotonic()
+    if s.workers is not None:
+        workers.parse(s.workers)  # a bad spec is refused before the fleet is looked for
+    if s.exclude_workers is not None:
+        workers.parse(s.exclude_workers, "--exclude-workers")
     if isinstance(s.hosts, Fleet):
         if s.local is not None or s.prefix is not None:
             raise ValueError("give exactly one of hosts=, local= or prefix=")
@@ -141,30 +154,13 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
         found_cloud = found.cloud
-        if found.cloud is not None and s.add_key and not s.no_add_key:  # first contact (#26)
-            added = _add_key(found.cloud, s)
-            if added.user is not None:
-                fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
+    fleet, subset = workers.select(fleet, s.workers, s.exclude_workers)  # before any contact
     ssh = s.ssh or SSHOptions(
         host_keys="accept-new" if cloud else "strict",
         fallback_identity=GOOGLE_KEY if cloud else None,
     )
     if s.host_keys is not None:
         ssh = replace(ssh, host_keys=s.host_keys)
-    if found_cloud is not None and s.add_key and ssh.host_keys == "accept-new":  # issue 26
-        from multihost.sources.tpuhostkeys import pin
-
-        pins = pin(fleet, [str(n.get("name", "")).rsplit("/", 1)[-1] for n in found_cloud.nodes],
-                   found_cloud.project, found_cloud.zone, found_cloud.gcloud)  # fmt: skip
-        ssh = replace(ssh, pinned=pins.keys)
-        from multihost.transport.hostkeys import record_pins
-
-        ports = {h.address: h.port for h in fleet}
-        record_pins([(a, ports.get(a), k) for a, k in pins.keys], ssh.trust_file)
-        if pins.unpublished:
-            verb = "publishes" if len(pins.unpublished) == 1 else "publish"
-            warnings += (f"{', '.join(pins.unpublished)} {verb} no host keys (guest attributes "
-                         "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
     if s.connect_timeout is not None:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
     if s.ssh_config is not None:
@@ -176,29 +172,34 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
         if loop is not None:
             raise SettingError(f"ssh config: an Include loop: {loop}")
     notes: tuple[str, ...] = ()
-    if added is not None and (added.nodes or added.profile):
-        say = s.progress or (lambda _: None)
-        n = len(added.nodes)
-        say(f"adding your key to {n} node{'s' * (n != 1)}…" if n else
-            "adding your key to your OS Login profile…")  # fmt: skip
-        _wait_reachable(fleet, ssh, s, _key_wait(), auth=True)
-        if n:
-            notes = (f"your key ({GOOGLE_KEY}.pub) was added to the metadata of "
-                     f"{', '.join(added.nodes)}",)  # fmt: skip
-    if added is not None and added.oslogin:
-        notes += (f"OS Login: your key is in your profile"
-                  f"{'' if added.user is None else f'; logging in as {added.user}'}",)  # fmt: skip
-    if s.wait is not None and not fleet.local:
+    if found_cloud is not None and s.add_key:  # first contact (not for a dry run)
+        if not s.no_add_key:
+            fleet, notes = _first_contact(fleet, ssh, found_cloud, s)
+        if ssh.host_keys == "accept-new":
+            from multihost.fleetops.contact import pin_host_keys
+
+            ssh, unpublished = pin_host_keys(fleet, ssh, found_cloud)
+            if unpublished:
+                verb = "publishes" if len(unpublished) == 1 else "publish"
+                warnings += (f"{', '.join(unpublished)} {verb} no host keys (guest attributes "
+                             "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
+    if s.wait is not None and not fleet.local and not s.dry_run:
         _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
-    return Reach(fleet, ssh, cloud, warnings, notes)
+    return Reach(fleet, ssh, cloud, warnings, notes, subset)
 
 
-# -- first contact (issue 26): the user's key accepted, as gcloud does --------------------------
-def _add_key(where: CloudFound, s: Settings) -> KeyAdded:
-    from multihost.sources.tpukeys import add_key
+# -- first contact: the user's key accepted, as gcloud does -------------------------------------
+def _first_contact(
+    fleet: Fleet, ssh: SSHOptions, where: CloudFound, s: Settings
+) -> tuple[Fleet, tuple[str, ...]]:
+    from multihost.fleetops.contact import first_contact
 
-    return add_key(where.nodes, project=where.project, zone=where.zone, user=s.user,
-                   gcloud=where.gcloud)  # fmt: skip
+    def wait(fleet: Fleet, seconds: float) -> Reached:
+        return _wait_reachable(fleet, ssh, s, seconds, auth=True)
+
+    say = s.progress or (lambda _: None)
+    return first_contact(fleet, ssh, where, user=s.user, say=say, wait=wait,
+                         seconds=_key_wait())  # fmt: skip
 
 
 def _key_wait() -> float:
@@ -222,13 +223,17 @@ def _waited(spec: FleetSpec, s: Settings) -> Found:
 
 def _wait_reachable(
     fleet: Fleet, ssh: SSHOptions, s: Settings, seconds: float, *, auth: bool = False
-) -> None:
+) -> Reached:
     from multihost.bridge import blocking
     from multihost.fleetops.reachable import wait_reachable
 
     say = s.progress or (lambda _: None)
-    blocking(lambda: wait_reachable(fleet, ssh, seconds, say, limit=s.connect_limit,
-                                    poll=min(_poll(), 2.0), auth=auth))  # fmt: skip
+    reached: Reached = blocking(
+        lambda: wait_reachable(
+            fleet, ssh, seconds, say, limit=s.connect_limit, poll=min(_poll(), 2.0), auth=auth
+        )
+    )
+    return reached
 
 
 def plan(settings: Settings | Mapping[str, Any]) -> Plan:
@@ -238,7 +243,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     check_port("coordinator_port", s.coordinator_port)
     check_port("megascale_port", s.megascale_port)
     command, env = utf8("cmd", s.cmd), env_of(s.env)  # refused before any host is asked
-    where = reach(replace(s, add_key=True))  # a run connects: the user's key accepted first
+    # a run connects: the user's key accepted first; a dry run only prints what it would do
+    where = reach(replace(s, add_key=not s.dry_run))
     job = Job(
         command=command,
         run_name=check_run_name(s.run_name or default_run_name()),
@@ -246,7 +252,11 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         remote_dir=s.remote_dir,
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
+        workers=where.subset,
     )
+    jax = s.jax_job or ("--trace" if s.trace is not None else None)
+    if where.subset and jax:
+        raise UsageError(workers.refusal(jax, where.subset))
     if s.trace is not None and s.trace > D.trace_max:
         raise UsageError(f"--trace {s.trace:g}: at most {D.trace_max:g} seconds")
     logs = log_dir(s.log_dir)

@@ -2,8 +2,10 @@
 
 Host ``i`` is alias ``h{i}``: sshd on ``127.0.0.{2+i}:2222`` (hosts 250 and up on
 ``127.0.{1+k//250}.{2+k%250}``, ``k = i - 250``), user ``mhw{i}``, its own host key, and
-``MULTIHOST_TEST_HOST=h{i}`` in every session. Two extra aliases exist for failure
-tests: ``dead`` (nothing listens) and ``badkey`` (h0 with a wrong known_hosts entry).
+``MULTIHOST_TEST_HOST=h{i}`` in every session. Every host takes the fleet's client key
+(``authorized_keys``) and, for its user only, the keys in ``guest_keys/<user>`` (where the
+cloud stand-in's guest agent installs a TPU node's ``ssh-keys``). Two extra aliases exist for
+failure tests: ``dead`` (nothing listens) and ``badkey`` (h0 with a wrong known_hosts entry).
 
 Library: ``up(n)``, ``down()``, ``load()``, ``stop_host(i)``, ``start_host(i)``,
 ``user_processes(i)``, ``home(i)``, ``signal_host(i, sig)`` (freeze/thaw).
@@ -337,7 +339,7 @@ def _sshd_config(d: Path, i: int, extra: str) -> str:
 ListenAddress {address(i)}:{PORT}
 HostKey {hd}/host_key
 PidFile {hd}/sshd.pid
-AuthorizedKeysFile {d}/authorized_keys
+AuthorizedKeysFile {d}/authorized_keys {d}/guest_keys/%u
 UsePAM no
 PubkeyAuthentication yes
 PasswordAuthentication no

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests import fleet as loopback
 from tests.clitools import REPO, cli, host_logs, manifest
 from tests.gcloud_fixtures import make_nodes
 from tests.helpers import free_port, wait_for
@@ -117,7 +118,7 @@ def test_prefix_trusts_on_first_use_then_forget(ssh_fleet, tmp_path: Path) -> No
     assert res.returncode == 0, res.stderr
     trust = tmp_path / "state" / "multihost" / "known_hosts"
     assert sorted(line.split()[0] for line in trust.read_text().splitlines()) == [
-        f"[127.0.0.{k}]:2222" for k in (2, 3, 4, 5)
+        f"[127.0.0.{k}]:{loopback.PORT}" for k in (2, 3, 4, 5)
     ]
     strict = cli([*_run_args(config, tmp_path, "t2", "true"), "--host-keys", "strict"], **env)
     assert strict.returncode == 1

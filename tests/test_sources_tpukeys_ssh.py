@@ -18,6 +18,7 @@ import pytest
 from tests import fleet as loopback
 from tests.clitools import cli
 from tests.cloud.fixture import ZONE, Cloud
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 
@@ -39,13 +40,14 @@ def ssh_config(fleet: loopback.Fleet, tmp_path: Path, users: bool = True) -> Pat
 
 
 def multihost(
-    cloud: Cloud, tmp_path: Path, home: Path, *args: str, cmd: str = "echo hi"
+    cloud: Cloud, tmp_path: Path, home: Path, *args: str, cmd: str = "echo hi", **env_: str
 ) -> subprocess.CompletedProcess[str]:
     home.mkdir(exist_ok=True)
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
     env = cloud.env | {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
-                       "CLOUDSDK_CORE_ACCOUNT": "me@example.com", "COLUMNS": "200"}  # fmt: skip
+                       "CLOUDSDK_CORE_ACCOUNT": "me@example.com", "COLUMNS": "300"}  # fmt: skip
+    env |= env_
     argv = [sys.executable, "-m", "multihost", "run", "--prefix", "myqr", "--zone", ZONE,
             "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), *args,
             "--cmd", cmd]  # fmt: skip
@@ -70,16 +72,17 @@ def test_first_contact_adds_the_key_once_and_keeps_the_metadata(
     assert (home / ".ssh" / "google_compute_engine").is_file()
     assert "adding your key to 1 node…" in res.stderr
     assert "accepted by 2/2 workers in" in res.stderr
-    assert "was added to the metadata of myqr" in res.stderr
+    users = [cloud.fleet.hosts[w.host].user for w in qr.workers]
+    assert f"was added to the metadata of myqr for {', '.join(users)}" in res.stderr
     assert patches(cloud) == 1
     meta = qr.metadata[0]
     for key in ("startup-script", "team"):
         assert meta[key] == kept[key]  # the CLI merged: nothing else replaced
-    pub = (home / ".ssh" / "google_compute_engine.pub").read_text().split()
+    pub = " ".join((home / ".ssh" / "google_compute_engine.pub").read_text().split()[:2])
     lines = meta["ssh-keys"].split("\n")
     assert lines[0] == OTHER  # the comma-holding line survived whole (gcloud's ^DELIM^)
-    assert lines[1].split(":", 1)[1].split()[:2] == pub[:2]
-    assert len(lines) == 2
+    # one line per user the workers are logged into (the ssh config's User), not the local one
+    assert lines[1:] == [f"{u}:{pub} {u}" for u in users]
     # a second run pushes nothing and says nothing about keys
     res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "k2")
     assert res.returncode == 0, res.stderr
@@ -182,3 +185,106 @@ def test_hosts_check_adds_the_key_and_hosts_alone_does_not(cloud: Cloud, tmp_pat
     assert checked.returncode == 0, checked.stderr
     assert "accepted by 1/1 workers" in checked.stderr
     assert patches(cloud) == 1
+
+
+def test_user_flag_names_the_line_and_the_login(cloud: Cloud, tmp_path: Path) -> None:
+    """``--user``: the line is for that user (an ssh config that names none, a local user
+    that is not it), and the worker is logged into as that user."""
+    cloud.tpu.add("myqr", "v4-8")
+    qr = cloud.tpu.wait_state("myqr", "ACTIVE")
+    user = cloud.fleet.hosts[qr.workers[0].host].user
+    config = str(ssh_config(cloud.fleet, tmp_path, users=False))
+    home = tmp_path / "home"
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--user", user,
+                    "--run-name", "u1", cmd="id -un")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert f"was added to the metadata of myqr for {user}" in res.stderr
+    assert res.stdout.split()[-1] == user
+    assert [ln.split(":", 1)[0] for ln in qr.metadata[0]["ssh-keys"].split("\n")] == [user]
+
+
+def test_key_still_refused_when_the_wait_ends(
+    cloud: Cloud, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers' guest agent never installs the key: when the wait ends the run stops
+    before anything starts, naming the hosts and the cause, and counts no worker as accepted."""
+    monkeypatch.setattr(cloud.tpu, "guest_agent", lambda workers, keys: None)
+    cloud.tpu.add("myqr", "v4-16")
+    qr = cloud.tpu.wait_state("myqr", "ACTIVE")
+    config = str(ssh_config(cloud.fleet, tmp_path))
+    home = tmp_path / "home"
+    marks = [Path(f"/tmp/mh-refused-{h.alias}") for h in cloud.fleet.hosts]
+    for m in marks:
+        m.unlink(missing_ok=True)
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "r1",
+                    cmd="touch /tmp/mh-refused-$MULTIHOST_TEST_HOST",
+                    MULTIHOST_KEY_WAIT="3")  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    assert "accepted by 0/2 workers" in res.stderr
+    users = [cloud.fleet.hosts[w.host].user for w in qr.workers]
+    error = res.stderr.strip().splitlines()[-1]
+    assert error.startswith("multihost: your key is still refused after 3 s by "), error
+    for w, user in zip(qr.workers, users, strict=True):
+        assert f"s0/w{w.worker} ({user}@127.0.0.{2 + w.host})" in error
+    assert "authentication failed" in error
+    assert f"added to the metadata of myqr for {', '.join(users)}" in error
+    assert "guest agent has not installed it" in error
+    assert "nothing started" in error
+    assert "Traceback" not in res.stderr
+    assert not [m for m in marks if m.exists()]  # nothing launched
+    assert not (tmp_path / "logs" / "r1").exists()
+    for w in qr.workers:
+        runs = cloud.fleet.hosts[w.host].home / ".multihost" / "runs"
+        assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_internal_only_workers_are_said_at_once(cloud: Cloud, tmp_path: Path) -> None:
+    """Workers with internal addresses only, no --tunnel-through-iap, a key just added: while
+    the (long) wait for the key goes on, they are named at once with how to reach them."""
+    cloud.tpu.add("myqr", "v4-16", internal_only=True)
+    qr = cloud.tpu.wait_state("myqr", "ACTIVE")
+    config = tmp_path / "ssh_config"
+    config.write_text("".join(f"Host 127.1.0.{2 + w.host}\n  User {cloud.fleet.hosts[w.host].user}"
+                              f"\n  Port {cloud.fleet.hosts[w.host].port}\n"
+                              for w in qr.workers))  # fmt: skip
+    home = tmp_path / "home"
+    home.mkdir()
+    code = tmp_path / "code"
+    code.mkdir()
+    env = cloud.env | {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
+                       "MULTIHOST_KEY_WAIT": "600", "COLUMNS": "300"}  # fmt: skip
+    argv = [sys.executable, "-m", "multihost", "run", "--prefix", "myqr", "--zone", ZONE,
+            "--ssh-config", str(config), "--script-dir", str(code), "--log-dir",
+            str(tmp_path / "logs"), "--run-name", "i1", "--cmd", "true"]  # fmt: skip
+    err = tmp_path / "err"
+    with err.open("w") as f:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=f)
+    try:
+        wait_for(lambda: "do not answer" in err.read_text(), timeout=60,
+                 what="the internal-only addresses said")  # fmt: skip
+        assert proc.poll() is None  # said while still waiting
+    finally:
+        proc.kill()
+        proc.wait()
+    said = next(ln for ln in err.read_text().splitlines() if "do not answer" in ln)
+    assert said.startswith("multihost: s0/w0-1 (127.1.0.2, 127.1.0.3) do not answer; "), said
+    assert "only an internal address" in said
+    assert "--tunnel-through-iap" in said
+    assert "still waiting, up to 600 s" in said
+
+
+def test_dry_run_makes_no_first_contact(cloud: Cloud, tmp_path: Path) -> None:
+    """``run --dry-run`` on a fresh HOME: the plan printed from discovery alone; no key made
+    or pushed, no project metadata, no guest attributes read, nothing connected to."""
+    cloud.tpu.add("myqr", "v4-16")
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    cloud.tpu.requests.clear()
+    config = str(ssh_config(cloud.fleet, tmp_path))
+    home = tmp_path / "home"
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "d1",
+                    "--dry-run")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "### s0/w1 (127.0.0.3)" in res.stdout
+    assert cloud.requests() == [("GET", f"/v2/projects/p/locations/{ZONE}/nodes")]
+    assert not (home / ".ssh").exists()
+    assert res.stderr == ""

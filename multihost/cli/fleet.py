@@ -93,7 +93,7 @@ def with_payload(args: argparse.Namespace) -> dict[str, object]:
         raise UsageError("--payload stages the payloads that ship with multihost: leave out "
                          "--script-dir, or run your own code with --cmd")  # fmt: skip
     python = args.python or (sys.executable if args.local is not None else "python3")
-    return {**vars(args), "script_dir": payloads_dir(),
+    return {**vars(args), "script_dir": payloads_dir(), "jax_job": f"--payload {args.payload}",
             "cmd": payload_command(args.payload, args.args, python)}  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from multihost.bridge import Detached, blocking
 from multihost.cli import report, terminal
 from multihost.cli.wiring import (
     Display,
+    chosen_hosts,
     execute_run,
     finish,
     kill_line,
@@ -57,21 +58,27 @@ def cmd_kill(args: argparse.Namespace, err: Console) -> int:
     so (a host that was lost may still run its job: then every host is asked)."""
     _, record = runs.find_run(log_dir(args.log_dir), args.run)
     if all(h.state in _ENDED for h in record.hosts):
-        err.print(f"multihost: run {args.run} had already ended ({record.state}): nothing to "
-                  "stop", markup=False, highlight=False)  # fmt: skip
+        err.print(
+            f"multihost: run {args.run} had already ended ({record.state}): nothing to stop",
+            markup=False,
+            highlight=False,
+        )
         return 0
     options = record_options(
         record, args.log_dir, args.ssh_config, grace=args.grace, reconnect_timeout=0.0
     )
-    fleet = record.fleet
+    fleet = chosen_hosts(record, args.workers, args.exclude_workers).fleet
     display = Display(fleet, args.run, "none", err)
-    result = execute_run(Stop(record, options, display, signal=args.signal), display)
+    only = {h.process_id for h in fleet}
+    result = execute_run(Stop(record, options, display, signal=args.signal, only=only), display)
     err.print(report.summary_table(result))
     return 1 if any(r.state is State.LOST for r in result.hosts) else 0
 
 
-_ENDED = frozenset({State.DONE, State.FAILED, State.KILLED, State.ERROR, State.VANISHED,
-                    State.MISSING})  # a host in these has no job left to stop  # fmt: skip
+# a host in these has no job left to stop
+_ENDED = frozenset(
+    {State.DONE, State.FAILED, State.KILLED, State.ERROR, State.VANISHED, State.MISSING}
+)
 
 
 def cmd_status(args: argparse.Namespace, err: Console) -> int:
@@ -80,12 +87,13 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
     asked = args.refresh or record.state == "running"
     if asked:
         options = record_options(record, args.log_dir, args.ssh_config)
-        statuses = blocking(lambda: runs.host_statuses(record, options.ssh))
-        runs.mark_states(run_dir, record, statuses)
+        some = chosen_hosts(record, args.workers, args.exclude_workers)
+        statuses = blocking(lambda: runs.host_statuses(some, options.ssh))
+        runs.mark_states(run_dir, record, statuses)  # the whole record, the asked hosts' news
         for o in statuses:
             rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
     else:
-        for h in record.hosts:
+        for h in chosen_hosts(record, args.workers, args.exclude_workers).hosts:
             rows.append(report.record_row(h))
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
@@ -115,6 +123,7 @@ def cmd_ls(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
+    some = args.workers or args.exclude_workers
     if args.follow and (args.host or args.tail or args.grep or args.gather):
         raise UsageError("--follow shows every host's new lines; it takes no --host, --tail, "
                          "--grep or --gather (print those without --follow)")  # fmt: skip
@@ -123,13 +132,19 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
     if args.json and not args.gather:
         raise UsageError("--json goes with --gather")
     run_dir, record = runs.find_run(log_dir(args.log_dir), args.run)
+    if args.host and some:
+        raise UsageError("--host prints one host's log: it takes no --workers (use --all)")
+    whole, record = record, chosen_hosts(record, args.workers, args.exclude_workers)
     options = record_options(record, args.log_dir, args.ssh_config)
     pattern = _pattern(args.grep)
     if args.follow:
         display = Display(record.fleet, args.run, "all", err)
-        follow = Attach(record, replace(options, fail_fast=False), display, observe=True)
-        what = ("stopped following; the run goes on (stop it with: "
-                f"{kill_line(args.run, log_dir(args.log_dir))})")  # fmt: skip
+        only = {h.host.process_id for h in record.hosts}
+        follow = Attach(whole, replace(options, fail_fast=False), display, observe=True, only=only)
+        what = (
+            "stopped following; the run goes on (stop it with: "
+            f"{kill_line(args.run, log_dir(args.log_dir))})"
+        )
         result = execute_run(follow, display, what=what)
         return 0 if not result.interrupted else 130
     for o in blocking(lambda: runs.sync_logs(run_dir, record, options.ssh)):

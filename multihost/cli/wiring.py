@@ -26,6 +26,7 @@ from multihost.planner import Plan, log_dir, plan, ssh_config
 from multihost.record import RunRecord
 from multihost.result import RESULT_MARKER, RunResult, payload_lines
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
+from multihost.sources import workers
 from multihost.stream import Line
 
 RESULT_LINE = RESULT_MARKER + " "
@@ -71,6 +72,7 @@ class Display:
         self.out = Console(file=stdout(), highlight=False, soft_wrap=True)
         self.states = {h.process_id: State.PENDING for h in fleet}
         self.hosts = {h.process_id: h for h in fleet}
+        self.first = fleet.hosts[0].process_id  # host0: the first host (of --workers: its first)
         self.started = time.monotonic()
         self.heard: dict[int, float] = {}  # process id -> when it last printed (or started)
         self.live: Live | None = None
@@ -113,7 +115,7 @@ class Display:
     def _host_line(self, event: Line) -> None:
         if self.quiet or self.stream == "none":
             return
-        if self.stream == "host0" and event.host.process_id != 0:
+        if self.stream == "host0" and event.host.process_id != self.first:
             return
         host = event.host if self.stream == "all" else None
         try:
@@ -237,3 +239,13 @@ def record_options(
     if config is not None:
         opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(config)))
     return opts
+
+
+def chosen_hosts(record: RunRecord, only: str | None, exclude: str | None) -> RunRecord:
+    """The run's record with only the hosts ``--workers`` (``only``) and ``--exclude-workers``
+    name (for what a command does on them; write back the whole record, never this one)."""
+    fleet, subset = workers.select(record.fleet, only, exclude, whose=f"run {record.run_name}")
+    if not subset:
+        return record
+    pids = {h.process_id for h in fleet}
+    return replace(record, hosts=tuple(h for h in record.hosts if h.host.process_id in pids))

@@ -4,7 +4,8 @@ which never stops anything) and ``Stop``, which stops it on every host and waits
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 
 from multihost.core.supervisor import Supervisor
@@ -24,6 +25,7 @@ class Attach:
     """Follow an existing run from its record, from where the local logs end.
 
     ``observe=True`` (``logs --follow``) only watches: an interrupt leaves every job alone.
+    ``only``: the process ids to follow (``--workers``); the record keeps the others as they are.
     """
 
     def __init__(
@@ -34,15 +36,21 @@ class Attach:
         *,
         observe: bool = False,
         stop_signal: str = "TERM",
+        only: Collection[int] | None = None,
     ) -> None:
+        part = record
+        if only is not None:
+            part = replace(
+                record, hosts=tuple(h for h in record.hosts if h.host.process_id in only)
+            )
         self.sup = sup = Supervisor(
-            record.fleet, record.job, options, on_event, code_hash=record.code_hash,
+            part.fleet, record.job, options, on_event, code_hash=record.code_hash,
             observe_only=observe, stop_signal=stop_signal,
         )  # fmt: skip
         sup.first_failure = record.first_failure
         sup.env_names = record.env_names
-        sup.recorded = record
-        for data, slot in zip(record.hosts, sup.slots.values(), strict=True):
+        sup.recorded = record  # the whole run: the hosts not followed are kept as recorded
+        for data, slot in zip(part.hosts, sup.slots.values(), strict=True):
             slot.paths = sup.paths(slot.host)
             slot.env = dict(data.env) if data.env is not None else None
             slot.bytes_sent = data.bytes_sent
@@ -104,6 +112,7 @@ class Stop(Attach):
         on_event: Callable[[Event], None] | None = None,
         *,
         signal: str = "TERM",
+        only: Collection[int] | None = None,
     ) -> None:
-        super().__init__(record, options, on_event, stop_signal=signal)
+        super().__init__(record, options, on_event, stop_signal=signal, only=only)
         self.interrupt()

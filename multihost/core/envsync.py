@@ -28,15 +28,15 @@ from pathlib import Path
 from multihost import stagevia
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
-from multihost.envsync import EnvRequest, satisfies, uv_binary, uv_version
+from multihost.envsync import EnvRequest, lock_problem, satisfies, uv_binary, uv_version
 from multihost.envsync.uvbin import Binary, inspect
-from multihost.errors import EnvFailed, HostError, RemoteError, UsageError
+from multihost.errors import EnvFailed, HostError, RemoteError, StaleLock, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.job.cloud import CloudError
 from multihost.job.record import env_prefix, env_url
 from multihost.model import Host
 from multihost.remote import script
-from multihost.remote.envsync import BUILD, INSTALL, PACK, PROBE, SERVE, UPLOAD
+from multihost.remote.envsync import BUILD, INSTALL, LOCK_CHECK, PACK, PROBE, SERVE, UPLOAD
 from multihost.remote.staging import SEED_STOP, python_source
 from multihost.transport import Completed
 
@@ -158,6 +158,8 @@ async def sync_environment(
                 f"{p.host.name} ({p.host.target}): Python {p.python} ({p.exe}) does not "
                 f"satisfy requires-python {req.requires_python}{more}; nothing started"
             )
+    if uv.path is None and not req.requirements:  # this machine could not check the lock
+        await _check_lock(sup, probes, req)
     summary = EnvSummary()
     errors: dict[int, HostError] = {}
     keys: dict[str, list[Probe]] = {}
@@ -166,6 +168,13 @@ async def sync_environment(
     async with asyncio.TaskGroup() as tg:
         for members in keys.values():
             tg.create_task(_one_key(sup, members, uv, req, summary, errors))
+    stale = next((e for e in errors.values() if isinstance(e, StaleLock)), None)
+    if stale is not None:  # the lock is the run's, not the host's: bad input (exit 2)
+        raise lock_problem(
+            req.lock or "uv.lock",
+            stale.stderr,
+            f"; checked on the builder {stale.host.name} ({stale.host.target})",
+        )
     for p in probes:
         sup.extra_env[p.host.process_id] = {"MULTIHOST_ENV": f"{p.envs}/{p.key}"}
     done = [h for h in summary.built]
@@ -193,6 +202,30 @@ async def sync_environment(
         said += f"; the runner sent {sup.env_bytes / (1 << 20):.1f} MiB"
     sup.note(said)
     return [Outcome(p.host, error=errors.get(p.host.process_id)) for p in probes]
+
+
+async def _check_lock(sup: Supervisor, probes: Sequence[Probe], req: EnvRequest) -> None:
+    """uv.lock against pyproject.toml on a host with uv, for a runner without one: a warm run
+    builds nothing (the key is the lock's), so no builder would check it. A lock out of date
+    is bad input (exit 2, nothing started)."""
+    checker = next((p for p in probes if p.has_uv), None)
+    if checker is None:
+        if any(p.state == "present" for p in probes):
+            sup.note("uv.lock not checked against pyproject.toml: no uv here nor on any host "
+                     "(a host that builds checks it)", "warning")  # fmt: skip
+        return
+    host = checker.host
+    conn = sup.slots[host.process_id].conn
+    assert conn is not None
+    command = script(LOCK_CHECK, paths={"b": _base(sup, checker), "code": sup.paths(host).code},
+                     exe=checker.exe)  # fmt: skip
+    done = await conn.run(command)
+    if done.exit_status == 5:
+        raise lock_problem(req.lock or "uv.lock", done.stderr.decode(errors="replace"),
+                           f"; checked on {host.name} ({host.target})")  # fmt: skip
+    if done.exit_status != 0:
+        sup.note(f"{host.name}: cannot check uv.lock against pyproject.toml: "
+                 f"{_said(done.stderr)}", "warning")  # fmt: skip
 
 
 def pack_format(source: Probe, takers: Sequence[Probe], bucket: bool) -> tuple[str, str]:
@@ -466,6 +499,9 @@ async def _build(
     conn = sup.slots[p.host.process_id].conn
     assert conn is not None
     res = await conn.run(command, stdin=stdin or None)
+    if res.exit_status == 5:
+        raise StaleLock(p.host, f"uv.lock does not match pyproject.toml: {_said(res.stderr, 6)}",
+                        res.stderr.decode(errors="replace"))  # fmt: skip
     if res.exit_status != 0:
         raise EnvFailed(p.host, f"environment build failed: {_said(res.stderr, 6)}")
     return res.stdout.decode(errors="replace")

@@ -278,7 +278,7 @@ class Prepare:
     def _checks_port(self) -> bool:
         """Whether host 0's coordinator port is checked before anything starts (over SSH; a
         ``--local`` run picked a free one; a sweep's runs share a session that checked)."""
-        return not self.sup.fleet.local and not self.sup.shared
+        return not self.sup.fleet.local and not self.sup.shared and not self.sup.job.workers
 
     async def _port_free(self, host: Host) -> None:
         """Raises PortBusy when ``host`` is host 0 and cannot bind the coordinator port."""

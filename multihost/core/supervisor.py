@@ -249,11 +249,20 @@ class Supervisor:
             staging=self.staging,
         )
         if was is not None:
+            whole = len(record.hosts) == len(was.hosts)  # else some hosts (--workers): not all
             record = replace(
                 record, code_hash=was.code_hash,
                 script_dir=was.script_dir, fail_fast=was.fail_fast, grace=was.grace, ssh=was.ssh,
                 staging=was.staging, timed_out=was.timed_out or record.timed_out,
-                interrupted=was.interrupted or record.interrupted,
+                interrupted=was.interrupted or (record.interrupted and whole),
                 first_failure=was.first_failure or record.first_failure,
+                hosts=_merged(was.hosts, record.hosts),
             )  # fmt: skip
         write_record(self.log_dir, record)
+
+
+def _merged(was: tuple[HostRecord, ...], now: tuple[HostRecord, ...]) -> tuple[HostRecord, ...]:
+    """The run's hosts in its record's order: those followed now as they are now, the others
+    (not followed: ``--workers``) as they were recorded."""
+    mine = {h.host.process_id: h for h in now}
+    return tuple(mine.get(h.host.process_id, h) for h in was)

@@ -58,6 +58,7 @@ class EnvRequest:
     versions: tuple[tuple[str, str], ...]  # (name, version) of WATCHED packages in the lock
     requirements: bytes = b""  # --requirements FILE's content: built with uv pip sync
     source: str = "uv.lock"  # what the header names: uv.lock, or the requirements file
+    lock: str = ""  # the runner's uv.lock (its path): what a stale lock's error names
 
     @property
     def header(self) -> str:
@@ -108,7 +109,9 @@ def request(
     spec = str(meta.get("project", {}).get("requires-python", ""))
     found = {p.get("name"): p.get("version") for p in locked.get("package", [])}
     versions = tuple((n, str(found[n])) for n in WATCHED if found.get(n))
-    return EnvRequest(digest, selection, spec, versions)
+    return EnvRequest(
+        digest, selection, spec, versions, lock=str((lock_dir or script_dir) / "uv.lock")
+    )
 
 
 def _from_requirements(
@@ -177,15 +180,21 @@ def check_lock(script_dir: Path) -> None:
         raise UsageError(f"cannot check {script_dir / 'uv.lock'}: {exc}") from None
     if res.returncode == 0:
         return
-    said = [ln for ln in res.stderr.splitlines() if ln.startswith("error")]
-    why = said[0].removeprefix("error: ") if said else res.stderr.strip()[-200:]
+    raise lock_problem(script_dir / "uv.lock", res.stderr)
+
+
+def lock_problem(lock: Path | str, stderr: str, where: str = "") -> UsageError:
+    """What ``uv lock --check --offline`` failing on ``lock`` means (exit 2): a lock uv cannot
+    read, or one out of date with pyproject.toml. ``where``: who checked it, when not here."""
+    said = [ln for ln in stderr.splitlines() if ln.startswith("error")]
+    why = said[0].removeprefix("error: ") if said else stderr.strip()[-200:]
     if "parse" in why.lower() or "no `project` table" in why:
-        raise UsageError(f"cannot use {script_dir / 'uv.lock'}: {why}")
+        return UsageError(f"cannot use {lock}: {why}{where}")
     # a lock that matches pyproject.toml is checked without resolving; offline, anything
     # else (a resolution that needs the index) means the lock no longer matches
-    raise UsageError(
-        f"{script_dir / 'uv.lock'} is out of date with pyproject.toml: run `uv lock` "
-        f"(nothing started; uv: {why})"
+    return UsageError(
+        f"{lock} is out of date with pyproject.toml: run `uv lock` "
+        f"(nothing started{where}; uv: {why})"
     )
 
 

@@ -1,8 +1,10 @@
-"""Wait until every host accepts connections (``--wait``: fresh VMs start sshd late).
+"""Wait until every host accepts connections (``--wait``: fresh VMs start sshd late; a key just
+added to a TPU node's metadata: its guest agent installs it late).
 
-A host counts as up once an SSH handshake gets past the socket: a refused or timed-out
-connection is retried, anything else (a login or host-key problem) is left to the run, which
-says it with the host's name.
+A host counts only once it has accepted a login. A refused or timed-out connection is retried;
+a refused login is retried only while a key just added may still be on its way; anything else
+(a host-key problem) ends that host's wait. Hosts whose only address is internal and that do
+not answer are said at once, with how to reach them, while the others are still waited for.
 """
 
 from __future__ import annotations
@@ -10,11 +12,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from multihost.errors import ConnectError, HostKeyError
 from multihost.fanout import map_hosts
+from multihost.gather import host_ranges
 from multihost.model import Fleet, Host
 from multihost.transport import SSHOptions, connect
+
+
+@dataclass(frozen=True)
+class Reached:
+    """How a wait ended: how many hosts accepted, and each other host with its last error."""
+
+    accepted: int
+    failed: tuple[tuple[Host, ConnectError], ...] = ()
+
+    @property
+    def refused(self) -> tuple[tuple[Host, ConnectError], ...]:
+        """The hosts that answered but refused the login (the key is not accepted there)."""
+        return tuple((h, e) for h, e in self.failed if _auth_failed(e))
 
 
 def _socket_level(exc: ConnectError) -> bool:
@@ -31,6 +48,20 @@ def _auth_failed(exc: ConnectError) -> bool:
     return not isinstance(exc, HostKeyError) and exc.message.startswith("authentication failed")
 
 
+def unanswered(hosts: list[Host], seconds: float) -> list[str]:
+    """What is said at once about hosts that do not answer and have a hint on how to reach
+    them (only an internal address): one line per hint, naming the hosts and addresses."""
+    by_hint: dict[str, list[Host]] = {}
+    for h in sorted(hosts, key=lambda h: h.process_id):
+        by_hint.setdefault(h.reach_hint or "", []).append(h)
+    lines = []
+    for hint, group in by_hint.items():
+        shown = ", ".join(h.address for h in group[:4]) + (", …" if len(group) > 4 else "")
+        lines.append(f"{host_ranges(group)} ({shown}) do not answer; {hint} "
+                     f"(still waiting, up to {seconds:.0f} s)")  # fmt: skip
+    return lines
+
+
 async def wait_reachable(
     fleet: Fleet,
     ssh: SSHOptions,
@@ -40,31 +71,59 @@ async def wait_reachable(
     limit: int,
     poll: float = 2.0,
     auth: bool = False,
-) -> int:
-    """Try every host until it answers or ``seconds`` pass; says how many answered. Returns
-    how many did (the run then reports those that did not, by name). ``auth``: a key was just
-    added, so an authentication failure is retried too (the guest agent installs it late)."""
+) -> Reached:
+    """Try every host until it accepts a login or ``seconds`` pass; says how many did. Returns
+    that and the others with their last error (the caller decides: a run reports them by name).
+    ``auth``: a key was just added, so a refused login is retried too (the guest agent installs
+    it late)."""
     start = time.monotonic()
     deadline = start + seconds
     gate = asyncio.Semaphore(limit)
-    up = 0
+    accepted = 0
+    failed: dict[int, tuple[Host, ConnectError]] = {}
+    # hosts with a hint on how to reach them: once each has tried, those that did not answer
+    # are said at once (not when the wait ends)
+    hinted = {h.process_id for h in fleet if h.reach_hint}
+    silent: list[Host] = []
+
+    def first_try(host: Host, socket: bool) -> None:
+        if host.process_id not in hinted:
+            return
+        hinted.discard(host.process_id)
+        silent.extend([host] if socket else [])
+        if not hinted and silent:
+            for line in unanswered(silent, seconds):
+                say(line)
 
     async def one(host: Host) -> None:
-        nonlocal up
+        nonlocal accepted
+        tried = False
         while True:
             try:
                 async with gate:
                     conn = await connect(host, ssh)
                 await conn.close()
             except ConnectError as exc:
-                if _socket_level(exc) or (auth and _auth_failed(exc)):
+                failed[host.process_id] = (host, exc)
+                socket = _socket_level(exc)
+                if not tried:
+                    tried = True
+                    first_try(host, socket)
+                if socket or (auth and _auth_failed(exc)):
                     if time.monotonic() + poll > deadline:
                         return
                     await asyncio.sleep(poll)
                     continue
-            up += 1
+                return
+            failed.pop(host.process_id, None)
+            accepted += 1
+            if not tried:
+                first_try(host, False)
             return
 
     await map_hosts(one, list(fleet), what="connect")
-    say(f"accepted by {up}/{len(fleet)} workers in {time.monotonic() - start:.0f} s")
-    return up
+    said = f"accepted by {accepted}/{len(fleet)} workers in {time.monotonic() - start:.0f} s"
+    if failed:
+        said += f" (not by {host_ranges([h for h, _ in failed.values()])})"
+    say(said)
+    return Reached(accepted, tuple(failed[k] for k in sorted(failed)))

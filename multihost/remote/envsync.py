@@ -132,7 +132,8 @@ echo "packed $(wc -c < "$k") $h"
 # requirements file of N bytes comes first on stdin), ship (1: uv follows on stdin; 2: fetch
 # uv==$uvv with the host's own pip, from the index its pip uses, and take the binary out of the
 # wheel with unwheel (uv_wheel.py); either goes to <base>/bin/uv). Builds into a
-# relocatable venv with uv (no interpreter downloads): from the lock, frozen; or exactly the
+# relocatable venv with uv (no interpreter downloads): from the lock, once it is checked
+# against pyproject.toml (a lock out of date: uv's lines on stderr, exit 5); or exactly the
 # requirements (uv pip sync: nothing resolved, nothing else installed), then uv pip check (a
 # file that leaves out a dependency fails). Writes the manifest and the marker, moves it into
 # place atomically, then packs it in fmt (_PACK). A failed build: uv's last lines on stderr,
@@ -179,9 +180,14 @@ if [ "$req" != 0 ]; then
     tail -n 20 "$t"/log >&2; exit 4
   }
 else
+  # the lock must match pyproject.toml (the runner may have had no uv to check it with):
+  # checked offline (a matching lock needs no resolution), then synced --locked
+  "$uv" lock --check --offline --python "$exe" > "$t"/log 2>&1 || {
+    tail -n 20 "$t"/log >&2; exit 5
+  }
   set -f
   # shellcheck disable=SC2086 # the selection flags, split on purpose
-  "$uv" sync -q --frozen --no-install-project $sel > "$t"/log 2>&1 || {
+  "$uv" sync -q --locked --no-install-project $sel > "$t"/log 2>&1 || {
     tail -n 20 "$t"/log >&2; exit 4
   }
   set +f
@@ -198,6 +204,23 @@ mv -T "$t"/env "$e/$key"
 : > "$e/$key".used
 """
     + _PACK
+)
+
+# uv.lock checked against pyproject.toml on a host with uv, when the runner has none and no
+# host builds (a warm run: its key is the lock's, so a changed pyproject.toml alone does not
+# change it). Vars: b, code (the staged code dir), exe (the Python). Exit 5 with uv's lines on
+# stderr when the lock is out of date; 4 when it cannot check.
+LOCK_CHECK = (
+    _FIND_UV
+    + """\
+[ -n "$uv" ] || { echo "no uv on this host" >&2; exit 4; }
+export UV_PYTHON_DOWNLOADS=never UV_CACHE_DIR="$b"/uv-cache UV_NO_PROGRESS=1
+unset VIRTUAL_ENV
+cd "$code" || exit 4
+said=$("$uv" lock --check --offline --python "$exe" 2>&1) || {
+  printf '%s\\n' "$said" | tail -n 20 >&2; exit 5
+}
+"""
 )
 
 # A host that has the environment complete, handing it on. Vars: b, key, fmt. Says
@@ -311,6 +334,7 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...]]] = {
         ("b", "key", "fmt", "code", "exe", "sel", "req", "ship", "uvv", "unwheel"),
     ),
     "env-pack": (PACK, ("b", "key", "fmt")),
+    "env-lock-check": (LOCK_CHECK, ("b", "code", "exe")),
     "env-install": (INSTALL, ("b", "key", "fmt", "digest", "how", "url", "fetch", "timeout")),
     "env-upload": (UPLOAD, ("b", "key", "url")),
     "env-serve": (SERVE, ("b", "key", "fmt", "serve", "addr", "lifetime", "fetches", "name")),

@@ -14,24 +14,33 @@ NO_SYNC = Flag(
     kind="switch",
     help="with pyproject.toml and uv.lock in the code dir: run without the locked environment "
     "(default: build it once with uv and put it on every host; the command runs inside it)",
+    group="environment",
 )
 EXTRA = Flag(
     "extra",
     kind="append",
     metavar="NAME",
     help="uv: include this optional extra (repeatable; default: none)",
+    group="environment",
 )
 ALL_EXTRAS = Flag(
-    "all-extras", kind="switch", help="uv: include every optional extra (default: none)"
+    "all-extras",
+    kind="switch",
+    help="uv: include every optional extra (default: none)",
+    group="environment",
 )
 GROUP = Flag(
     "group",
     kind="append",
     metavar="NAME",
     help="uv: include this dependency group (repeatable; default: uv's default groups)",
+    group="environment",
 )
 NO_DEV = Flag(
-    "no-dev", kind="switch", help="uv: leave out the dev dependency group (default: included)"
+    "no-dev",
+    kind="switch",
+    help="uv: leave out the dev dependency group (default: included)",
+    group="environment",
 )
 REQUIREMENTS = Flag(
     "requirements",
@@ -40,6 +49,7 @@ REQUIREMENTS = Flag(
     help="a project without uv.lock: the environment is FILE, fully pinned (every line "
     "name==version, hashes allowed), built once with uv pip sync and put on every host "
     "(default: none)",
+    group="environment",
 )
 HOST_UV = Flag(
     "host-uv",
@@ -49,6 +59,7 @@ HOST_UV = Flag(
     "machine and C library, else fetched there), fetch (always fetched on the host with its "
     "own python3 -m pip download uv==VERSION, from the index its pip uses; nothing shipped) "
     "(default %(default)s)",
+    group="environment",
 )
 SETUP = Flag(
     "setup",
@@ -57,5 +68,6 @@ SETUP = Flag(
     setting=False,
     help="run CMD (sh -c, in the code dir) on every host before the job; skipped where it "
     "succeeded before for the same command and code (default: none)",
+    group="environment",
 )
 ENVIRONMENT: Group = (NO_SYNC, EXTRA, ALL_EXTRAS, GROUP, NO_DEV, REQUIREMENTS, HOST_UV, SETUP)

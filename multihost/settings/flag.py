@@ -8,6 +8,18 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 Kind = Literal["value", "append", "switch", "bool", "optional"]
+
+GROUPS: dict[str, str] = {
+    "hosts": "hosts: which ones",
+    "connection": "connection: how they are reached",
+    "cloud": "cloud: Cloud TPU and gcloud",
+    "staging": "staging: the code on every host",
+    "environment": "environment: packages and variables",
+    "launch": "launch: what runs and how it goes",
+    "sweep": "sweep: the grid and its points",
+    "output": "output: what is shown and kept",
+}
+"""Every flag's heading in ``--help`` (and the CLI reference), in the order shown."""
 # switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
 
 
@@ -24,6 +36,7 @@ class Flag:
     metavar: str | None = None
     setting: bool = True  # a key the config files may set (and `multihost config` shows)
     const: Any = None  # kind "optional": the value of the bare flag
+    group: str = "launch"  # its heading in --help and the reference: a key of GROUPS
 
     @property
     def option(self) -> str:

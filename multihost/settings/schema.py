@@ -35,34 +35,49 @@ PROFILE = Flag(
     metavar="NAME",
     setting=False,
     help="defaults from this profile of the config files (see multihost config; default: none)",
+    group="hosts",
 )
 HOSTS = Flag(
     "hosts",
     metavar="LIST|FILE",
     help="comma list of [user@]host[:port] with ranges (h[0-3], 10.0.0.[2-9]), a TOML "
     "inventory, or a file with one host per line",
+    group="hosts",
 )
-LOCAL = Flag("local", type=workers, metavar="N",
-             help=f"N workers on this machine, no SSH (at most {D.local_max})")  # fmt: skip
-PREFIX = Flag("prefix", help="Cloud TPU node or queued resource name")
+LOCAL = Flag(
+    "local",
+    type=workers,
+    metavar="N",
+    help=f"N workers on this machine, no SSH (at most {D.local_max})",
+    group="hosts",
+)
+PREFIX = Flag("prefix", help="Cloud TPU node or queued resource name", group="hosts")
 SOURCES = ("hosts", "local", "prefix")  # one of them picks the fleet: one given replaces all
-PROJECT = Flag("project", help="with --prefix: gcloud project (default: gcloud's)")
-ZONE = Flag("zone", help="with --prefix: gcloud zone (default: gcloud's)")
+PROJECT = Flag("project", help="with --prefix: gcloud project (default: gcloud's)", group="cloud")
+ZONE = Flag("zone", help="with --prefix: gcloud zone (default: gcloud's)", group="cloud")
 IP = Flag(
     "ip",
     choices=IP_MODES,
     default="auto",
     help="with --prefix: address to connect to (default %(default)s: external if any)",
+    group="cloud",
 )
-USER = Flag("user", help="ssh user for every host (default: ssh config's, else yours)")
+USER = Flag(
+    "user", help="ssh user for every host (default: ssh config's, else yours)", group="connection"
+)
 SSH_CONFIG = Flag(
-    "ssh-config", type=Path, metavar="FILE", help="ssh config file (default ~/.ssh/config)"
+    "ssh-config",
+    type=Path,
+    metavar="FILE",
+    help="ssh config file (default ~/.ssh/config)",
+    group="connection",
 )
 HOST_KEYS = Flag(
     "host-keys",
     choices=("strict", "accept-new"),
     help="strict: known_hosts only; accept-new: trust on first use, refuse a "
     "changed key (default: strict, accept-new with --prefix)",
+    group="connection",
 )
 CONNECT_TIMEOUT = Flag(
     "connect-timeout",
@@ -70,6 +85,7 @@ CONNECT_TIMEOUT = Flag(
     default=D.connect_timeout,
     metavar="S",
     help="seconds per SSH handshake (default %(default)g s)",
+    group="connection",
 )
 CONNECT_LIMIT = Flag(
     "connect-limit",
@@ -77,6 +93,7 @@ CONNECT_LIMIT = Flag(
     default=D.connect_limit,
     metavar="N",
     help="handshakes in flight at once (default %(default)s)",
+    group="connection",
 )
 
 WAIT = Flag(  # issue 26: a queued resource still provisioning
@@ -88,12 +105,14 @@ WAIT = Flag(  # issue 26: a queued resource still provisioning
     setting=False,
     help="wait (at most SECONDS; bare: no limit) until every slice of a --prefix is READY and "
     "every host accepts connections (default: a queued resource not yet ACTIVE is exit 2)",
+    group="cloud",
 )
 TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
     "tunnel-through-iap",
     kind="switch",
     help="with --prefix: reach every worker through an IAP tunnel (gcloud start-iap-tunnel "
     "as ProxyCommand, to its internal address; default: connect directly)",
+    group="cloud",
 )
 
 NO_ADD_KEY = Flag(  # issue 26: first contact
@@ -101,7 +120,26 @@ NO_ADD_KEY = Flag(  # issue 26: first contact
     kind="switch",
     help="with --prefix: never add your key (~/.ssh/google_compute_engine) to the nodes' "
     "metadata or your OS Login profile (default: add it where it is missing, as gcloud does)",
+    group="cloud",
 )
+
+WORKERS = Flag(
+    "workers",
+    metavar="SPEC",
+    setting=False,
+    help="only these hosts: process indices (0,2 or 0-3), labels as multihost prints them "
+    "(s0/w3, s0/w[0-3], s1 for all of slice 1) or all; not for a JAX job, which needs every "
+    "process (default: all)",
+    group="hosts",
+)
+EXCLUDE_WORKERS = Flag(
+    "exclude-workers",
+    metavar="SPEC",
+    setting=False,
+    help="leave out these hosts (as --workers; like clush -x) (default: none)",
+    group="hosts",
+)
+SUBSET: Group = (WORKERS, EXCLUDE_WORKERS)
 
 
 def fleet(required: bool = True) -> Group:
@@ -131,6 +169,7 @@ SCRIPT_DIR = Flag(
     default=Path("."),
     metavar="DIR",
     help="code to stage on every host (default: the current directory)",
+    group="staging",
 )
 EXCLUDE = Flag(
     "exclude",
@@ -138,6 +177,7 @@ EXCLUDE = Flag(
     metavar="PATTERN",
     help="leave out of the staged code (glob; 'dir/' for a directory; repeatable; "
     "default: none beyond .git, __pycache__, *.pyc)",
+    group="staging",
 )
 MAX_STAGE_BYTES = Flag(
     "max-stage-bytes",
@@ -145,18 +185,21 @@ MAX_STAGE_BYTES = Flag(
     default=D.max_stage_bytes,
     metavar="BYTES",
     help=f"refuse a code dir bigger than this (K/M/G suffixes; default {D.max_stage_bytes >> 30}G)",
+    group="staging",
 )
 ENV = Flag(
     "env",
     kind="append",
     metavar="K=V",
     help="set in every host's environment (repeatable; default: none)",
+    group="environment",
 )
 LOG_DIR = Flag(
     "log-dir",
     type=Path,
     metavar="DIR",
     help="local logs (default $MULTIHOST_LOG_DIR or ~/multihost-logs)",
+    group="output",
 )
 REMOTE_DIR = Flag(
     "remote-dir",
@@ -164,6 +207,7 @@ REMOTE_DIR = Flag(
     default=D.remote_dir,
     metavar="DIR",
     help="staging base on each host (default %(default)s)",
+    group="staging",
 )
 GRACE = Flag(
     "grace",
@@ -171,12 +215,14 @@ GRACE = Flag(
     default=D.grace,
     metavar="S",
     help="seconds between TERM and KILL when stopping (default %(default)g s)",
+    group="launch",
 )
 COORDINATOR_PORT = Flag(
     "coordinator-port",
     type=port,
     metavar="PORT",
     help=f"JAX coordinator port on host 0 (default {D.coordinator_port}; with --local a free port)",
+    group="launch",
 )
 MEGASCALE_PORT = Flag(
     "megascale-port",
@@ -184,16 +230,19 @@ MEGASCALE_PORT = Flag(
     default=D.megascale_port,
     metavar="PORT",
     help="Megascale port with several slices (default %(default)s)",
+    group="launch",
 )
 KILL_STALE = Flag(
     "kill-stale",
     kind="bool",
     help="stop accelerator device holders before launching (default: warn with --prefix)",
+    group="launch",
 )
 RECORD_ENV = Flag(
     "record-env",
     kind="bool",
     help="keep --env values in run.json (default: their names only; they may be secrets)",
+    group="output",
 )
 HANG_TIMEOUT = Flag(
     "hang-timeout",
@@ -201,12 +250,14 @@ HANG_TIMEOUT = Flag(
     metavar="S",
     help="when no host prints for S seconds: take every host's stacks, name the "
     "stragglers, then stop the run (exit 1) (default: never)",
+    group="launch",
 )
 ON_HANG = Flag(
     "on-hang",
     choices=("stop", "report"),
     default="stop",
     help="after a hang: stop, or only report (default %(default)s)",
+    group="launch",
 )
 TRACE = Flag(
     "trace",
@@ -214,6 +265,7 @@ TRACE = Flag(
     metavar="N",
     help="once every host has started stepping: a jax.profiler trace of N seconds from every "
     "JAX process, a per-host table after the run (default: none)",
+    group="output",
 )
 TRACE_AFTER = Flag(
     "trace-after",
@@ -223,6 +275,7 @@ TRACE_AFTER = Flag(
     help="with --trace: start S seconds after the last JAX process started stepping (its first "
     "StepTraceAnnotation; without one, S s after its first JAX computation) "
     "(default %(default)g s)",
+    group="output",
 )
 RUN: Group = (
     SCRIPT_DIR,
@@ -249,18 +302,21 @@ STREAM = Flag(
     choices=("host0", "all", "none"),
     default="host0",
     help="host output on the terminal (default %(default)s)",
+    group="output",
 )
 FAIL_FAST = Flag(
     "fail-fast",
     kind="bool",
     default=True,
     help="stop the other hosts when one fails (default: yes; --no-fail-fast keeps them running)",
+    group="launch",
 )
 TIMEOUT = Flag(
     "timeout",
     type=positive(float),
     metavar="S",
     help="bound the whole run, in seconds (default: none)",
+    group="launch",
 )
 RECONNECT_TIMEOUT = Flag(
     "reconnect-timeout",
@@ -268,6 +324,7 @@ RECONNECT_TIMEOUT = Flag(
     default=D.reconnect_timeout,
     metavar="S",
     help="seconds to retry a lost host (default %(default)g s)",
+    group="connection",
 )
 STAGE_VIA = Flag(
     "stage-via",
@@ -278,6 +335,7 @@ STAGE_VIA = Flag(
     "size), direct (from here to each), peer (once per slice to a seed host, the others "
     "fetch it from there) or gs://BUCKET[/PREFIX] (uploaded once, the hosts pull it); "
     "default %(default)s",
+    group="staging",
 )
 STAGE_BUCKET = Flag(
     "stage-bucket",
@@ -286,11 +344,13 @@ STAGE_BUCKET = Flag(
     metavar="GS_URL",
     help="a bucket (gs://BUCKET[/PREFIX]) that --stage-via auto uses for an archive over "
     "its threshold, instead of peer staging (default: none)",
+    group="staging",
 )
 PYTHON = Flag(
     "python",
     metavar="EXE",
     help="interpreter for --payload (default: python3; with --local this Python)",
+    group="launch",
 )
 SECRET = Flag(
     "secret",
@@ -300,27 +360,44 @@ SECRET = Flag(
     help="set KEY in every host's job to Secret Manager secret NAME's latest version, read "
     "once here and handed to the hosts on the launch channel: never on a disk, never in run.json "
     "(repeatable; default: none; --env values are not secret)",
+    group="environment",
 )
 RUN_ONLY: Group = (
     STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, STAGE_BUCKET, PYTHON, SECRET,
 )  # fmt: skip
 
 # -- flags that are no settings: what a command does, not how --------------------------------
-CMD = Flag("cmd", type=command_text, setting=False, help="command to run under sh -c on every host")
+CMD = Flag(
+    "cmd",
+    type=command_text,
+    setting=False,
+    help="command to run under sh -c on every host",
+    group="launch",
+)
 RUN_NAME = Flag(
     "run-name",
     metavar="NAME",
     setting=False,
     help="default: a timestamp and a random suffix, e.g. 20250101-120000-3f9a0c",
+    group="launch",
 )
-DRY_RUN = Flag("dry-run", kind="switch", setting=False, help="print each host's command and env")
+DRY_RUN = Flag(
+    "dry-run",
+    kind="switch",
+    setting=False,
+    help="print each host's command and env",
+    group="launch",
+)
 DETACH = Flag(
     "detach",
     kind="switch",
     setting=False,
     help="exit once every host has started; follow later with attach",
+    group="launch",
 )
-JSON = Flag("json", kind="switch", setting=False, help="a JSON array instead of a table")
+JSON = Flag(
+    "json", kind="switch", setting=False, help="a JSON array instead of a table", group="output"
+)
 PULL = Flag(
     "pull",
     kind="append",
@@ -328,6 +405,7 @@ PULL = Flag(
     setting=False,
     help="after the run, whatever its outcome, copy this path or glob back from every "
     "host (repeatable; see multihost pull; default: none)",
+    group="output",
 )
 PULL_TO = Flag(
     "pull-to",
@@ -335,6 +413,7 @@ PULL_TO = Flag(
     metavar="DIR",
     setting=False,
     help="where --pull copies to (default ./multihost-pull/RUN)",
+    group="output",
 )
 
 

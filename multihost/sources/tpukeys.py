@@ -9,8 +9,12 @@ node's ``ssh-keys``, appends it to the node's ``ssh-keys``. We do the same throu
 ``enable-oslogin``, else the project's) the key goes to the user's profile instead and the login
 name is the profile's primary POSIX username.
 
+USER is the user the worker is logged into (the guest agent installs the key for the user its
+line names, and for no one else): one line per distinct login user of a node
+(``multihost.fleetops.contact`` works them out from ``--user`` and the ssh config).
+
 The nodes' metadata comes from discovery's own list call: nothing more is asked of gcloud
-when every node already has the line.
+when every node already has its lines.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class KeyAdded:
     oslogin: bool = False
     user: str | None = None
     profile: bool = False  # the key was added to the OS Login profile just now
+    users: tuple[str, ...] = ()  # the login users the lines added to metadata are for
 
 
 def ensure_key(private: str = GOOGLE_KEY) -> str:
@@ -199,15 +204,29 @@ def add_key(
     *,
     project: str | None,
     zone: str | None,
+    logins: Mapping[str, Sequence[str]] | None = None,
     user: str | None = None,
     gcloud: str = "gcloud",
     private: str = GOOGLE_KEY,
 ) -> KeyAdded:
-    """Make sure every node takes the user's key (created if missing); what was changed."""
+    """Make sure every node takes the user's key (created if missing) for each user its
+    workers will be logged into (``logins``: node name -> those users; a node not in it, or
+    with none: ``user``, else :func:`default_user`); what was changed. ``user`` given: the
+    login name stays the caller's under OS Login too."""
     public = ensure_key(private)
-    login = user or default_user()
-    line = key_line(login, public)
-    missing = [n for n in nodes if not has_key(_metadata(n).get(SSH_KEYS), line)]
+    wanted = {
+        _node_name(n): tuple(dict.fromkeys((logins or {}).get(_node_name(n)) or
+                                           (user or default_user(),)))
+        for n in nodes
+    }  # fmt: skip
+    lines = {name: [key_line(u, public) for u in users] for name, users in wanted.items()}
+
+    def lacking(node: Mapping[str, Any], project_keys: object = None) -> list[str]:
+        have = _metadata(node).get(SSH_KEYS)
+        return [ln for ln in lines[_node_name(node)]
+                if not has_key(have, ln) and not has_key(project_keys, ln)]  # fmt: skip
+
+    missing = [n for n in nodes if lacking(n)]
     node_oslogin = any(oslogin_on(n, None) for n in nodes)
     if not missing and not node_oslogin:
         return KeyAdded()  # every node has it: no gcloud call at all
@@ -216,13 +235,17 @@ def add_key(
         pub = Path(private).expanduser()
         name, new = oslogin_user(gcloud, public, pub.with_name(pub.name + ".pub"), project)
         return KeyAdded(oslogin=True, user=None if user else name, profile=new)
-    if has_key(common.get(SSH_KEYS), line):
-        return KeyAdded()
-    added = []
+    added, users = [], []
     for node in missing:
         name = _node_name(node)
-        value = merged(str(_metadata(node).get(SSH_KEYS) or ""), line)
+        needed = lacking(node, common.get(SSH_KEYS))
+        if not needed:
+            continue  # the project's metadata has them
+        value = str(_metadata(node).get(SSH_KEYS) or "")
+        for line in needed:
+            value = merged(value, line)
         _gcloud(update_command(gcloud, name, zone, project, value),
                 f"add your key to node {name}'s metadata")  # fmt: skip
         added.append(name)
-    return KeyAdded(nodes=tuple(added))
+        users += [ln.split(":", 1)[0] for ln in needed]
+    return KeyAdded(nodes=tuple(added), users=tuple(dict.fromkeys(users)))

@@ -33,6 +33,7 @@ __all__ = [
     "connect",
     "default_state_dir",
     "forget",
+    "login_name",
 ]
 
 
@@ -43,6 +44,16 @@ async def connect(host: Host, options: SSHOptions) -> Connection:
     from multihost.transport.ssh import connect_ssh  # asyncssh only when SSH is used
 
     return await connect_ssh(host, options)
+
+
+def login_name(host: Host, options: SSHOptions) -> str | None:
+    """The user a connection to ``host`` logs in as, if anything names one (``--user``, an
+    inventory, the ssh config's ``User``); None: the local user."""
+    if host.local:
+        return None
+    from multihost.transport import ssh  # asyncssh only when SSH is used
+
+    return ssh.login_name(host, options)
 
 
 @contextlib.contextmanager

@@ -362,6 +362,21 @@ def _forget_advice(host: Host, tofu: _TrustOnFirstUse, options: SSHOptions) -> s
     )
 
 
+def login_name(host: Host, options: SSHOptions) -> str | None:
+    """The user a connection to ``host`` logs in as: the host's own (``--user``, an
+    inventory's), else the ssh config's ``User`` for it; None when neither names one (the local
+    user then, as OpenSSH does)."""
+    if host.user:
+        return host.user
+    found = sshconfig.settings(options.config, host.address)
+    if found is not None and "%" not in found.get("user", ""):
+        return found.get("user")
+    config = sshconfig.config_for(options.config, host.address)
+    prepared = asyncssh.SSHClientConnectionOptions(host=host.address, config=config)
+    user = prepared.config.get("User")
+    return str(user) if user else None
+
+
 async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
     """Open one SSH connection, verifying the host key per the policy."""
     kwargs: dict[str, object] = {

@@ -152,7 +152,7 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
         faults=faults,
     )
     holder.append(tpu)
-    guest = GuestAgent(ssh_fleet.dir / "authorized_keys")
+    guest = GuestAgent(ssh_fleet.dir / "guest_keys", lambda i: ssh_fleet.hosts[i].user)
     keys = ssh_fleet.dir / "hosts"
     tpu.host_key = lambda i: (keys / ssh_fleet.hosts[i].alias / "host_key.pub").read_text()
     tpu.guest_agent = guest

@@ -414,8 +414,9 @@ class TpuApi:
             fp = uuid.uuid5(uuid.NAMESPACE_OID, key).hex
             profile.setdefault("sshPublicKeys", {})[fp] = {"key": key, "fingerprint": fp}
             workers = [w for qr in self.resources.values() for w in qr.workers]
-            line = f"oslogin:{key}"
-            threading.Thread(target=self.guest_agent, args=(workers, line), daemon=True).start()
+            names = [str(a.get("username")) for a in profile.get("posixAccounts", ())]
+            lines = "\n".join(f"{name}:{key} {name}" for name in names)  # its POSIX users'
+            threading.Thread(target=self.guest_agent, args=(workers, lines), daemon=True).start()
             return 200, {"loginProfile": profile}
         return _error(405, f"{method} {path} not supported by the OS Login stand-in")
 
