@@ -33,7 +33,8 @@ class Defaults:
     stale_grace: float = 5.0  # s between TERM and KILL for a stale accelerator holder
     gather_lines: int = 2000  # last lines of each host's log that logs --gather compares
     trace_seconds: float = 5.0  # how long `multihost trace` and `run --trace` trace by default
-    trace_after: float = 10.0  # run --trace: seconds after every host started stepping
+    trace_after: float | None = None  # run --trace: None, once every JAX process completed its
+    # first step; S: S s after each began its first (or, annotating none, its first computation)
     trace_max: float = 3600.0  # the longest capture (trace --seconds, run --trace)
     pull_limit: int = 16  # hosts copying files back at once (multihost pull --limit)
     pull_files: int = 8  # files in flight at once on one host's connection

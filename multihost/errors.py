@@ -16,6 +16,16 @@ MultihostError
       │    └── EnvFailed       the locked environment could not be built or installed there
       ├── RemoteCallError      a function sent by multihost.call raised there (.results)
       └── HostLost             the connection went away and did not come back
+ └── CloudError                a gcloud call failed (gcloud's own words, one line)
+      ├── GcloudMissing        the Google Cloud CLI is not installed (or not runnable)
+      ├── CloudNotFound        the resource, object or bucket does not exist
+      ├── CloudPermissionDenied  the account may not do this (or is not logged in)
+      ├── CloudQuotaExhausted  the project's quota for this (region, capacity type) is used up
+      ├── CloudNoCapacity      the zone has no capacity left (a stockout): try another zone
+      ├── CloudInvalidArgument the request (or gcloud's command line) is malformed
+      ├── CloudAlreadyExists   a resource of that name exists already
+      └── CloudUnavailable     a failure that should pass: 5xx, rate limits, lost connections
+           └── CloudTimeout    gcloud took longer than its timeout (also a TimeoutError)
 """
 
 from __future__ import annotations
@@ -123,3 +133,47 @@ class RemoteCallError(HostError):
 
 class HostLost(HostError):
     """The connection to the host was lost and could not be re-established."""
+
+
+class CloudError(MultihostError):
+    """A gcloud call failed; the message is gcloud's own, on one line (``multihost.cloud``
+    raises the subclass its words name)."""
+
+
+class GcloudMissing(CloudError):
+    """The Google Cloud CLI is not installed (``$MULTIHOST_GCLOUD``, default ``gcloud``)."""
+
+
+class CloudNotFound(CloudError):
+    """NOT_FOUND: the resource, object or bucket does not exist."""
+
+
+class CloudPermissionDenied(CloudError):
+    """PERMISSION_DENIED or UNAUTHENTICATED: the account gcloud uses may not do this."""
+
+
+class CloudQuotaExhausted(CloudError):
+    """RESOURCE_EXHAUSTED for a quota: the project's limit for the region (and that capacity
+    type) is used up; another zone of the region does not help."""
+
+
+class CloudNoCapacity(CloudError):
+    """No capacity in the zone (code 8 "no more capacity", code 9 "Insufficient reserved
+    capacity"): a stockout of that zone; another zone may have some."""
+
+
+class CloudInvalidArgument(CloudError):
+    """INVALID_ARGUMENT, or a command line gcloud does not understand (its exit 2)."""
+
+
+class CloudAlreadyExists(CloudError):
+    """ALREADY_EXISTS: a resource of that name exists (right after a create, maybe the
+    service's own retry of it)."""
+
+
+class CloudUnavailable(CloudError):
+    """A failure that should pass: UNAVAILABLE, 5xx, a rate limit, a lost connection."""
+
+
+class CloudTimeout(CloudUnavailable, TimeoutError):
+    """gcloud took longer than its timeout (and was killed)."""

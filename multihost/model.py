@@ -66,10 +66,20 @@ class Host:
     # the transport), and what to suggest when its address cannot be reached
     proxy_command: tuple[str, ...] | None = None
     reach_hint: str | None = None
+    # another worker whose SSH connection this one is reached through (a ``direct-tcpip``
+    # hop to ``address``, as ProxyJump does): one IAP tunnel per slice, not one per worker
+    jump: Host | None = None
 
     def __post_init__(self) -> None:
         if self.proxy_command is not None and not isinstance(self.proxy_command, tuple):
             object.__setattr__(self, "proxy_command", tuple(self.proxy_command))  # from JSON
+        if isinstance(self.jump, dict):  # from JSON
+            object.__setattr__(self, "jump", Host(**self.jump))
+
+    def with_user(self, user: str | None) -> Host:
+        """This host, and the worker it hops through, logged in to as ``user``."""
+        jump = None if self.jump is None else self.jump.with_user(user)
+        return replace(self, user=user, jump=jump)
 
     @property
     def name(self) -> str:

@@ -21,6 +21,7 @@ from multihost.remote import remote_path, script
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 COMPLETE = ".multihost-complete"
+JOIN_ENV = "MULTIHOST_JAX_INIT"  # "0": the staged hook leaves jax.distributed to the program
 
 
 def check_run_name(name: str, *, nested: bool = False) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
-from multihost.plan import check_run_name, parse_env
+from multihost.plan import JOIN_ENV, check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
 from multihost.sources import CloudFound, FleetSpec, Found, resolve, workers
 from multihost.sources.tpukeys import GOOGLE_KEY
@@ -49,6 +49,7 @@ class Settings:
     tunnel_through_iap: bool = False
     workers: str | None = None  # some of the hosts (multihost.sources.workers); None: all
     exclude_workers: str | None = None
+    iap_per_host: bool = False
     # how to reach the hosts
     ssh: SSHOptions | None = None  # the API's own starting point (default: by the fleet)
     ssh_config: str | Path | None = None
@@ -83,7 +84,8 @@ class Settings:
     hang_timeout: float | None = None
     on_hang: str = "stop"
     trace: float | None = None
-    trace_after: float = D.trace_after
+    trace_after: float | None = D.trace_after
+    jax_init: bool = True  # the hook joins JAX processes to one job (MULTIHOST_JAX_INIT)
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
@@ -150,7 +152,8 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
     else:
         spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
                          zone=s.zone, ip=s.ip, user=s.user,
-                         tunnel_through_iap=s.tunnel_through_iap)  # fmt: skip
+                         tunnel_through_iap=s.tunnel_through_iap,
+                         iap_per_host=s.iap_per_host)  # fmt: skip
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
         found_cloud = found.cloud
@@ -248,7 +251,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     job = Job(
         command=command,
         run_name=check_run_name(s.run_name or default_run_name()),
-        env=env,
+        env=env | ({} if s.jax_init else {JOIN_ENV: "0"}),
         remote_dir=s.remote_dir,
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,

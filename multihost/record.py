@@ -148,7 +148,10 @@ def to_json(record: RunRecord) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=65536)
 def _host_fields(host: Host) -> tuple[tuple[str, Any], ...]:
-    return tuple((f.name, getattr(host, f.name)) for f in dataclasses.fields(Host))
+    return tuple(
+        (f.name, _host_json(v) if isinstance(v := getattr(host, f.name), Host) else v)
+        for f in dataclasses.fields(Host)
+    )
 
 
 def _host_json(host: Host) -> dict[str, Any]:

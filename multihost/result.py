@@ -223,15 +223,14 @@ SPREAD_NAMED = 0.03  # the slowest host is named when its step time is this far 
 
 def payload_lines(result: RunResult) -> tuple[str, ...]:
     """A payload run in words: the headline of process 0's result, as the seed prints it
-    (``0.79 s/step (mean of 5), 0.0081 TFLOP/s per device, utilization 12.3%``), and the
-    step time's spread across hosts (the slowest named when it stands out). Empty when no
-    host reported a step time."""
+    (``0.79 s/step (mean of 5 steps after 1 warm-up), 0.0081 TFLOP/s per device, utilization
+    12.3%``), and the step time's spread across hosts (the slowest named when it stands out).
+    Empty when no host reported a step time."""
     lines = []
     first = result.result() or {}
     step = first.get("step_time_s")
     if isinstance(step, int | float) and step > 0:
-        timed = first.get("timings_s") or first.get("step_times_s") or ()
-        head = f"{step:.3g} s/step" + (f" (mean of {len(timed)})" if timed else "")
+        head = f"{step:.3g} s/step" + (f" ({words})" if (words := mean_of(first)) else "")
         tflops = first.get("tflops_per_device")
         if isinstance(tflops, int | float):
             head += f", {tflops:.3g} TFLOP/s per device"
@@ -256,6 +255,20 @@ def payload_lines(result: RunResult) -> tuple[str, ...]:
             lines.append(f"step time within {spread:.1%} across {len(steps)} hosts "
                          f"(median {median:.3g} s)")  # fmt: skip
     return tuple(lines)
+
+
+def mean_of(result: dict[str, Any]) -> str | None:
+    """What a payload's ``step_time_s`` is the mean of, in the payload's own words (``mean of
+    18 steps after 2 warm-up``: its ``timed_steps``, ``warmup_steps``); a result without them
+    is the mean of all its ``timings_s``. None when it does not say."""
+    timed, warmup = result.get("timed_steps"), result.get("warmup_steps")
+    if not isinstance(timed, int) or isinstance(timed, bool) or timed < 1:
+        timings = result.get("timings_s")
+        if not isinstance(timings, list) or not timings:
+            return None
+        timed, warmup = len(timings), 0
+    after = f" after {warmup} warm-up" if isinstance(warmup, int) and warmup > 0 else ""
+    return f"mean of {timed} steps{after}"
 
 
 def size(n: int) -> str:

@@ -7,11 +7,11 @@ their stdin with the start word (``remote.WRAPPER``), so no disk holds it on eit
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 
-from multihost.errors import MultihostError, UsageError
+from multihost.cloud import gcloud
+from multihost.cloud.secretmanager import access_argv
+from multihost.errors import CloudTimeout, GcloudMissing, MultihostError, UsageError
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
@@ -33,24 +33,16 @@ def parse_secrets(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], 
     return tuple(pairs.items())
 
 
-def access_argv(name: str, project: str | None = None) -> list[str]:
-    return ["secrets", "versions", "access", "latest", "--secret", name,
-            *(["--project", project] if project else [])]  # fmt: skip
-
-
 def read_value(name: str, project: str | None = None, timeout: float = 60.0) -> str:
     """The secret's latest version, read once through gcloud into memory (a pipe, no file).
     Trailing newlines are dropped, as the hosts' ``$(...)`` does; a NUL or an inner newline
     cannot travel on the wrapper's line and is refused."""
-    gcloud = os.environ.get("MULTIHOST_GCLOUD", "gcloud")
+    binary = gcloud.binary()
     try:
-        proc = subprocess.run(
-            [gcloud, *access_argv(name, project)], capture_output=True, timeout=timeout,
-            check=False,
-        )  # fmt: skip
-    except FileNotFoundError:
-        raise UsageError(f"--secret needs the Google Cloud CLI ({gcloud!r} not found)") from None
-    except subprocess.TimeoutExpired:
+        proc = gcloud.run(access_argv(name, project), gcloud=binary, timeout=timeout)
+    except GcloudMissing:
+        raise UsageError(f"--secret needs the Google Cloud CLI ({binary!r} not found)") from None
+    except CloudTimeout:
         raise MultihostError(f"reading secret {name!r} took over {timeout:g}s") from None
     if proc.returncode != 0:
         lines = proc.stderr.decode(errors="replace").strip().splitlines()

@@ -12,8 +12,8 @@
   runner's link carries the archive once per slice. When the seed had the code already, its
   slice is staged directly (what a host already has costs nothing).
 - ``gs://BUCKET[/PREFIX]``: the runner uploads the archive once to
-  ``…/multihost/code/<sha256>.tar.gz`` (the layout of ``multihost job``; skipped when that
-  object is there), and every host pulls it with ``gcloud storage cp``.
+  ``…/multihost/code/<sha256>.tar.gz`` (the layout of ``multihost.cloud.bucket``; skipped
+  when that object is there), and every host pulls it with ``gcloud storage cp``.
 
 Every fetching host checks the archive's sha256 against the content hash before unpacking; a
 host whose fetch fails for any reason (no server, refused, a wrong hash, no bucket access) gets
@@ -31,7 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from multihost.errors import HostError, RemoteError, UsageError
+from multihost.cloud.bucket import check_bucket, code_url
+from multihost.cloud.gcloud import Gcloud
+from multihost.errors import CloudError, HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
 from multihost.plan import COMPLETE, Paths, stage_command
@@ -66,8 +68,6 @@ def parse(text: str) -> StageVia:
     if text in ("auto", "direct", "peer"):
         return StageVia(text)  # type: ignore[arg-type]
     if text.startswith("gs://"):
-        from multihost.job.record import check_bucket
-
         bucket, _, prefix = text.removeprefix("gs://").rstrip("/").partition("/")
         if not bucket:
             raise UsageError(f"bad --stage-via {text!r}: expected gs://BUCKET[/PREFIX]")
@@ -145,16 +145,12 @@ def _bucket(bucket: str, n: int, size: int, threshold: int) -> tuple[StageVia, s
 
 def listed(prefix: str) -> list[str]:
     """The objects directly under ``prefix`` (``gs://…/``); raises ``CloudError``."""
-    from multihost.job.cloud import Gcloud
-
     return list(Gcloud.from_env().objects(prefix.rstrip("/")))
 
 
 def in_bucket(url: str) -> bool:
     """Whether the object ``url`` is there (content-named: then it need not go up again);
     raises ``CloudError`` when the bucket cannot be read."""
-    from multihost.job.cloud import Gcloud
-
     return url in Gcloud.from_env().existing(url)
 
 
@@ -313,9 +309,6 @@ class _Work:
     async def via_bucket(
         self, url: str, hosts: Sequence[Host], note: Note
     ) -> tuple[list[Outcome[Staged]], int]:
-        from multihost.job.cloud import CloudError, Gcloud
-        from multihost.job.record import code_url
-
         target = code_url(url, self.archive.digest)
         gcloud = Gcloud.from_env()
 

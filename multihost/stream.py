@@ -280,6 +280,7 @@ class Follower:
     async def follow(self) -> Exit:
         deadline: float | None = None
         delay = DEFAULTS.reconnect_first_delay
+        lost = ""  # why the connection went: kept when reconnecting then times out
         while True:
             if self.conn is None:
                 # No attempt may outlive the deadline: give up on time, not a handshake later.
@@ -292,13 +293,14 @@ class Follower:
                 except HostError as exc:
                     reason = exc.message
                 except TimeoutError:
-                    reason = "no connection before the reconnect timeout"
+                    reason = f"{lost}; " if lost else ""
+                    reason += "no connection before the reconnect timeout"
             if self.conn is not None:
                 started, self._started = self._started, None
                 try:
                     return await follow(self.conn, self.paths, self.sink, started)
                 except HostLost as exc:
-                    reason = exc.message
+                    reason = lost = exc.message
                     with contextlib.suppress(Exception):  # the connection is gone already
                         await self.conn.close()
                     self.conn = None

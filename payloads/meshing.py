@@ -272,58 +272,6 @@ def peak_tflops(device_kind: str) -> float | None:
     return None
 
 
-def device_memory_bytes(device: Any) -> int | None:
-    """The device's reported memory limit in bytes, or None where it reports none (CPU)."""
-    try:
-        stats = device.memory_stats()
-    except Exception:  # some backends raise instead of returning None
-        return None
-    if not stats:
-        return None
-    limit = stats.get("bytes_limit")
-    return int(limit) if limit else None
-
-
-def host_memory_bytes() -> int | None:
-    """This host's physical RAM in bytes, or None where the OS does not say."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_memory(
-    per_device_bytes: float, override_gb: float | None, hint: str = "smaller -b/-d"
-) -> None:
-    """Exit(2) with the estimate when it exceeds the memory it has to fit in.
-
-    CPU devices (forced with JAX_NUM_CPU_DEVICES or XLA_FLAGS) all share the host's RAM, so
-    there the estimate is per process (per device × local devices) against the host's RAM or
-    the override; elsewhere it is per device against what the device reports or the override.
-    """
-    import jax
-
-    if override_gb is None:
-        env = os.environ.get("MULTIHOST_MEMORY_LIMIT_GB")
-        override_gb = float(env) if env else None
-    local = jax.local_devices()
-    device = local[0]
-    if device.platform == "cpu":
-        estimate = per_device_bytes * len(local)
-        what = f"per process ({len(local)} CPU devices share this host's RAM)"
-        found = host_memory_bytes()
-    else:
-        estimate = per_device_bytes
-        what = "per device"
-        found = device_memory_bytes(device)
-    limit = override_gb * 1e9 if override_gb is not None else found
-    if limit is not None and estimate > limit:
-        fail(
-            f"estimated memory {what} {estimate / 1e9:.3f} GB exceeds the limit "
-            f"{limit / 1e9:.3f} GB on {device.device_kind}; use {hint} or more devices"
-        )
-
-
 def result_fields(payload: str, mesh: Any, tflops_per_device: float | None) -> dict[str, Any]:
     """Common MULTIHOST_RESULT fields: payload, topology, peak and utilization."""
     import jax
@@ -367,3 +315,9 @@ def timing_stats(values: Sequence[float]) -> dict[str, float]:
         "min_s": float(arr.min()),
         "max_s": float(arr.max()),
     }
+
+
+def mean_of(timed: int, warmup: int) -> str:
+    """What the step time is the mean of, in the words the run's summary uses too
+    (``mean of 18 steps after 2 warm-up``): the result's ``timed_steps`` and ``warmup_steps``."""
+    return f"mean of {timed} steps" + (f" after {warmup} warm-up" if warmup else "")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import checkpoint
+import memory
 import meshing
 import numpy as np
 import verify
@@ -74,8 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--memory_limit_gb",
         type=float,
         default=None,
-        help="memory limit for the guard: per process on CPU (the devices share the host's "
-        "RAM), per device elsewhere (env MULTIHOST_MEMORY_LIMIT_GB)",
+        help="memory limit for the guard: per machine on CPU (its processes' devices share its "
+        "RAM; default: its available memory), per device elsewhere (env "
+        "MULTIHOST_MEMORY_LIMIT_GB)",
     )
     meshing.add_mesh_flags(p, ici_fsdp_default=-1)
     args = p.parse_args(argv)
@@ -501,7 +503,7 @@ def main(argv: list[str] | None = None) -> None:
         f"optimizer state {state_b / 1e9:.3f} GB, activations {acts_b / 1e9:.3f} GB)",
         flush=True,
     )
-    meshing.check_memory(state_b + acts_b, args.memory_limit_gb, "a smaller model or batch")
+    memory.check(state_b + acts_b, None, args.memory_limit_gb, "a smaller model or batch")
     if args.verify:
         with jax.set_mesh(mesh):
             verdict, lr = run_verify(args, mesh)
@@ -527,7 +529,7 @@ def main(argv: list[str] | None = None) -> None:
     tflop_full = step_flop(args, n_dev, causal=False) / n_dev / 1e12
     print(f"time is {mean} seconds, TFLOP is {tflop}, TFLOP/s is {tflop / mean}")
     print(
-        f"  (time: mean of {len(times) - warmup} steps after {warmup} warm-up, median "
+        f"  (time: {meshing.mean_of(len(times) - warmup, warmup)}, median "
         f"{stats['median_s']:.6g} s, min {stats['min_s']:.6g} s, max {stats['max_s']:.6g} s; "
         f"TFLOP as MaxText counts it, causal attention at half; full-mask hardware count "
         f"{tflop_full:.6g} TFLOP, {tflop_full / mean:.6g} TFLOP/s)",
@@ -543,6 +545,8 @@ def main(argv: list[str] | None = None) -> None:
         losses=losses,
         step_times_s=times,
         step_time_s=mean,
+        timed_steps=len(times) - warmup,  # step_time_s is the mean of the last ones
+        warmup_steps=warmup,
         step_time_median_s=stats["median_s"],
         step_time_min_s=stats["min_s"],
         step_time_max_s=stats["max_s"],

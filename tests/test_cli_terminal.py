@@ -175,7 +175,7 @@ def test_a_payload_result_is_said_in_words_on_a_terminal(workdir: Path) -> None:
     assert any("step done" in r for r in shown), shown
     assert any("0.79 s/step" in r and "s0/w0" in r for r in shown), shown
     assert any("0.91 s/step" in r and "s0/w1" in r for r in shown), shown
-    assert "0.79 s/step (mean of 5), 0.0081 TFLOP/s per device, utilization 1.2%" in shown
+    assert "0.79 s/step (mean of 5 steps), 0.0081 TFLOP/s per device, utilization 1.2%" in shown
     assert any(r.startswith("slowest: s0/w1 at 0.91 s/step") for r in shown), shown
     assert all(len(r) <= 80 for r in shown), shown
     log = (workdir / "logs" / "words" / "slice_0000_worker_0000.log").read_text()

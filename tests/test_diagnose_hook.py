@@ -22,7 +22,7 @@ RUN_ENV = {
     "JAX_PROCESS_ID": "0",
     "JAX_PROCESS_COUNT": "2",
 }
-SHOW = "import sys; print(sorted(sys.modules)); print(any(type(f).__name__ == 'ClustersWatcher' for f in sys.meta_path))"  # noqa: E501
+SHOW = "import sys; print(sorted(sys.modules)); print(any(type(f).__name__ == 'JaxWatcher' for f in sys.meta_path))"  # noqa: E501
 
 
 def _python(code: str, hook_dir: Path | None, **env: str) -> list[str]:

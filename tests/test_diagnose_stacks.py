@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import multihost.diagnose
-from multihost.diagnose.collect import COLLECT, collect_command, parse_collect
+from multihost import remote
+from multihost.diagnose.collect import collect_command, parse_collect
 from multihost.diagnose.stacks import (
     Frame,
     HostStacks,
@@ -184,8 +185,9 @@ def test_collect_without_hook_or_process(tmp_path: Path) -> None:
 
 
 def test_collect_script_is_clean_sh() -> None:
-    subprocess.run(["sh", "-n", "-c", COLLECT], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=COLLECT, text=True,
+    text = remote.load("stacks").text
+    subprocess.run(["sh", "-n", "-c", text], check=True)
+    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
                           capture_output=True)  # fmt: skip
     assert lint.returncode == 0, lint.stdout
 

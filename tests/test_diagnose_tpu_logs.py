@@ -8,11 +8,11 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from multihost.diagnose.tpu_logs import COLLECT, collect_command, unpack
+from multihost.diagnose.tpu_logs import collect_command, unpack
 
 
 def test_collect_script_parses_and_passes_shellcheck() -> None:
-    subprocess.run(["sh", "-n", "-c", COLLECT], check=True)
+    subprocess.run(["sh", "-n", "-c", collect_command("~/x")], check=True)
     lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=collect_command("~/x"),
                           text=True, capture_output=True, check=False)  # fmt: skip
     assert lint.returncode == 0, lint.stdout

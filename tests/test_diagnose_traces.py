@@ -11,10 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from multihost.diagnose.capture import TRACE, new_folder, parse_answer, trace_command
+from multihost.diagnose.capture import (
+    TRACE,
+    Capture,
+    HostCapture,
+    ProcessTrace,
+    in_words,
+    new_folder,
+    parse_answer,
+    ready_ago,
+    rows,
+    trace_command,
+    with_counted,
+)
 from multihost.diagnose.traces import HostTrace, TraceStats, slowest, stats_of_events
 from multihost.errors import UsageError
-from tests.clitools import cli, fleet_run_args, no_processes
+from multihost.model import Host
+from tests.clitools import REPO, cli, fleet_run_args, no_processes
 from tests.helpers import free_port, wait_for
 
 STEPPER = """\
@@ -93,6 +106,44 @@ def test_answers_of_the_host_script() -> None:
     only_plain = parse_answer("nojax 7 python x.py\nnone\n")
     assert only_plain[1] == "no process of the run has imported jax"
     assert "no hook" in (parse_answer("nohook\n")[1] or "")
+
+
+def test_a_capture_waits_for_every_first_step_to_end() -> None:
+    now = "now 100.0\n"
+    # first step ended at 97 and 99: ready for 1 s
+    assert ready_ago(now + "p 1 90.0 97.0 80.0\np 2 91.0 99.0 80.0\n") == pytest.approx(1.0)
+    # a first step still running (compiling) is waited for, however long ago it began
+    assert ready_ago(now + "p 1 10.0 - 5.0\np 2 90.0 97.0 80.0\n") is None
+    # by default, a program that annotates no step is never ready: a first step may come
+    assert ready_ago(now + "p 1 - - 50.0\n") is None
+    # --trace-after S: from the first step's beginning, or, annotating none, the backend's
+    assert ready_ago(now + "p 1 10.0 - 5.0\np 2 - - 95.0\n", 1.0) == pytest.approx(5.0)
+    assert ready_ago(now) is None  # no process has imported jax yet
+    assert ready_ago("now 1.0\nfinished\n") == float("inf")
+
+
+def test_the_hook_counts_the_steps_that_end_in_the_capture() -> None:
+    # a step longer than half the capture: the trace shows none that both began and ended in it
+    row = HostTrace("h", TraceStats(3.0, None, 0, None, 0.9), ("a.trace.json.gz",))
+    done = ProcessTrace(7, "done", "100.0 103.1 full 1 2.35")
+    counted = with_counted(row, [done, ProcessTrace(8, "nojax", "python x.py")])
+    assert counted.stats is not None
+    assert (counted.stats.steps, counted.stats.median_step_s) == (1, 2.35)
+    assert done.traced() == (pytest.approx(3.1), False)
+    old = ProcessTrace(7, "done", "100.0 103.0")  # a hook that did not count
+    assert with_counted(row, [old]) == row
+    assert old.traced() == (3.0, False)
+
+
+def test_a_job_that_ends_during_the_capture_says_how_far_it_got(tmp_path: Path) -> None:
+    row = HostTrace("s0/w0", TraceStats(1.2, "train", 4, 0.3, 0.5), ("t",))
+    host = HostCapture(Host("h0"), (ProcessTrace(7, "done", "100.0 101.25 exit 4 0.3"),), None,
+                       row)  # fmt: skip
+    line, level = in_words(Capture("c", tmp_path, 5.0, (host,)))
+    assert level == "warning"
+    assert "the job ended 1.2 s into the 5 s capture" in line
+    assert "--trace 1.2" in line
+    assert rows(Capture("c", tmp_path, 5.0, (host,)))[0]["cut"] is True
 
 
 def test_a_capture_never_overwrites_an_earlier_one(tmp_path: Path) -> None:
@@ -247,9 +298,63 @@ def test_run_trace_captures_once_every_host_steps(
                "--env", "JAX_PLATFORMS=cpu", "--trace", "1", "--trace-after", "1",
                "--cmd", cmd], timeout=180)  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert "every JAX process is stepping" in res.stderr
+    assert "every JAX process has completed its first step" in res.stderr
     summary = next((logs / "rt" / "traces").glob("*/summary.json"))
     data = json.loads(summary.read_text())
     assert [h["host"] for h in data["hosts"] if h["ok"] and h["steps"] > 0] == ["s0/w0", "s0/w1"]
     assert "median step" in res.stdout  # the table after the run
     assert oct(summary.stat().st_mode & 0o777) == "0o600"
+
+
+QUICK_START = ("python payloads/shardings.py --dcn_data_parallelism 2 --ici_fsdp_parallelism 4 "
+               "-d 512 -b 128")  # fmt: skip
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+@pytest.mark.usefixtures("home")
+def test_the_quick_start_is_traced_with_its_steps(tmp_path: Path) -> None:
+    """The README's quick start with --trace 3: it steps ~5 times after compiling, so a capture
+    that waits a fixed time took nothing, and one that counted only the steps the trace shows
+    whole said 0 steps for steps over half the window."""
+    logs = tmp_path / "logs"
+    res = cli(["run", "--local", "4", "--env", "JAX_NUM_CPU_DEVICES=2", "--run-name", "qs",
+               "--log-dir", str(logs), "--script-dir", str(REPO), "--trace", "3",
+               "--cmd", QUICK_START], timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "every JAX process has completed its first step" in res.stderr
+    summary = json.loads(next((logs / "qs" / "traces").glob("*/summary.json")).read_text())
+    hosts = summary["hosts"]
+    assert [h["host"] for h in hosts] == ["s0/w0", "s0/w1", "s0/w2", "s0/w3"]
+    for h in hosts:
+        assert h["ok"], h
+        assert h["steps"] >= 1, h  # at least one ~1-2 s step ends in any 3 s of stepping
+        assert h["median_step_s"] > 0.1
+        assert h["xla_busy"] > 0.3  # stepping, not compiling
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_a_job_that_ends_during_the_capture_keeps_its_trace(
+    stepper: Path, tmp_path: Path, home: Path
+) -> None:
+    logs, stop = tmp_path / "logs", tmp_path / "stop"
+    stop.mkdir()
+    # each host's job stops itself 1 s after its process started tracing: 1 s of a 5 s capture
+    cmd = f"(until ls $MULTIHOST_STACK_DIR/*.started >/dev/null 2>&1; do sleep 0.1; done; " \
+          f"sleep 1; touch {stop}/stop) & python stepper.py"  # fmt: skip
+    res = cli(["run", "--local", "2", "--run-name", "cut", "--log-dir", str(logs),
+               "--script-dir", str(stepper), "--env", f"STOP_DIR={stop}",
+               "--env", "JAX_PLATFORMS=cpu", "--trace", "5", "--cmd", cmd],
+              timeout=180)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "the job ended" in res.stderr
+    assert "into the 5 s capture" in res.stderr
+    summary = json.loads(next((logs / "cut" / "traces").glob("*/summary.json")).read_text())
+    for h in summary["hosts"]:
+        assert h["ok"], h
+        assert h["cut"], h
+        assert 0.5 < h["traced_s"] < 4.5
+        assert h["steps"] > 3
+        assert h["files"]  # the trace stopped at the program's exit was written
+    assert "the job ended" in res.stdout  # the table's note

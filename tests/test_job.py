@@ -15,16 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from multihost.cloud.bucket import check_bucket, parse_host_object
 from multihost.errors import UsageError
 from multihost.job import cloud, startup
-from multihost.job.record import (
-    JobRecord,
-    JobState,
-    check_bucket,
-    check_name,
-    parse_host_object,
-    workers_per_slice,
-)
+from multihost.job.record import JobRecord, JobState, check_name, workers_per_slice
 from multihost.job.submit import startup_script
 from multihost.job.watch import HostView, Snapshot, Verdict, decide
 from multihost.remote.envsync import BUILD, INSTALL

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from multihost.errors import MultihostError
-from multihost.job.cloud import CloudError
+from multihost.cloud.retry import Episode, PatientGcloud, backoff, classify
+from multihost.errors import CloudError, CloudPermissionDenied, MultihostError
+from multihost.job import cloud
 from multihost.job.record import JobRecord, JobRecordError, list_local, save_local
-from multihost.job.retry import Episode, PatientGcloud, backoff, classify
 from multihost.secrets import parse_secrets
 from tests.clitools import cli
 from tests.test_job import REC
@@ -155,8 +155,8 @@ def test_patient_gcloud_gives_up_after_the_timeout_and_at_once_on_403(tmp_path: 
         g.objects("gs://bkt/x")
     denied = _fake_gcloud(tmp_path, 1, "PERMISSION_DENIED: caller does not have permission")
     g = PatientGcloud(str(denied), 10.0, Episode(30.0, lambda _: None), sleep=sleep)
-    with pytest.raises(CloudError, match="permission denied by the control plane"):
-        g.describe_state(REC)
+    with pytest.raises(CloudPermissionDenied, match="permission denied by the control plane"):
+        cloud.describe_state(g, REC)
     assert (tmp_path / "count").read_text().strip() == "1"
 
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAYLOADS = ROOT / "payloads"
 sys.path.insert(0, str(PAYLOADS))
 
+import memory  # noqa: E402
 import meshing  # noqa: E402
 import shardings  # noqa: E402
 
@@ -207,6 +208,7 @@ def test_shardings_result_line_fields() -> None:
     assert res["utilization"] is None
     assert res["tflop_per_device"] == pytest.approx(48 * 64**2 * 2 * 16 / 1e12)
     assert len(res["timings_s"]) == 2
+    assert (res["timed_steps"], res["warmup_steps"]) == (2, 0)
     # "time is" is the mean of the timed steps, as MaxText's shardings.py prints it.
     assert res["step_time_s"] == pytest.approx(sum(res["timings_s"]) / 2)
     assert res["step_time_min_s"] <= res["step_time_median_s"] <= res["step_time_max_s"]
@@ -247,7 +249,10 @@ def test_shardings_memory_guard_counts_all_cpu_devices() -> None:
     (proc,) = run_payload("shardings.py", args, timeout=60)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "estimated memory per process (8 CPU devices" in proc.stderr
-    assert "86.168 GB exceeds the limit 16.000 GB" in proc.stderr
+    # MaxText's 10.77 GB per device, the weights gathered on CPU, and the runtime
+    need = _per_process_gb(2048, 4, 131072, devices=8, shape=(8, 1), local=8)
+    assert f"{need:.3f} GB exceeds the limit 16.000 GB" in proc.stderr
+    assert 93 < need < 94
 
 
 # ---------------------------------------------------------------- shardings.py, 4 processes
@@ -283,5 +288,34 @@ def test_shardings_four_processes_memory_guard() -> None:
     )
     for p in procs:
         assert p.returncode == 2, p.stderr[-2000:]
-        assert "estimated memory per process (2 CPU devices" in p.stderr
+        assert "estimated memory of the 4 processes on this machine (2 CPU devices each" in p.stderr
     assert max(p.seconds for p in procs) < 30
+
+
+def _per_process_gb(
+    d: int, layers: int, b: int, devices: int, shape: tuple[int, int], local: int
+) -> float:
+    """What the guard estimates for one CPU process: its devices' need and its runtime."""
+    params_b, acts_b = shardings.memory_bytes(d, layers, b * devices)
+    mesh = {"fsdp": shape[0], "tensor": shape[1]}
+    _, cpu = shardings.per_device_bytes(params_b, acts_b, mesh, devices)
+    return (cpu * local + memory.RUNTIME_BYTES) / 1e9
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_shardings_memory_guard_counts_the_processes_sharing_a_machine() -> None:
+    """Four processes on one machine need four times what one does: a limit of 2.5 processes'
+    worth is refused (each process alone fits, which is all the guard used to check)."""
+    one = _per_process_gb(64, 2, 16, devices=8, shape=(4, 1), local=2)
+    args = [*SMALL, "-dd", "2", "-if", "4"]
+    procs = run_payload("shardings.py", [*args, "--memory_limit_gb", f"{2.5 * one:.9f}"],
+                        processes=4, devices=2, timeout=90)  # fmt: skip
+    for p in procs:
+        assert p.returncode == 2, p.stderr[-2000:]
+        assert "of the 4 processes on this machine (2 CPU devices each; all share its RAM) " \
+               f"{4 * one:.3f} GB exceeds the limit {2.5 * one:.3f} GB" in p.stderr  # fmt: skip
+        assert not parse_result_lines(p.stdout)
+    fits = run_payload("shardings.py", [*args, "--memory_limit_gb", f"{4.5 * one:.9f}"],
+                       processes=4, devices=2, timeout=90)  # fmt: skip
+    assert all(p.returncode == 0 for p in fits), fits[0].stderr[-2000:]

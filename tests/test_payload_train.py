@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+from multihost.model import Host, State
+from multihost.result import HostResult, RunResult, payload_lines
+
 try:
     from tests.test_payload_shardings import (
         LAYOUTS,
@@ -53,6 +56,12 @@ TINY = [
     "--lr",
     "3e-3",
 ]
+
+
+def summary_head(result: dict[str, object]) -> str:
+    """The run summary's headline for a payload result reported by process 0."""
+    run = RunResult("p", (HostResult(Host("h0"), State.DONE, exit_code=0, reported=result),))
+    return payload_lines(run)[0]
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -194,7 +203,7 @@ def test_train_verify_catches_a_zeroed_input_shard() -> None:
 @pytest.mark.jax
 @pytest.mark.slow
 def test_train_mlp_loss_falls_bf16() -> None:
-    (res,) = run_ok(
+    (proc,) = run_payload(
         "train.py",
         [
             "--model",
@@ -213,12 +222,20 @@ def test_train_mlp_loss_falls_bf16() -> None:
             "2",
         ],
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = proc.result()
     assert res["dtype"] == "bf16"
     assert res["losses"][-1] < 0.8 * res["losses"][0]
     assert res["tflops_per_device"] > 0
     assert res["utilization"] is None
     timed = res["step_times_s"][2:]  # default --warmup 2
     assert res["step_time_s"] == pytest.approx(sum(timed) / len(timed))
+    # one definition of what the step time is the mean of: the payload's line and the run's
+    # summary say the same number of steps
+    assert (res["timed_steps"], res["warmup_steps"]) == (10, 2)
+    assert "(time: mean of 10 steps after 2 warm-up," in proc.stdout
+    assert summary_head(res).startswith(f"{res['step_time_s']:.3g} s/step (mean of 10 steps "
+                                        "after 2 warm-up), ")  # fmt: skip
     assert res["tflops_per_device_full_mask"] == res["tflops_per_device"]  # no attention
 
 

@@ -7,12 +7,12 @@ import io
 import subprocess
 import tarfile
 import time
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from multihost import remote
-from multihost.diagnose.collect import COLLECT
 from multihost.fleetops.preflight import check_command
 from multihost.fleetops.stale import _BODY as stale_body
 from multihost.fleetops.stale import stale_command
@@ -29,11 +29,51 @@ from multihost.plan import (
     status_command,
     watch_command,
 )
-from multihost.remote import envsync, staging
+from multihost.remote import envsync
 from multihost.stream import parse_exit, parse_watch_end
 from tests.helpers import wait_for
 
-ALL = {**remote.TEMPLATES, **staging.TEMPLATES, **envsync.TEMPLATES, "collect": (COLLECT, ())}
+ALL = dict(envsync.TEMPLATES)
+SCRIPTS = sorted(resources.files(remote).joinpath(".").iterdir(), key=lambda p: p.name)
+SCRIPTS = [p for p in SCRIPTS if p.name.endswith(".sh")]
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_script_file_passes_shellcheck(path: Path) -> None:
+    """Each ``.sh`` file itself, the fragments it sources followed (shellcheck reports only on
+    the file it is given: a fragment is checked alone here, and in place below)."""
+    lint = subprocess.run(["shellcheck", "--external-sources", str(path)], capture_output=True,
+                          text=True, cwd=path.parent)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout
+
+
+@pytest.mark.parametrize("path", [p for p in SCRIPTS if not p.name.startswith("_")],
+                         ids=lambda p: p.name)  # fmt: skip
+def test_script_as_sent_parses(path: Path) -> None:
+    """What a host gets (arguments, then the text with its fragments in place) is one
+    self-contained script that sh parses; its arguments are named at its top."""
+    name = path.name.removesuffix(".sh")
+    loaded = remote.load(name)
+    assert ". ./_" not in loaded.text
+    assert not loaded.text.startswith("#")  # the header stays here
+    sent = remote.script(loaded, **{a: "x y" for a in loaded.args}) if loaded.args else loaded.text
+    subprocess.run(["sh", "-n", "-c", sent], check=True)
+    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=sent, text=True,
+                          capture_output=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout  # the fragments, checked in place
+    header = path.read_text().split("\n", 12)
+    if loaded.args:
+        assert any(line.startswith("# Arguments: ") for line in header), path.name
+
+
+def test_script_refuses_missing_or_unknown_arguments() -> None:
+    with pytest.raises(ValueError, match="takes"):
+        remote.script(remote.STATUS)
+    with pytest.raises(ValueError, match="takes"):
+        remote.script(remote.STATUS, paths={"r": "x"}, extra=1)
+    assert remote.script(remote.STATUS, paths={"r": "~/a b"}).startswith(
+        "set -- \"$HOME\"/'a b'\nr=$1\n"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(ALL))

@@ -76,7 +76,8 @@ def test_a_payload_run_in_words() -> None:
     run = _payload_run(0.5, 0.51, 0.5, timings_s=[1, 1, 1], tflops_per_device=2.0,
                        device_kind="cpu")  # fmt: skip
     assert payload_lines(run) == (
-        "0.5 s/step (mean of 3), 2 TFLOP/s per device (no peak known for cpu: no utilization)",
+        "0.5 s/step (mean of 3 steps), 2 TFLOP/s per device (no peak known for cpu: no "
+        "utilization)",
         "step time within 2.0% across 3 hosts (median 0.5 s)",
     )
     assert host_row(run.hosts[1])[-1] == "0.51 s/step"
@@ -86,6 +87,9 @@ def test_a_payload_run_in_words() -> None:
         "slowest: s0/w2 at 1.2 s/step, 20.0% over the median 1 s of 3 hosts",
     )
     assert payload_lines(_run()) == ()  # no payload: nothing more said
+    # what the mean covers, in the payload's words: its timed steps after its warm-up
+    train = _payload_run(0.5, step_times_s=[3, 1, 1, 1], timed_steps=3, warmup_steps=1)
+    assert payload_lines(train) == ("0.5 s/step (mean of 3 steps after 1 warm-up)",)
     assert "slowest: s0/w2" in str(slow)
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from multihost.cloud.tpus import iap_tunnel_argv as tunnel_argv
 from multihost.errors import UsageError
 from multihost.model import Host
 from multihost.sources import FleetSpec, resolve
-from multihost.sources.iap import tunnel_argv
 from multihost.sources.tpu import INTERNAL_ONLY, build_fleet
 from multihost.transport import SSHOptions
 from multihost.transport.ssh import _proxy_argv

@@ -1,19 +1,24 @@
-"""Issue 26: workers with internal addresses only, reached through IAP with the REAL gcloud.
+"""Workers with internal addresses only, reached through IAP with the REAL gcloud.
 
-The stand-in gives the workers 127.1.0.x addresses where nothing listens; the only way in is
-``gcloud alpha compute start-iap-tunnel`` (the real CLI, through ``tests/cloud/gcloud_iap``) to
-the relay in ``tests/cloud/iap.py``, which knows the instance names' fleet hosts.
+The workers live in a VPC of their own (``tests/cloud/vpc.py``: a network namespace whose
+sshds listen on internal addresses that this machine's namespace, the runner's, cannot
+reach); the only way in is ``gcloud alpha compute start-iap-tunnel`` (the real CLI, through
+``tests/cloud/gcloud_iap``) to the relay in ``tests/cloud/iap.py``, which reaches into the
+VPC. One tunnel per slice: the slice's other workers are hopped to from its first worker.
 """
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.clitools import cli, host_logs, wait_for
+from tests import fleet as loopback
+from tests.clitools import cli, host_logs, manifest, no_processes, wait_for
+from tests.cloud import vpc as vpcs
 from tests.cloud.fixture import ZONE, Cloud
 from tests.cloud.iap import WRAPPER, IapRelay
 from tests.test_sources_queued_ssh import run_args, ssh_config
@@ -21,15 +26,29 @@ from tests.test_sources_queued_ssh import run_args, ssh_config
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 
 
+@pytest.fixture(scope="session")
+def vpc(ssh_fleet: loopback.Fleet) -> Iterator[vpcs.Vpc]:
+    reason = vpcs.usable()
+    if reason is not None:
+        pytest.skip(reason)
+    with vpcs.vpc(ssh_fleet) as v:
+        yield v
+
+
 @pytest.fixture
-def relay(cloud: Cloud) -> Iterator[IapRelay]:
+def relay(cloud: Cloud, vpc: vpcs.Vpc) -> Iterator[IapRelay]:
     def resolve(instance: str) -> str | None:
         worker = cloud.tpu.worker_by_instance(instance)
-        return None if worker is None else cloud.fleet.hosts[worker.host].address
+        return None if worker is None else vpcs.address(worker.host)
 
-    r = IapRelay(resolve)
+    cloud.tpu.internal_address = vpcs.address
+    vpc.connects.clear()
+    r = IapRelay(resolve, vpc.connect)
     yield r
     r.stop()
+    for h in cloud.fleet.hosts:  # a test that stopped a worker's sshd
+        if not vpc.running(h.index):
+            vpc.start_host(h.index)
 
 
 def iap_env(cloud: Cloud, relay: IapRelay, tmp_path: Path) -> dict[str, str]:
@@ -57,34 +76,135 @@ def tunnels_left(relay: IapRelay) -> list[int]:
     return found
 
 
-def test_internal_only_workers_through_iap(
-    cloud: Cloud, relay: IapRelay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cloud.tpu.add("myqr", "v4-16", 1, internal_only=True)
+def internal_config(cloud: Cloud, tmp_path: Path, n: int) -> Path:
+    """Host blocks for the first ``n`` workers' internal addresses (sshd on port 22 there)."""
+    path = ssh_config(cloud.fleet, tmp_path, {i: vpcs.address(i) for i in range(n)})
+    path.write_text(path.read_text().replace(f"Port {loopback.PORT}\n", "Port 22\n"))
+    return path
+
+
+def test_one_tunnel_per_slice(cloud: Cloud, relay: IapRelay, tmp_path: Path) -> None:
+    """2 slices x 4 workers: 2 tunnels; every other worker through its slice's first, its host
+    key pinned end to end; connecting straight to an internal address fails."""
+    cloud.tpu.add("myqr", "v4-32", 2, internal_only=True)
     cloud.tpu.wait_state("myqr", "ACTIVE")
-    internal = {i: f"127.1.0.{2 + i}" for i in (0, 1)}
-    config = ssh_config(cloud.fleet, tmp_path, internal)
+    config = internal_config(cloud, tmp_path, 8)
     env = iap_env(cloud, relay, tmp_path)
     direct = cli(run_args(config, tmp_path, "direct"), **env)
     assert direct.returncode == 1
-    assert "cannot connect to 127.1.0.2" in direct.stderr
+    assert f"cannot connect to {vpcs.address(0)}" in direct.stderr
     assert "--tunnel-through-iap" in direct.stderr
     res = cli(run_args(config, tmp_path, "iap", "--tunnel-through-iap"), **env)
     assert res.returncode == 0, res.stderr
     assert "NumPy" not in res.stderr  # each tunnel's own warnings stay out of the terminal
     assert host_logs(tmp_path / "logs", "iap") == {
-        "slice_0000_worker_0000": "hi from h0\n", "slice_0000_worker_0001": "hi from h1\n",
-    }  # fmt: skip
-    assert {t for t in relay.tunnels} == {("t1v-n-myqr-w-0-0", 2222), ("t1v-n-myqr-w-0-1", 2222)}
+        f"slice_{i // 4:04d}_worker_{i % 4:04d}": f"hi from h{i}\n" for i in range(8)
+    }
+    assert sorted(relay.tunnels) == [("t1v-n-myqr-w-0-0", 22), ("t1v-n-myqr-w-1-0", 22)]
+    assert sorted(relay.tunnels) == sorted(set(relay.tunnels))  # one each, for the whole run
+    wait_for(lambda: not tunnels_left(relay) and relay.open == 0, timeout=10,
+             what="every tunnel closed")  # fmt: skip
+    assert no_processes(cloud.fleet, 8)
+
+
+def test_wrong_host_key_behind_a_hop_is_refused(
+    cloud: Cloud, relay: IapRelay, tmp_path: Path
+) -> None:
+    cloud.tpu.add("myqr", "v4-32", 1, internal_only=True)
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    cloud.tpu.wrong_host_keys.add(2)
+    res = cli(run_args(internal_config(cloud, tmp_path, 4), tmp_path, "bad",
+                       "--tunnel-through-iap"), **iap_env(cloud, relay, tmp_path))  # fmt: skip
+    assert res.returncode == 1
+    assert "s0/w2" in res.stderr
+    assert "host key differs from the one its TPU node publishes" in res.stderr
+    assert [h["state"] for h in manifest(tmp_path / "logs", "bad")["hosts"]] == ["error"] * 4
+    assert relay.tunnels == [("t1v-n-myqr-w-0-0", 22)]
+    assert no_processes(cloud.fleet, 4)
+
+
+def test_lost_hop_fails_its_slice_with_that_cause(
+    cloud: Cloud, vpc: vpcs.Vpc, relay: IapRelay, tmp_path: Path
+) -> None:
+    """Slice 1's first worker gone: before the run, its slice's workers fail naming it; in the
+    middle of one, they are lost naming it, and ``kill`` finds everything once it is back."""
+    cloud.tpu.add("myqr", "v4-32", 2, internal_only=True)
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    config = internal_config(cloud, tmp_path, 8)
+    env = iap_env(cloud, relay, tmp_path)
+    logs = tmp_path / "logs"
+    vpc.stop_host(4)
+    res = cli(run_args(config, tmp_path, "gone", "--tunnel-through-iap"), **env)
+    assert res.returncode == 1
+    hosts = manifest(logs, "gone")["hosts"]
+    assert [h["state"] for h in hosts] == ["error"] * 8
+    assert "through its proxy command" in hosts[4]["error"]
+    hop = f"through its hop s1/w0 ({vpcs.address(4)})"
+    for h in hosts[5:]:
+        assert hop in h["error"], h["error"]
+    assert no_processes(cloud.fleet, 8)
+    vpc.start_host(4)
+    args = [a if a != "echo hi from $MULTIHOST_TEST_HOST" else "echo up; sleep 120"
+            for a in run_args(config, tmp_path, "mid", "--tunnel-through-iap",
+                              "--reconnect-timeout", "3")]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "multihost", *args], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env | {"COLUMNS": "200"})  # fmt: skip
+    try:
+        wait_for(lambda: len(host_logs(logs, "mid")) == 8
+                 and all("up" in t for t in host_logs(logs, "mid").values()),
+                 timeout=90, what="every worker to start")  # fmt: skip
+        vpc.stop_host(4)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    hosts = manifest(logs, "mid")["hosts"]
+    assert [h["state"] for h in hosts[4:]] == ["lost"] * 4, err
+    for h in hosts[5:]:
+        assert "s1/w0" in h["error"], h["error"]
+    vpc.start_host(4)
+    cli(["kill", "mid", "--log-dir", str(logs), "--grace", "2"], **env)
+    wait_for(lambda: no_processes(cloud.fleet, 8), 15, "every host's processes to be gone")
+    wait_for(lambda: not tunnels_left(relay), timeout=10, what="every tunnel closed")
+
+
+def test_iap_per_host_gives_every_worker_its_tunnel(
+    cloud: Cloud, relay: IapRelay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cloud.tpu.add("myqr", "v4-32", 1, internal_only=True)
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    config = internal_config(cloud, tmp_path, 4)
+    env = iap_env(cloud, relay, tmp_path)
+    res = cli(run_args(config, tmp_path, "each", "--tunnel-through-iap", "--iap-per-host"),
+              **env)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert sorted(relay.tunnels) == [(f"t1v-n-myqr-w-0-{w}", 22) for w in range(4)]
     wait_for(lambda: not tunnels_left(relay) and relay.open == 0, timeout=10,
              what="every tunnel closed")  # fmt: skip
     # a worker the relay does not know: the tunnel's own error comes back, named
     monkeypatch.setattr(cloud.tpu, "worker_by_instance", lambda instance: None)
-    gone = cli(run_args(config, tmp_path, "gone", "--tunnel-through-iap"), **env)
+    gone = cli(run_args(config, tmp_path, "gone", "--tunnel-through-iap", "--iap-per-host"),
+               **env)  # fmt: skip
     assert gone.returncode == 1
-    assert "cannot connect to 127.1.0.2 through its proxy command" in gone.stderr
+    assert f"cannot connect to {vpcs.address(0)} through its proxy command" in gone.stderr
     assert "ERROR:" in gone.stderr
     assert "Unknown child process" not in gone.stderr
+
+
+def tunnel(instance: str) -> str:
+    return (f"{WRAPPER} alpha compute start-iap-tunnel {instance} %p --listen-on-stdin "
+            f"--project=p --zone={ZONE} --verbosity=warning")  # fmt: skip
+
+
+def vpc_known_hosts(cloud: Cloud, tmp_path: Path) -> Path:
+    known = tmp_path / "known_hosts"
+    keys = cloud.fleet.dir / "hosts"
+    known.write_text("".join(
+        f"{vpcs.address(h.index)} {(keys / h.alias / 'host_key.pub').read_text().strip()}\n"
+        for h in cloud.fleet.hosts
+    ))  # fmt: skip
+    return known
 
 
 def test_ssh_config_proxy_command_is_honoured(
@@ -94,12 +214,11 @@ def test_ssh_config_proxy_command_is_honoured(
     cloud.tpu.add("myqr", "v4-8", 1, internal_only=True)
     cloud.tpu.wait_state("myqr", "ACTIVE")
     h = cloud.fleet.hosts[0]
-    tunnel = (f"{WRAPPER} alpha compute start-iap-tunnel t1v-n-myqr-w-0-0 %p --listen-on-stdin "
-              f"--project=p --zone={ZONE} --verbosity=warning")  # fmt: skip
     config = tmp_path / "ssh_config"
     config.write_text(
-        f"Host tpu0\n  HostName 127.1.0.2\n  User {h.user}\n  Port {h.port}\n"
-        f"  IdentityFile {cloud.fleet.key}\n  IdentitiesOnly yes\n  ProxyCommand {tunnel}\n"
+        f"Host tpu0\n  HostName {vpcs.address(0)}\n  User {h.user}\n"
+        f"  IdentityFile {cloud.fleet.key}\n  IdentitiesOnly yes\n"
+        f"  ProxyCommand {tunnel('t1v-n-myqr-w-0-0')}\n"
     )
     code = tmp_path / "code"
     code.mkdir()
@@ -109,7 +228,47 @@ def test_ssh_config_proxy_command_is_honoured(
               **iap_env(cloud, relay, tmp_path))  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert host_logs(tmp_path / "logs", "pc") == {"slice_0000_worker_0000": "hi from h0\n"}
-    assert relay.tunnels == [("t1v-n-myqr-w-0-0", 2222)]
+    assert relay.tunnels == [("t1v-n-myqr-w-0-0", 22)]
+    wait_for(lambda: not tunnels_left(relay), timeout=10, what="the tunnel closed")
+
+
+def test_proxy_jump_bastion_is_one_connection(
+    cloud: Cloud, relay: IapRelay, tmp_path: Path
+) -> None:
+    """``ProxyJump bastion`` for many hosts: one connection to the bastion (here itself behind
+    IAP: one tunnel), every host behind it checked against known_hosts end to end."""
+    cloud.tpu.add("myqr", "v4-32", 1, internal_only=True)
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    known = vpc_known_hosts(cloud, tmp_path)
+    lines = [f"Host bastion\n  HostName {vpcs.address(0)}\n  User {cloud.fleet.hosts[0].user}\n"
+             f"  ProxyCommand {tunnel('t1v-n-myqr-w-0-0')}\n"]  # fmt: skip
+    lines += [f"Host w{i}\n  HostName {vpcs.address(i)}\n  User {cloud.fleet.hosts[i].user}\n"
+              "  ProxyJump bastion\n" for i in (1, 2, 3)]  # fmt: skip
+    lines.append(f"Host *\n  IdentityFile {cloud.fleet.key}\n  IdentitiesOnly yes\n"
+                 f"  UserKnownHostsFile {known}\n")  # fmt: skip
+    config = tmp_path / "ssh_config"
+    config.write_text("".join(lines))
+    code = tmp_path / "code"
+    code.mkdir()
+
+    def run(name: str, hosts: str) -> subprocess.CompletedProcess[str]:
+        return cli(["run", "--hosts", hosts, "--ssh-config", str(config), "--script-dir",
+                    str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", name,
+                    "--cmd", "echo hi from $MULTIHOST_TEST_HOST"],
+                   **iap_env(cloud, relay, tmp_path))  # fmt: skip
+
+    res = run("pj", "w1,w2,w3")
+    assert res.returncode == 0, res.stderr
+    assert host_logs(tmp_path / "logs", "pj") == {
+        f"slice_0000_worker_{i:04d}": f"hi from h{i + 1}\n" for i in range(3)
+    }
+    assert relay.tunnels == [("t1v-n-myqr-w-0-0", 22)]
+    # a wrong key behind the bastion is refused, the others run
+    known.write_text(known.read_text().replace(vpcs.address(2) + " ", vpcs.address(5) + " "))
+    bad = run("pj2", "w1,w2,w3")
+    assert bad.returncode == 1
+    assert "s0/w1" in bad.stderr
+    assert "host key not verified" in bad.stderr
     wait_for(lambda: not tunnels_left(relay), timeout=10, what="the tunnel closed")
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from multihost.sources.tpukeys import has_key, key_line, merged, oslogin_on, update_command
+from multihost.cloud.tpus import update_metadata_argv
+from multihost.sources.tpukeys import SSH_KEYS, has_key, key_line, merged, oslogin_on
 
 
 def test_the_line_and_the_merge_are_gclouds() -> None:
@@ -18,12 +19,12 @@ def test_the_line_and_the_merge_are_gclouds() -> None:
 
 
 def test_update_command_merges_and_guards_commas() -> None:
-    argv = update_command("gcloud", "n1", "z", "p", "a:b c")
-    assert argv == ["gcloud", "compute", "tpus", "tpu-vm", "update", "n1", "--zone=z",
+    argv = update_metadata_argv("n1", "z", "p", SSH_KEYS, "a:b c")
+    assert argv == ["compute", "tpus", "tpu-vm", "update", "n1", "--zone=z",
                     "--project=p", "--update-metadata", "ssh-keys=a:b c", "--quiet",
                     "--format=json"]  # fmt: skip
     assert "--metadata-from-file" not in " ".join(argv)  # never: it replaces the whole map
-    comma = update_command("gcloud", "n1", None, None, 'a:b c {"x":1,"y":2}')
+    comma = update_metadata_argv("n1", None, None, SSH_KEYS, 'a:b c {"x":1,"y":2}')
     assert comma[-3] == '^;^ssh-keys=a:b c {"x":1,"y":2}'
 
 

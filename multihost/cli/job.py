@@ -64,7 +64,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def cmd_job(args: argparse.Namespace, err: Console) -> int:
-    from multihost.job.cloud import Gcloud
+    from multihost.cloud.gcloud import Gcloud
 
     gcloud = Gcloud.from_env()
     handlers: dict[str, Callable[[argparse.Namespace, Console, Gcloud], int]] = {
@@ -114,9 +114,9 @@ def _detach(args: argparse.Namespace, err: Console) -> int:
 
 
 def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = None) -> int:
+    from multihost.cloud.retry import PatientGcloud
     from multihost.job import watching
     from multihost.job.record import load_local
-    from multihost.job.retry import PatientGcloud
     from multihost.job.watch import Watcher
 
     fresh = record is not None
@@ -196,9 +196,9 @@ def _parse_host(text: str) -> tuple[int, int]:
 
 
 def _logs(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
-    from multihost.job import ops
+    from multihost.cloud.retry import PatientGcloud
+    from multihost.job import cloud, ops
     from multihost.job.record import load_local
-    from multihost.job.retry import PatientGcloud
     from multihost.job.watch import Watcher
 
     host = _parse_host(args.host)
@@ -206,7 +206,7 @@ def _logs(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
     if args.follow:
         warn = _Display(err).warn
         gcloud = PatientGcloud.around(gcloud, timeout=args.control_plane_timeout, warn=warn)
-    record = gcloud.load_record(record)
+    record = cloud.load_record(gcloud, record)
     attempt = record.attempt if args.attempt is None else args.attempt
     if args.follow:
         if args.all or attempt != record.attempt:

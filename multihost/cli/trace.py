@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -44,6 +43,8 @@ def table(data: dict[str, Any]) -> Table:
         note = Text(r["error"], style="red") if r["error"] else Text("")
         if r["skipped"] and not r["error"]:
             note = Text(f"{len(r['skipped'])} process(es) without jax skipped", style="dim")
+        if r.get("cut") and not r["error"]:  # summaries of older captures have no "cut"
+            note = Text(f"the job ended {r['traced_s']:.1f} s in", style="yellow")
         t.add_row(r["host"], _seconds(r["span_s"]), str(r["steps"]),
                   _seconds(r["median_step_s"]), busy, note)  # fmt: skip
     return t
@@ -75,17 +76,6 @@ def report(result: Capture, as_json: bool, err: Console) -> int:
     else:
         show(data, err)
     return 1 if any(not h["ok"] for h in data["hosts"]) else 0
-
-
-def show_saved(log_dir: Path, err: Console) -> None:
-    """After ``run --trace``: the tables of the run's captures (their ``summary.json``)."""
-    for path in sorted((log_dir / "traces").glob("*/summary.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            err.print(f"trace: {path} is unreadable: {e}", markup=False, highlight=False)
-            continue
-        show(data, err)
 
 
 def cmd_trace(args: argparse.Namespace, err: Console) -> int:

@@ -26,14 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from multihost import stagevia
+from multihost.cloud.bucket import env_prefix, env_url
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.envsync import EnvRequest, lock_problem, satisfies, uv_binary, uv_version
 from multihost.envsync.uvbin import Binary, inspect
-from multihost.errors import EnvFailed, HostError, RemoteError, StaleLock, UsageError
+from multihost.errors import CloudError, EnvFailed, HostError, RemoteError, StaleLock, UsageError
 from multihost.fanout import Outcome, map_hosts
-from multihost.job.cloud import CloudError
-from multihost.job.record import env_prefix, env_url
 from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import BUILD, INSTALL, LOCK_CHECK, PACK, PROBE, SERVE, UPLOAD

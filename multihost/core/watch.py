@@ -37,8 +37,11 @@ async def watch_all(sup: Supervisor, started: float) -> None:
         dog.cancel()
         if tracer is not None and not tracing.is_set():
             tracer.cancel()  # a capture under way ends by itself, bounded; else none is taken
-            sup.note("trace: none taken, the run ended before every JAX process started "
-                     "stepping", "warning")  # fmt: skip
+            sup.note("trace: none taken, the run ended before every JAX process had "
+                     "completed its first step (annotated with jax.profiler."
+                     "StepTraceAnnotation): run more steps, or for a program that annotates "
+                     "none, --trace-after S traces S s after its first JAX computation",
+                     "warning")  # fmt: skip
 
 
 async def watch_one(sup: Supervisor, slot: Slot) -> None:
@@ -191,7 +194,7 @@ async def _take_stacks(sup: Supervisor, slots: list[Slot], why: str) -> StackRep
 async def _tracer(sup: Supervisor, slots: list[Slot], tracing: asyncio.Event) -> None:
     """``run --trace``: once every JAX process of the run steps, one capture over the run's
     connections; its rows go to ``traces/<capture>/summary.json`` for the CLI's table."""
-    from multihost.diagnose.capture import capture, save_rows, when_stepping  # only if asked
+    from multihost.diagnose.capture import capture, in_words, save_rows, when_stepping
 
     seconds = sup.options.trace
     assert seconds is not None
@@ -201,14 +204,12 @@ async def _tracer(sup: Supervisor, slots: list[Slot], tracing: asyncio.Event) ->
     if not await when_stepping(hosts, conns, dirs, sup.options.trace_after):
         return
     tracing.set()
-    sup.note(f"trace: every JAX process is stepping; tracing {seconds:g} s on every host")
+    sup.note(f"trace: every JAX process has completed its first step; tracing {seconds:g} s "
+             "on every host")  # fmt: skip
     try:
         result = await capture(hosts, dirs, sup.log_dir, seconds=seconds, conns=conns)
         save_rows(result)
     except OSError as exc:
         sup.note(f"trace: could not be saved: {exc}", "error")
         return
-    traced = sum(1 for h in result.hosts if h.row is not None and h.row.stats is not None)
-    level = "info" if traced == len(result.hosts) else "warning"
-    sup.note(f"trace {result.name}: {traced}/{len(result.hosts)} host(s) traced, in "
-             f"{result.folder}", level)  # fmt: skip
+    sup.note(*in_words(result))

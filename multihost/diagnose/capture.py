@@ -17,7 +17,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ done
 echo "end"
 """
 
-# Vars: $1 run dir. Prints "now T" (host clock), then "p PID STEPPING BACKEND" for every
+# Vars: $1 run dir. Prints "now T" (host clock), then "p PID STEPPING STEPPED BACKEND" for every
 # process of the run that imported jax ("-" for a mark not yet there): what ``run --trace``
 # waits for. Builtins only, but for the environ check of each process.
 STEPPING = r"""
@@ -97,19 +97,22 @@ for m in "$d"/*.trace-ready; do
   p=${m##*/}; p=${p%.trace-ready}
   [ -d "/proc/$p" ] || continue
   tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qxF "MULTIHOST_STACK_DIR=$d" || continue
-  s=; b=
+  s=; e=; b=
   { read -r s < "$d/$p.stepping"; } 2>/dev/null
+  { read -r e < "$d/$p.stepped"; } 2>/dev/null
   { read -r b < "$d/$p.backend"; } 2>/dev/null
-  echo "p $p ${s:--} ${b:--}"
+  echo "p $p ${s:--} ${e:--} ${b:--}"
 done
 """
 
 
-def started_ago(text: str, after: float) -> float | None:
-    """From a host's STEPPING answer: how many seconds ago its last JAX process started
-    stepping (its first annotated step; one that annotates nothing, ``after`` seconds past its
-    first JAX computation); None while any has not, or none imported jax; infinity when the
-    host's job has ended (nothing to wait for there)."""
+def ready_ago(text: str, after: float | None = None) -> float | None:
+    """From a host's STEPPING answer: how many seconds ago its last JAX process became ready
+    to trace. By default (``after`` None) when its first annotated step completed (compiled
+    and run once; a first step still running is waited for, however long); with ``after``
+    (``--trace-after``) when it began its first step, or, annotating none, made its first JAX
+    computation. None while any is not ready, or none imported jax; infinity when the host's
+    job has ended (nothing to wait for there)."""
     now, moments = None, []
     for line in text.splitlines():
         word, *rest = line.split() or [""]
@@ -118,14 +121,12 @@ def started_ago(text: str, after: float) -> float | None:
                 return math.inf
             if word == "now" and rest:
                 now = float(rest[0])
-            elif word == "p" and len(rest) == 3:
-                step, backend = rest[1], rest[2]
-                if step != "-":
-                    moments.append(float(step))
-                elif backend != "-":
-                    moments.append(float(backend) + after)
-                else:
+            elif word == "p" and len(rest) == 4:
+                began, stepped, backend = rest[1:]
+                moment = stepped if after is None else (began if began != "-" else backend)
+                if moment == "-":
                     return None
+                moments.append(float(moment))
         except ValueError:
             return None
     if now is None or not moments or max(moments) > now:
@@ -142,7 +143,28 @@ class ProcessTrace:
 
     pid: int
     state: str
-    detail: str = ""
+    detail: str = ""  # done: "BEGAN END full|exit STEPS MEDIAN" (host clock), else the reason
+
+    def traced(self) -> tuple[float, bool] | None:
+        """A done process's traced seconds, and whether its program exited during them."""
+        parts = self.detail.split()
+        if self.state != "done" or len(parts) < 2:
+            return None
+        try:
+            return max(0.0, float(parts[1]) - float(parts[0])), parts[2:3] == ["exit"]
+        except ValueError:
+            return None
+
+    def counted(self) -> tuple[int, float] | None:
+        """The steps that ended during the capture and their median duration, as the hook
+        timed them (a step that began before the capture included); None when not said."""
+        parts = self.detail.split()
+        if self.state != "done" or len(parts) < 5 or not parts[3].isdigit():
+            return None
+        try:
+            return int(parts[3]), float(parts[4])
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)
@@ -220,9 +242,33 @@ def host_error(capture: HostCapture) -> str | None:
         return capture.error
     if any(p.state == "done" for p in capture.processes):
         return None
-    reasons = [f"pid {p.pid} {p.state}{': ' + p.detail if p.detail else ''}"
+    reasons = [f"pid {p.pid} {GONE if p.state == 'gone' else p.state}"
+               f"{': ' + p.detail if p.detail else ''}"
                for p in capture.processes if p.state != "nojax"]  # fmt: skip
     return "; ".join(reasons) or "no process traced"
+
+
+GONE = "ended before its trace was written (killed, or its job ended as the capture began)"
+
+
+def in_words(result: Capture) -> tuple[str, str]:
+    """The capture in one line and its level: how many hosts traced, and when the job ended
+    during it, how far the capture got and what to change."""
+    hosts = result.hosts
+    traced = sum(1 for h in hosts if h.row is not None and h.row.stats is not None)
+    line = f"trace {result.name}: {traced}/{len(hosts)} host(s) traced, in {result.folder}"
+    level = "info" if traced == len(hosts) else "warning"
+    cut = [w[0] for h in hosts for p in h.processes if (w := p.traced()) is not None and w[1]]
+    if cut:
+        got = min(cut)
+        line += (f"; the job ended {got:.1f} s into the {result.seconds:g} s capture (kept what "
+                 f"ran until then): for a whole window, trace less (--trace {max(got, 0.1):.1f})"
+                 " or run more steps")  # fmt: skip
+        level = "warning"
+    elif traced < len(hosts) and any("finished" in (h.error or "") for h in hosts):
+        line += ("; the job ended before the capture began: run more steps, or start sooner "
+                 "(a smaller --trace-after)")  # fmt: skip
+    return line, level
 
 
 async def capture(
@@ -283,26 +329,39 @@ async def _one(conn: Connection, host: Host, run_dir: str, chosen: str, folder: 
         pulled = await pull_host(conn, work, ["."], dest, lambda _e: None)
         if not pulled.ok and not pulled.files:
             answer = HostCapture(host, processes, "; ".join(pulled.errors))
-    row = host_trace(host.name, dest, host_error(answer))
+    row = with_counted(host_trace(host.name, dest, host_error(answer)), processes)
     return HostCapture(host, answer.processes, answer.error, row)
+
+
+def with_counted(row: HostTrace, processes: Sequence[ProcessTrace]) -> HostTrace:
+    """The row with the steps the hook counted (the process with the most stands for the
+    host): every step that ended in the capture, where the trace itself shows only those that
+    also began in it (none at all when a step is longer than half the capture)."""
+    counts = [c for p in processes if (c := p.counted()) is not None]
+    if row.stats is None or not counts:
+        return row
+    steps, median = max(counts)
+    stats = replace(row.stats, steps=steps, median_step_s=median if steps else None)
+    return replace(row, stats=stats)
 
 
 async def when_stepping(
     hosts: Sequence[Host],
     conns: Mapping[int, Connection],
     run_dirs: Mapping[int, str],
-    after: float,
+    after: float | None,
     *,
-    poll: float = 1.0,
+    poll: float = 0.5,
 ) -> bool:
-    """Return ``after`` seconds after the last JAX process of the run started stepping (see
-    :func:`started_ago`), asking every host each ``poll`` seconds (a host that cannot answer
-    is asked again); False at once when every host's job has ended. The run's end cancels it."""
+    """Return once every JAX process of the run completed its first step, or ``after``
+    seconds after each began it (see :func:`ready_ago`), asking every host each ``poll``
+    seconds (a host that cannot answer is asked again); False at once when every host's job
+    has ended. The run's end cancels it."""
 
     async def ask(host: Host) -> float | None:
         script = f"sh -c {shlex.quote(STEPPING)} sh {shlex.quote(run_dirs[host.process_id])}"
         res = await conns[host.process_id].run(script)
-        return started_ago(res.stdout.decode(errors="replace"), after)
+        return ready_ago(res.stdout.decode(errors="replace"), after)
 
     while True:
         outcomes = await map_hosts(ask, list(hosts), timeout=DEFAULTS.command_timeout,
@@ -312,7 +371,7 @@ async def when_stepping(
             if all(math.isinf(a) for a in ages):
                 return False
             youngest = min(ages)
-            if youngest < after:
+            if after is not None and youngest < after:
                 await asyncio.sleep(after - youngest)
             return True
         await asyncio.sleep(poll)
@@ -335,9 +394,12 @@ def rows(result: Capture) -> list[dict[str, object]]:
     for h in result.hosts:
         row = h.row
         stats = row.stats if row is not None else None
+        windows = [w for p in h.processes if (w := p.traced()) is not None]
         out.append({
             "host": h.host.name,
             "ok": stats is not None,
+            "traced_s": max((s for s, _ in windows), default=None),
+            "cut": any(cut for _, cut in windows),  # the job ended during the capture
             "span_s": stats.span_s if stats else None,
             "step_name": stats.step_name if stats else None,
             "steps": stats.steps if stats else 0,

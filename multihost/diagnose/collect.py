@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from multihost import remote
 from multihost.diagnose.stacks import HostStacks, ProcessStack, StackReport, group, parse_dump
 from multihost.fanout import Outcome, map_hosts, on_every_host
 from multihost.model import Fleet, Host
@@ -23,48 +24,11 @@ from multihost.transport import Connection, SSHOptions
 
 HOOK_DIR = "hook"  # under the run's directory on each host
 
-COLLECT = r"""
-r=$1
-# shellcheck disable=SC2088 # a literal ~ from the runner, expanded here on purpose
-case $r in "~") r=$HOME ;; "~/"*) r=$HOME/${r#"~/"} ;; esac
-d=$r/hook
-echo "home $HOME"
-test -d "$d" || { echo "nohook"; exit 0; }
-sent=
-for m in "$d"/*.ready; do
-  [ -e "$m" ] || continue
-  p=${m##*/}; p=${p%.ready}
-  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qxF "MULTIHOST_STACK_DIR=$d" || continue
-  s=$(wc -c < "$d/$p.txt")
-  kill -USR2 "$p" 2>/dev/null || continue
-  sent="$sent $p:$s"
-done
-i=0; prev=
-while [ -n "$sent" ] && [ $i -lt 50 ]; do
-  sleep 0.1; i=$((i+1)); now=
-  for e in $sent; do now="$now $(wc -c < "$d/${e%%:*}.txt")"; done
-  if [ "$now" = "$prev" ] && [ $i -ge 3 ]; then break; fi
-  prev=$now
-done
-for e in $sent; do
-  p=${e%%:*}; s=${e#*:}
-  printf '== %s %s\n' "$p" "$(cat "$d/$p.ready" 2>/dev/null)"
-  tail -c +$((s + 1)) "$d/$p.txt"
-  if [ "$2" = 1 ]; then
-    if command -v py-spy >/dev/null 2>&1; then
-      echo "-- native"; py-spy dump --native --pid "$p" 2>&1 || true
-    else
-      echo "-- native: py-spy is not installed on this host (pip install py-spy)"
-    fi
-  fi
-done
-echo "== end"
-"""
-
 
 def collect_command(run_dir: str, native: bool = False) -> str:
     """The collection script with its two arguments: the run's remote dir, native or not."""
-    return f"sh -c {shlex.quote(COLLECT)} sh {shlex.quote(run_dir)} {int(native)}"
+    text = remote.load("stacks").text
+    return f"sh -c {shlex.quote(text)} sh {shlex.quote(run_dir)} {int(native)}"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,14 @@ job: when (and only when) the program imports ``jax._src.clusters``, a ``Multiho
 is registered there, first in line, answering from the ``JAX_*`` variables multihost set. A
 program that never imports jax pays one string comparison per import and nothing else.
 
+Joining: on a TPU pod the runtime makes one JAX job of all hosts by itself, and programs
+written for pods (MaxText's) never call ``jax.distributed.initialize()``. Elsewhere (CPU, GPU)
+each process would see only its own devices. So in a run of several processes, just before
+the program's first backend use (``xla_bridge.backends()``), the hook calls
+``jax.distributed.initialize`` with the run's coordinator, process id and count: unless the
+program already did, the platform is TPU, or ``MULTIHOST_JAX_INIT=0`` (``--no-jax-init``). A
+later ``jax.distributed.initialize()`` of the program's own is then a no-op.
+
 Traces: in a process that imports jax, a daemon thread looks every quarter second for
 ``$MULTIHOST_STACK_DIR/trace.request`` (one JSON line: capture name, start time, seconds). On a
 new capture it waits for the start time (every host the same wall-clock moment), runs
@@ -25,12 +33,14 @@ import sys
 
 TYPE_CHECKING = False  # typing itself costs an import: mypy reads this name as True
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
 CLUSTERS = "jax._src.clusters"  # where jax keeps its ClusterEnv registry
+BRIDGE = "jax._src.xla_bridge"  # where jax creates its backends
 NEEDED = ("MULTIHOST_RUN", "JAX_COORDINATOR_ADDRESS", "JAX_PROCESS_ID", "JAX_PROCESS_COUNT")
+JOIN = "MULTIHOST_JAX_INIT"  # "0": never join the program to the run's JAX job
 
 
 def _install() -> None:
@@ -51,17 +61,22 @@ def _install() -> None:
         return
 
 
-class ClustersWatcher:
-    """A meta path finder that waits for jax's cluster registry to be imported, lets the real
-    finder load it, then adds ``MultihostCluster``; it removes itself on first sight."""
+class JaxWatcher:
+    """A meta path finder that waits for some of jax's modules to be imported, lets the real
+    finder load each, then runs its action on it; it removes itself once all were seen."""
+
+    def __init__(self, actions: "dict[str, Callable[[ModuleType], None]]") -> None:
+        self.actions = actions
 
     def find_spec(
         self, name: str, path: "Sequence[str] | None", target: "ModuleType | None" = None
     ) -> "ModuleSpec | None":
-        if name != CLUSTERS:
+        action = self.actions.pop(name, None)
+        if action is None:
             return None
         try:
-            sys.meta_path.remove(self)
+            if not self.actions:
+                sys.meta_path.remove(self)
             import importlib.util
 
             spec = importlib.util.find_spec(name)
@@ -72,16 +87,92 @@ class ClustersWatcher:
 
             def exec_module(module: "ModuleType") -> None:
                 load(module)
-                _start_tracer()
                 try:
-                    register(module)
-                except Exception:  # jax changed its registry: initialize() says what is missing
+                    action(module)
+                except Exception:  # jax changed: the program runs as without the hook
                     return
 
             loader.exec_module = exec_module
             return spec
         except Exception:
             return None
+
+
+def _on_clusters(module: "ModuleType") -> None:
+    _start_tracer()
+    register(module)
+
+
+def joins(env: "Mapping[str, str]", platforms: str, tpu_chips: int) -> bool:
+    """Whether this process joins the run's JAX job itself: several processes, multihost's
+    variables set, not opted out, and not on TPU (``platforms``: jax's ``jax_platforms``,
+    empty for its own choice, then TPU chips on the PCI bus decide)."""
+    if env.get(JOIN, "1").strip().lower() in ("0", "off", "no", "false"):
+        return False
+    if not all(env.get(k) for k in NEEDED):
+        return False
+    try:
+        if int(env["JAX_PROCESS_COUNT"]) < 2:
+            return False
+    except ValueError:
+        return False
+    chosen = [p.strip().lower() for p in platforms.split(",") if p.strip()]
+    return "tpu" not in chosen if chosen else tpu_chips == 0
+
+
+def _on_bridge(bridge: "ModuleType") -> None:
+    """Wrap ``backends()`` so that the first backend is made inside the run's JAX job, and
+    ``jax.distributed.initialize`` so that the program's own call after that is a no-op."""
+    import functools
+    import threading
+
+    distributed = sys.modules["jax._src.distributed"]
+    own_init, own_backends = distributed.initialize, bridge.backends
+    lock, state = threading.Lock(), {"pending": True, "joined": False}
+
+    @functools.wraps(own_init)
+    def initialize(*args: object, **kwargs: object) -> None:
+        if state["joined"] and distributed.global_state.client is not None:
+            return  # multihost joined this process before its first JAX call
+        own_init(*args, **kwargs)
+
+    @functools.wraps(own_backends)
+    def backends() -> object:
+        if state["pending"]:
+            with lock:
+                if state["pending"]:
+                    state["pending"] = False
+                    state["joined"] = _join(distributed, own_init)
+        return own_backends()
+
+    setattr(distributed, "initialize", initialize)  # noqa: B010 (a module jax typed)
+    setattr(bridge, "backends", backends)  # noqa: B010
+
+
+def _join(distributed: "ModuleType", own_init: "Callable[..., None]") -> bool:
+    if distributed.global_state.client is not None:
+        return False  # the program initialized itself
+    try:
+        from jax._src import config, hardware_utils
+
+        platforms = str(config.jax_platforms.value or "")
+        tpu = hardware_utils.num_available_tpu_chips_and_device_id
+        chips = 0 if platforms else int(tpu()[0])  # type: ignore[no-untyped-call]
+    except Exception:
+        return False
+    if not joins(os.environ, platforms, chips):
+        return False
+    address, pid = os.environ["JAX_COORDINATOR_ADDRESS"], int(os.environ["JAX_PROCESS_ID"])
+    count = int(os.environ["JAX_PROCESS_COUNT"])
+    try:
+        own_init(coordinator_address=address, num_processes=count, process_id=pid)
+    except Exception as e:
+        raise RuntimeError(
+            f"multihost: process {pid} of {count} could not join the run's JAX job "
+            f"(jax.distributed.initialize, coordinator {address}): {e} "
+            f"({JOIN}=0 or --no-jax-init leaves initializing to the program)"
+        ) from e
+    return True
 
 
 def register(clusters: "ModuleType") -> type:
@@ -123,12 +214,15 @@ def register(clusters: "ModuleType") -> type:
 
 def _watch_for_jax() -> None:
     if all(os.environ.get(k) for k in NEEDED) and CLUSTERS not in sys.modules:
-        sys.meta_path.insert(0, ClustersWatcher())
+        actions: dict[str, Callable[[ModuleType], None]] = {CLUSTERS: _on_clusters}
+        if joins(os.environ, "", 0) and BRIDGE not in sys.modules:  # the platform: later
+            actions[BRIDGE] = _on_bridge
+        sys.meta_path.insert(0, JaxWatcher(actions))
     elif os.environ.get("MULTIHOST_STACK_DIR") and CLUSTERS not in sys.modules:
         sys.meta_path.insert(0, TracerWatcher())
 
 
-class TracerWatcher(ClustersWatcher):
+class TracerWatcher:
     """Without the JAX_* variables only the tracer is wanted once jax is imported."""
 
     def find_spec(
@@ -174,7 +268,7 @@ def _trace_loop(where: str) -> None:
     progress = _Progress(where)
     while True:
         time.sleep(POLL_S)
-        if not progress.stepping:
+        if not progress.done:
             progress.look()
         try:
             st = os.stat(request)
@@ -195,23 +289,28 @@ def _trace_loop(where: str) -> None:
             start_at = float(asked["start_at"])
             if time.time() > start_at + POLL_S * 4:  # asked before this process was there
                 continue
-            _capture(where, capture, start_at, float(asked["seconds"]))
+            _capture(where, capture, start_at, float(asked["seconds"]), progress)
         except Exception:
             continue
 
 
 class _Progress:
     """Marks how far the process is: ``<pid>.backend`` once JAX has a backend (its first
-    computation or device query), ``<pid>.stepping`` at its first annotated step
-    (``jax.profiler.StepTraceAnnotation``: the class is wrapped once to notice it, then
-    unwrapped). ``run --trace`` waits for these before it captures."""
+    computation or device query), ``<pid>.stepping`` when its first annotated step
+    (``jax.profiler.StepTraceAnnotation``) begins and ``<pid>.stepped`` when it ends (compiled
+    and run once): what ``run --trace`` waits for. The class's ``__enter__``/``__exit__`` are
+    wrapped for that, and stay wrapped (two calls per step) to time the steps that end during
+    a capture: a trace only shows the steps that both begin and end in it."""
 
     def __init__(self, where: str) -> None:
         self.mark = os.path.join(where, str(os.getpid()))
-        self.backend = self.stepping = False
-        self.wrapped: type | None = None
-        self.original: object = None
-        self.seen = [False]
+        self.backend = self.wrapped = False
+        self.seen = [False, False]  # a step began, a step ended
+        self.window: list[float] | None = None  # while capturing: durations of steps ended
+
+    @property
+    def done(self) -> bool:
+        return self.backend and self.wrapped
 
     def look(self) -> None:
         try:
@@ -219,29 +318,38 @@ class _Progress:
                 bridge = sys.modules.get("jax._src.xla_bridge")
                 if bridge is not None and getattr(bridge, "_backends", None):
                     self.backend = self._write("backend")
-            if self.wrapped is None:
-                self._wrap()
-            elif self.seen[0]:
-                self.stepping = self._write("stepping")
-                setattr(self.wrapped, "__init__", self.original)  # noqa: B010 (unwrap)
+            profiler = sys.modules.get("jax._src.profiler")
+            cls = getattr(profiler, "StepTraceAnnotation", None) if profiler else None
+            if not self.wrapped and isinstance(cls, type):
+                self.wrapped = True
+                self._wrap(cls)
         except Exception:
-            self.stepping = True  # give up looking; never disturb the program
+            self.backend = self.wrapped = True  # give up looking; never disturb the program
 
-    def _wrap(self) -> None:
-        profiler = sys.modules.get("jax._src.profiler")
-        cls = getattr(profiler, "StepTraceAnnotation", None) if profiler else None
-        if not isinstance(cls, type):
-            return
-        original = getattr(cls, "__init__")  # noqa: B009 (mypy: no __init__ on an instance)
-        seen = self.seen
+    def _wrap(self, cls: type) -> None:
+        import time
 
-        def __init__(self: object, *args: object, **kwargs: object) -> None:
-            seen[0] = True
-            original(self, *args, **kwargs)
+        enter, leave = getattr(cls, "__enter__"), getattr(cls, "__exit__")  # noqa: B009
+        seen, write, starts, clock = self.seen, self._write, [0.0], time.perf_counter
 
-        self.original = original
-        setattr(cls, "__init__", __init__)  # noqa: B010 (wrap, once)
-        self.wrapped = cls
+        def __enter__(annotation: object) -> object:
+            if not seen[0]:
+                seen[0] = write("stepping")
+            starts[0] = clock()
+            return enter(annotation)
+
+        def __exit__(annotation: object, *args: object) -> object:
+            try:
+                return leave(annotation, *args)
+            finally:
+                if not seen[1]:
+                    seen[1] = write("stepped")
+                window = self.window
+                if window is not None:
+                    window.append(clock() - starts[0])
+
+        setattr(cls, "__enter__", __enter__)  # noqa: B010 (wrap, once)
+        setattr(cls, "__exit__", __exit__)  # noqa: B010
 
     def _write(self, what: str) -> bool:
         import time
@@ -251,13 +359,34 @@ class _Progress:
         return True
 
 
-def _capture(where: str, capture: str, start_at: float, seconds: float) -> None:
-    """One capture: wait for the common start, trace, and say how it ended."""
+def _capture(where: str, capture: str, start_at: float, seconds: float, steps: _Progress) -> None:
+    """One capture: wait for the common start, trace, and say how it ended (``.done``: start,
+    end, ``full`` or ``exit``, the steps that ended in it and their median). A program that
+    exits during the capture keeps what was traced: the trace is stopped at its exit."""
+    import atexit
+    import threading
     import time
 
     pid = os.getpid()
     out = os.path.join(os.path.dirname(where), "traces", capture, str(pid))
     mark = os.path.join(where, f"{pid}.{capture}")
+    lock, began = threading.Lock(), [0.0]
+
+    def stop(how: str) -> None:
+        with lock:
+            first, began[0] = began[0], 0.0
+            if not first:
+                return
+            ended, steps.window = sorted(steps.window or ()), None
+            median = ended[len(ended) // 2] if ended else 0.0
+            try:
+                jax.profiler.stop_trace()  # type: ignore[no-untyped-call]
+                with open(mark + ".done", "w") as f:
+                    f.write(f"{first!r} {time.time()!r} {how} {len(ended)} {median!r}")
+            except Exception as e:  # at exit too: never a traceback of the hook's
+                with open(mark + ".error", "w") as f:
+                    f.write(f"{type(e).__name__}: {e}"[:500])
+
     try:
         delay = start_at - time.time()
         if delay > 0:
@@ -265,16 +394,16 @@ def _capture(where: str, capture: str, start_at: float, seconds: float) -> None:
         import jax.profiler
 
         os.makedirs(out, mode=0o700, exist_ok=True)
-        began = time.time()
-        jax.profiler.start_trace(out)
+        steps.look()  # the step class wrapped, if jax has it by now
+        with lock:
+            jax.profiler.start_trace(out)
+            began[0], steps.window = time.time(), []
+        atexit.register(stop, "exit")  # runs before jax's own exit handlers (registered earlier)
         with open(mark + ".started", "w") as f:
-            f.write(repr(began))
-        try:
-            time.sleep(seconds)
-        finally:
-            jax.profiler.stop_trace()  # type: ignore[no-untyped-call]
-        with open(mark + ".done", "w") as f:
-            f.write(f"{began!r} {time.time()!r}")
+            f.write(repr(began[0]))
+        time.sleep(seconds)
+        stop("full")
+        atexit.unregister(stop)
     except BaseException as e:  # a trace already running, jax without profiler, ...
         try:
             with open(mark + ".error", "w") as f:

@@ -22,34 +22,11 @@ DIR_ENV = "MULTIHOST_TPU_LOG_DIR"  # another dir (tests: each fleet host's ~/tpu
 FILES = 8  # the newest files of each host
 FILE_BYTES = 1 << 20  # the last bytes of each
 
-# On the host: the newest $n regular files of $d, each cut to its last $max bytes, as a gzip'd
-# tar on stdout (copies in a private temp dir, removed on exit); `.cut` lists those cut, with
-# their whole size. Exit 3: no such directory.
-COLLECT = """\
-[ -d "$d" ] || exit 3
-t=$(mktemp -d) || exit 4
-trap 'rm -rf "$t"' EXIT
-cd "$d" || exit 4
-# shellcheck disable=SC2012  # newest first; names with a newline are skipped below
-ls -1t | while IFS= read -r f; do
-  [ -f "$f" ] && [ -r "$f" ] || continue
-  [ "$n" -gt 0 ] || break
-  n=$((n - 1))
-  s=$(wc -c < "$f")
-  if [ "$s" -gt "$max" ]; then
-    tail -c "$max" -- "$f" > "$t/$f"
-    printf '%s %s\\n' "$s" "$f" >> "$t/.cut"
-  else
-    cat -- "$f" > "$t/$f"
-  fi
-done
-tar -C "$t" -czf - .
-"""
 FAILING = (State.FAILED, State.VANISHED, State.LOST)
 
 
 def collect_command(directory: str, files: int = FILES, file_bytes: int = FILE_BYTES) -> str:
-    return remote.script(COLLECT, paths={"d": directory}, n=files, max=file_bytes)
+    return remote.script(remote.load("tpu_logs"), paths={"d": directory}, n=files, max=file_bytes)
 
 
 def failing(results: Sequence[HostResult]) -> list[Host]:

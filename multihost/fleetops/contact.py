@@ -46,9 +46,9 @@ def first_contact(
     added = add_key(nodes, project=where.project, zone=where.zone, user=user,
                     logins=logins, gcloud=where.gcloud)  # fmt: skip
     if added.user is not None:  # OS Login: its POSIX name, unless --user said otherwise
-        fleet = Fleet(tuple(replace(h, user=h.user or added.user) for h in fleet))
+        fleet = Fleet(tuple(h.with_user(h.user or added.user) for h in fleet))
     else:  # the name the line was written for, also where nothing named one
-        fleet = Fleet(tuple(replace(h, user=named[h.process_id] or default_user())
+        fleet = Fleet(tuple(h.with_user(named[h.process_id] or default_user())
                             for h in fleet))  # fmt: skip
     notes: tuple[str, ...] = ()
     if added.nodes or added.profile:

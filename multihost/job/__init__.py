@@ -1,8 +1,8 @@
 """The production path: queued resources whose startup script fetches the code from a bucket
 and runs the command on every worker, with no SSH; ``watch`` tells the job's truth.
 
-record   the typed job record (``job.json``) and the bucket layout
-cloud    every gcloud command line (pure builders) and the one place that runs gcloud
+record   the typed job record (``job.json``)
+cloud    its queued resources and its record in the bucket, through ``multihost.cloud``
 startup  the startup script template
 submit   pack, upload once per code hash, record, create the queued resource
 watch    poll the resource and the bucket; restart after preemption; fail fast

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from multihost.job.cloud import Gcloud
-from multihost.job.record import JobRecord, JobState, parse_host_object
+from multihost.cloud.bucket import parse_host_object
+from multihost.cloud.gcloud import Gcloud
+from multihost.job import cloud
+from multihost.job.record import JobRecord, JobState
 
 
 @dataclass(frozen=True)
@@ -51,20 +53,20 @@ def host_statuses(gcloud: Gcloud, record: JobRecord, attempt: int) -> tuple[Host
 
 
 def status(gcloud: Gcloud, record: JobRecord) -> JobStatus:
-    record = gcloud.load_record(record)
-    state = gcloud.describe_state(record)
+    record = cloud.load_record(gcloud, record)
+    state = cloud.describe_state(gcloud, record)
     return JobStatus(record, state, host_statuses(gcloud, record, record.attempt))
 
 
 def stop(gcloud: Gcloud, record: JobRecord) -> tuple[JobRecord, bool]:
     """Delete the current attempt's queued resource and record the job as stopped."""
-    record = gcloud.load_record(record)
-    deleted = gcloud.delete(record)
+    record = cloud.load_record(gcloud, record)
+    deleted = cloud.delete(gcloud, record)
     if not record.state.final:
         record = record.evolve(
             state=JobState.STOPPED, exit_code=130, message="stopped by multihost job stop"
         )
-        gcloud.save_record(record)
+        cloud.save_record(gcloud, record)
     return record, deleted
 
 

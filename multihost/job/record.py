@@ -1,5 +1,5 @@
-"""The job record, persisted as ``gs://B/multihost/jobs/NAME/job.json`` and mirrored locally,
-and the bucket layout every side agrees on."""
+"""The job record, persisted as ``gs://B/multihost/jobs/NAME/job.json`` and mirrored locally
+(the bucket layout: ``multihost.cloud.bucket``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from multihost.cloud import bucket as layout
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.record import private_dir
@@ -19,9 +20,7 @@ from multihost.record import private_dir
 SCHEMA = 1
 CAPACITIES = ("on-demand", "spot", "reserved", "best-effort")
 _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
-_BUCKET = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 _TPU_TYPE = re.compile(r"^v[0-9][a-z0-9]*-[0-9]+$")
-_HOST_OBJECT = re.compile(r"slice-([0-9]+)-worker-([0-9]+)\.(log|started|exit)$")
 
 
 class JobRecordError(UsageError):
@@ -50,14 +49,6 @@ def check_name(name: str) -> str:
             "(at most 40, not ending in '-')"
         )
     return name
-
-
-def check_bucket(bucket: str) -> str:
-    """``gs://NAME`` with no path; the trailing ``/`` is dropped."""
-    bucket = bucket.rstrip("/")
-    if not _BUCKET.match(bucket):
-        raise UsageError(f"bad bucket {bucket!r}: expected gs://BUCKET")
-    return bucket
 
 
 def check_tpu_type(tpu_type: str) -> str:
@@ -124,21 +115,24 @@ class JobRecord:
 
     @property
     def prefix(self) -> str:
-        return f"{self.bucket}/multihost/jobs/{self.name}"
+        return layout.job_prefix(self.bucket, self.name)
 
     @property
     def record_url(self) -> str:
-        return f"{self.prefix}/job.json"
+        return layout.record_url(self.bucket, self.name)
 
     @property
     def code_url(self) -> str:
-        return code_url(self.bucket, self.code_hash)
+        return layout.code_url(self.bucket, self.code_hash)
 
     def attempt_prefix(self, attempt: int | None = None) -> str:
-        return f"{self.prefix}/attempt-{self.attempt if attempt is None else attempt}"
+        return layout.attempt_prefix(
+            self.bucket, self.name, self.attempt if attempt is None else attempt
+        )
 
     def host_url(self, slice_id: int, worker: int, kind: str, attempt: int | None = None) -> str:
-        return f"{self.attempt_prefix(attempt)}/slice-{slice_id}-worker-{worker}.{kind}"
+        at = self.attempt if attempt is None else attempt
+        return layout.host_url(self.bucket, self.name, at, slice_id, worker, kind)
 
     @property
     def expected_workers(self) -> int | None:
@@ -206,31 +200,6 @@ def _check_types(record: JobRecord) -> None:
 
 def resource_name(job: str, attempt: int) -> str:
     return f"{job}-a{attempt}"
-
-
-def code_url(bucket: str, code_hash: str) -> str:
-    return f"{bucket}/multihost/code/{code_hash}.tar.gz"
-
-
-def uv_binary_url(bucket: str, digest: str) -> str:
-    """The runner's uv binary, for hosts that have none: ``…/multihost/uv/<sha256>``."""
-    return f"{bucket}/multihost/uv/{digest}"
-
-
-def env_prefix(bucket: str, key: str) -> str:
-    """Where the packed environments of ``key`` are kept (issue 27): ``…/<key>/``."""
-    return f"{bucket}/multihost/envs/{key}/"
-
-
-def env_url(bucket: str, key: str, digest: str) -> str:
-    """One packed environment, named by its content: ``…/envs/<key>/<sha256>.tar.gz``."""
-    return f"{env_prefix(bucket, key)}{digest}.tar.gz"
-
-
-def parse_host_object(name: str) -> tuple[int, int, str] | None:
-    """``…/slice-S-worker-W.KIND`` → (S, W, KIND)."""
-    m = _HOST_OBJECT.search(name)
-    return (int(m[1]), int(m[2]), m[3]) if m else None
 
 
 def local_dir() -> Path:

@@ -9,21 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from multihost.cloud.bucket import check_bucket, code_url, env_prefix, uv_binary_url
+from multihost.cloud.gcloud import Gcloud
 from multihost.defaults import DEFAULTS
 from multihost.envsync import request, uv_binary, uv_version
 from multihost.errors import UsageError
-from multihost.job import startup
-from multihost.job.cloud import Gcloud
-from multihost.job.record import (
-    CAPACITIES,
-    JobRecord,
-    check_bucket,
-    check_name,
-    check_tpu_type,
-    code_url,
-    env_prefix,
-    uv_binary_url,
-)
+from multihost.job import cloud, startup
+from multihost.job.record import CAPACITIES, JobRecord, check_name, check_tpu_type
 from multihost.plan import parse_env
 from multihost.secrets import parse_secrets
 from multihost.stage import excluded, pack
@@ -177,7 +169,7 @@ def submit(
     # The code and the record go up side by side (each gcloud call costs about a second);
     # the queued resource is asked for only once both are there.
     with ThreadPoolExecutor(2) as pool:
-        saved = pool.submit(gcloud.save_record, record)
+        saved = pool.submit(cloud.save_record, gcloud, record)
         if uploaded:
             note(f"uploading code {archive.short} ({archive.files} files, {len(archive.data)} B)")
             gcloud.put_bytes(archive.data, url)
@@ -191,5 +183,5 @@ def submit(
         note(f"{environment.header}: process 0 builds it (or finds it) and caches it in "
              f"{env_prefix(req.bucket, '<key>')}; the other hosts and later attempts take it "
              "from there")  # fmt: skip
-    gcloud.create(record, startup_script(record))
+    cloud.create(gcloud, record, startup_script(record))
     return Submitted(record, uploaded, len(archive.data))

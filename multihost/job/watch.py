@@ -15,8 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from multihost.job.cloud import GONE_STATES, CloudError, Gcloud
-from multihost.job.record import JobRecord, JobState, parse_host_object
+from multihost.cloud.bucket import parse_host_object
+from multihost.cloud.gcloud import Gcloud
+from multihost.errors import CloudError
+from multihost.job import cloud
+from multihost.job.cloud import GONE_STATES
+from multihost.job.record import JobRecord, JobState
 from multihost.job.startup import ENV_FAILED, FETCH_FAILED, SECRET_FAILED, WORK_DIR_REFUSED
 from multihost.job.submit import startup_script
 
@@ -139,7 +143,7 @@ class Watcher:
     def run(self, *, fresh: bool = False) -> Outcome:
         """Follow the job to its end; ``fresh``: the record was just written by this process."""
         if not fresh:
-            self.record = self.gcloud.load_record(self.record)
+            self.record = cloud.load_record(self.gcloud, self.record)
         if self.record.state.final:
             return self._outcome_of(self.record)
         self._workers = self.record.expected_workers
@@ -165,14 +169,14 @@ class Watcher:
 
     def run_logs(self) -> None:
         """Print the followed host's log as it grows, until that host exits or the job ends."""
-        self.record = self.gcloud.load_record(self.record)
+        self.record = cloud.load_record(self.gcloud, self.record)
         with ThreadPoolExecutor(2) as pool:
             while True:
                 snap = self._snapshot(pool)
                 if self.follow in self._exits:
                     return
                 if snap.resource_state is None or snap.resource_state in GONE_STATES:
-                    fresh = self.gcloud.load_record(self.record)
+                    fresh = cloud.load_record(self.gcloud, self.record)
                     if fresh.attempt != self.record.attempt:
                         self._adopt(fresh)
                         continue
@@ -187,7 +191,7 @@ class Watcher:
         # call costs about a second of CPU, and only a preemption changes it then.
         now = self.clock()
         describe = self._active_since is None or now - self._described >= 2 * self.poll
-        state_f = pool.submit(self.gcloud.describe_state, self.record) if describe else None
+        state_f = pool.submit(cloud.describe_state, self.gcloud, self.record) if describe else None
         objects = self.gcloud.objects(self.record.attempt_prefix())
         if state_f is not None:
             self._state, self._described = state_f.result(), now
@@ -257,10 +261,10 @@ class Watcher:
             message = f"every worker exited 0{kept}"
             if self.keep:
                 return self._finish(JobState.SUCCEEDED, 0, message)
-            return _both(lambda: self.gcloud.delete(r),
+            return _both(lambda: cloud.delete(self.gcloud, r),
                          lambda: self._finish(JobState.SUCCEEDED, 0, message))[1]  # fmt: skip
         if verdict is Verdict.FAILED and host is not None:
-            tail = _both(lambda: self.gcloud.delete(r), lambda: self._tail(host))[1]
+            tail = _both(lambda: cloud.delete(self.gcloud, r), lambda: self._tail(host))[1]
             code = host.exit_code if host.exit_code and 0 < host.exit_code < 256 else 1
             why = {
                 FETCH_FAILED: "could not fetch the code",
@@ -276,7 +280,7 @@ class Watcher:
                 message += "\n  last lines:\n" + "\n".join(f"    {t}" for t in tail)
             return self._finish(JobState.FAILED, code, message)
         if verdict is Verdict.START_TIMEOUT:
-            self.gcloud.delete(r)
+            cloud.delete(self.gcloud, r)
             missing = [h.name for h in snap.hosts if not h.started and h.exit_code is None]
             who = ", ".join(missing) if missing else "no worker"
             message = (
@@ -289,7 +293,9 @@ class Watcher:
             return self._gone(verdict, snap)
         # Preempted. Deleting the preempted resource is right whoever else watches the job;
         # the record (the truth) says whether another watcher has moved the job on already.
-        _, fresh = _both(lambda: self.gcloud.delete(r), lambda: self.gcloud.load_record(r))
+        _, fresh = _both(
+            lambda: cloud.delete(self.gcloud, r), lambda: cloud.load_record(self.gcloud, r)
+        )
         if fresh.attempt != r.attempt or fresh.state.final:
             self.display.note("another watcher moved the job on; following it")
             self._adopt(fresh)
@@ -318,19 +324,19 @@ class Watcher:
 
         def create() -> None:
             try:
-                self.gcloud.create(nxt, startup_script(nxt))
+                cloud.create(self.gcloud, nxt, startup_script(nxt))
             except CloudError as exc:
                 if "ALREADY_EXISTS" not in str(exc):
                     raise
 
-        _both(lambda: self.gcloud.save_record(nxt), create)
+        _both(lambda: cloud.save_record(self.gcloud, nxt), create)
         return nxt
 
     def _gone(self, verdict: Verdict, snap: Snapshot) -> Outcome | None:
         """Deleted, or gone before it was ever ACTIVE: not a preemption. At most one new
         attempt, and only when asked (``--resubmit``); else the job fails here."""
         r = self.record
-        fresh = self.gcloud.load_record(r)
+        fresh = cloud.load_record(self.gcloud, r)
         if fresh.attempt != r.attempt or fresh.state.final:
             self.display.note("another watcher moved the job on; following it")
             self._adopt(fresh)
@@ -343,7 +349,7 @@ class Watcher:
             what = f"queued resource {r.resource} was deleted while ACTIVE (by someone else?)"
         what += f" in attempt {r.attempt}: not a preemption"
         if state not in (None, "DELETING"):
-            self.gcloud.delete(r)
+            cloud.delete(self.gcloud, r)
         if self.resubmit and r.resubmits < 1:
             nxt = self._next_attempt(r, resubmits=r.resubmits + 1)
             self.display.note(
@@ -373,7 +379,7 @@ class Watcher:
 
     def _finish(self, state: JobState, code: int, message: str) -> Outcome:
         record = self.record.evolve(state=state, exit_code=code, message=message)
-        self.gcloud.save_record(record)
+        cloud.save_record(self.gcloud, record)
         self.record = record
         return Outcome(record, code, message)
 

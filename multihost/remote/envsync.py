@@ -278,7 +278,7 @@ echo installed
 
 # The host that has the packed environment putting it in a bucket (``--stage-via gs://``): a
 # bucket's pack is always gzip (hosts nobody probed may take it). Vars: b, key, url (the
-# object: multihost.job.record.env_url). Says "uploaded".
+# object: multihost.cloud.bucket.env_url). Says "uploaded".
 UPLOAD = (
     GS
     + """\

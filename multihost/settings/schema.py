@@ -23,6 +23,7 @@ from multihost.settings.types import (
     port,
     positive,
     remote_dir,
+    seconds,
     size,
     stage_bucket,
     stage_via,
@@ -110,8 +111,15 @@ WAIT = Flag(  # issue 26: a queued resource still provisioning
 TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
     "tunnel-through-iap",
     kind="switch",
-    help="with --prefix: reach every worker through an IAP tunnel (gcloud start-iap-tunnel "
-    "as ProxyCommand, to its internal address; default: connect directly)",
+    help="with --prefix: reach the workers at their internal addresses through IAP: one "
+    "tunnel (gcloud start-iap-tunnel) per slice, the slice's other workers through its "
+    "first worker's connection (default: connect directly)",
+)
+IAP_PER_HOST = Flag(
+    "iap-per-host",
+    kind="switch",
+    help="with --tunnel-through-iap: a tunnel for every worker, for networks where workers "
+    "cannot reach each other (default: one per slice)",
     group="cloud",
 )
 
@@ -158,6 +166,7 @@ def fleet(required: bool = True) -> Group:
         CONNECT_LIMIT,
         WAIT,
         TUNNEL_THROUGH_IAP,
+        IAP_PER_HOST,
         NO_ADD_KEY,
     )
 
@@ -263,19 +272,31 @@ TRACE = Flag(
     "trace",
     type=positive(float),
     metavar="N",
-    help="once every host has started stepping: a jax.profiler trace of N seconds from every "
-    "JAX process, a per-host table after the run (default: none)",
+    help="once every JAX process has completed its first step: a jax.profiler trace of N "
+    "seconds from each, a per-host table after the run (default: none)",
     group="output",
 )
 TRACE_AFTER = Flag(
     "trace-after",
-    type=positive(float),
+    type=seconds,
     default=D.trace_after,
     metavar="S",
-    help="with --trace: start S seconds after the last JAX process started stepping (its first "
-    "StepTraceAnnotation; without one, S s after its first JAX computation) "
-    "(default %(default)g s)",
+    help="with --trace: start S seconds after the last JAX process began its first step (its "
+    "first StepTraceAnnotation; a process that annotates none: S s after its first JAX "
+    "computation) (default: once every JAX process has completed its first step, "
+    "compilation included)",
     group="output",
+)
+JAX_INIT = Flag(
+    "jax-init",
+    kind="bool",
+    default=True,
+    help="join every process's JAX to one job before its first JAX call "
+    "(jax.distributed.initialize from the run's coordinator, id and count), as a TPU pod's "
+    "runtime does, so a script written for a pod runs unchanged; never on TPU, and a "
+    "program's own initialize() still works (default: yes; --no-jax-init leaves it to the "
+    "program)",
+    group="launch",
 )
 RUN: Group = (
     SCRIPT_DIR,
@@ -293,6 +314,7 @@ RUN: Group = (
     ON_HANG,
     TRACE,
     TRACE_AFTER,
+    JAX_INIT,
     *ENVIRONMENT,
 )
 

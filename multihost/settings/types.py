@@ -30,6 +30,17 @@ def workers(text: str) -> int:
     return n
 
 
+def seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise ArgumentTypeError(f"must be 0 or more: {text!r}")
+    return value
+
+
 def count(text: str) -> int:
     """A whole number, 0 or more."""
     if not text.isdigit():

@@ -7,7 +7,6 @@ the :class:`FleetSpec` field that selects it. A new source is a module here, a f
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -29,7 +28,8 @@ class FleetSpec:
     zone: str | None = None  # with prefix: gcloud zone
     ip: str = "auto"  # with prefix: internal | external | auto
     user: str | None = None  # ssh user for every host (overrides the source's)
-    tunnel_through_iap: bool = False  # with prefix: every worker through an IAP tunnel
+    tunnel_through_iap: bool = False  # with prefix: workers through IAP tunnels
+    iap_per_host: bool = False  # with tunnel_through_iap: a tunnel per worker, not per slice
 
     @property
     def source(self) -> str:
@@ -61,7 +61,7 @@ class CloudFound:
     project: str | None
     zone: str | None
     nodes: tuple[Mapping[str, Any], ...]
-    gcloud: str = "gcloud"
+    gcloud: str | None = None  # the gcloud binary; None: ``$MULTIHOST_GCLOUD`` or ``gcloud``
 
 
 @dataclass(frozen=True)
@@ -85,15 +85,18 @@ def _local(spec: FleetSpec) -> Found:
 def _prefix(spec: FleetSpec) -> Found:
     from multihost.sources.tpu import discover
 
-    gcloud = os.environ.get("MULTIHOST_GCLOUD", "gcloud")
-    found = discover(
-        str(spec.prefix), project=spec.project, zone=spec.zone, ip=spec.ip, gcloud=gcloud,
-    )  # fmt: skip
-    where = CloudFound(found.project, found.zone, found.nodes, gcloud)
+    found = discover(str(spec.prefix), project=spec.project, zone=spec.zone, ip=spec.ip)
+    where = CloudFound(found.project, found.zone, found.nodes)
     if spec.tunnel_through_iap:
         from multihost.sources.iap import through_iap
 
-        fleet = through_iap(found.fleet, found.slice_names, found.project, found.zone, gcloud)
+        fleet = through_iap(
+            found.fleet,
+            found.slice_names,
+            found.project,
+            found.zone,
+            per_host=spec.iap_per_host,
+        )
         return Found(fleet, found.warnings, where)
     return Found(found.fleet, found.warnings, where)
 
@@ -110,11 +113,13 @@ def resolve(spec: FleetSpec) -> Found:
     if spec.tunnel_through_iap and spec.source != "prefix":
         raise UsageError("--tunnel-through-iap goes with --prefix (for other hosts, put a "
                          "ProxyCommand or ProxyJump in your ssh config)")  # fmt: skip
+    if spec.iap_per_host and not spec.tunnel_through_iap:
+        raise UsageError("--iap-per-host goes with --tunnel-through-iap")
     if spec.source == "prefix" and not (spec.prefix or "").strip():
         raise UsageError("--prefix is empty: name the queued resource (or node) to run on")
     found = SOURCES[spec.source].resolve(spec)
     if spec.user:
-        fleet = Fleet(tuple(replace(h, user=spec.user) for h in found.fleet))
+        fleet = Fleet(tuple(h.with_user(spec.user) for h in found.fleet))
         found = replace(found, fleet=fleet)
     return found
 

@@ -8,13 +8,14 @@ none, while PROVISIONING they are CREATING. Then the resource itself says where 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from multihost.errors import DiscoveryError
+from multihost.cloud import gcloud as runner
+from multihost.cloud import queued
+from multihost.errors import CloudError, DiscoveryError
 
 # States the resource may still leave towards ACTIVE (worth waiting for), the rest are final.
 WAITABLE = ("CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
@@ -54,23 +55,19 @@ class NotReady(DiscoveryError):
         self.state = state
 
 
-def describe_argv(
-    name: str, project: str | None, zone: str | None, gcloud: str = "gcloud"
-) -> list[str]:
-    where = [*(["--project", project] if project else []), *(["--zone", zone] if zone else [])]
-    return [gcloud, "compute", "tpus", "queued-resources", "describe", name, "--format=json",
-            *where]  # fmt: skip
-
-
 def describe(
-    name: str, project: str | None, zone: str | None, gcloud: str = "gcloud", timeout: float = 60
+    name: str,
+    project: str | None,
+    zone: str | None,
+    gcloud: str | None = None,
+    timeout: float = 60,
 ) -> dict[str, Any] | None:
     """The queued resource's JSON; None when gcloud cannot describe it (not found, or any
     other failure: the caller's own error then stands)."""
+    argv = queued.describe_argv(name, project, zone)
     try:
-        proc = subprocess.run(describe_argv(name, project, zone, gcloud), capture_output=True,
-                              text=True, timeout=timeout, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
+        proc = runner.run(argv, gcloud=gcloud, timeout=timeout)
+    except CloudError:
         return None
     if proc.returncode != 0:
         return None
@@ -121,7 +118,7 @@ def not_ready(
     prefix: str,
     project: str | None,
     zone: str | None,
-    gcloud: str = "gcloud",
+    gcloud: str | None = None,
     timeout: float = 60,
 ) -> NotReady | None:
     """Why PREFIX has no READY slices, if a queued resource explains it: named by the

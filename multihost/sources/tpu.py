@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from multihost.cloud import gcloud as runner
+from multihost.cloud import tpus
 from multihost.defaults import IP_MODES
-from multihost.errors import DiscoveryError
+from multihost.errors import CloudError, CloudTimeout, DiscoveryError, GcloudMissing
 from multihost.model import Fleet, Host
 
 Node = Mapping[str, Any]
@@ -50,46 +51,37 @@ def _segment(path: object, key: str) -> str | None:
 
 
 def gcloud_command(
-    *, project: str | None = None, zone: str | None = None, gcloud: str = "gcloud"
+    *, project: str | None = None, zone: str | None = None, gcloud: str | None = None
 ) -> list[str]:
-    """The one gcloud command discovery runs."""
-    argv = [gcloud, "compute", "tpus", "tpu-vm", "list", "--format=json"]
-    if project:
-        argv += ["--project", project]
-    if zone:
-        argv += ["--zone", zone]
-    return argv
+    """The one gcloud command discovery runs (the binary first: it is shown as run)."""
+    return [gcloud or runner.binary(), *tpus.list_argv(project, zone)]
 
 
-def _stderr_message(stderr: str) -> str:
+def stderr_message(stderr: str | bytes) -> str:
     """gcloud's own error, on one line: from its `ERROR:` line on, else its last lines."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    starts = [i for i, line in enumerate(lines) if line.startswith("ERROR:")]
-    picked = lines[starts[0] :] if starts else lines[-3:]
-    text = " ".join(picked) or "(no message on stderr)"
-    return text if len(text) <= 400 else text[:397] + "..."
+    return runner.one_line(stderr, tail=3, limit=400, empty="(no message on stderr)")
 
 
 def list_nodes(
     *,
     project: str | None = None,
     zone: str | None = None,
-    gcloud: str = "gcloud",
+    gcloud: str | None = None,
     timeout: float = 60,
 ) -> list[dict[str, Any]]:
     """Run `gcloud compute tpus tpu-vm list --format=json` once and return its Node objects."""
-    argv = gcloud_command(project=project, zone=zone, gcloud=gcloud)
-    shown = shlex.join(argv)
+    binary = gcloud or runner.binary()
+    shown = shlex.join(gcloud_command(project=project, zone=zone, gcloud=binary))
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise DiscoveryError(f"{gcloud!r} not found: install the Google Cloud CLI") from None
-    except subprocess.TimeoutExpired:
+        proc = runner.run(tpus.list_argv(project, zone), gcloud=binary, timeout=timeout)
+    except GcloudMissing:
+        raise DiscoveryError(f"{binary!r} not found: install the Google Cloud CLI") from None
+    except CloudTimeout:
         raise DiscoveryError(f"gcloud took more than {timeout:g}s: {shown}") from None
-    except OSError as exc:
-        raise DiscoveryError(f"cannot run {shown}: {exc}") from None
+    except CloudError as exc:
+        raise DiscoveryError(str(exc)) from None
     if proc.returncode != 0:
-        message = _stderr_message(proc.stderr)
+        message = stderr_message(proc.stderr)
         raise DiscoveryError(f"gcloud failed (exit {proc.returncode}): {message} [ran: {shown}]")
     try:
         nodes = json.loads(proc.stdout)
@@ -243,7 +235,7 @@ def discover(
     project: str | None = None,
     zone: str | None = None,
     ip: str = "auto",
-    gcloud: str = "gcloud",
+    gcloud: str | None = None,
     timeout: float = 60,
 ) -> Discovery:
     """Hosts of the TPU slices named PREFIX or PREFIX-0..S-1, from one gcloud call."""

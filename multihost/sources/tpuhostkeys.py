@@ -9,16 +9,12 @@ A node that publishes none is trusted on first use, and the run says so.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
-from multihost.errors import DiscoveryError
 from multihost.model import Fleet
-from multihost.sources.iap import guest_attributes_argv
+from multihost.sources.iap import guest_attributes
 
 
 @dataclass(frozen=True)
@@ -41,30 +37,18 @@ def published(rows: object) -> dict[int, tuple[str, ...]]:
     return {w: tuple(k) for w, k in out.items()}
 
 
-def _rows(node: str, project: str | None, zone: str | None, gcloud: str) -> Any:
-    argv = guest_attributes_argv(node, project, zone, gcloud)
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DiscoveryError(f"cannot read {node}'s guest attributes: {exc}") from None
-    if proc.returncode != 0:
-        from multihost.sources.tpu import _stderr_message
-
-        raise DiscoveryError(f"cannot read {node}'s guest attributes (exit {proc.returncode}): "
-                             f"{_stderr_message(proc.stderr)}")  # fmt: skip
-    try:
-        return json.loads(proc.stdout or "[]")
-    except json.JSONDecodeError as exc:
-        raise DiscoveryError(f"cannot parse {node}'s guest attributes: {exc}") from None
-
-
 def pin(
-    fleet: Fleet, nodes: Sequence[str], project: str | None, zone: str | None, gcloud: str
+    fleet: Fleet,
+    nodes: Sequence[str],
+    project: str | None,
+    zone: str | None,
+    gcloud: str | None = None,
 ) -> Pins:
     """Each worker's published host keys (one gcloud call per node, in parallel)."""
     with ThreadPoolExecutor(max_workers=min(8, len(nodes)) or 1) as pool:
-        found = list(pool.map(lambda n: published(_rows(n, project, zone, gcloud)), nodes))
+        found = list(
+            pool.map(lambda n: published(guest_attributes(n, project, zone, gcloud)), nodes)
+        )
     keys: list[tuple[str, tuple[str, ...]]] = []
     for h in fleet:
         mine = found[h.slice_id].get(h.worker_id) if h.slice_id < len(found) else None

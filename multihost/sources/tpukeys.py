@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multihost.errors import DiscoveryError
+from multihost.cloud import gcloud as runner
+from multihost.cloud import tpus
+from multihost.errors import CloudError, CloudTimeout, DiscoveryError, GcloudMissing
 
 GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take
 SSH_KEYS = "ssh-keys"
@@ -108,55 +110,38 @@ def merged(existing: str, line: str) -> str:
     return f"{existing}\n{line}" if existing else line
 
 
-def update_command(
-    gcloud: str, node: str, zone: str | None, project: str | None, value: str
-) -> list[str]:
-    """``tpu-vm update NODE --update-metadata ssh-keys=VALUE`` (merged into the map by the CLI);
-    a value with commas goes with gcloud's ``^DELIM^`` prefix so it stays one value."""
-    flag = f"{SSH_KEYS}={value}"
-    if "," in value:
-        delim = next(d for d in (":", ";", "|", "#", "~", "@@") if d not in value)
-        flag = f"^{delim}^{flag}"
-    argv = [gcloud, "compute", "tpus", "tpu-vm", "update", node]
-    argv += _where(zone, project)
-    return [*argv, "--update-metadata", flag, "--quiet", "--format=json"]
-
-
-def _where(zone: str | None, project: str | None) -> list[str]:
-    return ([f"--zone={zone}"] if zone else []) + ([f"--project={project}"] if project else [])
-
-
-def _gcloud(argv: Sequence[str], what: str, timeout: float = 120) -> str:
+def _gcloud(gcloud: str | None, argv: Sequence[str], what: str, timeout: float = 120) -> str:
+    binary = gcloud or runner.binary()
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
-    except FileNotFoundError:
-        raise DiscoveryError(f"{argv[0]!r} not found: install the Google Cloud CLI") from None
-    except subprocess.TimeoutExpired:
+        proc = runner.run(argv, gcloud=binary, timeout=timeout)
+    except GcloudMissing:
+        raise DiscoveryError(f"{binary!r} not found: install the Google Cloud CLI") from None
+    except CloudTimeout:
         raise DiscoveryError(f"gcloud took more than {timeout:g}s to {what}") from None
+    except CloudError as exc:
+        raise DiscoveryError(f"cannot {what}: {exc}") from None
+    stderr = proc.stderr.decode(errors="replace")
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
         at = next((i for i, ln in enumerate(lines) if ln.startswith("ERROR:")), len(lines) - 1)
         message = " ".join(lines[max(at, 0) :]) or f"exit {proc.returncode}"
         raise DiscoveryError(f"cannot {what}: {message}")
-    return proc.stdout
+    return proc.stdout.decode(errors="replace")
 
 
-def project_metadata(gcloud: str, project: str | None) -> dict[str, str]:
+def project_metadata(gcloud: str | None, project: str | None) -> dict[str, str]:
     """The project's ``commonInstanceMetadata`` (``gcloud compute project-info describe``)."""
-    argv = [gcloud, "compute", "project-info", "describe", "--format=json"]
-    argv += [f"--project={project}"] if project else []
+    argv = tpus.project_info_argv(project)
     try:
-        info = json.loads(_gcloud(argv, "read the project's metadata") or "{}")
+        info = json.loads(_gcloud(gcloud, argv, "read the project's metadata") or "{}")
     except json.JSONDecodeError as exc:
         raise DiscoveryError(f"cannot parse the project's metadata: {exc}") from None
     common = info.get("commonInstanceMetadata") if isinstance(info, dict) else None
     return _project_metadata(common.get("items") if isinstance(common, dict) else None)
 
 
-def _profile(gcloud: str, where: list[str]) -> dict[str, Any]:
-    out = _gcloud([gcloud, "compute", "os-login", "describe-profile", *where, "--format=json"],
-                  "read your OS Login profile")  # fmt: skip
+def _profile(gcloud: str | None, project: str | None) -> dict[str, Any]:
+    out = _gcloud(gcloud, tpus.oslogin_profile_argv(project), "read your OS Login profile")
     try:
         profile = json.loads(out or "{}")
     except json.JSONDecodeError as exc:
@@ -165,20 +150,19 @@ def _profile(gcloud: str, where: list[str]) -> dict[str, Any]:
 
 
 def oslogin_user(
-    gcloud: str, public: str, public_file: Path, project: str | None
+    gcloud: str | None, public: str, public_file: Path, project: str | None
 ) -> tuple[str, bool]:
     """The OS Login profile's primary POSIX username, the key added to the profile first when
     it is not there (``os-login ssh-keys add``); and whether it was added."""
-    where = [f"--project={project}"] if project else []
-    profile = _profile(gcloud, where)
+    profile = _profile(gcloud, project)
     keys = profile.get("sshPublicKeys")
     known = [str(k.get("key", "")) for k in (keys.values() if isinstance(keys, dict) else ())
              if isinstance(k, dict)]  # fmt: skip
     added = not any(public in k for k in known)
     if added:
-        _gcloud([gcloud, "compute", "os-login", "ssh-keys", "add", f"--key-file={public_file}",
-                 *where, "--format=json"], "add your key to your OS Login profile")  # fmt: skip
-        profile = _profile(gcloud, where) or profile
+        _gcloud(gcloud, tpus.oslogin_add_key_argv(str(public_file), project),
+                "add your key to your OS Login profile")  # fmt: skip
+        profile = _profile(gcloud, project) or profile
     accounts = profile.get("posixAccounts")
     accounts = [a for a in accounts or () if isinstance(a, dict) and a.get("username")]
     if not accounts:
@@ -206,7 +190,7 @@ def add_key(
     zone: str | None,
     logins: Mapping[str, Sequence[str]] | None = None,
     user: str | None = None,
-    gcloud: str = "gcloud",
+    gcloud: str | None = None,
     private: str = GOOGLE_KEY,
 ) -> KeyAdded:
     """Make sure every node takes the user's key (created if missing) for each user its
@@ -244,7 +228,7 @@ def add_key(
         value = str(_metadata(node).get(SSH_KEYS) or "")
         for line in needed:
             value = merged(value, line)
-        _gcloud(update_command(gcloud, name, zone, project, value),
+        _gcloud(gcloud, tpus.update_metadata_argv(name, zone, project, SSH_KEYS, value),
                 f"add your key to node {name}'s metadata")  # fmt: skip
         added.append(name)
         users += [ln.split(":", 1)[0] for ln in needed]

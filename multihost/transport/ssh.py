@@ -9,13 +9,20 @@ import os
 import re
 import shlex
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.errors import ConnectError, ConnectTimeout, HostKeyError, HostLost, RemoteError
+from multihost.errors import (
+    ConnectError,
+    ConnectTimeout,
+    HostError,
+    HostKeyError,
+    HostLost,
+    RemoteError,
+)
 from multihost.model import Host
-from multihost.transport import sshconfig
+from multihost.transport import hops, sshconfig
 from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions, write_chunks
 from multihost.transport.oqs import no_search_when_absent
 
@@ -24,31 +31,41 @@ with no_search_when_absent():  # its import would otherwise start 7 processes (t
 
 
 class SSHConnection:
-    """A host reached over SSH with asyncssh."""
+    """A host reached over SSH with asyncssh (its connection maybe shared: see ``hops``)."""
 
-    def __init__(self, host: Host, conn: asyncssh.SSHClientConnection, reached: str = "") -> None:
-        """``reached``: the config's HostName for the host, where the socket cannot tell."""
+    def __init__(self, host: Host, lease: hops.Lease[asyncssh.SSHClientConnection]) -> None:
         self.host = host
-        self._conn = conn
-        peer = conn.get_extra_info("peername")  # ('', 0) through a ProxyJump tunnel
+        self._lease = lease
+        self._conn = conn = lease.conn
+        peer = conn.get_extra_info("peername")  # ('', 0) through a hop
+        # where the socket cannot tell: the config's HostName for the host
+        reached = conn.get_extra_info("multihost_reached") or ""
         self.peer_address: str = (peer[0] if peer else "") or reached or host.address
         self.bytes_out = 0
         self._sftp: asyncssh.SFTPClient | None = None  # opened on the first fetch
+
+    @property
+    def tunnel(self) -> asyncssh.SSHClientConnection:
+        """The connection, for other hosts to be reached through (``tunnel=``)."""
+        return self._conn
+
+    def _lost(self, exc: BaseException) -> HostLost:
+        return _lost(self.host, self._conn, exc)
 
     async def run(self, command: str, stdin: bytes | None = None) -> Completed:
         self.bytes_out += len(stdin or b"")
         try:
             res = await self._conn.run(command, input=stdin, encoding=None, check=False)
         except (asyncssh.Error, OSError) as exc:
-            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+            raise self._lost(exc) from exc
         return Completed(res.exit_status, _as_bytes(res.stdout), _as_bytes(res.stderr))
 
     async def stream(self, command: str, stderr: bytearray | None = None) -> AsyncIterator[bytes]:
         try:
             proc = await self._conn.create_process(command, encoding=None, stdin=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
-            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
-        async for chunk in _output(self.host, proc, stderr):
+            raise self._lost(exc) from exc
+        async for chunk in _output(self.host, self._conn, proc, stderr):
             yield chunk
 
     async def offer(
@@ -67,7 +84,7 @@ class SSHConnection:
                 proc.stdin.write_eof()
             res = await proc.wait(check=False)
         except (asyncssh.Error, OSError) as exc:
-            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+            raise self._lost(exc) from exc
         out = first + _as_bytes(res.stdout)
         return Completed(res.exit_status, out, _as_bytes(res.stderr)), sent
 
@@ -83,8 +100,8 @@ class SSHConnection:
         try:
             proc = await self._conn.create_process(SHELL, encoding=None)
         except (asyncssh.Error, OSError) as exc:
-            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
-        return SSHShell(self.host, proc)
+            raise self._lost(exc) from exc
+        return SSHShell(self.host, self._conn, proc)
 
     async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
         size = 0
@@ -112,20 +129,26 @@ class SSHConnection:
         except asyncssh.SFTPError as exc:
             raise RemoteError(self.host, f"{path}: {exc.reason.lower()}") from None
         except (asyncssh.Error, OSError) as exc:
-            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
+            raise self._lost(exc) from exc
 
     async def close(self) -> None:
         if self._sftp is not None:
             self._sftp.exit()
-        self._conn.close()
-        await self._conn.wait_closed()
+            self._sftp = None
+        await self._lease.release()
 
 
 class SSHShell:
     """``sh -s`` on a host, waiting for its script on stdin (see ``Shell``)."""
 
-    def __init__(self, host: Host, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+    def __init__(
+        self,
+        host: Host,
+        conn: asyncssh.SSHClientConnection,
+        proc: asyncssh.SSHClientProcess[bytes],
+    ) -> None:
         self.host = host
+        self._conn = conn
         self._proc = proc
 
     async def stream(
@@ -137,8 +160,8 @@ class SSHShell:
                 self._proc.stdin.write_eof()
         except (asyncssh.Error, OSError) as exc:
             self._proc.close()
-            raise HostLost(self.host, f"connection lost: {_describe(exc)}") from exc
-        async for chunk in _output(self.host, self._proc, stderr):
+            raise _lost(self.host, self._conn, exc) from exc
+        async for chunk in _output(self.host, self._conn, self._proc, stderr):
             yield chunk
 
     def send(self, data: bytes) -> None:
@@ -148,6 +171,18 @@ class SSHShell:
 
     async def close(self) -> None:
         self._proc.close()
+
+
+def _lost(
+    host: Host, conn: asyncssh.connection.SSHConnection, why: BaseException | None
+) -> HostLost:
+    """A connection's loss (``why``: the error, None: no exit status), naming the hop it went
+    through when the hop went first."""
+    text = "while streaming" if why is None else _describe(why)
+    via, hop = conn.get_extra_info("multihost_hop") or ("", None)
+    if hop is not None and hop.tunnel.is_closed():
+        return HostLost(host, f"connection lost: {via} is lost ({text})")
+    return HostLost(host, f"connection lost{' ' if why is None else ': '}{text}")
 
 
 def _as_bytes(data: object) -> bytes:
@@ -294,6 +329,7 @@ class _HostConfig:
     identity_configured: bool
     ciphers_configured: bool
     hostname: str  # what the alias stands for: HostName, else the alias itself
+    jump: str | None = None  # ProxyJump, unless none
 
 
 def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> _HostConfig:
@@ -313,11 +349,13 @@ def _host_config(options: SSHOptions, host: Host, kwargs: dict[str, object]) -> 
         files = [os.path.expanduser(str(f)) for f in configured]
     else:
         files = [os.path.expanduser(_DEFAULT_KNOWN_HOSTS)]
+    jump = prepared.tunnel if isinstance(prepared.tunnel, str) else None
     return _HostConfig(
         files,
         prepared.config.get("IdentityFile") is not None,
         prepared.config.get("Ciphers") is not None,
         str(prepared.host or host.address),
+        None if jump is None or jump.lower() == "none" else jump,
     )
 
 
@@ -377,8 +415,40 @@ def login_name(host: Host, options: SSHOptions) -> str | None:
     return str(user) if user else None
 
 
-async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
-    """Open one SSH connection, verifying the host key per the policy."""
+async def connect_ssh(
+    host: Host, options: SSHOptions, through: tuple[Hashable, ...] = ()
+) -> SSHConnection:
+    """A connection to ``host``, verifying its host key per the policy: the one already open
+    to the same place if there is one (a hop's own steps share the connection its hosts go
+    through), else a new one."""
+    try:
+        key = _reach(host, options)
+        if key in through:  # waiting for itself would never end
+            raise ConnectError(host, "its ProxyJump chain comes back to itself (a loop in the "
+                               "ssh config)")  # fmt: skip
+        lease = await hops.pool().lease(key, lambda: _open(host, options, (*through, key)))
+    except HostError as exc:
+        if exc.host is host:
+            raise
+        raise type(exc)(host, exc.message) from None  # opened for another user of the key
+    return SSHConnection(host, lease)
+
+
+def _reach(host: Host, options: SSHOptions) -> Hashable:
+    """What makes two hosts the same connection: where and as whom, not who they are in the
+    job."""
+    jump = None if host.jump is None else _reach(host.jump, options)
+    return (host.address, host.user, host.port, host.identity, host.proxy_command, jump, options)
+
+
+MAX_HOPS = 8  # a ProxyJump chain deeper than this is a loop in the ssh config
+
+
+async def _open(
+    host: Host, options: SSHOptions, through: tuple[Hashable, ...]
+) -> tuple[asyncssh.SSHClientConnection, Callable[[], Awaitable[None]]]:
+    """Opens one SSH connection (through its hop, if any); returns it and what lets go of the
+    hop once it is closed."""
     kwargs: dict[str, object] = {
         "connect_timeout": options.connect_timeout,
         "keepalive_interval": options.keepalive_interval,
@@ -404,9 +474,50 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         target = cfg.hostname
     else:  # asyncssh reads the config: only the blocks that can apply ([] means none)
         kwargs["config"] = sshconfig.config_for(options.config, host.address)
-    proxy = _proxy_argv(host, options, kwargs, cfg.hostname)
+    hop: SSHConnection | None = None
+    jump, via = host.jump, ""
+    if jump is not None:
+        via = f"its hop {jump.name} ({jump.target})"
+    elif cfg.jump:
+        jump = hops.jump_host(cfg.jump)
+        via = f"its ProxyJump {jump.target}"
+    proxy = None
+    if jump is not None:  # a direct-tcpip channel of the hop's own connection, shared
+        if len(through) > MAX_HOPS:
+            raise ConnectError(host, f"more than {MAX_HOPS} ProxyJump hops: a loop in the config?")
+        try:
+            hop = await connect_ssh(jump, options, through)
+        except HostError as exc:
+            raise ConnectError(host, f"cannot connect through {via}: {exc.message}") from None
+        kwargs["tunnel"] = hop.tunnel
+    else:
+        proxy = _proxy_argv(host, options, kwargs, cfg.hostname)
     if proxy is not None:  # e.g. an IAP tunnel: one local process per connection
         kwargs["proxy_command"] = proxy
+    try:
+        conn = await _handshake(host, options, kwargs, cfg, target, proxy is not None, via)
+    except BaseException:
+        if hop is not None:
+            await hop.close()
+        raise
+    conn.set_extra_info(multihost_reached=cfg.hostname, multihost_hop=(via, hop))
+
+    async def after() -> None:
+        if hop is not None:
+            await hop.close()
+
+    return conn, after
+
+
+async def _handshake(
+    host: Host,
+    options: SSHOptions,
+    kwargs: dict[str, object],
+    cfg: _HostConfig,
+    target: str,
+    proxied: bool,
+    via: str,
+) -> asyncssh.SSHClientConnection:
     default_file = os.path.expanduser(_DEFAULT_KNOWN_HOSTS)
     files = cfg.known_hosts
     tofu: _TrustOnFirstUse | None = None
@@ -464,11 +575,12 @@ async def connect_ssh(host: Host, options: SSHOptions) -> SSHConnection:
         ) from None
     except (asyncssh.Error, OSError) as exc:
         where = f"{host.address}:{host.port}" if host.port else host.address
-        via = f" through its proxy command{_proxy_said(host)}" if proxy else ""
+        how = f" through {via}" if via else ""
+        how += f" through its proxy command{_proxy_said(host)}" if proxied else ""
         raise ConnectError(
-            host, f"cannot connect to {where}{via}: {_describe(exc)}" + _hint(host)
+            host, f"cannot connect to {where}{how}: {_describe(exc)}" + _hint(host)
         ) from None
-    return SSHConnection(host, conn, cfg.hostname)
+    return conn
 
 
 def _hint(host: Host) -> str:
@@ -530,7 +642,10 @@ def _proxy_said(host: Host) -> str:
 
 
 async def _output(
-    host: Host, proc: asyncssh.SSHClientProcess[bytes], stderr: bytearray | None
+    host: Host,
+    conn: asyncssh.SSHClientConnection,
+    proc: asyncssh.SSHClientProcess[bytes],
+    stderr: bytearray | None,
 ) -> AsyncIterator[bytes]:
     """A started process's stdout as it comes, then its stderr into ``stderr``; a lost
     connection (or no exit status) is HostLost; the process is closed however it ends."""
@@ -539,10 +654,10 @@ async def _output(
             yield chunk
         done = await proc.wait()
         if proc.exit_status is None:
-            raise HostLost(host, "connection lost while streaming")
+            raise _lost(host, conn, None)
         if stderr is not None:
             stderr += _as_bytes(done.stderr)
     except (asyncssh.Error, OSError) as exc:
-        raise HostLost(host, f"connection lost: {_describe(exc)}") from exc
+        raise _lost(host, conn, exc) from exc
     finally:
         proc.close()

@@ -98,10 +98,16 @@ def _tls_context() -> ssl.SSLContext:
 
 
 class IapRelay:
-    """Serves tunnels to the hosts ``resolve(instance)`` names (None: no such instance)."""
+    """Serves tunnels to the hosts ``resolve(instance)`` names (None: no such instance),
+    reached with ``connect`` (default: from here; a VPC's ``connect`` reaches inside it)."""
 
-    def __init__(self, resolve: Callable[[str], str | None]) -> None:
+    def __init__(
+        self,
+        resolve: Callable[[str], str | None],
+        connect: Callable[[str, int], socket.socket] | None = None,
+    ) -> None:
         self.resolve = resolve
+        self.connect = connect or (lambda host, port: socket.create_connection((host, port), 10))
         self.tunnels: list[tuple[str, int]] = []  # (instance, port) of each tunnel opened
         self.open = 0  # tunnels open right now
         self.lock = threading.Lock()
@@ -161,7 +167,7 @@ class IapRelay:
             ws.close()
             return
         try:
-            tcp = socket.create_connection((address, port), timeout=10)
+            tcp = self.connect(address, port)
         except OSError:
             ws.sendall(_frame(struct.pack(">H", 4014) + b"failed to connect to backend", 0x8))
             ws.close()

@@ -26,7 +26,7 @@ from tests.cloud.metadata import MetadataServer, worker_values
 
 _ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
 # accelerator type → TPU VM workers per slice (the fleet has only so many hosts)
-WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v5litepod-16": 4}
+WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v4-64": 8, "v5litepod-16": 4}
 _QR = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$")
 _OP = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
 # a real ed25519 public key that no fleet host has (served as a worker's "wrong" host key)
@@ -145,6 +145,9 @@ class TpuApi:
         # a wrong one for the hosts in ``wrong_host_keys``, none for ``no_host_keys`` resources
         self.host_key: Callable[[int], str | None] = lambda host: None
         self.wrong_host_keys: set[int] = set()
+        # internal-only workers' addresses by fleet host (a VPC's, tests/cloud/vpc.py); unset:
+        # 127.1.0.x, where nothing listens
+        self.internal_address: Callable[[int], str] | None = None
         self.no_host_keys: set[str] = set()
         self.lock = threading.RLock()
         api = self
@@ -326,8 +329,9 @@ class TpuApi:
             node["health"] = "HEALTHY"
         return node
 
-    @staticmethod
-    def worker_ip(qr: QueuedResource, w: Worker) -> str:
+    def worker_ip(self, qr: QueuedResource, w: Worker) -> str:
+        if qr.internal_only and self.internal_address is not None:
+            return self.internal_address(w.host)
         return f"127.1.0.{2 + w.host}" if qr.internal_only else f"127.0.0.{2 + w.host}"
 
     @staticmethod
@@ -503,6 +507,7 @@ class TpuApi:
             self.oslogin_profile = None
             self.wrong_host_keys.clear()
             self.no_host_keys.clear()
+            self.internal_address = None
 
     def stop(self) -> None:
         self.reset()

@@ -1,29 +1,23 @@
-"""Shell fragments the run's templates share (constants, concatenated into them): reading a
-run's state files, and finding and stopping a run's processes — by ancestry from its wrapper
-(the normal path), or by the marker in their environment (the fallback)."""
-
-# Sets $exit $started $ended $stopped $escaped from run dir $r's files ("-" when missing; $exit
-# is "empty" when the exit file exists but says nothing). An empty started file (the wrapper's
-# builtin ``: >``, no fork on the way to the job) says when by its mtime.
-READ_STATE = """\
-started=-; { read -r started < "$r"/started; } 2>/dev/null
-[ -n "$started" ] || started=$(date -r "$r"/started +%s.%N 2>/dev/null) || started=-
-ended=-; { read -r ended < "$r"/ended; } 2>/dev/null
-stopped=-; { read -r stopped < "$r"/stopped; } 2>/dev/null
-escaped=-; { read -r escaped < "$r"/escaped; } 2>/dev/null
-exit=-
-if [ -e "$r"/exit ]; then read -r exit < "$r"/exit; [ -n "$exit" ] || exit=empty; fi
-"""
-
+# shellcheck shell=sh disable=SC2154,SC2034
+# (a fragment: its variables come from, and go to, the scripts that source it; those are checked
+# with it in place)
+# Finding and stopping a run's processes (functions; the scripts that need them source this).
+#
 # Containment by ancestry. The wrapper is a child subreaper (PR_SET_CHILD_SUBREAPER, set by
-# the launch's _REAPER before it execs sh), so a process that leaves the job's group (setsid,
+# _reaper.sh before it execs sh), so a process that leaves the job's group (setsid,
 # a double fork) is re-parented to the wrapper, not to init: its descendants are the whole job.
 # ``kids PID`` sets $all to " pid:pgrp ..." for every live descendant of PID, walking
 # /proc/PID/task/*/children with builtins only (a fork here would find itself; no other
 # process's environment is read). ``stop_own GROUP`` (GROUP: the wrapper's pid and process
 # group) TERMs every descendant, KILLs what is left after about 2 s (JAX, for one, catches
 # SIGTERM) and sets $out to how many had left the group. Called as is, never in $( ).
-DESCENDANTS = """\
+#
+# The fallback where the wrapper is no subreaper (no python3 on the host) or is gone (its whole
+# group SIGKILLed: what it adopted went to init), and for ``multihost kill`` of a run whose
+# directory is gone. ``marked DIR`` prints "pid pgrp" for every live process of the run whose
+# directory is DIR, found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has
+# none). ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s, and prints
+# how many had escaped the process group GROUP (setsid daemons).
 kids() {
   all=
   _kids "$1"
@@ -52,15 +46,6 @@ stop_own() {
     for e in $all; do kill -KILL "${e%%:*}" 2>/dev/null; done
   fi
 }
-"""
-
-# The fallback where the wrapper is no subreaper (no python3 on the host) or is gone (its whole
-# group SIGKILLed: what it adopted went to init), and for ``multihost kill`` of a run whose
-# directory is gone. ``marked DIR`` prints "pid pgrp" for every live process of the run whose
-# directory is DIR, found by the MULTIHOST_RUN_DIR in its environment (the wrapper itself has
-# none). ``stop_run DIR GROUP`` TERMs them all, KILLs what is left after about 2 s, and prints
-# how many had escaped the process group GROUP (setsid daemons).
-RUN_PROCESSES = """\
 marked() {
   grep -lsxzF "MULTIHOST_RUN_DIR=$1" /proc/[0-9]*/environ | while read -r e; do
     p=${e#/proc/}; p=${p%/environ}
@@ -86,4 +71,3 @@ stop_run() {
   fi
   echo $out
 }
-"""

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from multihost.job.cloud import CloudError, Gcloud, one_line
+from multihost.cloud.gcloud import Gcloud, Ran, error_class, one_line
+from multihost.errors import CloudTimeout, CloudUnavailable
 
 # gcloud's words for a failure that should pass: the API's status, the HTTP code, the
 # connection's fate (apitools and the storage client each say it their own way)
@@ -74,7 +74,7 @@ class Episode:
             self.failed_calls += 1
             lasted = now - self.since
         if lasted > self.timeout:
-            raise CloudError(
+            raise CloudUnavailable(
                 f"the control plane kept failing for {lasted:.0f}s (over "
                 f"--control-plane-timeout {self.timeout:g}s); last: {message}. The job itself "
                 "may still be running: multihost job watch NAME follows it again"
@@ -103,13 +103,11 @@ class PatientGcloud(Gcloud):
     ) -> PatientGcloud:
         return cls(gcloud.binary, gcloud.timeout, Episode(timeout, warn))
 
-    def run(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    def run(self, argv: list[str], *, check: bool = True) -> Ran[bytes]:
         while True:
             try:
                 proc = super().run(argv, check=False)
-            except CloudError as exc:  # gcloud took too long: as transient as a 503
-                if "took over" not in str(exc):
-                    raise
+            except CloudTimeout as exc:  # gcloud took too long: as transient as a 503
                 self.sleep(self.episode.failed(str(exc)))
                 continue
             if proc.returncode == 0:
@@ -121,13 +119,14 @@ class PatientGcloud(Gcloud):
                 self.sleep(self.episode.failed(message))
                 continue
             self.episode.ok()  # it answered, if not what we hoped
+            typed = error_class(message)
             if kind == "denied":
-                raise CloudError(
+                raise typed(
                     f"permission denied by the control plane: {message} — check the account "
                     "gcloud uses (gcloud auth list) and its roles on the project and bucket"
                 )
             if kind == "no-bucket":
-                raise CloudError(f"the job's bucket is gone: {message}")
+                raise typed(f"the job's bucket is gone: {message}")
             if not check:
                 return proc
-            raise CloudError(f"gcloud failed (exit {proc.returncode}): {message}")
+            raise typed(f"gcloud failed (exit {proc.returncode}): {message}")

@@ -1,0 +1,17 @@
+# shellcheck shell=sh disable=SC2154,SC2034
+# (a fragment: its variables come from, and go to, the scripts that source it; those are checked
+# with it in place)
+# Writes the run's state files. Needs: b (base), r (run dir), and the files' contents:
+# command, env, job, wrapper, hook.
+set -e
+umask 077
+mkdir -p "$r"
+chmod 700 "$b"
+test ! -e "$r"/pid || { echo "$r exists: use a new --run-name" >&2; exit 3; }
+mkdir -p "$r"/hook
+printf '%s' "$hook" > "$r"/hook/sitecustomize.py
+printf '%s' "$command" > "$r"/command
+printf '%s' "$env" > "$r"/env
+printf '%s' "$job" > "$r"/job.sh
+printf '%s' "$wrapper" > "$r"/run.sh
+: > "$r"/log

@@ -1,0 +1,19 @@
+# shellcheck shell=sh source-path=SCRIPTDIR
+# Cleaning. Removes this finished run's
+# directory, then staged code dirs older than age that no remaining run's job.sh uses (and
+# interrupted uploads older than incoming); prints each removed code hash.
+# Arguments: RUN BASE AGE INCOMING (the last two in minutes).
+r=$1
+b=$2
+age=$3
+incoming=$4
+if [ -e "$r" ]; then
+  test -e "$r"/exit || { echo "$r is still running" >&2; exit 1; }
+  rm -rf "$r"
+fi
+find "$b"/code -mindepth 1 -maxdepth 1 -type d \( ! -name ".*" -mmin +"$age" \
+  -o -name ".incoming.*" -mmin +"$incoming" \) 2>/dev/null | while read -r d; do
+  h=${d##*/}
+  grep -rqsF --include=job.sh "/code/$h" "$b"/runs || { rm -rf "$d" && echo "$h"; }
+done
+exit 0
