@@ -83,9 +83,8 @@ _WHERE = {
         "multihost.errors",
     ),
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
-    **dict.fromkeys(("HostResult", "RunResult"), "multihost.result"),
+    **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.result"),
     "HostStatus": "multihost.runs",
-    "PullResult": "multihost.copyback",
     "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.runstate",
     "SSHOptions": "multihost.transport",
@@ -103,7 +102,6 @@ if TYPE_CHECKING:
         stacks,
         status,
     )
-    from multihost.copyback import PullResult
     from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
         ConnectError,
@@ -121,7 +119,7 @@ if TYPE_CHECKING:
     )
     from multihost.model import Fleet, Host, Job, State
     from multihost.remote_call import CallResult, call
-    from multihost.result import HostResult, RunResult
+    from multihost.result import HostResult, PullResult, RunResult
     from multihost.runs import HostStatus
     from multihost.runstate import RunOptions
     from multihost.sweep.api import SweepResult, run_sweep

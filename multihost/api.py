@@ -35,8 +35,8 @@ from multihost.runstate import default_log_dir
 from multihost.sources import FleetSpec, resolve
 
 if TYPE_CHECKING:
-    from multihost.copyback import PullResult
     from multihost.diagnose.stacks import StackReport
+    from multihost.result import PullResult
 
 
 def make_fleet(

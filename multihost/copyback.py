@@ -24,26 +24,10 @@ from multihost.errors import HostError, HostLost, RemoteError, UsageError
 from multihost.fanout import map_hosts
 from multihost.model import Host
 from multihost.record import RunRecord
+from multihost.result import PullResult
 from multihost.runs import record_paths
 from multihost.runstate import Event, Transfer
 from multihost.transport import Connection, SSHOptions, connect
-
-
-@dataclass(frozen=True)
-class PullResult:
-    """What one host gave back: files copied and skipped (already there), bytes, and every
-    problem in words (no match, unreadable, unreachable); ``ok`` when there was none."""
-
-    host: Host
-    local_dir: Path
-    files: int = 0
-    skipped: int = 0
-    bytes: int = 0
-    errors: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ class Settings:
     megascale_port: int = D.megascale_port
     # how the run goes
     log_dir: str | Path | None = None
+    pull: str | Sequence[str] = ()  # paths or globs copied back from every host after the run
     pull_to: str | Path | None = None  # run --pull's destination: never staged
     grace: float = D.grace
     timeout: float | None = None
@@ -297,6 +298,8 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         on_hang=s.on_hang,
         trace=s.trace,
         trace_after=s.trace_after,
+        pull=(s.pull,) if isinstance(s.pull, str) else tuple(s.pull),
+        pull_to=None if s.pull_to is None else Path(s.pull_to).expanduser(),
         stale=s.stale or ("kill" if s.kill_stale else ("warn" if where.cloud else "off")),
         device_glob=s.device_glob or device_glob(),
         environment=environment(

@@ -1,4 +1,5 @@
-"""How a run ended, as values: ``HostResult``, ``RunResult``, ``Staging``; their one host row and
+"""How a run ended, as values: ``HostResult``, ``RunResult``, ``Staging``, and what the work after
+a run brought back (``PullResult``, ``TpuLogs``); their one host row and
 one verdict, which every face formats (plain text and HTML here, the terminal's table in
 ``multihost.cli.report``); and the payload's ``MULTIHOST_RESULT {json}`` line. Pure: no rich."""
 
@@ -107,6 +108,34 @@ class Staging:
 
 
 @dataclass(frozen=True)
+class PullResult:
+    """What one host gave back: files copied and skipped (already there), bytes, and every
+    problem in words (no match, unreadable, unreachable); ``ok`` when there was none."""
+
+    host: Host
+    local_dir: Path
+    files: int = 0
+    skipped: int = 0
+    bytes: int = 0
+    errors: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass(frozen=True)
+class TpuLogs:
+    """What one failing host gave back: the folder, its files, those cut, or why none."""
+
+    host: Host
+    folder: Path
+    files: int = 0
+    cut: int = 0
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class RunResult:
     """Every host's result plus what the run as a whole saw."""
 
@@ -117,6 +146,10 @@ class RunResult:
     interrupted: bool = False
     timed_out: bool = False
     staging: Staging | None = None  # None when this run staged nothing (a sweep's later runs)
+    # the work after the run (multihost.core.postrun):
+    traces: tuple[Mapping[str, Any], ...] = ()  # each trace's summary (traces/*/summary.json)
+    tpu_logs: tuple[TpuLogs, ...] = ()  # a failed run: its failing TPU hosts' runtime logs
+    pulled: tuple[PullResult, ...] = ()  # pull=: what each host gave back, in host order
 
     @property
     def failed(self) -> tuple[HostResult, ...]:

@@ -52,6 +52,8 @@ class RunOptions:
     on_hang: str = "stop"  # "stop" the run (exit 1) or only "report" and go on
     trace: float | None = None  # seconds of jax.profiler trace once every host steps
     trace_after: float | None = DEFAULTS.trace_after  # None: once every first step ended
+    pull: tuple[str, ...] = ()  # after the run, whatever its outcome: these paths back
+    pull_to: Path | None = None  # ... into this folder (default ./multihost-pull/RUN)
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
     environment: EnvRequest | None = None  # issue 27: the locked env on every host

@@ -53,6 +53,24 @@ def test_staging_and_pull_progress_on_a_terminal(workdir: Path) -> None:
     assert got.read_bytes() == (workdir / "code" / "blob.bin").read_bytes()
 
 
+def test_run_pull_progress_on_a_terminal(workdir: Path) -> None:
+    """``run --pull``: the pull is the run's last step, drawn above its status line, then the
+    same lines as ``multihost pull`` after the summary."""
+    args = ["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs", "--run-name",
+            "rp", "--pull", "blob.bin", "--cmd", "echo ran"]  # fmt: skip
+    child = spawn(args, workdir / "home", workdir)
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    assert "pulling" in raw
+    shown = screen(raw)
+    assert not any("pulling" in row for row in shown), shown  # gone once pulled
+    assert "pulled 2 file(s), 8.0 MiB from 2 of 2 host(s) into multihost-pull/rp" in shown
+    got = workdir / "multihost-pull" / "rp" / "slice_0000_worker_0000" / "blob.bin"
+    assert got.read_bytes() == (workdir / "code" / "blob.bin").read_bytes()
+
+
 def test_no_progress_when_not_a_terminal(workdir: Path) -> None:
     res = cli(["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs",
                "--run-name", "big", "--cmd", "echo ran"], cwd=workdir,

@@ -6,12 +6,11 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
 
-from multihost import fleetops, runs
+from multihost import fleetops
 from multihost.bridge import blocking
 from multihost.bundled import payload_command, payloads_dir
 from multihost.cli import report
@@ -19,18 +18,20 @@ from multihost.cli.wiring import (
     Display,
     execute_run,
     finish,
+    note,
     plan_args,
+    progress,
     raise_nofile_limit,
-    reach_args,
+    warn,
 )
 from multihost.core import Run
-from multihost.defaults import DEFAULTS as D
+from multihost.core.postrun import pull_dest
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_host
-from multihost.planner import device_glob
-from multihost.result import HostResult, size
+from multihost.planner import Reach, device_glob, reach
+from multihost.result import RunResult, size
 from multihost.runstate import RunOptions
 from multihost.sources.tpu import fleet_rows
 from multihost.stage import pack
@@ -50,15 +51,6 @@ def _run(args: argparse.Namespace, err: Console) -> int:
     fleet, job, options = run.fleet, run.job, run.options
     if args.dry_run:
         return dry_run(fleet, job, options)
-    if args.pull and args.detach:
-        raise UsageError("--pull copies files back after the run ends; with --detach it does "
-                         "not end here (use multihost pull RUN PATH later)")  # fmt: skip
-    patterns: tuple[str, ...] = ()
-    if args.pull:  # checked, and made, before anything starts (imported only then)
-        from multihost.copyback import check_dest, check_patterns, default_dest
-
-        patterns = check_patterns(args.pull)
-        check_dest(args.pull_to if args.pull_to is not None else default_dest(job.run_name))
     raise_nofile_limit()
     display = Display(fleet, job.run_name, args.stream, err)
     result = execute_run(Run(fleet, job, options, display), display)
@@ -71,33 +63,28 @@ def _run(args: argparse.Namespace, err: Console) -> int:
         err.print(report.summary_table(result, all_hosts=False))
         return 1
     code = finish(result, err, len(fleet))
-    if options.trace and result.log_dir is not None:
-        from multihost.cli.trace import show_saved
-
-        show_saved(result.log_dir, err)
-    if not result.ok and result.log_dir is not None:
-        tpu_logs(result.hosts, options, result.log_dir, err)
-    if patterns:
-        from multihost.cli.pull import pull_and_report
-        from multihost.copyback import default_dest
-
-        _, record = runs.find_run(options.log_dir, job.run_name)
-        dest = args.pull_to if args.pull_to is not None else default_dest(job.run_name)
-        pulled = pull_and_report(record, patterns, dest, options.ssh, D.pull_limit, err)
-        code = code or pulled
-    return code
+    pulled = after_run(result, options, err)
+    return code or pulled
 
 
-def tpu_logs(hosts: Sequence[HostResult], options: RunOptions, run_dir: Path, err: Console) -> None:
-    """Issue 26: the failing TPU hosts' runtime logs, next to their host logs, said where."""
-    from multihost.bridge import blocking
-    from multihost.diagnose.tpu_logs import failing, fetch_tpu_logs, summary
+def after_run(result: RunResult, options: RunOptions, err: Console) -> int:
+    """What the work after the run brought back (``multihost.core.postrun``), said: the
+    traces' tables, where the TPU logs are, what each host's pull gave; 1 if a pull failed."""
+    from multihost.cli.trace import show
 
-    if not (which := failing(hosts)):
-        return
-    got = blocking(lambda: fetch_tpu_logs(which, options.ssh, run_dir, limit=D.pull_limit))
-    for line in summary(got, run_dir):
-        err.print(line, style="dim", markup=False, highlight=False)
+    for data in result.traces:
+        show(dict(data), err)
+    if result.tpu_logs and result.log_dir is not None:
+        from multihost.diagnose.tpu_logs import summary
+
+        for line in summary(result.tpu_logs, result.log_dir):
+            err.print(line, style="dim", markup=False, highlight=False)
+    if not options.pull:
+        return 0
+    dest = pull_dest(options, result.run_name)
+    for line in report.pull_lines(result.pulled, dest, all_hosts=len(result.pulled) <= 32):
+        print(line)
+    return 0 if all(r.ok for r in result.pulled) else 1
 
 
 def with_payload(args: argparse.Namespace) -> dict[str, object]:
@@ -131,6 +118,15 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
         print("# run on the host (its values assigned first, each quoted):")
         print(plan.launch)
     return 0
+
+
+def reach_args(args: argparse.Namespace, err: Console, *, add_key: bool = False) -> Reach:
+    """The fleet the flags name and how to reach it, the source's warnings said; ``add_key``:
+    a command that logs in (``hosts --check``) makes sure a --prefix fleet takes the key."""
+    found = reach({**vars(args), "progress": progress(err), "add_key": add_key})
+    warn(err, found.warnings)
+    note(err, found.notes)
+    return found
 
 
 def cmd_hosts(args: argparse.Namespace, err: Console) -> int:

@@ -14,18 +14,20 @@ from multihost import runs
 from multihost.bridge import blocking
 from multihost.cli import report
 from multihost.cli.progress import TransferView
-from multihost.cli.wiring import chosen_hosts, log_dir_of, record_options
-from multihost.copyback import PullResult, check_dest, check_patterns, default_dest, pull_run
+from multihost.cli.wiring import chosen_hosts, record_options
+from multihost.copyback import check_dest, check_patterns, default_dest, pull_run
+from multihost.planner import log_dir
 from multihost.record import RunRecord
+from multihost.result import PullResult
 from multihost.runstate import Event, Transfer
 from multihost.transport import SSHOptions
 
 
 def cmd_pull(args: argparse.Namespace, err: Console) -> int:
     patterns = check_patterns(args.paths)
-    _, record = runs.find_run(log_dir_of(args), args.run)
-    record = chosen_hosts(args, record)
-    options = record_options(args, record)
+    _, record = runs.find_run(log_dir(args.log_dir), args.run)
+    record = chosen_hosts(record, args.workers, args.exclude_workers)
+    options = record_options(record, args.log_dir, args.ssh_config)
     dest = check_dest(args.to if args.to is not None else default_dest(args.run))
     return pull_and_report(record, patterns, dest, options.ssh, args.limit, err, json_out=args.json)
 

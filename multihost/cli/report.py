@@ -13,11 +13,10 @@ from rich.text import Text
 
 from multihost.cli.terminal import safe_text
 from multihost.model import Host, State
-from multihost.result import COLUMNS, HostResult, RunResult, Staging, host_row, size
+from multihost.result import COLUMNS, HostResult, PullResult, RunResult, Staging, host_row, size
 from multihost.result import verdict as run_verdict
 
 if TYPE_CHECKING:
-    from multihost.copyback import PullResult
     from multihost.fleetops.envs import EnvStore
     from multihost.record import HostRecord, RunRecord
     from multihost.runs import HostStatus

@@ -20,7 +20,6 @@ from multihost.cli.wiring import (
     execute_run,
     finish,
     kill_line,
-    log_dir_of,
     raise_nofile_limit,
     record_options,
 )
@@ -29,21 +28,24 @@ from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.gather import gather, host_ranges, read_tail, render
 from multihost.model import Host, State
+from multihost.planner import log_dir
 from multihost.stream import MAX_LINE
 
 
 def cmd_attach(args: argparse.Namespace, err: Console) -> int:
     """Follow a run again. A run outlives its runner: Ctrl-C (SIGTERM, SIGHUP) detaches and
     leaves it running, unless ``--stop-on-interrupt``."""
-    _, record = runs.find_run(log_dir_of(args), args.run)
-    options = record_options(args, record, reconnect_timeout=args.reconnect_timeout)
+    _, record = runs.find_run(log_dir(args.log_dir), args.run)
+    options = record_options(
+        record, args.log_dir, args.ssh_config, reconnect_timeout=args.reconnect_timeout
+    )
     raise_nofile_limit()
     fleet = record.fleet
     display = Display(fleet, args.run, args.stream, err)
     attach = Attach(record, options, display)
     if args.stop_on_interrupt:
         return finish(execute_run(attach, display), err, len(fleet))
-    what = f"detached; the run goes on (stop it with: {kill_line(args.run, log_dir_of(args))})"
+    what = f"detached; the run goes on (stop it with: {kill_line(args.run, log_dir(args.log_dir))})"
     try:
         result = execute_run(attach, display, what=what, detach=True)
     except Detached:
@@ -54,7 +56,7 @@ def cmd_attach(args: argparse.Namespace, err: Console) -> int:
 def cmd_kill(args: argparse.Namespace, err: Console) -> int:
     """Stop a run on every host; one its record shows ended everywhere is left alone and said
     so (a host that was lost may still run its job: then every host is asked)."""
-    _, record = runs.find_run(log_dir_of(args), args.run)
+    _, record = runs.find_run(log_dir(args.log_dir), args.run)
     if all(h.state in _ENDED for h in record.hosts):
         err.print(
             f"multihost: run {args.run} had already ended ({record.state}): nothing to stop",
@@ -62,8 +64,10 @@ def cmd_kill(args: argparse.Namespace, err: Console) -> int:
             highlight=False,
         )
         return 0
-    options = record_options(args, record, grace=args.grace, reconnect_timeout=0.0)
-    fleet = chosen_hosts(args, record).fleet
+    options = record_options(
+        record, args.log_dir, args.ssh_config, grace=args.grace, reconnect_timeout=0.0
+    )
+    fleet = chosen_hosts(record, args.workers, args.exclude_workers).fleet
     display = Display(fleet, args.run, "none", err)
     only = {h.process_id for h in fleet}
     result = execute_run(Stop(record, options, display, signal=args.signal, only=only), display)
@@ -78,18 +82,18 @@ _ENDED = frozenset(
 
 
 def cmd_status(args: argparse.Namespace, err: Console) -> int:
-    run_dir, record = runs.find_run(log_dir_of(args), args.run)
+    run_dir, record = runs.find_run(log_dir(args.log_dir), args.run)
     rows: list[dict[str, object]] = []
     asked = args.refresh or record.state == "running"
     if asked:
-        options = record_options(args, record)
-        some = chosen_hosts(args, record)
+        options = record_options(record, args.log_dir, args.ssh_config)
+        some = chosen_hosts(record, args.workers, args.exclude_workers)
         statuses = blocking(lambda: runs.host_statuses(some, options.ssh))
         runs.mark_states(run_dir, record, statuses)  # the whole record, the asked hosts' news
         for o in statuses:
             rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
     else:
-        for h in chosen_hosts(args, record).hosts:
+        for h in chosen_hosts(record, args.workers, args.exclude_workers).hosts:
             rows.append(report.record_row(h))
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
@@ -102,7 +106,7 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_ls(args: argparse.Namespace, err: Console) -> int:
-    found, unreadable = runs.scan_runs(log_dir_of(args))
+    found, unreadable = runs.scan_runs(log_dir(args.log_dir))
     rows = [report.ls_row(name, record) for name, record in found]
     if args.json:
         rows += [{"run": name, "state": "unreadable", "error": why} for name, why in unreadable]
@@ -111,7 +115,7 @@ def cmd_ls(args: argparse.Namespace, err: Console) -> int:
         out = Console(highlight=False)
         out.print(report.fleet_table(rows, width=out.width))
     elif not unreadable:
-        err.print(f"no runs in {log_dir_of(args)}", markup=False)
+        err.print(f"no runs in {log_dir(args.log_dir)}", markup=False)
     if not args.json:
         for name, why in unreadable:
             err.print(f"{name}: unreadable run record ({why})", markup=False, highlight=False)
@@ -127,11 +131,11 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         raise UsageError("--gather compares every host's log: it takes no --host or --all")
     if args.json and not args.gather:
         raise UsageError("--json goes with --gather")
-    run_dir, record = runs.find_run(log_dir_of(args), args.run)
+    run_dir, record = runs.find_run(log_dir(args.log_dir), args.run)
     if args.host and some:
         raise UsageError("--host prints one host's log: it takes no --workers (use --all)")
-    whole, record = record, chosen_hosts(args, record)
-    options = record_options(args, record)
+    whole, record = record, chosen_hosts(record, args.workers, args.exclude_workers)
+    options = record_options(record, args.log_dir, args.ssh_config)
     pattern = _pattern(args.grep)
     if args.follow:
         display = Display(record.fleet, args.run, "all", err)
@@ -139,7 +143,7 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         follow = Attach(whole, replace(options, fail_fast=False), display, observe=True, only=only)
         what = (
             "stopped following; the run goes on (stop it with: "
-            f"{kill_line(args.run, log_dir_of(args))})"
+            f"{kill_line(args.run, log_dir(args.log_dir))})"
         )
         result = execute_run(follow, display, what=what)
         return 0 if not result.interrupted else 130
@@ -216,7 +220,7 @@ def _read_lines(path: Path) -> list[str]:
 
 def cmd_clean(args: argparse.Namespace, err: Console) -> int:
     age = runs.parse_age(args.older_than)
-    said = blocking(lambda: runs.clean(log_dir_of(args), age, None, dry_run=args.dry_run))
-    for line in said or [f"nothing older than {args.older_than} in {log_dir_of(args)}"]:
+    said = blocking(lambda: runs.clean(log_dir(args.log_dir), age, None, dry_run=args.dry_run))
+    for line in said or [f"nothing older than {args.older_than} in {log_dir(args.log_dir)}"]:
         print(line)
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -13,9 +12,10 @@ from rich.text import Text
 
 from multihost import runs
 from multihost.bridge import blocking
-from multihost.cli.wiring import log_dir_of, record_options
+from multihost.cli.wiring import record_options
 from multihost.diagnose.capture import Capture, capture, summary
 from multihost.errors import UsageError
+from multihost.planner import log_dir
 
 OPEN_HINT = (
     "open with: xprof --logdir {folder} (pip install xprof), tensorboard --logdir {folder} "
@@ -78,22 +78,11 @@ def report(result: Capture, as_json: bool, err: Console) -> int:
     return 1 if any(not h["ok"] for h in data["hosts"]) else 0
 
 
-def show_saved(log_dir: Path, err: Console) -> None:
-    """After ``run --trace``: the tables of the run's captures (their ``summary.json``)."""
-    for path in sorted((log_dir / "traces").glob("*/summary.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            err.print(f"trace: {path} is unreadable: {e}", markup=False, highlight=False)
-            continue
-        show(data, err)
-
-
 def cmd_trace(args: argparse.Namespace, err: Console) -> int:
-    run_dir, record = runs.find_run(log_dir_of(args), args.run)
+    run_dir, record = runs.find_run(log_dir(args.log_dir), args.run)
     if record.state != "running":
         raise UsageError(f"run {args.run} is {record.state}: there is nothing to trace")
-    options = record_options(args, record)
+    options = record_options(record, args.log_dir, args.ssh_config)
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
     err.print(f"tracing {len(record.hosts)} host(s) for {args.seconds:g} s…", style="dim",
               markup=False, highlight=False)  # fmt: skip

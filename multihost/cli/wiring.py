@@ -3,7 +3,6 @@ signals' policy, the summary and exit code."""
 
 from __future__ import annotations
 
-import argparse
 import resource
 import shlex
 import signal
@@ -23,7 +22,7 @@ from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
 from multihost.core import Attach, Run
 from multihost.model import Fleet, Host, State
-from multihost.planner import Plan, Reach, log_dir, plan, reach, ssh_config
+from multihost.planner import Plan, log_dir, plan, ssh_config
 from multihost.record import RunRecord
 from multihost.result import RESULT_MARKER, RunResult, payload_lines
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
@@ -35,33 +34,24 @@ RESULT_LINE = RESULT_MARKER + " "
 
 def plan_args(settings: Mapping[str, Any], err: Console) -> Plan:
     """The run the flags ask for (``multihost.planner``), the source's warnings said."""
-    found = plan({**settings, "progress": _progress(err)})
-    _warn(err, found.warnings)
-    _note(err, found.notes)
+    found = plan({**settings, "progress": progress(err)})
+    warn(err, found.warnings)
+    note(err, found.notes)
     return found
 
 
-def reach_args(args: argparse.Namespace, err: Console, *, add_key: bool = False) -> Reach:
-    """The fleet the flags name and how to reach it, the source's warnings said; ``add_key``:
-    a command that logs in (``hosts --check``) makes sure a --prefix fleet takes the key."""
-    found = reach({**vars(args), "progress": _progress(err), "add_key": add_key})
-    _warn(err, found.warnings)
-    _note(err, found.notes)
-    return found
-
-
-def _progress(err: Console) -> Callable[[str], None]:
+def progress(err: Console) -> Callable[[str], None]:
     """Where a --wait says how it goes."""
     return lambda text: err.print(f"multihost: {text}", style="dim", markup=False,
                                   highlight=False)  # fmt: skip
 
 
-def _note(err: Console, notes: tuple[str, ...]) -> None:
+def note(err: Console, notes: tuple[str, ...]) -> None:
     for note in notes:
         err.print(f"multihost: {note}", markup=False, highlight=False)
 
 
-def _warn(err: Console, warnings: tuple[str, ...]) -> None:
+def warn(err: Console, warnings: tuple[str, ...]) -> None:
     for warning in warnings:
         err.print(f"multihost: warning: {warning}", style="yellow", markup=False)
 
@@ -90,6 +80,7 @@ class Display:
         self._prefixes: dict[int, str] = {}  # process id -> its rendered prefix (a terminal)
         self.tty = self.out.is_terminal
         self.staging = TransferView("staging code", len(fleet))  # drawn only while live
+        self.pulling = TransferView("pulling", len(fleet), per_host=True)  # after the run: pull=
         self._drawn = 0.0  # when a transfer last asked for a redraw
 
     @property
@@ -110,7 +101,7 @@ class Display:
             if self.live is not None:
                 self.live.refresh()
         elif isinstance(event, Transfer):
-            self.staging.update(event)
+            (self.pulling if event.what == "pull" else self.staging).update(event)
             now = time.monotonic()
             if self.live is not None and (now - self._drawn >= 0.1 or event.finished):
                 self._drawn = now
@@ -159,6 +150,8 @@ class Display:
             if self.states[pid] is State.RUNNING and now - t >= SILENT_AFTER
         }  # fmt: skip
         line = report.status_line(self.run_name, self.states, now - self.started, silent)
+        if self.pulling.started:
+            return Group(self.pulling.renderable(), line)
         if self.staging.started and State.STAGING in self.states.values():
             return Group(self.staging.renderable(), line)
         return line
@@ -238,28 +231,21 @@ def signals(
     )  # fmt: skip
 
 
-def record_options(args: argparse.Namespace, record: RunRecord, **kw: object) -> RunOptions:
-    opts = runs.options_from_record(record, log_dir(args.log_dir), **kw)
-    if args.ssh_config is not None:
-        opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(args.ssh_config)))
+def record_options(
+    record: RunRecord, logs: str | Path | None, config: str | Path | None, **kw: object
+) -> RunOptions:
+    """A recorded run's options: its log dir (``--log-dir``), ``--ssh-config`` over its own."""
+    opts = runs.options_from_record(record, log_dir(logs), **kw)
+    if config is not None:
+        opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(config)))
     return opts
 
 
-def chosen_hosts(args: argparse.Namespace, record: RunRecord) -> RunRecord:
-    """The run's record with only the hosts ``--workers``/``--exclude-workers`` name (for
-    what a command does on them; write back the whole record, never this one)."""
-    fleet, subset = workers.select(
-        record.fleet,
-        getattr(args, "workers", None),
-        getattr(args, "exclude_workers", None),
-        whose=f"run {record.run_name}",
-    )
+def chosen_hosts(record: RunRecord, only: str | None, exclude: str | None) -> RunRecord:
+    """The run's record with only the hosts ``--workers`` (``only``) and ``--exclude-workers``
+    name (for what a command does on them; write back the whole record, never this one)."""
+    fleet, subset = workers.select(record.fleet, only, exclude, whose=f"run {record.run_name}")
     if not subset:
         return record
     pids = {h.process_id for h in fleet}
     return replace(record, hosts=tuple(h for h in record.hosts if h.host.process_id in pids))
-
-
-def log_dir_of(args: argparse.Namespace) -> Path:
-    """The local log dir: --log-dir, $MULTIHOST_LOG_DIR or ~/multihost-logs."""
-    return log_dir(args.log_dir)

@@ -6,7 +6,8 @@ the caller's handler (``on_event``).
 - :mod:`.prepare` — connect, port check, stage, stale check, claim, extra ``HostStep``\\ s.
 - :mod:`.start` — each host's launch: gated (all start together) or detached.
 - :mod:`.watch` — one worker per launched host to its exit, the hang watchdog, the police.
-- :mod:`.run` — ``Run``: a new run (prepare → start → watch).
+- :mod:`.run` — ``Run``: a new run (prepare → start → watch → the work after it).
+- :mod:`.postrun` — the work after a run (traces read, TPU logs, ``pull=``), on its result.
 - :mod:`.attach` — ``Attach`` / ``Stop``: an existing run from its record (watch, or stop).
 """
 

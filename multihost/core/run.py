@@ -7,8 +7,10 @@ import contextlib
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from multihost.core.postrun import after_run, check_pull
 from multihost.core.prepare import HostStep, Prepare, host_steps
 from multihost.core.start import start_all
 from multihost.core.supervisor import Supervisor
@@ -42,6 +44,7 @@ class Run:
         self.sup = Supervisor(fleet, job, options, on_event)
         self._staged = staged
         self._steps = host_steps(options) if steps is None else tuple(steps)
+        self._after: asyncio.Task[RunResult] | None = None  # the work after the run, under way
         for pid, conn in (connections or {}).items():
             self.sup.slots[pid].conn = conn
             self.sup.shared.add(pid)
@@ -62,17 +65,22 @@ class Run:
         return self.sup.env_failure
 
     def interrupt(self) -> None:
-        """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130."""
+        """Ask the run to stop everywhere (Ctrl-C, SIGTERM): it then ends with exit 130; the
+        work after the run (``multihost.core.postrun``), when under way, ends where it is."""
         self.sup.interrupt()
+        if self._after is not None:
+            self._after.cancel()
 
     def request_stacks(self) -> None:
         """Take every host's stacks now and report them."""
         self.sup.request_stacks()
 
     async def execute(self) -> RunResult:
-        """Run the whole pipeline; never raises for a single host's failure."""
+        """Run the whole pipeline, then the work after it (``multihost.core.postrun``: traces,
+        a failed run's TPU logs, ``pull=``); never raises for a single host's failure."""
         sup = self.sup
         started = time.monotonic()
+        check_pull(sup.options, sup.job.run_name)
         archive = self._staged
         if archive is None:
             archive = await asyncio.to_thread(pack, sup.options.script_dir, sup.options.excludes)
@@ -82,7 +90,7 @@ class Run:
         made = [p for p in (sup.log_dir, *sup.log_dir.parents) if not p.exists()]
         private_dir(sup.log_dir)
         try:
-            return await self._execute(started, archive)
+            result = await self._execute(started, archive)
         except PortBusy as exc:  # nothing started on any host: leave nothing here either
             if made:
                 shutil.rmtree(sup.log_dir, ignore_errors=True)
@@ -94,6 +102,22 @@ class Run:
                 f"coordinator port {port} is busy on host 0 ({h.name}, {h.target}): "
                 f"{exc.message}; pick another with --coordinator-port"
             ) from None
+        if sup.options.detach:
+            return result
+        return await self._after_run(result)
+
+    async def _after_run(self, result: RunResult) -> RunResult:
+        """The work after the run; an interrupt ends it with what it had."""
+        self._after = asyncio.create_task(after_run(result, self.sup.options, self.sup.emit))
+        try:
+            return await self._after
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return replace(result, interrupted=True)
+        finally:
+            self._after = None
 
     async def _execute(self, started: float, archive: Archive) -> RunResult:
         sup = self.sup

@@ -8,14 +8,13 @@ import io
 import os
 import tarfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from multihost import remote
 from multihost.errors import HostError, RemoteError
 from multihost.fanout import map_hosts
 from multihost.model import Host, State
-from multihost.result import HostResult
+from multihost.result import HostResult, TpuLogs
 from multihost.transport import SSHOptions, connect
 
 REMOTE_DIR = "/tmp/tpu_logs"  # libtpu's default log dir on a TPU VM
@@ -24,17 +23,6 @@ FILES = 8  # the newest files of each host
 FILE_BYTES = 1 << 20  # the last bytes of each
 
 FAILING = (State.FAILED, State.VANISHED, State.LOST)
-
-
-@dataclass(frozen=True)
-class TpuLogs:
-    """What one failing host gave back: the folder, its files, those cut, or why none."""
-
-    host: Host
-    folder: Path
-    files: int = 0
-    cut: int = 0
-    problem: str | None = None
 
 
 def collect_command(directory: str, files: int = FILES, file_bytes: int = FILE_BYTES) -> str:

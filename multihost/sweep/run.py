@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 
 from multihost.core import Run
 from multihost.core.prepare import Prepare
@@ -202,6 +203,8 @@ class Sweep:
             coordinator_port=self.base.coordinator_port + index,  # groups may share a machine
         )
         options = replace(self.options, timeout=self.spec.point_timeout, fail_fast=True)
+        if options.pull_to is not None:  # pull=: each point's files in a folder of their own
+            options = replace(options, pull_to=options.pull_to / PurePath(job.run_name).name)
         conns = {h.process_id: self._conns[_key(h)] for h in group}
         run = Run(group, job, options, self._on_event, connections=conns, staged=archive)
         self._runs.add(run)
