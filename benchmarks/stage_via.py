@@ -129,7 +129,7 @@ def verdict(rows: dict[str, list[Trial]]) -> str:
     ratio = statistics.median(t.sent for t in peer) / peer[0].archive
     wall = statistics.median(t.wall for t in peer) / statistics.median(t.wall for t in direct)
     return (
-        f"Goal (#14): bytes out ≤ 1.5× the archive — peer {ratio:.2f}×: "
+        f"Goal: bytes out ≤ 1.5× the archive — peer {ratio:.2f}×: "
         f"{'met' if ratio <= 1.5 else 'NOT met'}; wall no worse than direct — peer "
         f"{wall:.2f}× direct's: {'met' if wall <= 1.0 else 'NOT met'}."
     )

@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace, err: Console) -> int:
 
 
 def tpu_logs(hosts: Sequence[HostResult], options: RunOptions, run_dir: Path, err: Console) -> None:
-    """Issue 26: the failing TPU hosts' runtime logs, next to their host logs, said where."""
+    """The failing TPU hosts' runtime logs, next to their host logs, said where."""
     from multihost.bridge import blocking
     from multihost.diagnose.tpu_logs import failing, fetch_tpu_logs, summary
 
