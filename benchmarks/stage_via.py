@@ -124,7 +124,7 @@ def table(rows: dict[str, list[Trial]], n: int, mb: int) -> str:
 
 
 def verdict(rows: dict[str, list[Trial]]) -> str:
-    """The issue's goal: bytes out ≤ 1.5× the archive, and wall no worse than direct."""
+    """The goal: bytes out ≤ 1.5× the archive, and wall no worse than direct."""
     peer, direct = rows["peer"], rows["direct"]
     ratio = statistics.median(t.sent for t in peer) / peer[0].archive
     wall = statistics.median(t.wall for t in peer) / statistics.median(t.wall for t in direct)
