@@ -1,4 +1,4 @@
-"""Issue 27: one locked environment on every host vs what people do today.
+"""One locked environment on every host vs what people do today.
 
 Same local index (tests/pyindex.py on 127.0.0.1: 12 small wheels and one of 20 MiB), same
 fleet, one after the other, for each host count:
@@ -262,7 +262,7 @@ def table(rows: list[Row], notes: str) -> str:
     begin, end = markers("envsync")
     return "\n".join([
         begin,
-        "## One environment on every host (issue 27): `benchmarks/envsync.py`",
+        "## One environment on every host: `benchmarks/envsync.py`",
         "",
         "13 wheels (12 small, one of 20 MiB) on a local index (127.0.0.1); the real sshd "
         "fleet on loopback (2 cores, shared by every host and by other work). Wall: the whole "

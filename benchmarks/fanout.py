@@ -18,7 +18,7 @@ directly. Methods:
 Methods are interleaved within each trial (A B C, A B C, …) so that load changes on the shared
 machine hit them alike. Usage: ``python benchmarks/fanout.py [--sizes 16,64,256] [--repeat 3]``
 (``--sizes 16,48,64,256,512 --large-repeat 1``: the 48- and 64-host bars and 512 hosts).
-The code dir is ``--code-kib`` KiB (default 200, incompressible, like issue 29's); every
+The code dir is ``--code-kib`` KiB (default 200, incompressible, a small project's); every
 checkout measured is byte-compiled first, as an installed package is (an interpreter run with
 PYTHONDONTWRITEBYTECODE would otherwise compile multihost from source in every trial, while
 parallel-ssh and asyncssh load theirs compiled). After every trial the fleet users' processes
@@ -57,10 +57,10 @@ from benchmarks.results import markers, write_section  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 
 TRIAL_TIMEOUT = 300.0
-TARGET_N = 256  # issue 29: the start skew target's size
+TARGET_N = 256  # the start skew target's size
 TARGET_SKEW = 1.0  # s, last host start minus first, at 256
-# Launch bars kept from earlier issues: (N, wall / MaxText-arch at most, runner CPU ms/host at
-# most or None): #2's bar at 64 hosts and the 48-host bar.
+# Launch bars kept from earlier rounds: (N, wall / MaxText-arch at most, runner CPU ms/host at
+# most or None): the 64-host bar (a third of MaxText-arch's wall) and the 48-host bar.
 BARS = ((48, 0.5, None), (64, 1 / 3, 15.0))
 
 
@@ -441,9 +441,9 @@ def _met(ok: bool) -> str:
 
 
 def verdict(rows: Sequence[Row]) -> str:
-    """Against issue 29's targets: at every size wall and runner CPU per host ≤ parallel-ssh's;
+    """Against the launch targets: at every size wall and runner CPU per host ≤ parallel-ssh's;
     start skew ≤ 1 s at 256 hosts; larger sizes end to end with nothing left; and the launch
-    bars kept from earlier issues (``BARS``)."""
+    bars kept from earlier rounds (``BARS``)."""
     out = []
     for n in sorted({r.n for r in rows}):
         mh, ps = _row(rows, n, "multihost"), _row(rows, n, "parallel-ssh")

@@ -124,12 +124,12 @@ def table(rows: dict[str, list[Trial]], n: int, mb: int) -> str:
 
 
 def verdict(rows: dict[str, list[Trial]]) -> str:
-    """The issue's goal: bytes out ≤ 1.5× the archive, and wall no worse than direct."""
+    """The goal: bytes out ≤ 1.5× the archive, and wall no worse than direct."""
     peer, direct = rows["peer"], rows["direct"]
     ratio = statistics.median(t.sent for t in peer) / peer[0].archive
     wall = statistics.median(t.wall for t in peer) / statistics.median(t.wall for t in direct)
     return (
-        f"Goal (#14): bytes out ≤ 1.5× the archive — peer {ratio:.2f}×: "
+        f"Goal: bytes out ≤ 1.5× the archive — peer {ratio:.2f}×: "
         f"{'met' if ratio <= 1.5 else 'NOT met'}; wall no worse than direct — peer "
         f"{wall:.2f}× direct's: {'met' if wall <= 1.0 else 'NOT met'}."
     )

@@ -365,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "",
         *flood_rows,
         "",
-        "Goal (#14 goal 5, ≤ 5 µs of runner CPU per echoed line): " + "; ".join(verdicts) + ".",
+        "Goal (≤ 5 µs of runner CPU per echoed line): " + "; ".join(verdicts) + ".",
         end,
     ])  # fmt: skip
     print(text)

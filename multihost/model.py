@@ -62,7 +62,7 @@ class Host:
     local: bool = False
     accelerator_type: str | None = None
     cloud_state: str | None = None
-    # how to reach it when not directly (issue 26): a ProxyCommand (``%h``/``%p`` expanded by
+    # how to reach it when not directly (IAP): a ProxyCommand (``%h``/``%p`` expanded by
     # the transport), and what to suggest when its address cannot be reached
     proxy_command: tuple[str, ...] | None = None
     reach_hint: str | None = None

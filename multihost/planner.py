@@ -80,7 +80,7 @@ class Settings:
     fail_fast: bool = True
     detach: bool = False
     record_env: bool = False
-    secret: Sequence[str] = ()  # KEY=NAME (run only; issue 28)
+    secret: Sequence[str] = ()  # KEY=NAME (run only; values read here, in memory only)
     hang_timeout: float | None = None
     on_hang: str = "stop"
     trace: float | None = None
@@ -89,7 +89,7 @@ class Settings:
     kill_stale: bool | None = None
     stale: str | None = None  # "off", "warn" or "kill" (default: by kill_stale and the fleet)
     device_glob: str | None = None
-    # the locked environment (issue 27, multihost.envsync)
+    # the locked environment (multihost.envsync)
     no_sync: bool = False
     extra: Sequence[str] = ()
     all_extras: bool = False
@@ -99,7 +99,7 @@ class Settings:
     requirements: str | Path | None = None  # a fully pinned requirements file (no uv.lock)
     host_uv: str = D.host_uv  # a builder without uv: the runner's when it fits, or fetched
     lock_dir: str | Path | None = None  # call: the project its staged uv.lock was copied from
-    no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile (#26)
+    no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile
     add_key: bool = False  # first contact wanted: a run, a sweep, `hosts --check` (not a flag)
     dry_run: bool = False  # a plan only, to print: no first contact, no host asked anything
 
@@ -210,7 +210,7 @@ def _key_wait() -> float:
     return float(os.environ.get("MULTIHOST_KEY_WAIT", D.key_wait))
 
 
-# -- --wait (issue 26): slices READY, then hosts answering -----------------------------------
+# -- --wait: slices READY, then hosts answering ----------------------------------------------
 def _poll() -> float:
     """Seconds between gcloud polls (each call costs ~1 s of CPU); tests shorten it."""
     return float(os.environ.get("MULTIHOST_WAIT_POLL", D.wait_poll))

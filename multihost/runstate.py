@@ -56,9 +56,9 @@ class RunOptions:
     pull_to: Path | None = None  # ... into this folder (default ./multihost-pull/RUN)
     stale: str = "off"  # "warn": report accelerator holders before launching; "kill": stop them
     device_glob: str | None = None
-    environment: EnvRequest | None = None  # issue 27: the locked env on every host
+    environment: EnvRequest | None = None  # the locked env on every host (uv.lock)
     host_uv: str = DEFAULTS.host_uv  # a builder without uv: "auto" or "fetch" (envsync.uvbin)
-    setup: str | None = None  # issue 27: --setup CMD on every host before the gate
+    setup: str | None = None  # --setup CMD on every host before the gate
 
 
 @dataclass(frozen=True)

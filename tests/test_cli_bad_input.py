@@ -157,7 +157,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ("run-down-no-prefix", ["run", "--local", "2", "--down", "--cmd", "true"], 2,
      "multihost: error: --up and --down need --prefix NAME"),
     ("unknown-command", ["frobnicate"], 2, "multihost: error: argument command: invalid choice"),
-    # -- found by trying malformed invocations (truth, round three) --------------------------
+    # -- found by trying malformed invocations -----------------------------------------------
     ("run-local-huge", ["run", "--local", "100000000", "--cmd", "true"], 2,
      "multihost: error: argument --local: at most 1024 workers on this machine"),
     ("run-local-huge-dry", ["run", "--local", "100000", "--dry-run", "--cmd", "true"], 2,

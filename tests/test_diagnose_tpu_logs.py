@@ -1,4 +1,4 @@
-"""Issue 26: the failing TPU hosts' runtime logs come back (pure: the script and the unpacking)."""
+"""The failing TPU hosts' runtime logs come back (pure: the script and the unpacking)."""
 
 from __future__ import annotations
 

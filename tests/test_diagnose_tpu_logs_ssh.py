@@ -1,4 +1,4 @@
-"""Issue 26: a failed TPU run brings the failing hosts' TPU runtime logs back (real gcloud
+"""A failed TPU run brings the failing hosts' TPU runtime logs back (real gcloud
 against the stand-in, the real fleet; each host's ``~/tpu_logs`` stands for /tmp/tpu_logs)."""
 
 from __future__ import annotations

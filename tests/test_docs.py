@@ -84,12 +84,35 @@ def test_every_page_is_in_the_nav() -> None:
     assert not missing, f"not in mkdocs.yml's nav: {missing}"
 
 
+# A ticket's number: "issue N" (or "issueN", as in a section key), "#N" (not "&#N;" entities,
+# URL fragments or "#N-" ranges), "item N" and "goal N" of a ticket's list.
+TICKET = re.compile(r"\b[Ii]ssues? ?\d+|(?<![\w&/])#\d+\b(?!-)|\b[Ii]tems? \d+\b|\b[Gg]oals? \d+\b")
+
+
+def _tickets(files: list[Path]) -> list[str]:
+    return [
+        f"{p.relative_to(ROOT)}:{n}: {m.group()}"
+        for p in files
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        for m in TICKET.finditer(line)
+    ]
+
+
 def test_no_issue_numbers_in_the_docs() -> None:
-    """The docs say what and why, not which ticket ("issue 27", "#26")."""
-    ticket = re.compile(r"\b[Ii]ssues? \d+|(?<![\w&/])#\d+\b(?!-)")
+    """The docs say what and why, not which ticket asked for it (its number goes stale)."""
     pages = [ROOT / "README.md", ROOT / "mkdocs.yml"]
     pages += [p for p in (ROOT / "docs").rglob("*.md") if "notes" not in p.parts]
-    found = [
-        f"{p.relative_to(ROOT)}: {m.group()}" for p in pages for m in ticket.finditer(p.read_text())
-    ]
+    found = _tickets(pages)
+    assert not found, found
+
+
+def test_no_issue_numbers_in_the_code() -> None:
+    """Comments, docstrings and test names say what and why, not which ticket asked for it:
+    the package, the payloads, the tests, the benchmarks and their results, the CI scripts."""
+    files = [ROOT / "pyproject.toml", ROOT / "benchmarks" / "RESULTS.md"]
+    files += sorted((ROOT / "benchmarks").glob("*.py"))
+    for top in ("multihost", "payloads", "tests", ".ci"):
+        tree = sorted((ROOT / top).rglob("*"))
+        files += [p for p in tree if p.suffix in {"", ".py", ".sh", ".md"} and p.is_file()]
+    found = _tickets(files)
     assert not found, found

@@ -1,4 +1,4 @@
-"""The locked environment's pure parts (issue 27): requires-python, uv's selection flags, what
+"""The locked environment's pure parts: requires-python, uv's selection flags, what
 a code dir asks for, and the host templates run here with plain sh (no SSH)."""
 
 from __future__ import annotations
@@ -544,7 +544,7 @@ def test_cli_unpinned_requirement_exit_2(home: Path, pinned: tuple[Path, Path, I
     assert not (home / "multihost-logs").exists()
 
 
-# -- the same for sweep trials and call (item 1) -----------------------------------------------
+# -- the same for sweep trials and call --------------------------------------------------------
 def _wheel_of_installed(idx: Index, name: str) -> None:
     """A wheel of an installed pure-python package, served by ``idx`` (for call: cloudpickle)."""
     import importlib

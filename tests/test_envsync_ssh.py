@@ -1,4 +1,4 @@
-"""The locked environment on real OpenSSH hosts (issue 27): real uv against a package index
+"""The locked environment on real OpenSSH hosts: real uv against a package index
 served here on 127.0.0.1, wheels built in the test (one of 3 MB), hosts with /usr/bin/python3
 and no uv of their own (the runner's is shipped to the builder); zstd where this machine has
 it, taken from some hosts for a test by an ACL on the program (:func:`_without_zstd`)."""
@@ -378,7 +378,7 @@ def test_sweep_trials_share_one_build(
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
 
 
-# -- --setup CMD (item 11) ---------------------------------------------------------------------
+# -- --setup CMD -------------------------------------------------------------------------------
 def test_setup_runs_once_then_skips_then_reruns(
     ssh_fleet: loopback.Fleet, code: Path, tmp_path: Path
 ) -> None:
@@ -505,7 +505,7 @@ def test_requirements_cold_once_then_warm(
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
 
 
-# -- --stage-via gs://BUCKET (item 3: the bucket way) ------------------------------------------
+# -- --stage-via gs://BUCKET (the bucket way) --------------------------------------------------
 @pytest.mark.parametrize("how", ["forced", "auto"])
 def test_bucket_the_builder_uploads_once_the_others_download(
     ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -571,7 +571,7 @@ def test_bucket_the_builder_uploads_once_the_others_download(
                     shutil.rmtree(h.home / ".multihost-envjob", ignore_errors=True)
 
 
-# -- what hosts hold, and clean (item 9) -------------------------------------------------------
+# -- what hosts hold, and clean ----------------------------------------------------------------
 def _on_disk(env: Path) -> int:
     return sum(f.stat().st_size for f in env.rglob("*") if f.is_file() and not f.is_symlink())
 
@@ -636,7 +636,7 @@ def test_envs_lists_and_clean_removes_the_unused_keeps_the_running(
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
 
 
-# -- a builder without uv whose platform the runner's uv does not fit (item 4) -----------------
+# -- a builder without uv whose platform the runner's uv does not fit --------------------------
 def test_builder_fetches_uv_with_its_own_pip(
     ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path
 ) -> None:

@@ -1,4 +1,4 @@
-"""Whether the runner's uv runs on a host (issue 27, item 4): the binary's own header read,
+"""Whether the runner's uv runs on a host: the binary's own header read,
 checked against what hosts report; and when the builder fetches uv instead of being sent it."""
 
 from __future__ import annotations

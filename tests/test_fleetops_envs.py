@@ -1,4 +1,4 @@
-"""What hosts hold of the locked environments and pruning the unused (issue 27, item 9): the
+"""What hosts hold of the locked environments and pruning the unused: the
 host script run here with plain sh (no SSH), then the whole path with ``--local`` workers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``multihost job submit`` of a locked project on the stand-in (issue 27, item 8): process 0
+"""``multihost job submit`` of a locked project on the stand-in: process 0
 builds the environment once with real uv against a package index served here, the bucket caches
 the pack, the other workers and a later attempt after a preemption take it from there."""
 

@@ -1,4 +1,4 @@
-"""Issue 26: IAP tunnels and proxy commands, as command lines (pure: nothing is connected)."""
+"""IAP tunnels and proxy commands, as command lines (pure: nothing is connected)."""
 
 from __future__ import annotations
 

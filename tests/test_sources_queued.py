@@ -1,4 +1,4 @@
-"""Issue 26: a queued resource's own state, in words (pure: no gcloud)."""
+"""A queued resource's own state, in words (pure: no gcloud)."""
 
 from __future__ import annotations
 

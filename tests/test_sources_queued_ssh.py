@@ -1,4 +1,4 @@
-"""Issue 26: a queued resource not yet ACTIVE, with the real gcloud against the stand-in.
+"""A queued resource not yet ACTIVE, with the real gcloud against the stand-in.
 
 ``run --prefix`` on a resource held in PROVISIONING exits 2 naming its state and how many
 slices are ready, with nothing started; ``--wait`` waits, says so, and runs once it is ACTIVE.

@@ -1,4 +1,4 @@
-"""Issue 26, first contact: the pure rules (the metadata line, gcloud's test, the CLI line)."""
+"""First contact with TPU VMs: the pure rules (the metadata line, gcloud's test, the CLI line)."""
 
 from __future__ import annotations
 

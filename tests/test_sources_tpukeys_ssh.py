@@ -1,4 +1,4 @@
-"""Issue 26, first contact: the user's key accepted, as gcloud does, on the real sshd fleet.
+"""First contact with TPU VMs: the user's key accepted, as gcloud does, on the real sshd fleet.
 
 A fresh HOME (no ``~/.ssh/google_compute_engine``) and hosts that do not know it: ``run
 --prefix`` creates the key, adds it to the node's metadata through the real gcloud CLI (merged:

@@ -101,7 +101,7 @@ class Prepare:
         else:
             outcomes = await self._phased(stale)
         if (opts.environment or opts.setup) and all(o.ok for o in outcomes) and not sup.interrupted:
-            outcomes = await self._environment()  # issue 27: multihost.envsync, --setup
+            outcomes = await self._environment()  # the locked environment, --setup
         failed = [o for o in outcomes if not o.ok]
         if busy := [o.error for o in failed if isinstance(o.error, PortBusy)]:
             for slot in sup.slots.values():

@@ -1,4 +1,4 @@
-"""``--setup CMD`` (issue 27, item 11): for projects without a lock, CMD runs on every host
+"""``--setup CMD``: for projects without a lock, CMD runs on every host
 at once before the gate, in the staged code dir (inside the locked environment when there is
 one). Success is recorded on each host under a key of (CMD, the code's hash): a later run with
 the same key skips it, a changed command or code runs it again. A failure on any host stops

@@ -41,7 +41,7 @@ async def start_all(sup: Supervisor) -> None:
 
 
 async def _read_secrets(sup: Supervisor) -> tuple[tuple[tuple[str, str], ...], str | None]:
-    """``run --secret``: each value read once here, in memory only (issue 28); or why not."""
+    """``run --secret``: each value read once here, in memory only; or why not."""
     if not sup.options.secrets:
         return (), None
     from multihost.secrets import read_value

@@ -65,7 +65,7 @@ class Supervisor:
         self.hung: str | None = None
         self.staging: Staging | None = None
         self.env_failure: EnvFailed | None = None  # the locked environment failed: not started
-        # issue 27 (multihost.envsync): per-host variables the environment phase adds to the
+        # the locked environment (multihost.envsync): per-host variables its phase adds to the
         # job (MULTIHOST_ENV), and the bytes it sent from here
         self.extra_env: dict[int, dict[str, str]] = {}
         self.env_bytes = 0

@@ -60,7 +60,7 @@ async def watch_one(sup: Supervisor, slot: Slot) -> None:
     slot.started = None
     try:
         slot.exit = await follower.follow()
-    except RunDirGone as exc:  # issue 28: kill finds the run by its marker
+    except RunDirGone as exc:  # kill finds the run by its marker
         slot.conn = follower.conn
         slot.sink.close()
         await _run_dir_gone(sup, slot, exc)

@@ -1,4 +1,4 @@
-"""One environment on every host from the project's ``uv.lock`` (issue 27).
+"""One environment on every host from the project's ``uv.lock``.
 
 The planner asks :func:`request` (pure, before anything starts): a staged code dir with
 ``pyproject.toml`` and ``uv.lock`` gets an :class:`EnvRequest` unless ``--no-sync``; a lock out

@@ -1,4 +1,4 @@
-"""``--requirements FILE``: a fully pinned requirements file instead of ``uv.lock`` (issue 27).
+"""``--requirements FILE``: a fully pinned requirements file instead of ``uv.lock``.
 
 Every requirement is ``name==version`` (extras, an environment marker and ``--hash`` options
 allowed); the only other lines are comments and where to get them (``--index-url``,

@@ -91,7 +91,7 @@ class JobRecord:
     start_timeout: float = 600.0
     coordinator_port: int = 8476
     megascale_port: int = 8081
-    # the locked environment (issue 27): env_lock "" = none; see multihost.job.startup
+    # the locked environment: env_lock "" = none; see multihost.job.startup
     env_lock: str = ""  # the hash of the lock and the selection (or of the requirements)
     env_select: str = ""  # uv's selection flags, words (checked names only)
     env_requirements: str = ""  # --requirements FILE's content (no uv.lock)

@@ -6,7 +6,7 @@ retries), gets the locked environment when the job has one (below), runs the com
 environment ``multihost run`` gives, ships its log to the bucket every ``log_interval`` seconds
 and at exit, and at exit writes the exit code there.
 
-The locked environment (issue 27, item 8): each worker works out its key as ``run`` does
+The locked environment: each worker works out its key as ``run`` does
 (``env_probe.py``); one that has it complete does nothing. Else it looks in the job's bucket
 (``…/multihost/envs/<key>/<sha256>.tar.gz``) and takes the pack from there, sha256-checked,
 with the run path's own INSTALL (gzip, as every bucket's pack). Process 0 (slice 0, worker 0)

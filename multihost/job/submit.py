@@ -43,7 +43,7 @@ class JobRequest:
     start_timeout: float = 600.0
     coordinator_port: int = 8476
     megascale_port: int = 8081
-    # the locked environment, as for run (issue 27): uv.lock in script_dir, or requirements
+    # the locked environment, as for run: uv.lock in script_dir, or requirements
     sync: bool = True
     extras: tuple[str, ...] = ()
     all_extras: bool = False

@@ -290,7 +290,7 @@ echo uploaded
 """
 )
 
-# ``--setup CMD`` (issue 27, item 11). Vars: b, c (the staged code dir), key (of the command
+# ``--setup CMD``. Vars: b, c (the staged code dir), key (of the command
 # and the code), cmd. Says "skipped" when this key succeeded here before; else "ran", then
 # CMD's output (stdout and stderr together) with the locked environment's bin first on PATH
 # when there is one (MULTIHOST_ENV), in the code dir; success is recorded under the key, a

@@ -1,4 +1,4 @@
-"""The locked environment's settings (issue 27, ``multihost.envsync``): uv's own flag names,
+"""The locked environment's settings (``multihost.envsync``): uv's own flag names,
 and ``--setup`` for projects without a lock."""
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ CONNECT_LIMIT = Flag(
     group="connection",
 )
 
-WAIT = Flag(  # issue 26: a queued resource still provisioning
+WAIT = Flag(  # a queued resource still provisioning: wait for it instead of exit 2
     "wait",
     kind="optional",
     type=positive(float),
@@ -108,7 +108,7 @@ WAIT = Flag(  # issue 26: a queued resource still provisioning
     "every host accepts connections (default: a queued resource not yet ACTIVE is exit 2)",
     group="cloud",
 )
-TUNNEL_THROUGH_IAP = Flag(  # issue 26: workers with internal addresses only
+TUNNEL_THROUGH_IAP = Flag(  # workers with internal addresses only, reached through IAP
     "tunnel-through-iap",
     kind="switch",
     help="with --prefix: reach the workers at their internal addresses through IAP: one "
@@ -123,7 +123,7 @@ IAP_PER_HOST = Flag(
     group="cloud",
 )
 
-NO_ADD_KEY = Flag(  # issue 26: first contact
+NO_ADD_KEY = Flag(  # first contact: the user's key added to the nodes as gcloud does
     "no-add-key",
     kind="switch",
     help="with --prefix: never add your key (~/.ssh/google_compute_engine) to the nodes' "

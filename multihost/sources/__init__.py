@@ -56,7 +56,7 @@ class Found:
 
 @dataclass(frozen=True)
 class CloudFound:
-    """Where a --prefix fleet lives and its nodes as discovery listed them (issue 26)."""
+    """Where a --prefix fleet lives and its nodes as discovery listed them."""
 
     project: str | None
     zone: str | None

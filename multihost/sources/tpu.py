@@ -33,7 +33,7 @@ class Discovery:
     slice_names: tuple[str, ...] = ()
     queued_resource: str | None = None
     command: tuple[str, ...] = ()
-    nodes: tuple[Node, ...] = ()  # the slices' nodes as listed (their metadata: issue 26)
+    nodes: tuple[Node, ...] = ()  # the slices' nodes as listed (their metadata: keys, host keys)
 
 
 def node_name(node: Node) -> str:
@@ -244,7 +244,7 @@ def discover(
     nodes = list_nodes(project=project, zone=zone, gcloud=gcloud, timeout=timeout)
     try:
         found = discover_from_nodes(nodes, prefix, ip=ip, project=project, zone=zone)
-    except DiscoveryError:  # a queued resource still on its way says so itself (issue 26)
+    except DiscoveryError:  # a queued resource still on its way says so itself
         from multihost.sources.queued import not_ready
 
         if (why := not_ready(nodes, prefix, project, zone, gcloud, timeout)) is not None:

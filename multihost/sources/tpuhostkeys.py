@@ -1,4 +1,4 @@
-"""TPU workers' host keys pinned from their nodes' guest attributes (issue 26).
+"""TPU workers' host keys pinned from their nodes' guest attributes.
 
 The guest agent publishes each worker's host keys as guest attributes (namespace ``hostkeys``,
 key ``ssh-ed25519`` etc., the base64 field only; ``gcloud compute tpus tpu-vm

@@ -1,4 +1,4 @@
-"""First contact with Cloud TPU VMs (issue 26): the user's key accepted, as gcloud does.
+"""First contact with Cloud TPU VMs: the user's key accepted, as gcloud does.
 
 ``gcloud compute tpus tpu-vm ssh`` (``command_lib/compute/tpus/tpu_vm/ssh.py``,
 ``AddSSHKeyIfNeeded``) creates ``~/.ssh/google_compute_engine`` when missing and, unless the

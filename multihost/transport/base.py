@@ -57,7 +57,7 @@ class SSHOptions:
     keepalive_interval: float = DEFAULTS.keepalive_interval
     keepalive_count_max: int = DEFAULTS.keepalive_count_max
     # host keys pinned per address ("<type> <base64>", e.g. a TPU node's guest attributes):
-    # such a host must present one of them, whatever the policy (issue 26)
+    # such a host must present one of them, whatever the policy
     pinned: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 

@@ -523,7 +523,7 @@ async def _handshake(
     tofu: _TrustOnFirstUse | None = None
     pinned = dict(options.pinned).get(host.address)
     pin: _Pinned | None = None
-    if pinned:  # the keys the cloud publishes for this host, and no other (issue 26)
+    if pinned:  # the keys the cloud publishes for this host, and no other
         pin = _Pinned()
         kwargs["client_factory"] = lambda: pin
         keys = []

@@ -353,7 +353,7 @@ class TpuApi:
             self._release(qr)
             self.resources.pop(qr.name, None)
 
-    # ------------------------------------------------------------ nodes (issue 26)
+    # ------------------------------------------------------------ nodes
     # Nodes are the queued resources' slices: CREATING (no endpoints) while PROVISIONING,
     # READY with one endpoint per worker once ACTIVE. Internal-only workers get a 127.1.x.y
     # address where nothing listens (reach them through the IAP relay, tests/cloud/iap.py).

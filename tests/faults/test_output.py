@@ -15,7 +15,7 @@ from tests.faults.conftest import Where
 from tests.faults.harness import run_measured
 
 BIG = 20_000_000
-# One 20 MB line, then exit 3 (the case): shell only, so it runs on any host.
+# One 20 MB line, then exit 3 (no buffer may hold it whole): shell only, so it runs on any host.
 HUGE_LINE = f"head -c {BIG} /dev/zero | tr '\\0' a; echo; exit 3"
 # 60 MB of 1000-character lines, as fast as the host can print them.
 FLOOD = "yes $(printf 'x%.0s' $(seq 1 999)) | head -c 60000000"
