@@ -226,11 +226,22 @@ def plan_hosts(
     """Per-host paths, env and launch script for the whole fleet (``watch``: launch scripts
     that go on to stream the log, see ``launch_script``; ``extra``: more variables per
     process id)."""
-    plans = []
-    for host in fleet:
-        paths = Paths.for_host(host, job, code_hash)
-        env = host_env(host, fleet, job, internal or {})
-        env |= (extra or {}).get(host.process_id, {})  # e.g. MULTIHOST_ENV (multihost.envsync)
-        launch = launch_script(paths, env, job.command, watch=watch)
-        plans.append(HostPlan(host, paths, env, launch))
-    return plans
+    return [plan_host(h, fleet, job, code_hash, internal, watch=watch, extra=extra) for h in fleet]
+
+
+def plan_host(
+    host: Host,
+    fleet: Fleet,
+    job: Job,
+    code_hash: str,
+    internal: Mapping[int, str] | None = None,
+    *,
+    watch: bool = False,
+    extra: Mapping[int, Mapping[str, str]] | None = None,
+) -> HostPlan:
+    """One host's plan (see :func:`plan_hosts`); of ``internal`` only the first host's address
+    matters (the coordinator's)."""
+    paths = Paths.for_host(host, job, code_hash)
+    env = host_env(host, fleet, job, internal or {})
+    env |= (extra or {}).get(host.process_id, {})  # e.g. MULTIHOST_ENV (multihost.envsync)
+    return HostPlan(host, paths, env, launch_script(paths, env, job.command, watch=watch))

@@ -212,7 +212,14 @@ WATCH = _TAIL + "n=0; s=0.2; d=2\n" + _POLL
 # host): "ready PGID", then (after "go") the log from its first byte
 # and the "end ..." line as WATCH. Vars: LAUNCH's and o. It polls each second from the start
 # (n=8 is past the back-off's steps): the job's end comes as a CHLD, not from the poll.
-LAUNCH_WATCH = "{\n" + _WRITE_RUN + _GATE + "n=8; s=1; d=10\n" + _POLL + "}\n"
+# A launch behind the gate that fails before it is ready (a full disk) takes its run's directory
+# with it: it may have gone out before the host's staging finished (core.prepare), and the
+# runner's release only removes an empty one.
+_WRITE_HELD = _WRITE_RUN.replace(
+    'mkdir -p "$r"/hook\n', 'trap \'rm -rf "$r"\' EXIT\nmkdir -p "$r"/hook\n'
+)
+_GATE_HELD = _GATE.replace('echo "ready $w"\n', 'trap - EXIT\necho "ready $w"\n')
+LAUNCH_WATCH = "{\n" + _WRITE_HELD + _GATE_HELD + "n=8; s=1; d=10\n" + _POLL + "}\n"
 
 # Finishing. Vars: r, o. First line: exit code, start, end, stop signal, escaped ("-" when
 # missing); then the log from byte o. "missing" when the run's directory is gone.
