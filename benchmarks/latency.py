@@ -5,20 +5,23 @@ host's connections take.
 The trials are benchmarks/fanout.py's (a fresh script dir per trial, the trivial command that
 writes its start time, the methods interleaved), with one relay per trial between the runner
 and the loopback fleet: ``--rtts 0,50,100`` ms (0: through the relay, no delay). Every trial
-counts each host's round trips (a client→host burst followed by a host→client burst, plus
-TCP's handshake, summed over the host's connections). A separate run per RTT (through the
-Python API, ``on_event``) splits multihost's round trips into its phases by the time each host
-changed state: connect (until staging), claim+stage (until starting), launch (until running:
-the launch script and the host's ``ready``), gate and end (the word, the job, its exit).
+counts each host's round trips (the times the client waited for an answer, plus TCP's
+handshake, over all the host's connections: netdelay.round_trips). A separate run per RTT
+(through the Python API, ``on_event``) splits multihost's round trips into its phases by the
+time each host changed state: connect (until staging), claim+stage (until starting; the launch
+goes out behind the code, so its round trip is counted here), launch (until running), gate and
+end (the word, the job, its exit).
 
-Usage: ``python benchmarks/latency.py [--sizes 16,64,256] [--rtts 0,50,100] [--repeat 3]``.
-Writes its section of benchmarks/RESULTS.md. All traffic stays on 127.0.0.0/8.
+Usage: ``python benchmarks/latency.py [--sizes 16,64,256] [--rtts 0,50,100] [--repeat 3]
+[--before OTHER_CHECKOUT]``. Writes its section of benchmarks/RESULTS.md (after each RTT).
+All traffic stays on 127.0.0.0/8.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -44,6 +47,8 @@ from tests import fleet as loopback  # noqa: E402
 FLOOR = 6  # TCP, SSH version, key exchange, auth, channel, exec
 RELAY_OFFSET = 50  # the relay listens on each host's address, the fleet's port + this
 PHASES = ("connect", "claim+stage", "launch", "gate+end")
+# since the launch goes out behind the code, its round trip is claim+stage's; "launch" is then
+# what is left between every host being prepared and the word
 STATES = ("staging", "starting", "running")  # the states that end the first three phases
 
 
@@ -85,6 +90,8 @@ class Row:
     def trips_max(self) -> int:
         return max(max(t.trips) for t in self.trials)
 
+
+METHODS = dict(fanout.METHODS)
 
 # ---------------------------------------------------------------- the relayed fleet
 
@@ -133,13 +140,13 @@ def relay(fleet: loopback.Fleet, real: loopback.Fleet, rtt_ms: float) -> Iterato
         links += json.loads(Path(f.name).read_text() or "[]")
 
 
-def per_host(links: Sequence[dict], fleet: loopback.Fleet) -> tuple[list[int], float]:
+def per_host(links: Sequence[dict], fleet: loopback.Fleet, rtt: int) -> tuple[list[int], float]:
     """Each host's round trips over its connections, and connections per host."""
     by = {f"{h.address}:{h.port}": 0 for h in fleet.hosts}
     conns = 0
     for link in links:
         if link["listen"] in by and link["chunks"]:
-            by[link["listen"]] += round_trips(link["chunks"])
+            by[link["listen"]] += round_trips(link["chunks"], rtt / 2000)
             conns += 1
     return list(by.values()), conns / len(fleet.hosts)
 
@@ -148,8 +155,8 @@ def trial(fleet: loopback.Fleet, real: loopback.Fleet, method: str, rtt: int,
           work: Path, kib: int) -> Trial:  # fmt: skip
     """One fanout trial of ``method`` through a relay adding ``rtt``."""
     with relay(fleet, real, rtt) as links:
-        run = fanout.trial(fleet, fanout.METHODS[method], work, kib)
-    trips, conns = per_host(links, fleet)
+        run = fanout.trial(fleet, METHODS[method], work, kib)
+    trips, conns = per_host(links, fleet, rtt)
     return Trial(run, tuple(trips), conns)
 
 
@@ -181,14 +188,15 @@ def phases_worker(argv: Sequence[str]) -> int:
 
 
 def phase_trips(fleet: loopback.Fleet, real: loopback.Fleet, rtt: int, work: Path,
-                kib: int) -> dict[str, float]:  # fmt: skip
-    """Median round trips per host in each of multihost's phases, at ``rtt``."""
+                kib: int, root: Path = ROOT) -> dict[str, float]:  # fmt: skip
+    """Median round trips per host in each of multihost's phases, at ``rtt`` (multihost from
+    the checkout ``root``)."""
     src = fanout.make_script_dir(work, secrets.token_hex(6), kib)
     out = work / "phases.json"
     argv = [sys.executable, __file__, "--phases-worker", str(fleet.ssh_config.parent /
             "fleet.json"), str(len(fleet.hosts)), str(src), str(out)]  # fmt: skip
     with relay(fleet, real, rtt) as links:
-        subprocess.run(argv, check=True, env=fanout._env(), timeout=fanout.TRIAL_TIMEOUT)
+        subprocess.run(argv, check=True, env=fanout._env(root), timeout=fanout.TRIAL_TIMEOUT)
     times = json.loads(out.read_text())
     shutil.rmtree(src, ignore_errors=True)
     counts: dict[str, list[int]] = {p: [] for p in PHASES}
@@ -198,7 +206,8 @@ def phase_trips(fleet: loopback.Fleet, real: loopback.Fleet, rtt: int, work: Pat
             continue
         edges = [float("-inf"), *(t[s] for s in STATES), float("inf")]
         for i, phase in enumerate(PHASES):
-            counts[phase].append(round_trips(link["chunks"], edges[i], edges[i + 1], tcp=i == 0))
+            trips = round_trips(link["chunks"], rtt / 2000, edges[i], edges[i + 1], tcp=i == 0)
+            counts[phase].append(trips)
     return {p: float(statistics.median(c)) if c else float("nan") for p, c in counts.items()}
 
 
@@ -223,21 +232,23 @@ def table(rows: Sequence[Row]) -> str:
                 if zero and r.rtt else "–")  # fmt: skip
         load = f"{min(t.run.load for t in r.trials):.1f}–{max(t.run.load for t in r.trials):.1f}"
         conns = statistics.median(t.conns for t in r.trials)
+        trips = f"{r.trips:g} (max {r.trips_max})" if r.rtt else "–"  # no delay: no turns to see
         lines.append(
             f"| {r.rtt} | {r.n} | {r.method} | {len(r.trials)} | {r.median('wall'):.2f} "
-            f"| {r.skew:.3f} | {r.cpu_ms:.1f} | {r.trips:g} (max {r.trips_max}) | {conns:g} "
+            f"| {r.skew:.3f} | {r.cpu_ms:.1f} | {trips} | {conns:g} "
             f"| {vs} | {over} | {load} |"
         )
     return "\n".join(lines)
 
 
-def phase_table(phases: dict[int, dict[str, float]]) -> str:
-    """Markdown: multihost's round trips per host in each phase, per RTT."""
-    head = "| RTT (ms) | N | " + " | ".join(PHASES) + " | total | floor |"
-    lines = [head, "|---:|---:|" + "---:|" * (len(PHASES) + 2)]
-    for rtt, (n, counts) in sorted(phases.items()):
+def phase_table(phases: dict[tuple[int, str], tuple[int, dict[str, float]]]) -> str:
+    """Markdown: multihost's round trips per host in each phase, per RTT (and checkout)."""
+    head = "| RTT (ms) | N | multihost | " + " | ".join(PHASES) + " | total | floor |"
+    lines = [head, "|---:|---:|---|" + "---:|" * (len(PHASES) + 2)]
+    for (rtt, method), (n, counts) in sorted(phases.items()):
         total = sum(counts.values())
-        lines.append(f"| {rtt} | {n} | " + " | ".join(f"{counts[p]:g}" for p in PHASES)
+        lines.append(f"| {rtt} | {n} | {method} | "
+                     + " | ".join(f"{counts[p]:g}" for p in PHASES)
                      + f" | {total:g} | {FLOOR} |")  # fmt: skip
     return "\n".join(lines)
 
@@ -264,7 +275,7 @@ def verdict(rows: Sequence[Row], target_rtt: int = 50) -> str:
     return ("Targets at RTT 50 ms: " + "; ".join(out) + ".") if out else "Targets: not measured."
 
 
-def section(rows: Sequence[Row], phases: dict[int, tuple[int, dict[str, float]]],
+def section(rows: Sequence[Row], phases: dict[tuple[int, str], tuple[int, dict[str, float]]],
             args: argparse.Namespace) -> str:  # fmt: skip
     """The RESULTS.md section this script owns."""
     begin, end = markers(args.section)
@@ -282,14 +293,22 @@ def section(rows: Sequence[Row], phases: dict[int, tuple[int, dict[str, float]]]
         "host 1.5 RTT after its connect). The trials are benchmarks/fanout.py's: a fresh "
         f"{fanout.code_size(args.code_kib)} script dir per trial, `date +%s.%N > "
         "$HOME/.fanout-TAG` on every host. *round trips/host*: per host, over all its "
-        "connections, a client→host burst followed by a host→client burst counts one, plus one "
-        "for TCP's handshake (median over hosts, then over trials; max over all). "
+        "connections, the times the client waited: a client→host chunk answered by a "
+        "host→client chunk at least RTT/2 later at the relay counts one (the client's chunks "
+        "sent meanwhile are pipelined, not waited for), plus one for TCP's handshake (median "
+        "over hosts, then over trials; max over all; not shown at RTT 0, where no turn can be "
+        "told from traffic already on its way). "
         "*(wall − RTT-0 wall) / RTT*: how many round trips the delay added to the wall. "
         "parallel-ssh: SFTP copy then run_command (one connection per host); MaxText-arch: "
-        "one scp and one ssh process per host (two connections).",
+        "one scp and one ssh process per host (two connections)."
+        + (f" *before*: multihost from `--before {args.before}` (the code before the round-trip "
+           "changes), interleaved with this checkout's." if args.before else ""),
         "",
         f"Command: `python benchmarks/latency.py --sizes {args.sizes} --rtts {args.rtts} "
-        f"--repeat {args.repeat} --code-kib {args.code_kib} --methods {args.methods}`",
+        f"--repeat {args.repeat} --code-kib {args.code_kib} --methods {args.methods}"
+        + (f" --before {args.before}" if args.before else "")
+        + (f" --maxtext-repeat-256 {args.maxtext_repeat_256}" if args.maxtext_repeat_256
+           is not None else "") + "`",
         "",
         table(rows),
         "",
@@ -319,6 +338,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--section", default="latency")
     p.add_argument("--dir", type=Path, default=loopback.DEFAULT_DIR, help="fleet dir")
+    p.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="another checkout's multihost, measured as method 'before' too",
+    )
+    p.add_argument(
+        "--maxtext-repeat-256",
+        type=int,
+        default=None,
+        help="trials of maxtext at 256+ hosts (default: --repeat)",
+    )
     return p.parse_args(argv)
 
 
@@ -332,10 +363,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     rtts = [int(r) for r in args.rtts.split(",")]
     methods = args.methods.split(",")
     fanout.byte_compile(ROOT)
+    roots = {"multihost": ROOT}
+    if args.before is not None:
+        roots["before"] = args.before.resolve()
+        METHODS["before"] = functools.partial(fanout.launch_multihost, root=roots["before"])
+        fanout.byte_compile(roots["before"])
+        if "before" not in methods:
+            methods.insert(methods.index("multihost") + 1 if "multihost" in methods else 0,
+                           "before")  # fmt: skip
     fleet = loopback.up(max(sizes), args.dir)
     client = Path(tempfile.mkdtemp(prefix="latency-client-"))
     rows: list[Row] = []
-    phases: dict[int, tuple[int, dict[str, float]]] = {}
+    phases: dict[tuple[int, str], tuple[int, dict[str, float]]] = {}
     try:
         real = loopback.private_client(fleet, client / "direct")
         near = relayed(real, client / "relayed")
@@ -345,8 +384,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for n in sizes:
                     sub, sub_real = near.head(n), real.head(n)
                     got: dict[str, list[Trial]] = {m: [] for m in methods}
-                    for _ in range(args.repeat):
+                    for k in range(args.repeat):
                         for m in methods:
+                            if (
+                                m == "maxtext"
+                                and n >= 256
+                                and args.maxtext_repeat_256 is not None
+                                and k >= args.maxtext_repeat_256
+                            ):
+                                continue
                             t = trial(sub, sub_real, m, rtt, Path(work), args.code_kib)
                             got[m].append(t)
                             print(f"  RTT {rtt:>3} N={n:<4} {m:<12} wall {t.run.wall:6.2f}s "
@@ -355,12 +401,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   f"{statistics.median(t.trips):g} load {t.run.load:.1f}",
                                   flush=True)  # fmt: skip
                     rows += [Row(rtt, n, m, tuple(got[m])) for m in methods]
-                if "multihost" in methods and rtt:
+                for m, root in roots.items():
+                    if m not in methods or not rtt:
+                        continue
                     k = min(args.phase_size, len(near.hosts))
                     counts = phase_trips(near.head(k), real.head(k), rtt, Path(work),
-                                         args.code_kib)  # fmt: skip
-                    phases[rtt] = (k, counts)
-                    print(f"  RTT {rtt} phases at N={k}: {counts}", flush=True)
+                                         args.code_kib, root)  # fmt: skip
+                    phases[rtt, m] = (k, counts)
+                    print(f"  RTT {rtt} {m} phases at N={k}: {counts}", flush=True)
+                if not args.no_write:  # what is measured so far, should a later RTT fail
+                    write_section(args.section, section(rows, phases, args))
     finally:
         shutil.rmtree(client, ignore_errors=True)
     text = section(rows, phases, args)

@@ -12,14 +12,13 @@ bytes]`` with ``dir`` 0 = client→host, 1 = host→client, ``t`` the wall time 
 received it) and exits.
 
 :func:`round_trips` counts a connection's round trips the way the benchmark reports them: a
-client→host burst followed by a host→client burst is one, plus one for TCP's handshake.
+client→host chunk answered by a host→client chunk is one, plus TCP's handshake.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import signal
 import sys
@@ -86,9 +85,10 @@ class _Relay:
         self.host_ready.set_result(None)
 
     def forward(self, direction: int, data: bytes) -> None:
-        if data:
-            self.link.chunks.append((time.time(), direction, len(data)))
         now = self.loop.time()
+        if data:  # a held chunk counts as sent when the modelled connect() returned
+            held = max(0.0, self.hold_until - now) if direction == 0 else 0.0
+            self.link.chunks.append((time.time() + held, direction, len(data)))
         at = now + self.delay
         if direction == 0:
             at = max(at, self.hold_until + self.delay)
@@ -174,16 +174,22 @@ def bursts(chunks: Sequence[Sequence[float]]) -> list[tuple[int, float, float, i
     return out
 
 
-def round_trips(chunks: Sequence[Sequence[float]], start: float = float("-inf"),
-                end: float = float("inf"), tcp: bool = True) -> int:  # fmt: skip
-    """A client→host burst followed by a host→client burst is one round trip; counted when
-    the client's burst began in [start, end); plus TCP's handshake (``tcp``)."""
-    b = bursts(chunks)
-    n = sum(
-        1 for prev, cur in itertools.pairwise(b)
-        if prev[0] == 0 and cur[0] == 1 and start <= prev[1] < end
-    )  # fmt: skip
-    return n + int(tcp)
+def round_trips(chunks: Sequence[Sequence[float]], delay: float, start: float = float("-inf"),
+                end: float = float("inf"), *, tcp: bool = True) -> int:  # fmt: skip
+    """The times the client waited for the host: a client→host chunk, then a host→client
+    chunk at least ``delay``/2 later (an answer comes no sooner through the relay; what comes
+    sooner was on its way already, and the client's further chunks meanwhile are pipelined,
+    not waited for); plus TCP's handshake (``tcp``: the relay models it, the chunks cannot
+    show it). Counted when the client's chunk was sent in [start, end). ``delay``: the relay's
+    one-way delay (s); at 0 every turn counts."""
+    n, asked = int(tcp), None
+    for t, d, _bytes in chunks:
+        if d == 0:
+            asked = t if asked is None else asked
+        elif asked is not None and t - asked >= delay / 2:
+            n += int(start <= asked < end)
+            asked = None
+    return n
 
 
 def main(argv: Sequence[str] | None = None) -> int:
