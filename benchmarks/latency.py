@@ -307,11 +307,14 @@ def section(rows: Sequence[Row], phases: dict[tuple[int, str], tuple[int, dict[s
         f"Command: `python benchmarks/latency.py --sizes {args.sizes} --rtts {args.rtts} "
         f"--repeat {args.repeat} --code-kib {args.code_kib} --methods {args.methods}"
         + (f" --before {args.before}" if args.before else "")
+        + (f" --repeat-256 {args.repeat_256}" if args.repeat_256 is not None else "")
         + (f" --maxtext-repeat-256 {args.maxtext_repeat_256}" if args.maxtext_repeat_256
            is not None else "") + "`",
         "",
         table(rows),
         "",
+        *(["Trials that failed (left out above): " + "; ".join(args.failures), ""]
+          if args.failures else []),
         verdict(rows),
         "",
         "multihost's round trips per host by phase (from the same relay, split by the time "
@@ -324,6 +327,14 @@ def section(rows: Sequence[Row], phases: dict[tuple[int, str], tuple[int, dict[s
 
 
 # ---------------------------------------------------------------- main
+
+
+def trials_at(args: argparse.Namespace, method: str, n: int) -> int:
+    """How many trials ``method`` gets at ``n`` hosts."""
+    k = args.repeat if n < 256 or args.repeat_256 is None else args.repeat_256
+    if method == "maxtext" and n >= 256 and args.maxtext_repeat_256 is not None:
+        k = min(k, args.maxtext_repeat_256)
+    return k
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -344,6 +355,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="another checkout's multihost, measured as method 'before' too",
     )
+    p.add_argument(
+        "--repeat-256", type=int, default=None,
+        help="trials per method at 256+ hosts (default: --repeat)",
+    )  # fmt: skip
     p.add_argument(
         "--maxtext-repeat-256",
         type=int,
@@ -375,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     client = Path(tempfile.mkdtemp(prefix="latency-client-"))
     rows: list[Row] = []
     phases: dict[tuple[int, str], tuple[int, dict[str, float]]] = {}
+    failures = args.failures = []
     try:
         real = loopback.private_client(fleet, client / "direct")
         near = relayed(real, client / "relayed")
@@ -386,21 +402,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                     got: dict[str, list[Trial]] = {m: [] for m in methods}
                     for k in range(args.repeat):
                         for m in methods:
-                            if (
-                                m == "maxtext"
-                                and n >= 256
-                                and args.maxtext_repeat_256 is not None
-                                and k >= args.maxtext_repeat_256
-                            ):
+                            if k >= trials_at(args, m, n):
                                 continue
-                            t = trial(sub, sub_real, m, rtt, Path(work), args.code_kib)
+                            try:
+                                t = trial(sub, sub_real, m, rtt, Path(work), args.code_kib)
+                            except (RuntimeError, subprocess.SubprocessError) as exc:
+                                failures.append(f"RTT {rtt} ms, N={n}, {m}: {str(exc)[:200]}")
+                                print(f"  RTT {rtt:>3} N={n:<4} {m:<12} FAILED {exc}", flush=True)
+                                fanout.clean_homes(real)
+                                continue
                             got[m].append(t)
                             print(f"  RTT {rtt:>3} N={n:<4} {m:<12} wall {t.run.wall:6.2f}s "
                                   f"skew {t.run.last_start - t.run.first_start:5.2f}s cpu "
                                   f"{t.run.cpu * 1000 / n:5.1f} ms/host trips "
                                   f"{statistics.median(t.trips):g} load {t.run.load:.1f}",
                                   flush=True)  # fmt: skip
-                    rows += [Row(rtt, n, m, tuple(got[m])) for m in methods]
+                    rows += [Row(rtt, n, m, tuple(got[m])) for m in methods if got[m]]
                 for m, root in roots.items():
                     if m not in methods or not rtt:
                         continue

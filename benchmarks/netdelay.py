@@ -72,6 +72,7 @@ class _Relay:
         self.hold_until = self.loop.time() + 2 * delay
         self.last = [0.0, 0.0]  # when the latest chunk each way is delivered (order kept)
         self.closed = [False, False]
+        self.waiting: list[bytes] | None = []  # for the host, until its connection is up
         self.opening: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
@@ -83,6 +84,9 @@ class _Relay:
                 self.client.transport.close()
             return
         self.host_ready.set_result(None)
+        waiting, self.waiting = self.waiting or [], None
+        for data in waiting:  # in order, before anything delivered later
+            self._write(0, data)
 
     def forward(self, direction: int, data: bytes) -> None:
         now = self.loop.time()
@@ -97,22 +101,25 @@ class _Relay:
         self.loop.call_at(at, self._deliver, direction, data)
 
     def _deliver(self, direction: int, data: bytes) -> None:
-        if direction == 0 and not self.host_ready.done():
-            self.host_ready.add_done_callback(lambda _f: self._deliver(direction, data))
+        if direction == 0 and self.waiting is not None:
+            self.waiting.append(data)
             return
+        self._write(direction, data)
+
+    def _write(self, direction: int, data: bytes) -> None:
         out = (self.host if direction == 0 else self.client).transport
-        if out is None or out.is_closing():
+        if out is None or out.is_closing() or self.closed[1 - direction]:
             return
         if data:
             out.write(data)
         elif out.can_write_eof():
+            self.closed[1 - direction] = True  # this way is done: nothing more to write
             out.write_eof()
         else:
             out.close()
 
     def lost(self, direction: int) -> None:
         """One side closed: close the other once what was in flight got there."""
-        self.closed[direction] = True
         other = self.host if direction == 0 else self.client
         at = max(self.loop.time() + self.delay, self.last[direction])
         self.loop.call_at(at, lambda: other.transport and other.transport.close())
