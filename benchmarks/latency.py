@@ -164,9 +164,10 @@ def trial(fleet: loopback.Fleet, real: loopback.Fleet, method: str, rtt: int,
 
 
 def phases_worker(argv: Sequence[str]) -> int:
-    """``--phases-worker FLEET_JSON N SRC OUT``: one ``multihost.api.run`` with ``on_event``,
-    writing each host's state times (by address:port) to OUT."""
-    fleet_json, n, src, out = argv
+    """``--phases-worker FLEET_JSON N SRC OUT ROOT``: one ``multihost.api.run`` (ROOT's) with
+    ``on_event``, writing each host's state times (by address:port) to OUT."""
+    fleet_json, n, src, out, root = argv
+    sys.path.insert(0, root)  # that checkout's multihost, not this one's (ROOT)
     import multihost.api as api
     from multihost.runstate import HostEvent
 
@@ -194,7 +195,7 @@ def phase_trips(fleet: loopback.Fleet, real: loopback.Fleet, rtt: int, work: Pat
     src = fanout.make_script_dir(work, secrets.token_hex(6), kib)
     out = work / "phases.json"
     argv = [sys.executable, __file__, "--phases-worker", str(fleet.ssh_config.parent /
-            "fleet.json"), str(len(fleet.hosts)), str(src), str(out)]  # fmt: skip
+            "fleet.json"), str(len(fleet.hosts)), str(src), str(out), str(root)]  # fmt: skip
     with relay(fleet, real, rtt) as links:
         subprocess.run(argv, check=True, env=fanout._env(root), timeout=fanout.TRIAL_TIMEOUT)
     times = json.loads(out.read_text())
