@@ -302,9 +302,10 @@ class Prepare:
             await self._stage_checking_port(host)
         except BaseException:
             del self.opening[host.process_id]
-            opening.cancel()
-            with contextlib.suppress(asyncio.CancelledError, HostError):
-                await (await opening).close()  # opened after all: nothing will run on it
+            if slot.early is None:  # else the launch on it is held, then read to its end
+                opening.cancel()
+                with contextlib.suppress(asyncio.CancelledError, HostError):
+                    await (await opening).close()  # opened after all: nothing will run on it
             raise
         self._launch_early(host)  # the code was there already: launch now
         del self.opening[host.process_id]
