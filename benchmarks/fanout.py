@@ -257,8 +257,10 @@ def launch_multihost(
             "--cmd",
             cmd,
         ]
+        # in ``root``: ``python -m`` puts the working directory first on the path, ahead of
+        # PYTHONPATH, so run from elsewhere it would load that directory's multihost
         r = subprocess.run(
-            argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT, env=_env(root)
+            argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT, env=_env(root), cwd=root
         )
         if r.returncode != 0:
             raise RuntimeError(f"multihost rc={r.returncode}: {(r.stdout + r.stderr)[-800:]}")

@@ -237,8 +237,7 @@ def plan_hosts(
     """Per-host paths, env and launch script for the whole fleet (``watch``: launch scripts
     that go on to stream the log, see ``launch_script``; ``extra``: more variables per
     process id)."""
-    return [plan_host(host, fleet, job, code_hash, internal, watch=watch, extra=extra)
-            for host in fleet]  # fmt: skip
+    return [plan_host(h, fleet, job, code_hash, internal, watch=watch, extra=extra) for h in fleet]
 
 
 def plan_host(
@@ -251,9 +250,9 @@ def plan_host(
     watch: bool = False,
     extra: Mapping[int, Mapping[str, str]] | None = None,
 ) -> HostPlan:
-    """One host's plan of :func:`plan_hosts` (``--dry-run`` prints them one at a time)."""
+    """One host's plan (see :func:`plan_hosts`); of ``internal`` only the first host's address
+    matters (the coordinator's)."""
     paths = Paths.for_host(host, job, code_hash)
     env = host_env(host, fleet, job, internal or {})
     env |= (extra or {}).get(host.process_id, {})  # e.g. MULTIHOST_ENV (multihost.envsync)
-    launch = launch_script(paths, env, job.command, watch=watch)
-    return HostPlan(host, paths, env, launch)
+    return HostPlan(host, paths, env, launch_script(paths, env, job.command, watch=watch))

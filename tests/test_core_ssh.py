@@ -163,7 +163,10 @@ def test_unreachable_host(ssh_fleet, code: Path, tmp_path: Path) -> None:  # typ
     assert "s0/w1" in res.stderr
     # nothing was launched anywhere when a host could not be prepared
     assert [h["state"] for h in data["hosts"]] == ["error"] * 3
-    assert not (ssh_fleet.hosts[0].home / ".multihost" / "runs" / "dead").exists()
+    # h0 and h1 were sent their launches behind their code (core.prepare): both were held
+    for h in ssh_fleet.hosts[:2]:
+        assert not (h.home / ".multihost" / "runs" / "dead").exists()
+    assert wait_for(lambda: _no_processes(ssh_fleet, 2), timeout=10)
 
 
 def test_host_key_mismatch_refused(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -3,10 +3,11 @@ host's frozen ``HostResult`` is read from it."""
 
 from __future__ import annotations
 
+import asyncio
 import signal as signals
 from dataclasses import dataclass
 
-from multihost.launch import Started
+from multihost.launch import Ready, Started
 from multihost.model import Host, State
 from multihost.plan import Paths
 from multihost.result import HostResult, read_result
@@ -31,6 +32,8 @@ class Slot:
     exit: Exit | None = None
     started: Started | None = None  # a launch that goes on watching, until its watcher reads it
     shell: Shell | None = None  # opened while preparing, for the launch (then handed over)
+    # a launch sent while preparing, right behind the code (core.prepare), until start takes it
+    early: asyncio.Task[Ready] | None = None
 
     def result(self, *, final: bool = False) -> HostResult:
         """The host's result so far; ``final``: with the result line read from its log."""

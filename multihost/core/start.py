@@ -84,6 +84,10 @@ async def start_gated(sup: Supervisor, scripts: Mapping[int, str]) -> None:
         slot = sup.slots[host.process_id]
         assert slot.conn is not None
         sup.set_state(slot, State.STARTING)
+        if slot.early is not None:  # sent while preparing, the same script (plan.plan_host)
+            early, slot.early = slot.early, None
+            ready[host.process_id] = await early
+            return
         shell, slot.shell = slot.shell, None
         ready[host.process_id] = await launch_ready(slot.conn, scripts[host.process_id], shell)
 

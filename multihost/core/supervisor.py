@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from multihost.core.slot import Slot
 from multihost.defaults import DEFAULTS
-from multihost.errors import EnvFailed, UsageError
+from multihost.errors import EnvFailed, HostError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.launch import stop
 from multihost.model import Fleet, Host, Job, State
@@ -183,8 +183,28 @@ class Supervisor:
             timeout=self.options.grace + DEFAULTS.stop_slack, what="stop",
         )  # fmt: skip
 
+    async def hold_early(self) -> None:
+        """The launches sent while preparing (core.prepare) that the start never took: each
+        is told to stop, which removes its run's directory, and read to its end."""
+        early = {pid: s.early for pid, s in self.slots.items() if s.early is not None}
+        for pid in early:
+            self.slots[pid].early = None
+
+        async def hold(host: Host) -> None:
+            try:
+                ready = await early[host.process_id]
+            except (HostError, asyncio.CancelledError):
+                return  # never ready: its script ends with its channel
+            ready.hold()
+            await ready.drain()
+
+        hosts = [h for h in self.fleet if h.process_id in early]
+        await map_hosts(hold, hosts, timeout=self.options.launch_timeout, what="launch")
+
     async def close_all(self) -> None:
-        """Close the shells never launched on, and every connection the run opened."""
+        """Hold the launches never started, close the shells never launched on, and every
+        connection the run opened."""
+        await self.hold_early()
         shells = [s.shell for s in self.slots.values() if s.shell is not None]
         for slot in self.slots.values():
             slot.shell = None

@@ -25,6 +25,7 @@ rm -f "$r"/gate
 setsid "$@" "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
 w=$!
 exec 4<&-
+trap - EXIT
 echo "ready $w"
 go=; n=0; read -r go n || :
 if [ "$go" != go ]; then

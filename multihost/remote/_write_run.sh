@@ -8,6 +8,10 @@ umask 077
 mkdir -p "$r"
 chmod 700 "$b"
 test ! -e "$r"/pid || { echo "$r exists: use a new --run-name" >&2; exit 3; }
+# a launch held behind the gate (held=1) that fails before it is ready (a full disk) takes its
+# run's directory with it: it may have gone out before the host's staging finished
+# (core.prepare), and the runner's release only removes an empty one
+[ "${held:-}" != 1 ] || trap 'rm -rf "$r"' EXIT
 mkdir -p "$r"/hook
 printf '%s' "$hook" > "$r"/hook/sitecustomize.py
 printf '%s' "$command" > "$r"/command

@@ -12,6 +12,7 @@ job=$5
 wrapper=$6
 hook=$7
 o=$8
+held=1
 {
 . ./_write_run.sh
 . ./_gate.sh

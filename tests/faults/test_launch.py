@@ -30,4 +30,5 @@ def test_full_disk_at_launch_starts_nothing_anywhere(
         assert record[other]["state"] == "error"
         assert record[other]["error"] == "not started: s0/w1 could not be launched"
         assert not (hosts / f"w{other}" / "runs" / "full").exists()
+    assert not (hosts / "w1" / "runs" / "full").exists()  # its own launch took it with it
     assert not list(home.glob("started.*"))  # no job ran, not even for a moment
