@@ -14,15 +14,13 @@ from multihost import fleetops
 from multihost.bridge import blocking
 from multihost.bundled import payload_command, payloads_dir
 from multihost.cli import report
+from multihost.cli.reaching import reach_args
 from multihost.cli.wiring import (
     Display,
     execute_run,
     finish,
-    note,
     plan_args,
-    progress,
     raise_nofile_limit,
-    warn,
 )
 from multihost.core import Run
 from multihost.core.postrun import pull_dest
@@ -30,7 +28,7 @@ from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_host
-from multihost.planner import Reach, device_glob, reach
+from multihost.planner import device_glob
 from multihost.result import RunResult, size
 from multihost.runstate import RunOptions
 from multihost.sources.tpu import fleet_rows
@@ -118,15 +116,6 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
         print("# run on the host (its values assigned first, each quoted):")
         print(plan.launch)
     return 0
-
-
-def reach_args(args: argparse.Namespace, err: Console, *, add_key: bool = False) -> Reach:
-    """The fleet the flags name and how to reach it, the source's warnings said; ``add_key``:
-    a command that logs in (``hosts --check``) makes sure a --prefix fleet takes the key."""
-    found = reach({**vars(args), "progress": progress(err), "add_key": add_key})
-    warn(err, found.warnings)
-    note(err, found.notes)
-    return found
 
 
 def cmd_hosts(args: argparse.Namespace, err: Console) -> int:

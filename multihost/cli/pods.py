@@ -96,7 +96,7 @@ def _reach(args: argparse.Namespace, record: PodRecord, err: Console, add_key: b
     nodes where missing, host keys pinned from the guest attributes); ``args``' own reach
     flags (--ssh-config, --no-add-key...) taken over."""
     from multihost.cli.parser import parse
-    from multihost.cli.wiring import reach_args
+    from multihost.cli.reaching import reach_args
 
     base = parse(["hosts", "--prefix", record.name, "--zone", record.zone,
                   *(["--project", record.project] if record.project else [])])  # fmt: skip
