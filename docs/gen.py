@@ -103,6 +103,46 @@ def _notes(parser: argparse.ArgumentParser, action: argparse.Action) -> list[str
     return notes
 
 
+_CLI_INTRO = """
+## Help
+
+Every command's `--help` shows its flags under headings, in this order (only the ones a command
+has): **hosts** (which ones: `--hosts`, `--local`, `--prefix`, `--workers`, …), **connection**
+(`--user`, `--ssh-config`, `--host-keys`, timeouts), **cloud** (Cloud TPU and gcloud:
+`--project`, `--zone`, `--wait`, `--tunnel-through-iap`, …), **staging** (the code on every
+host), **environment** (packages and variables: uv's flags, `--env`, `--secret`, `--setup`),
+**launch** (what runs and how it goes), **sweep** (a sweep's grid) and **output** (what is
+shown and kept), and ends with a few examples, as `gcloud` and `uv` do. This page lists them
+the same way.
+
+A schema flag's heading is its `Flag.group` (`multihost/settings/schema.py`; the titles are
+`GROUPS` in `multihost/settings/flag.py`); flags that only one command has are declared in
+`multihost/cli/parser.py`, `run_args.py`, `job_args.py` and `pods_args.py` under the same
+headings (`parser.at("output").add_argument(...)`); each command's examples are in
+`multihost/cli/examples.py`.
+
+## Bad input
+
+Every command refuses bad input before it starts anything: one line (`multihost: error: …`,
+naming the argument), exit 2, no traceback, no log dir made, nothing staged or started on any
+host. Besides bad values, conflicting flags and unreadable files, that covers:
+
+- **Arguments that are not UTF-8 text** (`--cmd $'echo \\xff'`, a host list with such a byte):
+  `multihost: error: argument --cmd: not UTF-8 text: 'echo \\xff' (each argument must be)`.
+  The Python API refuses the same in `cmd` and `env` (a `ValueError`).
+- **`--local N` over 1024** (`argument --local: at most 1024 workers on this machine`): each
+  worker is a process on this machine. Host lists and ranges are bounded at 100000 hosts, and
+  planning is linear in the hosts: `--dry-run` of 24000 hosts takes about 6 s. Ctrl-C ends a
+  dry run at any point (exit 130).
+- **A config file that cannot be read**: a directory where `~/.config/multihost/config.toml`
+  belongs, a loop of symbolic links, a broken link or a file that is not UTF-8 is
+  `…/config.toml: cannot be read: a directory, not a file` (exit 2), never silently ignored.
+- **A hosts file with no hosts** (empty, or only comments): `FILE: no hosts in the file`. An
+  empty `.toml` inventory still says it needs a `[[slices]]` entry.
+- **An ssh config that is a directory**: `ssh config DIR is a directory, not a file`.
+"""
+
+
 def cli_reference() -> str:
     """The page docs/reference/cli.md: every command, every flag, in the schema's groups."""
     from multihost.cli.parser import build_parser
@@ -119,6 +159,8 @@ def cli_reference() -> str:
         "config file may set are marked *config*: their key is the flag's name without the "
         "dashes (see [Defaults, config files and profiles](../concepts/config.md)). "
         "Regenerate after changing a flag: `python docs/gen.py`.",
+        "",
+        *_CLI_INTRO.strip("\n").splitlines(),
         "",
         "## multihost",
         "",
