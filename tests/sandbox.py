@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -93,6 +94,7 @@ def serve(hosts: int, state: Path) -> None:
     """The background process: the fleet and the stand-ins until SIGTERM."""
     from tests.cloud.fixture import standin
 
+    tempfile.tempdir = str(state)  # the stand-ins' files (gcloud config, GCS) in the state dir
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -116,6 +118,17 @@ def serve(hosts: int, state: Path) -> None:
     finally:
         loopback.down(fleet_dir)
         (state / "env").unlink(missing_ok=True)
+
+
+def _kill_leftovers(state: Path) -> None:
+    """After a background process that was killed: its fleet, and what it started (their
+    command lines name the state dir: fake-gcs-server)."""
+    loopback.down(fleet_dir_of(state))
+    mark = f"{state}/".encode()
+    for p in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            if p.name.isdigit() and mark in (p / "cmdline").read_bytes():
+                os.kill(int(p.name), signal.SIGKILL)
 
 
 def up(hosts: int, state: Path) -> int:
@@ -164,9 +177,10 @@ def down(state: Path) -> int:
     pid = running_pid(state)
     if pid is None:
         if state.exists():  # a killed one's leftovers
-            loopback.down(fleet_dir_of(state))
+            _kill_leftovers(state)
             shutil.rmtree(state, ignore_errors=True)
             shutil.rmtree(fleet_dir_of(state), ignore_errors=True)
+            raise Refused("sandbox: not up (removed what a stopped one left)")
         raise Refused("sandbox: not up")
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT
@@ -175,7 +189,7 @@ def down(state: Path) -> int:
     if _alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        loopback.down(fleet_dir_of(state))
+        _kill_leftovers(state)
     shutil.rmtree(state, ignore_errors=True)
     shutil.rmtree(fleet_dir_of(state), ignore_errors=True)
     print("sandbox: down; nothing left", file=sys.stderr)

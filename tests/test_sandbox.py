@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -97,7 +98,8 @@ def alive(pids: dict[int, int | None]) -> dict[int, str]:
     return left
 
 
-def mentioning(text: str) -> list[str]:
+def mentioning(text: str, pids: bool = False) -> list[str]:
+    """The command lines (or the pids) of the processes whose command line has ``text``."""
     lines = []
     for p in Path("/proc").iterdir():
         try:
@@ -105,7 +107,7 @@ def mentioning(text: str) -> list[str]:
         except OSError:
             continue
         if p.name.isdigit() and text in cmd:
-            lines.append(cmd)
+            lines.append(p.name if pids else cmd)
     return lines
 
 
@@ -176,3 +178,21 @@ def test_not_root_is_one_line(sandbox_env: dict[str, str]) -> None:
     assert res.returncode == 2, res.stderr
     assert res.stderr == "sandbox: needs root (it makes one Unix user and one sshd per host)\n"
     assert not Path(sandbox_env["MULTIHOST_SANDBOX_DIR"]).exists()
+
+
+def test_down_after_the_background_process_was_killed(sandbox_env: dict[str, str]) -> None:
+    env = sandbox_env
+    state = Path(env["MULTIHOST_SANDBOX_DIR"])
+    res = sandbox(env, "up", "--hosts", "1")
+    assert res.returncode == 0, res.stderr
+    pid = int((state / "pid").read_text())
+    served = {p: started(p) for p in descendants(pid)}
+    sshds = {p: started(p) for p in map(int, mentioning(f"{state}-fleet/hosts/", pids=True))}
+    os.kill(pid, signal.SIGKILL)
+    res = sandbox(env, "down")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == "sandbox: not up (removed what a stopped one left)\n"
+    assert alive(served | sshds) == {}
+    assert mentioning(str(state)) == []
+    assert not state.exists()
+    assert not Path(f"{state}-fleet").exists()
