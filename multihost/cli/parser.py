@@ -39,7 +39,10 @@ CONFIGURED = (
     "kill-stale",
     "forget",
     "config",
-)  # commands that read it
+    "up",
+    "pods",
+    "autodown",
+)  # commands that read it (up, pods, autodown: the reach flags for a pod's workers)
 _DEFAULT_NOTE = re.compile(r"\s*\(default(?:[^()]|%\(default\))*\)$")  # the flag's own note
 
 
