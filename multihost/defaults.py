@@ -57,3 +57,4 @@ class Defaults:
 
 DEFAULTS = Defaults()
 IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
+GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from multihost.defaults import DEFAULTS as D
+from multihost.defaults import GOOGLE_KEY
 from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
 from multihost.plan import JOIN_ENV, check_run_name, parse_env
 from multihost.runstate import RunOptions, default_log_dir, default_run_name
 from multihost.sources import CloudFound, FleetSpec, Found, resolve, workers
-from multihost.sources.tpukeys import GOOGLE_KEY
 from multihost.transport import HostKeyPolicy, SSHOptions
 
 if TYPE_CHECKING:
@@ -335,6 +335,8 @@ def device_glob() -> str | None:
 
 def _secrets(s: Settings, job: Job) -> tuple[tuple[str, str], ...]:
     """``--secret KEY=NAME`` pairs, checked (their values are read only at the launch)."""
+    if not s.secret:
+        return ()  # multihost.secrets (and the cloud modules under it) only when one is given
     from multihost.secrets import parse_secrets
 
     pairs = parse_secrets(tuple(s.secret))

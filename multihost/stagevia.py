@@ -31,8 +31,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from multihost.cloud.bucket import check_bucket, code_url
-from multihost.cloud.gcloud import Gcloud
 from multihost.errors import CloudError, HostError, RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
@@ -71,6 +69,8 @@ def parse(text: str) -> StageVia:
         bucket, _, prefix = text.removeprefix("gs://").rstrip("/").partition("/")
         if not bucket:
             raise UsageError(f"bad --stage-via {text!r}: expected gs://BUCKET[/PREFIX]")
+        from multihost.cloud.bucket import check_bucket  # a bucket named: the cloud modules
+
         check_bucket(f"gs://{bucket}")
         if prefix and (not _PREFIX.match(prefix) or ".." in prefix.split("/")):
             raise UsageError(f"bad --stage-via {text!r}: the path after the bucket has odd names")
@@ -145,12 +145,16 @@ def _bucket(bucket: str, n: int, size: int, threshold: int) -> tuple[StageVia, s
 
 def listed(prefix: str) -> list[str]:
     """The objects directly under ``prefix`` (``gs://…/``); raises ``CloudError``."""
+    from multihost.cloud.gcloud import Gcloud
+
     return list(Gcloud.from_env().objects(prefix.rstrip("/")))
 
 
 def in_bucket(url: str) -> bool:
     """Whether the object ``url`` is there (content-named: then it need not go up again);
     raises ``CloudError`` when the bucket cannot be read."""
+    from multihost.cloud.gcloud import Gcloud
+
     return url in Gcloud.from_env().existing(url)
 
 
@@ -309,6 +313,9 @@ class _Work:
     async def via_bucket(
         self, url: str, hosts: Sequence[Host], note: Note
     ) -> tuple[list[Outcome[Staged]], int]:
+        from multihost.cloud.bucket import code_url
+        from multihost.cloud.gcloud import Gcloud
+
         target = code_url(url, self.archive.digest)
         gcloud = Gcloud.from_env()
 

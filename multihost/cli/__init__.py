@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         args = parse(argv)
         from rich.console import Console  # not needed for --help or a usage error
 
-        err = Console(stderr=True, highlight=False)
+        err = Console(stderr=True, highlight=False, emoji=False)  # text as given: no :name: codes
         err.soft_wrap = not err.is_terminal  # a log file or a pipe gets whole lines
         code = command(args.command)(args, err)
     except UsageError as exc:

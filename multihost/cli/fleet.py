@@ -31,7 +31,6 @@ from multihost.plan import job_script, plan_host
 from multihost.planner import device_glob
 from multihost.result import RunResult, size
 from multihost.runstate import RunOptions
-from multihost.sources.tpu import fleet_rows
 from multihost.stage import pack
 from multihost.transport import forget
 
@@ -68,10 +67,11 @@ def _run(args: argparse.Namespace, err: Console) -> int:
 def after_run(result: RunResult, options: RunOptions, err: Console) -> int:
     """What the work after the run brought back (``multihost.core.postrun``), said: the
     traces' tables, where the TPU logs are, what each host's pull gave; 1 if a pull failed."""
-    from multihost.cli.trace import show
+    if result.traces:  # the trace tables' modules only when there are traces
+        from multihost.cli.trace import show
 
-    for data in result.traces:
-        show(dict(data), err)
+        for data in result.traces:
+            show(dict(data), err)
     if result.tpu_logs and result.log_dir is not None:
         from multihost.diagnose.tpu_logs import summary
 
@@ -121,6 +121,8 @@ def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
 def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
     where = reach_args(args, err, add_key=bool(args.check))
     fleet = where.fleet
+    from multihost.sources.tpu import fleet_rows  # the cloud modules: not on a run's path
+
     rows: list[dict[str, object]] = [dict(r) for r in fleet_rows(fleet)]
     code = 0
     if args.check:

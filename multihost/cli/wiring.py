@@ -69,7 +69,7 @@ class Display:
 
     def __init__(self, fleet: Fleet, run_name: str, stream: str, err: Console) -> None:
         self.run_name, self.stream, self.err = run_name, stream, err
-        self.out = Console(file=stdout(), highlight=False, soft_wrap=True)
+        self.out = Console(file=stdout(), highlight=False, soft_wrap=True, emoji=False)
         self.states = {h.process_id: State.PENDING for h in fleet}
         self.hosts = {h.process_id: h for h in fleet}
         self.first = fleet.hosts[0].process_id  # host0: the first host (of --workers: its first)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from multihost import stagevia
-from multihost.cloud.bucket import env_prefix, env_url
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.envsync import EnvRequest, lock_problem, satisfies, uv_binary, uv_version
@@ -407,6 +406,8 @@ async def _from_bucket(
     """``--stage-via gs://…``: the source puts the pack in the bucket under its content name
     (unless it is there), the others take it from there; returns the hosts whose fetch failed
     (the runner then sends them the pack itself); a host lost meanwhile goes into ``errors``."""
+    from multihost.cloud.bucket import env_url  # a bucket named: the cloud modules
+
     url = env_url(bucket, key, digest)
     try:
         there = await asyncio.to_thread(stagevia.in_bucket, url)
@@ -434,6 +435,8 @@ async def _cached(
     """``--stage-via gs://…`` and no host has ``key``: a pack of it already in the bucket (a
     job's, an earlier run's) is taken from there and nothing is built; returns the hosts still
     without it."""
+    from multihost.cloud.bucket import env_prefix
+
     try:
         found = await asyncio.to_thread(stagevia.listed, env_prefix(bucket, key))
     except CloudError:

@@ -30,9 +30,9 @@ from typing import Any
 
 from multihost.cloud import gcloud as runner
 from multihost.cloud import tpus
+from multihost.defaults import GOOGLE_KEY as GOOGLE_KEY  # gcloud's key: a --prefix fleet's
 from multihost.errors import CloudError, CloudTimeout, DiscoveryError, GcloudMissing
 
-GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take
 SSH_KEYS = "ssh-keys"
 
 
