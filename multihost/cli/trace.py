@@ -13,7 +13,8 @@ from rich.text import Text
 from multihost import runs
 from multihost.bridge import blocking
 from multihost.cli.wiring import record_options
-from multihost.diagnose.capture import Capture, capture, summary
+from multihost.diagnose.capture import capture
+from multihost.diagnose.captured import Capture, summary
 from multihost.errors import UsageError
 from multihost.plancheck import log_dir
 
