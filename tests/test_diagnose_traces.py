@@ -11,17 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from multihost.diagnose.capture import (
-    TRACE,
+from multihost.diagnose.capture import TRACE, new_folder, ready_ago, trace_command
+from multihost.diagnose.captured import (
     Capture,
     HostCapture,
     ProcessTrace,
     in_words,
-    new_folder,
     parse_answer,
-    ready_ago,
     rows,
-    trace_command,
     with_counted,
 )
 from multihost.diagnose.traces import HostTrace, TraceStats, slowest, stats_of_events

@@ -16,7 +16,7 @@ from multihost.diagnose.collect import take
 from multihost.diagnose.stacks import StackReport
 from multihost.errors import UsageError
 from multihost.gather import host_ranges
-from multihost.planner import log_dir
+from multihost.plancheck import log_dir
 
 
 def cmd_stack(args: argparse.Namespace, err: Console) -> int:

@@ -28,7 +28,7 @@ from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
 from multihost.plan import job_script, plan_host
-from multihost.planner import device_glob
+from multihost.plancheck import device_glob
 from multihost.result import RunResult, size
 from multihost.runstate import RunOptions
 from multihost.stage import pack

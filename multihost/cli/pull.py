@@ -16,7 +16,7 @@ from multihost.cli import report
 from multihost.cli.progress import TransferView
 from multihost.cli.wiring import chosen_hosts, record_options
 from multihost.copyback import check_dest, check_patterns, default_dest, pull_run
-from multihost.planner import log_dir
+from multihost.plancheck import log_dir
 from multihost.record import RunRecord
 from multihost.result import PullResult
 from multihost.runstate import Event, Transfer

@@ -28,7 +28,7 @@ from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.gather import gather, host_ranges, read_tail, render
 from multihost.model import Host, State
-from multihost.planner import log_dir
+from multihost.plancheck import log_dir
 from multihost.stream import MAX_LINE
 
 

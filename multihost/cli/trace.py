@@ -13,9 +13,10 @@ from rich.text import Text
 from multihost import runs
 from multihost.bridge import blocking
 from multihost.cli.wiring import record_options
-from multihost.diagnose.capture import Capture, capture, summary
+from multihost.diagnose.capture import capture
+from multihost.diagnose.captured import Capture, summary
 from multihost.errors import UsageError
-from multihost.planner import log_dir
+from multihost.plancheck import log_dir
 
 OPEN_HINT = (
     "open with: xprof --logdir {folder} (pip install xprof), tensorboard --logdir {folder} "

@@ -22,7 +22,8 @@ from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
 from multihost.core import Attach, Run
 from multihost.model import Fleet, Host, State
-from multihost.planner import Plan, log_dir, plan, ssh_config
+from multihost.plancheck import log_dir, ssh_config
+from multihost.planner import Plan, plan
 from multihost.record import RunRecord
 from multihost.result import RESULT_MARKER, RunResult, payload_lines
 from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer

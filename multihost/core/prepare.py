@@ -17,12 +17,12 @@ a failure (or its timeout) names the host and nothing starts anywhere.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from multihost import stagevia
+from multihost.core.early import EarlyLaunch
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.errors import (
@@ -36,12 +36,12 @@ from multihost.errors import (
 )
 from multihost.fanout import Outcome
 from multihost.fleetops import port_busy, stale_on
-from multihost.launch import Ready, claim, launch_ready, name_taken, release
+from multihost.launch import claim, name_taken, release
 from multihost.model import Host, State
-from multihost.plan import Paths, plan_host
+from multihost.plan import Paths
 from multihost.runstate import RunOptions, Transfer
 from multihost.stage import Archive, stage_then
-from multihost.transport import Completed, Connection, Shell, connect
+from multihost.transport import Completed, connect
 
 if TYPE_CHECKING:
     from multihost.core.envsync import RunnerUv
@@ -86,9 +86,9 @@ class Prepare:
         self.check: Callable[[Host], str] | None = None
         self.uv: RunnerUv | None = None
         self.checked: dict[int, Completed] = {}
-        # pipelined, watched: each host's launch channel being opened beside its staging; the
-        # launch goes out on it as soon as the code is on its way (see _launch_early)
-        self.opening: dict[int, asyncio.Future[Shell]] = {}
+        # pipelined, watched: each host's launch on a channel opened beside its staging, sent
+        # as soon as the code is on its way (see core.early)
+        self.early = EarlyLaunch(sup, later=bool(self.steps))
 
     async def __call__(self) -> bool:
         """Connect to and stage code on every host; launch nothing unless all succeed."""
@@ -196,7 +196,7 @@ class Prepare:
                     if opts.detach:
                         await self._stage_checking_port(host)
                     else:  # the launch then only sends its script
-                        await self._stage_opening_shell(host)
+                        await self.early.beside(host, self._stage_checking_port)
             except HostError:
                 raise
             except TimeoutError:
@@ -292,53 +292,6 @@ class Prepare:
         if why := await port_busy(slot.conn, self.sup.job.coordinator_port):
             raise PortBusy(host, why)
 
-    async def _stage_opening_shell(self, host: Host) -> None:
-        """Claim and stage, and meanwhile open the channel the launch will use: both channels
-        open in one round trip, so the launch costs none of its own for them."""
-        slot = self.sup.slots[host.process_id]
-        assert slot.conn is not None
-        opening = self.opening[host.process_id] = asyncio.ensure_future(slot.conn.shell())
-        try:
-            await self._stage_checking_port(host)
-        except BaseException:
-            del self.opening[host.process_id]
-            if slot.early is None:  # else the launch on it is held, then read to its end
-                opening.cancel()
-                with contextlib.suppress(asyncio.CancelledError, HostError):
-                    await (await opening).close()  # opened after all: nothing will run on it
-            raise
-        self._launch_early(host)  # the code was there already: launch now
-        del self.opening[host.process_id]
-        if slot.early is None:
-            slot.shell = await opening
-
-    @property
-    def _early(self) -> bool:
-        """Whether a host's launch may go out while it is being prepared: a watched run whose
-        job needs nothing that a later phase makes (an environment, --setup, extra steps)."""
-        opts = self.sup.options
-        return not (opts.detach or opts.environment or opts.setup or self.steps)
-
-    def _launch_early(self, host: Host) -> None:
-        """Send ``host`` its launch on the channel opened beside its staging, once its run's
-        directory is claimed and its code is on its way (or there): the launch's round trip is
-        the staging's. It writes the run's files and waits at its gate, as a launch after
-        preparing does (core.start takes it from there); the job needs the code only after the
-        word. Not before host 0 is connected (its address is every host's coordinator)."""
-        sup = self.sup
-        slot = sup.slots[host.process_id]
-        opening = self.opening.get(host.process_id)
-        if opening is None or slot.early is not None or slot.conn is None or not self._early:
-            return
-        first = sup.fleet.hosts[0]
-        conn0 = sup.slots[first.process_id].conn
-        coordinator = first.internal_address or (conn0.peer_address if conn0 else None)
-        if coordinator is None:
-            return
-        plan = plan_host(host, sup.fleet, sup.job, sup.code_hash,
-                         {first.process_id: coordinator}, watch=True)  # fmt: skip
-        slot.early = asyncio.ensure_future(_launch_on(slot.conn, plan.launch, opening))
-
     async def _stage_checking_port(self, host: Host) -> None:
         """Claim and stage; on host 0, check the coordinator port meanwhile on a second
         channel (no round trip of its own before the run)."""
@@ -362,7 +315,7 @@ class Prepare:
         size = len(self.archive.data)
 
         def progress(done: int) -> None:
-            self._launch_early(host)  # the code is on its way: the launch may follow it
+            self.early.launch(host)  # the code is on its way: the launch may follow it
             sup.emit(Transfer(host, "stage", done, size))
 
         try:
@@ -444,8 +397,3 @@ class Prepare:
                 sup.set_state(slot, State.ERROR, "not started: the run name is taken")
             sup.write_record(force=True)
             raise
-
-
-async def _launch_on(conn: Connection, script: str, opening: Awaitable[Shell]) -> Ready:
-    """The launch on the shell being opened: sent, then ready at its gate."""
-    return await launch_ready(conn, script, await opening)

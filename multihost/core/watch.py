@@ -194,7 +194,8 @@ async def _take_stacks(sup: Supervisor, slots: list[Slot], why: str) -> StackRep
 async def _tracer(sup: Supervisor, slots: list[Slot], tracing: asyncio.Event) -> None:
     """``run --trace``: once every JAX process of the run steps, one capture over the run's
     connections; its rows go to ``traces/<capture>/summary.json`` for the CLI's table."""
-    from multihost.diagnose.capture import capture, in_words, save_rows, when_stepping
+    from multihost.diagnose.capture import capture, when_stepping
+    from multihost.diagnose.captured import in_words, save_rows
 
     seconds = sup.options.trace
     assert seconds is not None

@@ -4,10 +4,10 @@ A command's parser is built from these groups (``multihost.cli.parser``); the co
 keys are the settings of ``run`` (:data:`SETTINGS`, checked with each one's own type by
 ``multihost.settings.layers``); the API's keywords are their names with underscores.
 
-A new flag: declare a :class:`Flag` here, put it in the group of the commands that take it
-(or a new group), and read it by its ``dest`` in ``multihost.planner``. A flag that a config
-file may not set says ``setting=False``. Shown help differs per command? Use
-``FLAG.but(help=...)``, never a second declaration.
+A new flag: declare a :class:`Flag` here (a fleet flag in ``multihost.settings.fleetflags``),
+put it in the group of the commands that take it (or a new group), and read it by its ``dest``
+in ``multihost.planner``. A flag that a config file may not set says ``setting=False``. Shown
+help differs per command? Use ``FLAG.but(help=...)``, never a second declaration.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS as D
-from multihost.defaults import IP_MODES
 from multihost.settings.environment import ENVIRONMENT
 from multihost.settings.flag import Flag, Group, OneOf
+
+# the fleet's flags, declared in fleetflags, re-exported: the schema stays the one place to look
+from multihost.settings.fleetflags import *  # noqa: F403
+from multihost.settings.fleetflags import fleet
 from multihost.settings.types import (
     command_text,
     port,
@@ -27,149 +30,7 @@ from multihost.settings.types import (
     size,
     stage_bucket,
     stage_via,
-    workers,
 )
-
-# -- the fleet: where to run, and how to reach it --------------------------------------------
-PROFILE = Flag(
-    "profile",
-    metavar="NAME",
-    setting=False,
-    help="defaults from this profile of the config files (see multihost config; default: none)",
-    group="hosts",
-)
-HOSTS = Flag(
-    "hosts",
-    metavar="LIST|FILE",
-    help="comma list of [user@]host[:port] with ranges (h[0-3], 10.0.0.[2-9]), a TOML "
-    "inventory, or a file with one host per line",
-    group="hosts",
-)
-LOCAL = Flag(
-    "local",
-    type=workers,
-    metavar="N",
-    help=f"N workers on this machine, no SSH (at most {D.local_max})",
-    group="hosts",
-)
-PREFIX = Flag("prefix", help="Cloud TPU node or queued resource name", group="hosts")
-SOURCES = ("hosts", "local", "prefix")  # one of them picks the fleet: one given replaces all
-PROJECT = Flag("project", help="with --prefix: gcloud project (default: gcloud's)", group="cloud")
-ZONE = Flag("zone", help="with --prefix: gcloud zone (default: gcloud's)", group="cloud")
-IP = Flag(
-    "ip",
-    choices=IP_MODES,
-    default="auto",
-    help="with --prefix: address to connect to (default %(default)s: external if any)",
-    group="cloud",
-)
-USER = Flag(
-    "user", help="ssh user for every host (default: ssh config's, else yours)", group="connection"
-)
-SSH_CONFIG = Flag(
-    "ssh-config",
-    type=Path,
-    metavar="FILE",
-    help="ssh config file (default ~/.ssh/config)",
-    group="connection",
-)
-HOST_KEYS = Flag(
-    "host-keys",
-    choices=("strict", "accept-new"),
-    help="strict: known_hosts only; accept-new: trust on first use, refuse a "
-    "changed key (default: strict, accept-new with --prefix)",
-    group="connection",
-)
-CONNECT_TIMEOUT = Flag(
-    "connect-timeout",
-    type=positive(float),
-    default=D.connect_timeout,
-    metavar="S",
-    help="seconds per SSH handshake (default %(default)g s)",
-    group="connection",
-)
-CONNECT_LIMIT = Flag(
-    "connect-limit",
-    type=positive(int),
-    default=D.connect_limit,
-    metavar="N",
-    help="handshakes in flight at once (default %(default)s)",
-    group="connection",
-)
-
-WAIT = Flag(  # a queued resource still provisioning: wait for it instead of exit 2
-    "wait",
-    kind="optional",
-    type=positive(float),
-    const=float("inf"),
-    metavar="SECONDS",
-    setting=False,
-    help="wait (at most SECONDS; bare: no limit) until every slice of a --prefix is READY and "
-    "every host accepts connections (default: a queued resource not yet ACTIVE is exit 2)",
-    group="cloud",
-)
-TUNNEL_THROUGH_IAP = Flag(  # workers with internal addresses only, reached through IAP
-    "tunnel-through-iap",
-    kind="switch",
-    help="with --prefix: reach the workers at their internal addresses through IAP: one "
-    "tunnel (gcloud start-iap-tunnel) per slice, the slice's other workers through its "
-    "first worker's connection (default: connect directly)",
-)
-IAP_PER_HOST = Flag(
-    "iap-per-host",
-    kind="switch",
-    help="with --tunnel-through-iap: a tunnel for every worker, for networks where workers "
-    "cannot reach each other (default: one per slice)",
-    group="cloud",
-)
-
-NO_ADD_KEY = Flag(  # first contact: the user's key added to the nodes as gcloud does
-    "no-add-key",
-    kind="switch",
-    help="with --prefix: never add your key (~/.ssh/google_compute_engine) to the nodes' "
-    "metadata or your OS Login profile (default: add it where it is missing, as gcloud does)",
-    group="cloud",
-)
-
-WORKERS = Flag(
-    "workers",
-    metavar="SPEC",
-    setting=False,
-    help="only these hosts: process indices (0,2 or 0-3), labels as multihost prints them "
-    "(s0/w3, s0/w[0-3], s1 for all of slice 1) or all; not for a JAX job, which needs every "
-    "process (default: all)",
-    group="hosts",
-)
-EXCLUDE_WORKERS = Flag(
-    "exclude-workers",
-    metavar="SPEC",
-    setting=False,
-    help="leave out these hosts (as --workers; like clush -x) (default: none)",
-    group="hosts",
-)
-SUBSET: Group = (WORKERS, EXCLUDE_WORKERS)
-
-
-def fleet(required: bool = True) -> Group:
-    """``--hosts/--local/--prefix`` (one of them ``required``) and their options."""
-    source = OneOf((HOSTS, LOCAL, PREFIX), required=required)
-    return (
-        PROFILE,
-        source,
-        PROJECT,
-        ZONE,
-        IP,
-        USER,
-        SSH_CONFIG,
-        HOST_KEYS,
-        CONNECT_TIMEOUT,
-        CONNECT_LIMIT,
-        WAIT,
-        TUNNEL_THROUGH_IAP,
-        IAP_PER_HOST,
-        NO_ADD_KEY,
-    )
-
 
 # -- a run: code, env, logs, ports (run and sweep) ---------------------------------------------
 SCRIPT_DIR = Flag(
