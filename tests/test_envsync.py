@@ -242,7 +242,7 @@ def test_a_seed_serving_a_tampered_pack_is_refused(tmp_path: Path) -> None:
 
 def test_probe_reports_key_and_state(tmp_path: Path) -> None:
     host = Host(address="127.0.0.1", process_id=0)
-    probe = script(PROBE, paths={"b": "~/.mh"}, lock="L", ruv="0.13.9",
+    probe = script(PROBE, paths={"b": "~/.mh"}, r="", lock="L", ruv="0.13.9",
                    probe=python_source("env_probe"))  # fmt: skip
     first = Probe.parse(host, _sh(probe, tmp_path).stdout.decode())
     assert first.state == "absent"
@@ -261,7 +261,7 @@ def test_probe_says_whether_zstd_is_on_path(tmp_path: Path) -> None:
     """zstd=yes only for an executable zstd on the host's PATH (not a directory, not a file
     without x); a probe line without the word (an older multihost's) parses as no zstd."""
     host = Host(address="127.0.0.1", process_id=0)
-    probe = script(PROBE, paths={"b": "~/.mh"}, lock="L", ruv="0.13.9",
+    probe = script(PROBE, paths={"b": "~/.mh"}, r="", lock="L", ruv="0.13.9",
                    probe=python_source("env_probe"))  # fmt: skip
     bare, tools = tmp_path / "bare", tmp_path / "tools"
     for d in (bare, tools):

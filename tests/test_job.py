@@ -134,8 +134,8 @@ def test_startup_script_is_clean_sh(rec: JobRecord, tmp_path: Path) -> None:
     if rec.env_lock:  # every value quoted once; the run path's own templates, whole
         assert "env_requirements='a==1\nb'\"'\"'c==2 $x\n'\n" in text
         assert "env_requirements_bytes=15\n" in text
-        assert shlex.quote(BUILD) in text
-        assert shlex.quote(INSTALL) in text
+        assert shlex.quote(BUILD.text) in text
+        assert shlex.quote(INSTALL.text) in text
     else:
         assert "env_lock=''\n" in text
     path = tmp_path / "startup.sh"

@@ -14,7 +14,6 @@ import pytest
 
 from multihost import remote
 from multihost.fleetops.preflight import check_command
-from multihost.fleetops.stale import _BODY as stale_body
 from multihost.fleetops.stale import stale_command
 from multihost.model import Job
 from multihost.plan import (
@@ -29,11 +28,9 @@ from multihost.plan import (
     status_command,
     watch_command,
 )
-from multihost.remote import envsync
 from multihost.stream import parse_exit, parse_watch_end
 from tests.helpers import wait_for
 
-ALL = dict(envsync.TEMPLATES)
 SCRIPTS = sorted(resources.files(remote).joinpath(".").iterdir(), key=lambda p: p.name)
 SCRIPTS = [p for p in SCRIPTS if p.name.endswith(".sh")]
 
@@ -76,31 +73,16 @@ def test_script_refuses_missing_or_unknown_arguments() -> None:
     )
 
 
-@pytest.mark.parametrize("name", sorted(ALL))
-def test_template_parses_and_passes_shellcheck(name: str) -> None:
-    template, variables = ALL[name]
-    text = "".join(f"{v}=x\n" for v in variables) + template
-    subprocess.run(["sh", "-n", "-c", text], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
-                          capture_output=True)  # fmt: skip
-    assert lint.returncode == 0, lint.stdout
-
-
-_STALE_BODY = (
-    stale_body.replace("@GLOB@", "'/dev/accel*'").replace("@LOCK@", "/tmp/l")
-    .replace("@KILL@", "1").replace("@TICKS@", "50")
-)  # fmt: skip
-
-
 @pytest.mark.parametrize(
     "command",
-    [check_command("~/x", 8476), stale_command(kill=True), stale_command(kill=False), _STALE_BODY],
+    [check_command("~/x", 8476), stale_command(kill=True), stale_command(kill=False)],
 )
 def test_preflight_and_stale_scripts_parse_and_pass_shellcheck(command: str) -> None:
-    """These two take their values as quoted assignments at the top of a constant body."""
+    """These two as sent, their values as arguments (the stale script's body is one of them:
+    code for the shell that runs it, in single quotes on purpose, so SC2016 does not apply)."""
     subprocess.run(["sh", "-n", "-c", command], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=command, text=True,
-                          capture_output=True)  # fmt: skip
+    lint = subprocess.run(["shellcheck", "--shell=sh", "--exclude=SC2016", "-"], input=command,
+                          text=True, capture_output=True)  # fmt: skip
     assert lint.returncode == 0, lint.stdout
 
 

@@ -6,8 +6,9 @@ import shlex
 import socket
 from collections.abc import Mapping, Sequence
 
-from multihost.plan import shell_path
+from multihost.remote import load, script
 
+PREFLIGHT = load("preflight")  # d port packages probe
 PACKAGES = ("jax", "jaxlib", "libtpu", "flax", "optax")
 _VERSIONS = """\
 import importlib.metadata as m, platform, socket, sys
@@ -65,13 +66,8 @@ def port_command(port: int) -> str:
 
 def check_command(base: str, port: int | None) -> str:
     """Prints ``key=value`` lines: Python and package versions, free disk, port state."""
-    probe = shlex.quote(_PROBE)
-    args = f"{int(port or 0)} {','.join(PACKAGES)}"
-    return (
-        f"python3 -c {probe} {args} 2>/dev/null || echo python=-; "
-        f'd={shell_path(base)}; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; '
-        'df -Pk "$d" | awk \'NR==2 {printf "disk_free=%.1f GiB\\n", $4/1048576}\''
-    )
+    return script(PREFLIGHT, paths={"d": base}, port=int(port or 0), packages=",".join(PACKAGES),
+                  probe=_PROBE)  # fmt: skip
 
 
 def parse_check(output: str) -> dict[str, str]:

@@ -14,85 +14,18 @@ The script prints one fact a line; `parse_stale` reads them back:
 from __future__ import annotations
 
 import math
-import shlex
 from dataclasses import dataclass
 
 from multihost.defaults import DEFAULTS
+from multihost.remote import load, script
 
 DEFAULT_DEVICE_GLOB = "/dev/accel* /dev/vfio/[0-9]*"
 LIBTPU_LOCKFILE = "/tmp/libtpu_lockfile"
 DEVICE_GLOB_ENV = "MULTIHOST_DEVICE_GLOB"
 
-# Runs as root when it can. Holders are found by stat-ing /proc/*/fd/* (-ef: same device and
-# inode; only character devices when every device is one), so lsof is not needed and no
-# process is forked per descriptor. The script's own shell and its parent (sudo) are skipped.
-_BODY = """\
-devglob=@GLOB@ lock=@LOCK@ kill=@KILL@ ticks=@TICKS@ me=$$ parent=$PPID
-if [ "$(id -u)" = 0 ]; then echo "scope root"; else echo "scope user"; fi
-set --
-for d in $devglob; do
-  if [ -e "$d" ]; then echo "device $d"; set -- "$@" "$d"; fi
-done
-holders='' seen='' chars=1
-for d in "$@"; do [ -c "$d" ] || chars=0; done
-if [ $# -gt 0 ]; then
-  for f in /proc/[0-9]*/fd/*; do
-    [ "$chars" = 0 ] || [ -c "$f" ] || continue
-    p=${f#/proc/}; p=${p%%/*}
-    [ "$p" = "$me" ] || [ "$p" = "$parent" ] && continue
-    for d in "$@"; do
-      [ "$f" -ef "$d" ] || continue
-      case " $seen " in *" $p:$d "*) continue ;; esac
-      seen="$seen $p:$d"
-      { read -r comm < "/proc/$p/comm"; } 2>/dev/null || comm="?"
-      echo "holder $p $d $comm"
-      case " $holders " in *" $p "*) ;; *) holders="$holders $p" ;; esac
-    done
-  done
-fi
-[ -e "$lock" ] && echo "lockfile $lock"
-[ "$kill" = 1 ] || exit 0
-alive() {
-  { read -r st < "/proc/$1/stat"; } 2>/dev/null || return 1
-  st=${st##*) }
-  [ "${st%% *}" != Z ]
-}
-nap() { sleep 0.1 2>/dev/null || { sleep 1; t=$((t + 9)); }; }
-await() {
-  t=0
-  while [ "$t" -lt "$1" ]; do
-    left=
-    for p in $holders; do alive "$p" && left=1; done
-    [ -z "$left" ] && return 0
-    nap; t=$((t + 1))
-  done
-}
-if [ -n "$holders" ]; then
-  for p in $holders; do kill -s TERM "$p" 2>/dev/null; done
-  await "$ticks"
-  hard=
-  for p in $holders; do
-    if alive "$p"; then kill -s KILL "$p" 2>/dev/null; hard="$hard $p"
-    else echo "killed $p TERM"; fi
-  done
-  holders=$hard
-  await 30
-  for p in $hard; do
-    if alive "$p"; then echo "survived $p"; else echo "killed $p KILL"; fi
-  done
-fi
-if [ -e "$lock" ]; then rm -f "$lock" && echo "removed $lock"; fi
-exit 0
-"""
-
-_WRAPPER = """\
-# shellcheck disable=SC2016 # the body is code for the shell that runs it, not for this one
-body=@BODY@
-if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  exec sudo -n sh -c "$body"
-fi
-eval "$body"
-"""
+# Runs as root when it can (stale.sh, which runs stale_body.sh).
+STALE = load("stale")  # body devglob lock kill ticks
+STALE_BODY = load("stale_body")  # devglob lock kill ticks
 
 
 def stale_command(
@@ -105,13 +38,8 @@ def stale_command(
     """A POSIX sh script (for `sh -c`) reporting, and with kill stopping, accelerator holders."""
     if not (math.isfinite(grace) and grace >= 0):
         raise ValueError(f"grace must be a finite number of seconds >= 0, not {grace!r}")
-    body = (
-        _BODY.replace("@GLOB@", shlex.quote(device_glob or DEFAULT_DEVICE_GLOB))
-        .replace("@LOCK@", shlex.quote(lockfile))
-        .replace("@KILL@", "1" if kill else "0")
-        .replace("@TICKS@", str(math.ceil(grace * 10)))
-    )
-    return _WRAPPER.replace("@BODY@", shlex.quote(body))
+    return script(STALE, body=STALE_BODY.text, devglob=device_glob or DEFAULT_DEVICE_GLOB,
+                  lock=lockfile, kill=1 if kill else 0, ticks=math.ceil(grace * 10))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -177,8 +177,8 @@ sync_env() {
     if [ -n "$pack" ]; then
       digest=${pack##*/}
       digest=${digest%.tar.gz}
-      if b=$base key=$key fmt=gz digest=$digest how=gs url=$pack fetch='' timeout=0 \
-        sh -c "$env_install" > /dev/null 2>> "$log"; then
+      if sh -c "$env_install" env_install "$base" "$key" gz "$digest" gs "$pack" '' 0 \
+        > /dev/null 2>> "$log"; then
         note "environment $key: taken from $pack"
         return 0
       fi
@@ -229,14 +229,14 @@ build_env() {
     chmod 755 "$base/bin/uv.part" && mv -f "$base/bin/uv.part" "$base/bin/uv" || return 1
   fi
   note "environment $key: building it with uv (process 0; nothing in $prefix)"
-  packed=$(printf '%s' "$env_requirements" | HOME=${HOME:-$base} b=$base key=$key fmt=gz \
-    code=$code exe=$exe sel=$env_select req=$env_requirements_bytes ship=0 \
-    sh -c "$env_build" 2>> "$log") || {
+  packed=$(printf '%s' "$env_requirements" | HOME=${HOME:-$base} sh -c "$env_build" env_build \
+    "$base" "$key" gz "$code" "$exe" "$env_select" "$env_requirements_bytes" 0 '' '' \
+    2>> "$log") || {
     note "environment $key: the build failed (uv's error above)"
     return 1
   }
   digest=${packed##* }
-  b=$base key=$key url=$prefix$digest.tar.gz sh -c "$env_upload" > /dev/null 2>> "$log" || {
+  sh -c "$env_upload" env_upload "$base" "$key" "$prefix$digest.tar.gz" > /dev/null 2>> "$log" || {
     note "environment $key: could not put it in $prefix (above)"
     return 1
   }
@@ -408,8 +408,8 @@ def render(values: StartupValues) -> str:
     # backquotes in them are meant literally
     code = {"hook": hook_text()}
     if e.lock:
-        code |= {"env_probe": python_source("env_probe"), "env_build": BUILD,
-                 "env_install": INSTALL, "env_upload": UPLOAD}  # fmt: skip
+        code |= {"env_probe": python_source("env_probe"), "env_build": BUILD.text,
+                 "env_install": INSTALL.text, "env_upload": UPLOAD.text}  # fmt: skip
     else:
         code |= dict.fromkeys(("env_probe", "env_build", "env_install", "env_upload"), "")
     block += "".join(

@@ -59,7 +59,7 @@ def load(name: str) -> Script:
 
 
 def fragment(name: str) -> str:
-    """The fragment ``_NAME.sh`` as put in place (for the templates still kept as strings)."""
+    """The fragment ``_NAME.sh`` as put in place (the job's startup script embeds one)."""
     return _body(_read(f"_{name}.sh"))
 
 

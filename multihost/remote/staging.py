@@ -12,12 +12,11 @@ from pathlib import Path
 
 from multihost.remote import fragment, load
 
-# The seed (seed.sh), its stop (seed_stop.sh), a fetching host (fetch.sh); the seed's server
-# and gs_cp are fragments an environment's templates share (multihost.remote.envsync).
+# The seed (seed.sh), its stop (seed_stop.sh), a fetching host (fetch.sh); gs_cp (_gs.sh) as
+# the job's startup script embeds it (multihost.job.startup).
 SEED = load("seed")
 SEED_STOP = load("seed_stop")
 FETCH = load("fetch")
-START_SERVER = fragment("start_server")
 GS = fragment("gs")
 
 
