@@ -139,8 +139,8 @@ def record_of(qr: dict[str, Any], zone: str, project: str | None) -> PodRecord |
     """A record for a labelled request this machine has no record of (made from another
     machine), from what the list shows: its type, slices, capacity, creation and valid-until."""
     name = ours(qr)
-    tpu = qr.get("tpu") if isinstance(qr.get("tpu"), dict) else {}
-    specs = tpu.get("nodeSpec") or [{}]
+    tpu = qr.get("tpu")
+    specs = (tpu.get("nodeSpec") if isinstance(tpu, dict) else None) or [{}]
     spec = specs[0] if isinstance(specs, list) and isinstance(specs[0], dict) else {}
     node = spec.get("node") or {}
     if name is None or not isinstance(node, dict):
@@ -148,6 +148,7 @@ def record_of(qr: dict[str, Any], zone: str, project: str | None) -> PodRecord |
     slices = int((spec.get("multisliceParams") or {}).get("nodeCount", 0)) or len(specs)
     capacity = ("spot" if "spot" in qr else "best-effort" if "bestEffort" in qr
                 else "reserved" if qr.get("reservationName") else "on-demand")  # fmt: skip
+    created: float
     try:
         created = calendar.timegm(time.strptime(str(qr.get("createTime", ""))[:19],
                                                 "%Y-%m-%dT%H:%M:%S"))  # fmt: skip
