@@ -34,10 +34,11 @@ def sweep_args(tmp_path: Path, config: Path, name: str, run: str, *grid: str) ->
             *grid]  # fmt: skip
 
 
-def results(tmp_path: Path, run: str) -> dict[int, str]:
+def results(tmp_path: Path, run: str) -> dict[tuple[int, int], str]:
+    """(x, code) -> the trial's status."""
     path = tmp_path / "logs" / run / "results.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {int(r["x"]): str(r["status"]) for r in rows}
+    return {(int(r["x"]), int(r["code"])): str(r["status"]) for r in rows}
 
 
 @pytest.mark.parametrize(("codes", "exit_code"), [("0", 0), ("0,3", 1)])
@@ -54,12 +55,10 @@ def test_sweep_up_down_after_success_and_a_failed_trial(
         res.stderr
     )
     status = results(tmp_path, "s1")
-    assert set(status) == {1, 2}
-    if exit_code == 0:
-        assert set(status.values()) == {"ok"}
-    else:
-        assert "ok" in status.values()
-        assert any("exited with code 3" in s for s in status.values())
+    assert status[(1, 0)] == status[(2, 0)] == "ok"
+    assert len(status) == 2 * len(codes.split(","))
+    if exit_code:
+        assert status[(1, 3)] == status[(2, 3)] == "failed: s0/w0 exited with code 3"
     assert cloud.tpu.resources == {}
     assert [r.name for r in cloud.tpu.requests if r.method == "DELETE"] == ["swp"]
     assert json.loads(cli(["pods", "--json"], **e).stdout) == []
