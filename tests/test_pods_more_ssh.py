@@ -4,10 +4,13 @@ requests made from another machine (by their label); autodown after a simulated 
 
 from __future__ import annotations
 
+import calendar
+import fcntl
 import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ import pytest
 from tests.clitools import cli, wait_for
 from tests.cloud.fixture import ZONE, Cloud
 from tests.helpers import free_port
-from tests.test_pods_ssh import STARVED_ZONE, env, ssh_config
+from tests.test_pods_ssh import STARVED_ZONE, env, ssh_config, up_args
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 
@@ -147,3 +150,77 @@ def test_pods_and_gc_see_requests_made_from_another_machine(cloud: Cloud, tmp_pa
     bad = cli(["pods", "--zones", "nowhere"], **e)
     assert bad.returncode == 2, bad.stderr
     assert bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_autodown_after_a_simulated_reboot(cloud: Cloud, tmp_path: Path) -> None:
+    """A reboot as the worker sees it: every process of the pod's user killed (the daemon's
+    lock, an flock, goes with it), the state in ~/.multihost/autodown kept (a persistent disk),
+    then the very command that arming wrote for the @reboot entry run on worker 0. The daemon
+    is back, its idle timer starts at the reboot (an idle time carried over would fire at
+    once), and it deletes the pod once idle. This host has no crontab: that the entry is in
+    crontab, and that cron runs it at boot, is not exercised here."""
+    cloud.tpu.vm_image = True  # workers: gcloud and the metadata server from an SSH session
+    e = env(cloud, tmp_path)
+    config = ssh_config(cloud.fleet, tmp_path)
+    idle = 20
+    res = cli([*up_args("boot", config, "--zone", ZONE, "--autodown", str(idle))], **e)
+    assert res.returncode == 0, res.stderr
+    assert f"pod boot deletes itself once idle for {idle} s (watched on s0/w0)" in res.stderr
+    assert "s0/w0 has no crontab: after a reboot the pod is not watched" in res.stderr
+    worker0 = cloud.fleet.hosts[cloud.tpu.resources["boot"].workers[0].host]
+    state = worker0.home / ".multihost" / "autodown"
+
+    def daemons() -> list[int]:
+        return [p for p, c in cloud.fleet.user_processes(worker0.index) if "autodown.sh" in c]
+
+    def locked() -> bool:
+        """A daemon runs: it holds its lock (an flock, at most one per host)."""
+        with (state / "lock").open("a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return False
+
+    wait_for(lambda: locked() and (state / "status").exists(), timeout=30,
+             what="the daemon to start")  # fmt: skip
+    reboot_line = (state / "reboot").read_text().strip()
+    assert reboot_line.startswith(f"sh '{state}/autodown.sh' '{state}' ")
+    # the reboot: every process gone; the pod had been idle long before it
+    cloud.fleet.kill_user_processes()
+    wait_for(lambda: not daemons() and not locked(), timeout=10, what="the daemon to be gone")
+    (state / "since").write_text(f"{int(time.time()) - 1000}\n")
+    rebooted = int(time.time())
+    before = (state / "status").read_text()  # the killed daemon's last word
+    boot = subprocess.run(
+        ["ssh", "-F", str(cloud.fleet.ssh_config), worker0.alias,
+         'setsid sh -c "$(cat .multihost/autodown/reboot)" </dev/null >/dev/null 2>&1 &'],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert boot.returncode == 0, boot.stderr
+
+    def status() -> list[str]:
+        return (state / "status").read_text().split()
+
+    def back() -> bool:
+        text = (state / "status").read_text()
+        return text != before and text.split()[:1] == ["idle"]
+
+    wait_for(lambda: back() and int(status()[3]) >= rebooted, timeout=30,
+             what="the daemon back, idle since the reboot")  # fmt: skip
+    assert locked()
+    assert daemons()
+    private = [p.name for p in state.iterdir() if p.stat().st_mode & 0o077]
+    assert private == []  # no umask from the arm now: the daemon sets its own
+    assert "boot" in cloud.tpu.resources  # not deleted on the idle time from before the reboot
+    wait_for(lambda: "boot" not in cloud.tpu.resources, timeout=90, what="the pod to go")
+    # the daemon's last look before its delete (deleting the pod ends the daemon with it)
+    since = int(status()[3])
+    assert since >= rebooted
+    line = [x for x in (state / "log").read_text().splitlines() if " idle: deleting " in x][-1]
+    deleting = calendar.timegm(time.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%SZ"))
+    assert deleting - since >= idle  # a whole idle time counted from the reboot
+    deletes = [r for r in cloud.tpu.requests if r.method == "DELETE"]
+    assert [r.name for r in deletes] == ["boot"]
+    assert deletes[0].auth.startswith("Bearer ya29.vm-boot-")  # from the VM itself

@@ -157,14 +157,18 @@ def _arm_autodown(args: argparse.Namespace, record: PodRecord, seconds: float | 
     from multihost.pods import autodown
 
     where = _reach(args, record, err, add_key=False)
-    _on_worker0(where, autodown.arm_command(seconds), autodown.script().encode())
+    said = _on_worker0(where, autodown.arm_command(seconds), autodown.script().encode())
     records.save(record.evolve(autodown=seconds))
     host = where.fleet.hosts[0].name
     if seconds is None:
         err.print(f"multihost: autodown of pod {escape(record.name)} is off", highlight=False)
-    else:
-        err.print(f"multihost: pod {escape(record.name)} deletes itself once idle for "
-                  f"{seconds:g} s (watched on {escape(host)})", highlight=False)  # fmt: skip
+        return 0
+    err.print(f"multihost: pod {escape(record.name)} deletes itself once idle for "
+              f"{seconds:g} s (watched on {escape(host)})", highlight=False)  # fmt: skip
+    if "nocron" in said:
+        err.print(f"multihost: {escape(host)} has no crontab: after a reboot the pod is not "
+                  "watched until autodown is armed again", style="yellow",
+                  highlight=False)  # fmt: skip
     return 0
 
 
