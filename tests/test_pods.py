@@ -188,3 +188,34 @@ def test_autodown_scripts_parse_and_pass_shellcheck(text: str) -> None:
     lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
                           capture_output=True)  # fmt: skip
     assert lint.returncode == 0, lint.stdout
+
+
+def test_a_listed_request_without_a_record_here() -> None:
+    """What ``pods --zones`` builds from a listed request made on another machine, and when
+    ``gc`` takes it: dead, or still waiting past its valid-until; never an unlabelled one."""
+    from multihost.pods import lifecycle
+
+    qr = {
+        "name": "projects/p/locations/us-east1-d/queuedResources/other",
+        "createTime": "2026-01-02T03:04:05Z", "spot": {},
+        "queueingPolicy": {"validUntilDuration": "900s"}, "state": {"state": "ACCEPTED"},
+        "tpu": {"nodeSpec": [{"multisliceParams": {"nodeCount": 2, "nodeIdPrefix": "other"},
+                              "node": {"acceleratorType": "v4-16", "runtimeVersion": "v",
+                                       "labels": {"multihost": "other"}}}]},
+    }  # fmt: skip
+    record = plan.record_of(qr, "us-east1-d", None)
+    assert record is not None
+    assert (record.name, record.zone, record.tpu_type, record.num_slices, record.capacity) == (
+        "other", "us-east1-d", "v4-16", 2, "spot")  # fmt: skip
+    assert record.created_at == 1767323045.0
+    assert record.valid_until == 1767323045.0 + 900
+    waiting = lifecycle.Standing(record, "ACCEPTED", recorded=False)
+    assert lifecycle.dead_reason(waiting, record.valid_until - 1) is None
+    assert (
+        lifecycle.dead_reason(waiting, record.valid_until + 1) == "ACCEPTED past its queue deadline"
+    )
+    unlabelled = qr | {"tpu": {"nodeSpec": [{"node": {"acceleratorType": "v4-8"}}]}}
+    assert plan.record_of(unlabelled, "us-east1-d", None) is None
+    assert plan.list_argv("us-east1-d", "p") == [
+        "compute", "tpus", "queued-resources", "list", "--format", "json", "--project", "p",
+        "--zone", "us-east1-d"]  # fmt: skip

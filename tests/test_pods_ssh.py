@@ -313,6 +313,9 @@ def test_gcloud_accepts_every_command_line(cloud: Cloud, capacity: str, slices: 
     elsewhere = gcloud(plan.describe_argv("cl", "us-east1-d", "p"))
     assert elsewhere.returncode != 0
     assert "NOT_FOUND" in elsewhere.stderr  # a resource lives in its zone
+    listed = gcloud(plan.list_argv(ZONE, "p"))
+    assert listed.returncode == 0, listed.stderr
+    assert [plan.ours(qr) for qr in json.loads(listed.stdout)] == ["cl"]
     deleted = gcloud(plan.delete_argv("cl", ZONE, "p"))
     assert deleted.returncode == 0, deleted.stderr
     wait_for(lambda: "cl" not in cloud.tpu.resources, timeout=10, what="the delete")

@@ -118,7 +118,13 @@ EXAMPLES: dict[str, str] = {
         "multihost down exp1 --async",
         "multihost down exp1 --zone us-central2-b   # made elsewhere: by its label",
     ),
-    "pods": _block("multihost pods", "multihost pods --json"),
-    "gc": _block("multihost gc --dry-run", "multihost gc"),
+    "pods": _block(
+        "multihost pods", "multihost pods --json", "multihost pods --zones us-central2-b,us-east1-d"
+    ),
+    "gc": _block(
+        "multihost gc --dry-run",
+        "multihost gc",
+        "multihost gc --dry-run --zones us-central2-b,us-east1-d",
+    ),
     "autodown": _block("multihost autodown exp1 30m", "multihost autodown exp1 off"),
 }

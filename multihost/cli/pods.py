@@ -157,14 +157,18 @@ def _arm_autodown(args: argparse.Namespace, record: PodRecord, seconds: float | 
     from multihost.pods import autodown
 
     where = _reach(args, record, err, add_key=False)
-    _on_worker0(where, autodown.arm_command(seconds), autodown.script().encode())
+    said = _on_worker0(where, autodown.arm_command(seconds), autodown.script().encode())
     records.save(record.evolve(autodown=seconds))
     host = where.fleet.hosts[0].name
     if seconds is None:
         err.print(f"multihost: autodown of pod {escape(record.name)} is off", highlight=False)
-    else:
-        err.print(f"multihost: pod {escape(record.name)} deletes itself once idle for "
-                  f"{seconds:g} s (watched on {escape(host)})", highlight=False)  # fmt: skip
+        return 0
+    err.print(f"multihost: pod {escape(record.name)} deletes itself once idle for "
+              f"{seconds:g} s (watched on {escape(host)})", highlight=False)  # fmt: skip
+    if "nocron" in said:
+        err.print(f"multihost: {escape(host)} has no crontab: after a reboot the pod is not "
+                  "watched until autodown is armed again", style="yellow",
+                  highlight=False)  # fmt: skip
     return 0
 
 
@@ -228,13 +232,21 @@ def _row(
         "capacity": r.capacity, "state": s.state, "reason": s.reason,
         "age_s": round(now - r.created_at), "up_for": ran, "price_per_hour": per_hour,
         "cost_so_far": None if cost is None else round(cost, 2), "autodown": auto,
+        "recorded": s.recorded,
     }  # fmt: skip
 
 
+def _listed_zones(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--zones A,B``: where ``pods`` and ``gc`` also look for labelled requests."""
+    listed = [z.strip() for z in (args.zones or "").split(",") if z.strip()]
+    return tuple(dict.fromkeys(plan.check_zone(z) for z in listed))
+
+
 def cmd_pods(args: argparse.Namespace, err: Console) -> int:
+    zones = _listed_zones(args)
     gcloud = _gcloud()
     now = time.time()
-    rows = [_row(args, lifecycle.standing(gcloud, r), now, err) for r in records.all_records()]
+    rows = [_row(args, s, now, err) for s in lifecycle.standings(gcloud, zones, args.project)]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -242,6 +254,7 @@ def cmd_pods(args: argparse.Namespace, err: Console) -> int:
                   "autodown")  # fmt: skip
     for row in rows:
         state = str(row["state"]) + (f" ({row['reason']})" if row["reason"] else "")
+        state += "" if row["recorded"] else " (no record here)"
         table.add_row(
             str(row["name"]), str(row["zone"]), f"{row['num_slices']} x {row['tpu_type']}",
             str(row["capacity"]), escape(state), f"{row['age_s']} s",
@@ -253,7 +266,9 @@ def cmd_pods(args: argparse.Namespace, err: Console) -> int:
 
 
 def cmd_gc(args: argparse.Namespace, err: Console) -> int:
-    found = lifecycle.gc(_gcloud(), _say(err), dry_run=args.dry_run)
+    zones = _listed_zones(args)
+    found = lifecycle.gc(_gcloud(), _say(err), dry_run=args.dry_run, zones=zones,
+                         project=args.project)  # fmt: skip
     verb = "would delete" if args.dry_run else "deleted"
     for s, why in found:
         err.print(f"multihost: {verb} {escape(s.record.name)} in {escape(s.record.zone)}: "

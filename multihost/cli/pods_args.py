@@ -40,6 +40,16 @@ def request_flags(p: Parser, *, zone: bool) -> None:
                        "(default: off)")  # fmt: skip
 
 
+def labelled_flags(p: Parser) -> None:
+    """``pods``/``gc``: look in zones for requests labelled by multihost (made from any
+    machine), not only at the records kept here."""
+    cloud = p.at("cloud")
+    cloud.add_argument("--zones", metavar="A,B", help="also list the requests labelled by "
+                       "multihost in these zones, made from any machine (default: only "
+                       "those recorded here)")  # fmt: skip
+    cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
+
+
 def add_pod_parsers(sub: Any) -> None:
     up = command(sub, "up", "create a pod (a queued resource) and wait until every worker "
                  "accepts SSH")  # fmt: skip
@@ -63,9 +73,11 @@ def add_pod_parsers(sub: Any) -> None:
 
     pods = command(sub, "pods", "the pods multihost made: state, price, cost so far, autodown")
     add(pods, s.JSON, s.SSH_CONFIG, s.HOST_KEYS, s.IP, s.USER, s.TUNNEL_THROUGH_IAP)
+    labelled_flags(pods)
 
     gc = command(sub, "gc", "delete the requests multihost made that can never run again")
     add(gc, s.DRY_RUN.but(help="say what would be deleted"))
+    labelled_flags(gc)
 
     auto = command(sub, "autodown", "change when an idle pod deletes itself")
     auto.add_argument("name", metavar="NAME", help=NAME_HELP)

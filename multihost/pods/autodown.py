@@ -13,8 +13,10 @@ from multihost.defaults import DEFAULTS
 
 # Arm (or disarm) the daemon. Args: BASE (multihost's remote dir), IDLE (seconds or "off"),
 # TICK (seconds between looks); the daemon's script on stdin. A daemon already running keeps
-# running (it reads idle and since on each tick); else one is started detached. With crontab
-# on the host, an @reboot line starts it again after a reboot (the idle timer restarts then).
+# running (it reads idle and since on each tick); else one is started detached. The command
+# that starts it again after a reboot is written to DIR/reboot; with crontab on the host, an
+# @reboot line runs it (the daemon restarts the idle timer when it starts). Says "armed cron"
+# or "armed nocron" (no crontab: a reboot ends the watch until the next arm), or "off".
 ARM = """\
 umask 077
 b=$1
@@ -24,15 +26,18 @@ mkdir -p "$d" || exit 1
 cat > "$d/autodown.sh.tmp" && mv -f "$d/autodown.sh.tmp" "$d/autodown.sh" || exit 1
 printf '%s\\n' "$2" > "$d/idle.tmp" && mv -f "$d/idle.tmp" "$d/idle" || exit 1
 mark='# multihost-autodown'
+line="sh '$d/autodown.sh' '$d' '$b/runs' $3 </dev/null >>'$d/log' 2>&1"
+printf '%s\n' "$line" > "$d/reboot"
+cron=nocron
 if command -v crontab >/dev/null 2>&1; then
   { crontab -l 2>/dev/null | grep -v "$mark\\$"
-    [ "$2" = off ] || echo "@reboot sh '$d/autodown.sh' '$d' '$b/runs' $3 $mark"
-  } | crontab - 2>/dev/null || :
+    [ "$2" = off ] || echo "@reboot $line $mark"
+  } | crontab - 2>/dev/null && cron=cron
 fi
 if [ "$2" = off ]; then echo off; exit 0; fi
 date +%s > "$d/since"
 setsid sh "$d/autodown.sh" "$d" "$b/runs" "$3" </dev/null >>"$d/log" 2>&1 &
-echo armed
+echo "armed $cron"
 """
 
 # The daemon's status line and setting. Arg: BASE.

@@ -213,6 +213,7 @@ class Standing:
     record: PodRecord
     state: str  # the request's state.state, or GONE
     reason: str = ""
+    recorded: bool = True  # False: found by its label only (made from another machine)
 
 
 def standing(gcloud: Runner, record: PodRecord) -> Standing:
@@ -220,6 +221,36 @@ def standing(gcloud: Runner, record: PodRecord) -> Standing:
     state = state_of(qr)
     reason = plan.failure(qr) if qr is not None and state in plan.DEAD else ""
     return Standing(record, state, reason)
+
+
+def labelled(gcloud: Runner, zones: tuple[str, ...], project: str | None) -> list[Standing]:
+    """The requests labelled as multihost's in ``zones`` (one list call per zone), whoever
+    made them."""
+    found = []
+    for zone in zones:
+        proc = gcloud.run(plan.list_argv(zone, project), check=False)
+        if proc.returncode != 0:
+            raise PodError(f"listing the requests in {zone}: {one_line(_err(proc))}")
+        listed = json.loads(proc.stdout or b"[]")
+        for qr in listed if isinstance(listed, list) else []:
+            record = plan.record_of(qr, zone, project) if isinstance(qr, dict) else None
+            if record is None:
+                continue
+            state = state_of(qr)
+            reason = plan.failure(qr) if state in plan.DEAD else ""
+            found.append(Standing(record, state, reason, recorded=False))
+    return found
+
+
+def standings(
+    gcloud: Runner, zones: tuple[str, ...] = (), project: str | None = None
+) -> list[Standing]:
+    """Every pod recorded here, then every labelled request in ``zones`` with no record here."""
+    mine = [standing(gcloud, r) for r in records.all_records()]
+    known = {(s.record.name, s.record.zone) for s in mine}
+    others = [s for s in labelled(gcloud, zones, project)
+              if (s.record.name, s.record.zone) not in known]  # fmt: skip
+    return mine + others
 
 
 def dead_reason(s: Standing, now: float) -> str | None:
@@ -233,12 +264,16 @@ def dead_reason(s: Standing, now: float) -> str | None:
     return None
 
 
-def gc(gcloud: Runner, say: Say, *, dry_run: bool) -> list[tuple[Standing, str]]:
-    """Delete the requests multihost made that can never run again; their records go too."""
+def gc(
+    gcloud: Runner, say: Say, *, dry_run: bool, zones: tuple[str, ...] = (),
+    project: str | None = None,
+) -> list[tuple[Standing, str]]:  # fmt: skip
+    """Delete the requests multihost made that can never run again (those recorded here, and
+    those labelled in ``zones``); their records go too."""
     found = []
     now = time.time()
-    for record in records.all_records():
-        s = standing(gcloud, record)
+    for s in standings(gcloud, zones, project):
+        record = s.record
         why = dead_reason(s, now)
         if why is None:
             continue
@@ -247,5 +282,6 @@ def gc(gcloud: Runner, say: Say, *, dry_run: bool) -> list[tuple[Standing, str]]
             continue
         if s.state != "GONE":
             delete(gcloud, record.name, record.zone, record.project)
-        records.forget(record.name)
+        if s.recorded:
+            records.forget(record.name)
     return found

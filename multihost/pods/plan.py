@@ -4,9 +4,12 @@ means for the next zone. Nothing here runs anything."""
 
 from __future__ import annotations
 
+import calendar
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from multihost.cloud import queued
 from multihost.cloud.gcloud import error_class, one_line
@@ -123,6 +126,44 @@ def describe_argv(name: str, zone: str, project: str | None = None) -> list[str]
 def delete_argv(name: str, zone: str, project: str | None = None) -> list[str]:
     """Deletes the request and its nodes (``--force``), without waiting (``--async``)."""
     return queued.delete_argv(name, project, zone)
+
+
+def list_argv(zone: str, project: str | None = None) -> list[str]:
+    """Every queued resource of one zone, as JSON (the label is picked out here, by
+    :func:`ours`: gcloud puts it on ``tpu.nodeSpec[].node.labels``, which the service's list
+    cannot filter on)."""
+    return queued.list_argv(project, zone)
+
+
+def record_of(qr: dict[str, Any], zone: str, project: str | None) -> PodRecord | None:
+    """A record for a labelled request this machine has no record of (made from another
+    machine), from what the list shows: its type, slices, capacity, creation and valid-until."""
+    name = ours(qr)
+    tpu = qr.get("tpu")
+    specs = (tpu.get("nodeSpec") if isinstance(tpu, dict) else None) or [{}]
+    spec = specs[0] if isinstance(specs, list) and isinstance(specs[0], dict) else {}
+    node = spec.get("node") or {}
+    if name is None or not isinstance(node, dict):
+        return None
+    slices = int((spec.get("multisliceParams") or {}).get("nodeCount", 0)) or len(specs)
+    capacity = ("spot" if "spot" in qr else "best-effort" if "bestEffort" in qr
+                else "reserved" if qr.get("reservationName") else "on-demand")  # fmt: skip
+    created: float
+    try:
+        created = calendar.timegm(time.strptime(str(qr.get("createTime", ""))[:19],
+                                                "%Y-%m-%dT%H:%M:%S"))  # fmt: skip
+    except ValueError:
+        created = time.time()
+    valid = str((qr.get("queueingPolicy") or {}).get("validUntilDuration", ""))
+    try:
+        timeout = float(valid.removesuffix("s")) if valid else float("inf")
+    except ValueError:
+        timeout = float("inf")
+    return PodRecord(
+        name=name, tpu_type=str(node.get("acceleratorType", "?")), num_slices=slices,
+        runtime_version=str(node.get("runtimeVersion", "")), capacity=capacity, zone=zone,
+        project=project, state="unrecorded", created_at=float(created), queue_timeout=timeout,
+    )  # fmt: skip
 
 
 def skip_after_quota(zones: Sequence[str], refused: set[str]) -> list[str]:

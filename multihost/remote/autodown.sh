@@ -13,6 +13,7 @@
 #   (a process on a pseudo-terminal whose session leader sshd started), or a process holding
 #   the accelerator (/dev/accel*, /dev/vfio/N) that this user may see.
 set -u
+umask 077  # started by cron after a reboot too, where the arm's umask is not inherited
 dir=$1
 runs=$2
 tick=$3
