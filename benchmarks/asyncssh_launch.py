@@ -36,9 +36,15 @@ async def launch(fleet_json: str, n: int, tarball: str, tag: str, cmd: str) -> l
     async def one(address: str, port: int, user: str) -> bool:
         async with gate:
             conn = await asyncssh.connect(
-                address, port, username=user, client_keys=[key], known_hosts=known,
-                config=None, agent_path=None, encryption_algs=["aes128-gcm@openssh.com"],
-            )  # fmt: skip
+                address,
+                port,
+                username=user,
+                client_keys=[key],
+                known_hosts=known,
+                config=None,
+                agent_path=None,
+                encryption_algs=["aes128-gcm@openssh.com"],
+            )
         async with conn:
             result = await conn.run(command, input=data, encoding=None, check=False)
             return result.exit_status == 0

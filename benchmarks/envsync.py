@@ -119,10 +119,15 @@ def _run(
     hosts = ",".join(h.alias for h in fleet.hosts[:n])
     t = time.monotonic()
     res = multihost.run(
-        cmd, hosts=hosts, ssh_config=fleet.ssh_config, script_dir=proj, log_dir=logs,
-        stream="none", on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None,
+        cmd,
+        hosts=hosts,
+        ssh_config=fleet.ssh_config,
+        script_dir=proj,
+        log_dir=logs,
+        stream="none",
+        on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None,
         **kw,
-    )  # fmt: skip
+    )
     wall = time.monotonic() - t
     if not res.ok:
         raise SystemExit(f"{cmd[:40]}: failed: {[h.error for h in res.hosts if h.error][:2]}")
@@ -201,12 +206,17 @@ def bench(n: int, rounds: int, warm_rounds: int, work: Path) -> list[Row]:
             _clear(fleet, n, "envs", "uv-cache", "bench-venv")
             _place_uv(fleet, n)
 
-        every_host("uv sync --frozen (every host)", fresh_uv,
-                   "UV_CACHE_DIR=$HOME/.multihost/uv-cache UV_PYTHON_DOWNLOADS=never "
-                   "UV_PROJECT_ENVIRONMENT=$HOME/bench-venv UV_LINK_MODE=copy "
-                   "$HOME/.multihost/bin/uv sync -q --frozen --no-install-project")  # fmt: skip
-        pip = ("python3 -m pip install -q --no-cache-dir --disable-pip-version-check "
-               f"--index-url {idx.url} --target $HOME/bench-pip -r requirements.txt")  # fmt: skip
+        every_host(
+            "uv sync --frozen (every host)",
+            fresh_uv,
+            "UV_CACHE_DIR=$HOME/.multihost/uv-cache UV_PYTHON_DOWNLOADS=never "
+            "UV_PROJECT_ENVIRONMENT=$HOME/bench-venv UV_LINK_MODE=copy "
+            "$HOME/.multihost/bin/uv sync -q --frozen --no-install-project",
+        )
+        pip = (
+            "python3 -m pip install -q --no-cache-dir --disable-pip-version-check "
+            f"--index-url {idx.url} --target $HOME/bench-pip -r requirements.txt"
+        )
         every_host("pip install -r (every host)", lambda: _clear(fleet, n, "bench-pip"), pip)
         _clear(fleet, n, "bench-pip", "bench-venv", "envs", "uv-cache", "bin")  # as it found them
     load = (load0, os.getloadavg()[0])
@@ -242,8 +252,10 @@ def table(rows: list[Row], notes: str) -> str:
     lines = []
     for r in sorted(rows, key=lambda r: r.hosts):
         spread = f"{min(r.walls):.2f}–{max(r.walls):.2f}"
-        lines.append(f"| {r.hosts} | {r.method} | {r.wall:.2f} | {spread} | {len(r.walls)} | "
-                     f"{r.pages} | {r.files} | {r.sent} | {r.via} |")  # fmt: skip
+        lines.append(
+            f"| {r.hosts} | {r.method} | {r.wall:.2f} | {spread} | {len(r.walls)} | "
+            f"{r.pages} | {r.files} | {r.sent} | {r.via} |"
+        )
     derived = []
     for n in counts:
         cold = _ratio(rows, n, "multihost cold (auto)", "pip install -r (every host)")
@@ -260,27 +272,30 @@ def table(rows: list[Row], notes: str) -> str:
             parts.append(f"warm − no-sync {add:+.2f} s (median of paired rounds)")
         derived.append("- " + "; ".join(parts))
     begin, end = markers("envsync")
-    return "\n".join([
-        begin,
-        "## One environment on every host: `benchmarks/envsync.py`",
-        "",
-        "13 wheels (12 small, one of 20 MiB) on a local index (127.0.0.1); the real sshd "
-        "fleet on loopback (2 cores, shared by every host and by other work). Wall: the whole "
-        f"`multihost run` of `{COMMAND}`, median and range of the rounds. Index pages/files: "
-        "requests in one run (the last round; every cold round starts with no environment, no "
-        "uv cache and no uv on any host). Warm and `--no-sync` rounds alternate, back to back. "
-        "Each host count is its own command under the fleet's lock (8: 1.5 min, 32: 4, 64: 6.5).",
-        "",
-        notes,
-        "",
-        *derived,
-        "",
-        "| hosts | method | wall s (median) | range s | rounds | index pages | index files "
-        "| runner sent (env) | pack via |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *lines,
-        end,
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            begin,
+            "## One environment on every host: `benchmarks/envsync.py`",
+            "",
+            "13 wheels (12 small, one of 20 MiB) on a local index (127.0.0.1); the real sshd "
+            "fleet on loopback (2 cores, shared by every host and by other work). Wall: the whole "
+            f"`multihost run` of `{COMMAND}`, median and range of the rounds. Index pages/files: "
+            "requests in one run (the last round; every cold round starts with no environment, no "
+            "uv cache and no uv on any host). Warm and `--no-sync` rounds alternate, back to back. "
+            "Each host count is its own command under the fleet's lock (8: 1.5 min, 32: 4, "
+            "64: 6.5).",
+            "",
+            notes,
+            "",
+            *derived,
+            "",
+            "| hosts | method | wall s (median) | range s | rounds | index pages | index files "
+            "| runner sent (env) | pack via |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *lines,
+            end,
+        ]
+    )
 
 
 NOTES = (
@@ -334,8 +349,11 @@ def main() -> int:
         rows = [r for r in rows if r.hosts != n] + new
         args.rows.write_text(json.dumps([asdict(r) for r in rows], indent=1))
         for r in new:
-            print(f"{n} {r.method}: {r.wall:.2f} s {r.walls} pages {r.pages} files {r.files} "
-                  f"sent {r.sent} {r.via} load {r.load}", flush=True)  # fmt: skip
+            print(
+                f"{n} {r.method}: {r.wall:.2f} s {r.walls} pages {r.pages} files {r.files} "
+                f"sent {r.sent} {r.via} load {r.load}",
+                flush=True,
+            )
     block = table(rows, NOTES)
     if args.write:
         write_section("envsync", block)

@@ -452,16 +452,20 @@ def verdict(rows: Sequence[Row]) -> str:
         if mh and ps:
             wall = mh.median("wall") / ps.median("wall")
             cpu = mh.cpu_ms_per_host / ps.cpu_ms_per_host
-            out.append(f"N={n}: multihost/parallel-ssh wall {wall:.2f} (≤ 1: {_met(wall <= 1)}), "
-                       f"CPU {cpu:.2f} (≤ 1: {_met(cpu <= 1)})")  # fmt: skip
+            out.append(
+                f"N={n}: multihost/parallel-ssh wall {wall:.2f} (≤ 1: {_met(wall <= 1)}), "
+                f"CPU {cpu:.2f} (≤ 1: {_met(cpu <= 1)})"
+            )
     if (mh := _row(rows, TARGET_N, "multihost")) is not None:
         ok = mh.skew <= TARGET_SKEW
         out.append(f"N={TARGET_N}: start skew {mh.skew:.2f} s (≤ {TARGET_SKEW:g}: {_met(ok)})")
     for n in sorted({r.n for r in rows if r.n > TARGET_N}):
         if (big := _row(rows, n, "multihost")) is not None:
             left = max(t.left for t in big.trials)
-            out.append(f"N={n}: ran end to end, start skew {big.skew:.2f} s, "
-                       f"{left} process(es) left ({_met(left == 0)})")  # fmt: skip
+            out.append(
+                f"N={n}: ran end to end, start skew {big.skew:.2f} s, "
+                f"{left} process(es) left ({_met(left == 0)})"
+            )
     for n, most, cpu_most in BARS:
         mh, mt = _row(rows, n, "multihost"), _row(rows, n, "maxtext")
         if mh is None or mt is None:
@@ -469,8 +473,9 @@ def verdict(rows: Sequence[Row]) -> str:
         ratio = mh.median("wall") / mt.median("wall")
         ok = ratio <= most and (cpu_most is None or mh.cpu_ms_per_host <= cpu_most)
         cpu = "" if cpu_most is None else f", CPU {mh.cpu_ms_per_host:.2f} ≤ {cpu_most:g} ms/host"
-        out.append(f"bar at N={n}: multihost/MaxText-arch {ratio:.2f} ≤ {most:.2f}{cpu}: "
-                   f"{_met(ok)}")  # fmt: skip
+        out.append(
+            f"bar at N={n}: multihost/MaxText-arch {ratio:.2f} ≤ {most:.2f}{cpu}: {_met(ok)}"
+        )
     return ("Targets: " + "; ".join(out) + ".") if out else "Targets: not measured."
 
 
@@ -629,8 +634,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--sizes", default="16,64,256", help="comma-separated fleet sizes (to 512)")
     p.add_argument("--repeat", type=int, default=3, help="trials per method and size")
     p.add_argument("--methods", default="multihost,parallel-ssh,asyncssh,maxtext,sequential")
-    p.add_argument("--large-repeat", type=int, default=None,
-                   help=f"trials per method at N > {TARGET_N} (default: --repeat)")  # fmt: skip
+    p.add_argument(
+        "--large-repeat",
+        type=int,
+        default=None,
+        help=f"trials per method at N > {TARGET_N} (default: --repeat)",
+    )
     p.add_argument("--seq-max", type=int, default=16, help="largest N for the sequential one")
     p.add_argument("--seq-repeat", type=int, default=1, help="trials for the sequential one")
     p.add_argument(
@@ -644,18 +653,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--dir", type=Path, default=loopback.DEFAULT_DIR, help="fleet dir")
     p.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
-    p.add_argument("--before", type=Path, action="append", default=[],
-                   help="another checkout's multihost, measured as method 'before' beside "
-                   "this one's (again for more: 'before:DIRNAME' each)")  # fmt: skip
+    p.add_argument(
+        "--before",
+        type=Path,
+        action="append",
+        default=[],
+        help="another checkout's multihost, measured as method 'before' beside "
+        "this one's (again for more: 'before:DIRNAME' each)",
+    )
     p.add_argument(
         "--section",
         default="fanout",
         help="the RESULTS.md section to write (default: fanout, the headline table)",
     )
     p.add_argument(
-        "--lock", type=Path, default=None,
+        "--lock",
+        type=Path,
+        default=None,
         help="flock this file during each round of trials (e.g. /tmp/mh-ssh.lock)",
-    )  # fmt: skip
+    )
     return p.parse_args(argv)
 
 

@@ -70,8 +70,11 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            stats = {int(p): s for p in os.listdir("/proc") if p.isdigit()
-                     and (s := _stat(int(p))) is not None}  # fmt: skip
+            stats = {
+                int(p): s
+                for p in os.listdir("/proc")
+                if p.isdigit() and (s := _stat(int(p))) is not None
+            }
             tree, todo = {self.root}, [self.root]
             while todo:
                 parent = todo.pop()
@@ -89,9 +92,14 @@ class Sampler(threading.Thread):
 
 
 def trial(
-    cloud: Cloud, relay: IapRelay, config: Path, tmp: Path, name: str, args: argparse.Namespace,
+    cloud: Cloud,
+    relay: IapRelay,
+    config: Path,
+    tmp: Path,
+    name: str,
+    args: argparse.Namespace,
     per_host: bool,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     cloud.tpu.reset()
     cloud.tpu.internal_address = vpcs.address
     cloud.tpu.add(name, args.type, args.slices, internal_only=True)
@@ -100,13 +108,34 @@ def trial(
     token = tmp / "token"
     token.write_text("bench\n")
     env = cloud.env | {
-        "XDG_STATE_HOME": str(tmp / "state"), "MULTIHOST_GCLOUD": str(WRAPPER),
-        "MULTIHOST_TEST_IAP_URL": relay.url, "MULTIHOST_TEST_IAP_TOKEN": str(token),
-    }  # fmt: skip
-    argv = [sys.executable, "-m", "multihost", "run", "--prefix", name, "--zone", ZONE,
-            "--ssh-config", str(config), "--script-dir", str(tmp / "code"), "--log-dir",
-            str(tmp / "logs"), "--run-name", name, "--no-add-key", "--tunnel-through-iap",
-            *(["--iap-per-host"] if per_host else []), "--cmd", "echo hi"]  # fmt: skip
+        "XDG_STATE_HOME": str(tmp / "state"),
+        "MULTIHOST_GCLOUD": str(WRAPPER),
+        "MULTIHOST_TEST_IAP_URL": relay.url,
+        "MULTIHOST_TEST_IAP_TOKEN": str(token),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "multihost",
+        "run",
+        "--prefix",
+        name,
+        "--zone",
+        ZONE,
+        "--ssh-config",
+        str(config),
+        "--script-dir",
+        str(tmp / "code"),
+        "--log-dir",
+        str(tmp / "logs"),
+        "--run-name",
+        name,
+        "--no-add-key",
+        "--tunnel-through-iap",
+        *(["--iap-per-host"] if per_host else []),
+        "--cmd",
+        "echo hi",
+    ]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     sampler = Sampler(proc.pid)
@@ -119,10 +148,13 @@ def trial(
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{name} failed: {err[-3000:]}")
     return {
-        "tunnels": len(relay.tunnels), "wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
-        "tunnel_cpu": sum(sampler.tunnel_cpu.values()), "rss": sampler.peak_tree / 2**20,
+        "tunnels": len(relay.tunnels),
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "tunnel_cpu": sum(sampler.tunnel_cpu.values()),
+        "rss": sampler.peak_tree / 2**20,
         "tunnel_rss": sampler.peak_tunnels / 2**20,
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -139,10 +171,13 @@ def main() -> None:
         tmp = Path(t)
         (tmp / "code").mkdir()
         config = tmp / "ssh_config"
-        config.write_text("".join(
-            f"Host {vpcs.address(h.index)}\n  User {h.user}\n  Port 22\n"
-            f"  IdentityFile {fleet.key}\n  IdentitiesOnly yes\n" for h in fleet.hosts
-        ))  # fmt: skip
+        config.write_text(
+            "".join(
+                f"Host {vpcs.address(h.index)}\n  User {h.user}\n  Port 22\n"
+                f"  IdentityFile {fleet.key}\n  IdentitiesOnly yes\n"
+                for h in fleet.hosts
+            )
+        )
 
         def resolve(instance: str) -> str | None:
             worker = cloud.tpu.worker_by_instance(instance)
@@ -167,9 +202,11 @@ def med(rows: list[dict[str, float]], key: str) -> float:
 
 
 def write(
-    results: dict[bool, list[dict[str, float]]], args: argparse.Namespace, n: int,
+    results: dict[bool, list[dict[str, float]]],
+    args: argparse.Namespace,
+    n: int,
     load: list[float],
-) -> None:  # fmt: skip
+) -> None:
     gcloud = subprocess.run(["gcloud", "version"], capture_output=True, text=True).stdout
     version = gcloud.splitlines()[0] if gcloud else "?"
     keys = ("tunnels", "wall", "cpu", "tunnel_cpu", "rss", "tunnel_rss")
@@ -198,8 +235,10 @@ def write(
     for per_host, label in ((False, "per slice (default)"), (True, "`--iap-per-host`")):
         rows = results[per_host]
         vals = [med(rows, k) for k in keys]
-        lines.append(f"| {label} | {vals[0]:.0f} | {vals[1]:.1f} | {vals[2]:.1f} | {vals[3]:.1f} "
-                     f"| {vals[4]:.0f} | {vals[5]:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {label} | {vals[0]:.0f} | {vals[1]:.1f} | {vals[2]:.1f} | {vals[3]:.1f} "
+            f"| {vals[4]:.0f} | {vals[5]:.0f} |"
+        )
     ratio = {k: med(results[False], k) / max(med(results[True], k), 1e-9) for k in keys}
     rest = [statistics.median(r["cpu"] - r["tunnel_cpu"] for r in results[m]) for m in (0, 1)]
     lines += [

@@ -42,8 +42,11 @@ def trial(cloud: Cloud, name: str, code: Path, poll: float) -> tuple[float, floa
     t0 = time.time()
     watch = subprocess.Popen(
         [sys.executable, "-m", "multihost", "job", *argv],
-        env=cloud.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=cloud.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = wait_for(lambda: started_times(cloud, name, 0, 2), 180, "attempt 0")
         preempted = time.time()
@@ -81,8 +84,10 @@ def main() -> None:
                 a, b = trial(cloud, f"bench-{int(poll * 10)}-{i}", code, poll)
                 submit.append(a)
                 preempt.append(b)
-                print(f"poll {poll:g}: submit→running {a:.1f}s, preemption→running {b:.1f}s",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"poll {poll:g}: submit→running {a:.1f}s, preemption→running {b:.1f}s",
+                    file=sys.stderr,
+                )
             rows.append((poll, submit, preempt, load_before, os.getloadavg()[0]))
     write(rows, args)
 
@@ -109,8 +114,10 @@ def write(
         "|---:|---:|---|---|---|",
     ]
     for poll, submit, preempt, before, after in rows:
-        lines.append(f"| {poll:g} | {len(submit)} | {spread(submit)} | {spread(preempt)} "
-                     f"| {before:.1f} / {after:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {poll:g} | {len(submit)} | {spread(submit)} | {spread(preempt)} "
+            f"| {before:.1f} / {after:.1f} |"
+        )
     lines.append("<!-- job_times:end -->")
     section = "\n".join(lines) + "\n"
     write_section("job_times", section)

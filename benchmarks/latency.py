@@ -122,10 +122,19 @@ def relay(fleet: loopback.Fleet, real: loopback.Fleet, rtt_ms: float) -> Iterato
     """The relay between the runner and ``fleet``'s hosts while the block runs; the list
     yielded holds its connections (netdelay's JSON) once the block is over."""
     with tempfile.NamedTemporaryFile(prefix="netdelay-", suffix=".json") as f:
-        pairs = [f"{h.address}:{h.port}={r.address}:{r.port}"
-                 for h, r in zip(fleet.hosts, real.hosts, strict=True)]  # fmt: skip
-        argv = [sys.executable, str(ROOT / "benchmarks" / "netdelay.py"),
-                "--delay-ms", str(rtt_ms / 2), "--out", f.name, *pairs]  # fmt: skip
+        pairs = [
+            f"{h.address}:{h.port}={r.address}:{r.port}"
+            for h, r in zip(fleet.hosts, real.hosts, strict=True)
+        ]
+        argv = [
+            sys.executable,
+            str(ROOT / "benchmarks" / "netdelay.py"),
+            "--delay-ms",
+            str(rtt_ms / 2),
+            "--out",
+            f.name,
+            *pairs,
+        ]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != "ready":
@@ -151,8 +160,9 @@ def per_host(links: Sequence[dict], fleet: loopback.Fleet, rtt: int) -> tuple[li
     return list(by.values()), conns / len(fleet.hosts)
 
 
-def trial(fleet: loopback.Fleet, real: loopback.Fleet, method: str, rtt: int,
-          work: Path, kib: int) -> Trial:  # fmt: skip
+def trial(
+    fleet: loopback.Fleet, real: loopback.Fleet, method: str, rtt: int, work: Path, kib: int
+) -> Trial:
     """One fanout trial of ``method`` through a relay adding ``rtt``."""
     with relay(fleet, real, rtt) as links:
         run = fanout.trial(fleet, METHODS[method], work, kib)
@@ -181,21 +191,37 @@ def phases_worker(argv: Sequence[str]) -> int:
 
     tag = secrets.token_hex(6)
     with tempfile.TemporaryDirectory(prefix="latency-logs-") as logs:
-        result = api.run(fanout.remote_command(tag), hosts=",".join(where),
-                         ssh_config=str(fleet.ssh_config), script_dir=src, stream="none",
-                         log_dir=logs, run_name=f"latency-{tag}", on_event=on_event)  # fmt: skip
+        result = api.run(
+            fanout.remote_command(tag),
+            hosts=",".join(where),
+            ssh_config=str(fleet.ssh_config),
+            script_dir=src,
+            stream="none",
+            log_dir=logs,
+            run_name=f"latency-{tag}",
+            on_event=on_event,
+        )
     Path(out).write_text(json.dumps(times))
     return 1 if result.failed else 0
 
 
-def phase_trips(fleet: loopback.Fleet, real: loopback.Fleet, rtt: int, work: Path,
-                kib: int, root: Path = ROOT) -> dict[str, float]:  # fmt: skip
+def phase_trips(
+    fleet: loopback.Fleet, real: loopback.Fleet, rtt: int, work: Path, kib: int, root: Path = ROOT
+) -> dict[str, float]:
     """Median round trips per host in each of multihost's phases, at ``rtt`` (multihost from
     the checkout ``root``)."""
     src = fanout.make_script_dir(work, secrets.token_hex(6), kib)
     out = work / "phases.json"
-    argv = [sys.executable, __file__, "--phases-worker", str(fleet.ssh_config.parent /
-            "fleet.json"), str(len(fleet.hosts)), str(src), str(out), str(root)]  # fmt: skip
+    argv = [
+        sys.executable,
+        __file__,
+        "--phases-worker",
+        str(fleet.ssh_config.parent / "fleet.json"),
+        str(len(fleet.hosts)),
+        str(src),
+        str(out),
+        str(root),
+    ]
     with relay(fleet, real, rtt) as links:
         subprocess.run(argv, check=True, env=fanout._env(root), timeout=fanout.TRIAL_TIMEOUT)
     times = json.loads(out.read_text())
@@ -225,12 +251,14 @@ def table(rows: Sequence[Row]) -> str:
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        ps = next((p for p in rows if (p.rtt, p.n, p.method) == (r.rtt, r.n, "parallel-ssh")),
-                  None)  # fmt: skip
+        ps = next((p for p in rows if (p.rtt, p.n, p.method) == (r.rtt, r.n, "parallel-ssh")), None)
         zero = next((z for z in rows if (z.rtt, z.n, z.method) == (0, r.n, r.method)), None)
         vs = f"{r.median('wall') / ps.median('wall'):.2f}" if ps else "–"
-        over = (f"{(r.median('wall') - zero.median('wall')) * 1000 / r.rtt:.1f}"
-                if zero and r.rtt else "–")  # fmt: skip
+        over = (
+            f"{(r.median('wall') - zero.median('wall')) * 1000 / r.rtt:.1f}"
+            if zero and r.rtt
+            else "–"
+        )
         load = f"{min(t.run.load for t in r.trials):.1f}–{max(t.run.load for t in r.trials):.1f}"
         conns = statistics.median(t.conns for t in r.trials)
         trips = f"{r.trips:g} (max {r.trips_max})" if r.rtt else "–"  # no delay: no turns to see
@@ -248,9 +276,11 @@ def phase_table(phases: dict[tuple[int, str], tuple[int, dict[str, float]]]) -> 
     lines = [head, "|---:|---:|---|" + "---:|" * (len(PHASES) + 2)]
     for (rtt, method), (n, counts) in sorted(phases.items()):
         total = sum(counts.values())
-        lines.append(f"| {rtt} | {n} | {method} | "
-                     + " | ".join(f"{counts[p]:g}" for p in PHASES)
-                     + f" | {total:g} | {FLOOR} |")  # fmt: skip
+        lines.append(
+            f"| {rtt} | {n} | {method} | "
+            + " | ".join(f"{counts[p]:g}" for p in PHASES)
+            + f" | {total:g} | {FLOOR} |"
+        )
     return "\n".join(lines)
 
 
@@ -261,70 +291,90 @@ def verdict(rows: Sequence[Row], target_rtt: int = 50) -> str:
     for r in rows:
         if r.method != "multihost" or r.rtt != target_rtt:
             continue
-        ps = next((p for p in rows if (p.rtt, p.n, p.method) == (r.rtt, r.n, "parallel-ssh")),
-                  None)  # fmt: skip
+        ps = next((p for p in rows if (p.rtt, p.n, p.method) == (r.rtt, r.n, "parallel-ssh")), None)
         zero = next((z for z in rows if (z.rtt, z.n, z.method) == (0, r.n, "multihost")), None)
         if ps:
             ratio = r.median("wall") / ps.median("wall")
-            out.append(f"N={r.n}: wall / parallel-ssh {ratio:.2f} "
-                       f"(≤ 0.5: {'met' if ratio <= 0.5 else 'MISSED'})")  # fmt: skip
+            out.append(
+                f"N={r.n}: wall / parallel-ssh {ratio:.2f} "
+                f"(≤ 0.5: {'met' if ratio <= 0.5 else 'MISSED'})"
+            )
         if zero:
             bound = (FLOOR + 4) * r.rtt / 1000 + zero.median("wall")
             ok = r.median("wall") <= bound
-            out.append(f"N={r.n}: wall {r.median('wall'):.2f} s vs (floor + 4) × RTT + RTT-0 "
-                       f"wall = {bound:.2f} s ({'met' if ok else 'MISSED'})")  # fmt: skip
+            out.append(
+                f"N={r.n}: wall {r.median('wall'):.2f} s vs (floor + 4) × RTT + RTT-0 "
+                f"wall = {bound:.2f} s ({'met' if ok else 'MISSED'})"
+            )
     return ("Targets at RTT 50 ms: " + "; ".join(out) + ".") if out else "Targets: not measured."
 
 
-def section(rows: Sequence[Row], phases: dict[tuple[int, str], tuple[int, dict[str, float]]],
-            args: argparse.Namespace) -> str:  # fmt: skip
+def section(
+    rows: Sequence[Row],
+    phases: dict[tuple[int, str], tuple[int, dict[str, float]]],
+    args: argparse.Namespace,
+) -> str:
     """The RESULTS.md section this script owns."""
     begin, end = markers(args.section)
-    return "\n".join([
-        begin,
-        "## Latency: launch with every host an RTT away (benchmarks/latency.py)",
-        "",
-        f"Machine: {fanout.machine()}; load average before/after: {args.load_before:.1f} / "
-        f"{os.getloadavg()[0]:.1f} (the machine is shared: other helpers' work inflates every "
-        "column; the methods are interleaved so that it hits them alike).",
-        "",
-        "Every host is reached through benchmarks/netdelay.py, a user-space TCP relay (one "
-        "process, not counted in the runner's CPU) that delivers each chunk RTT/2 after it "
-        "arrived, each way, and models TCP's handshake (the client's first bytes reach the "
-        "host 1.5 RTT after its connect). The trials are benchmarks/fanout.py's: a fresh "
-        f"{fanout.code_size(args.code_kib)} script dir per trial, `date +%s.%N > "
-        "$HOME/.fanout-TAG` on every host. *round trips/host*: per host, over all its "
-        "connections, the times the client waited: a client→host chunk answered by a "
-        "host→client chunk at least RTT/2 later at the relay counts one (the client's chunks "
-        "sent meanwhile are pipelined, not waited for), plus one for TCP's handshake (median "
-        "over hosts, then over trials; max over all; not shown at RTT 0, where no turn can be "
-        "told from traffic already on its way). "
-        "*(wall − RTT-0 wall) / RTT*: how many round trips the delay added to the wall. "
-        "parallel-ssh: SFTP copy then run_command (one connection per host); MaxText-arch: "
-        "one scp and one ssh process per host (two connections)."
-        + (f" *before*: multihost from `--before {args.before}` (the code before the round-trip "
-           "changes), interleaved with this checkout's." if args.before else ""),
-        "",
-        f"Command: `python benchmarks/latency.py --sizes {args.sizes} --rtts {args.rtts} "
-        f"--repeat {args.repeat} --code-kib {args.code_kib} --methods {args.methods}"
-        + (f" --before {args.before}" if args.before else "")
-        + (f" --repeat-256 {args.repeat_256}" if args.repeat_256 is not None else "")
-        + (f" --maxtext-repeat-256 {args.maxtext_repeat_256}" if args.maxtext_repeat_256
-           is not None else "") + "`",
-        "",
-        table(rows),
-        "",
-        *(["Trials that failed (left out above): " + "; ".join(args.failures), ""]
-          if args.failures else []),
-        verdict(rows),
-        "",
-        "multihost's round trips per host by phase (from the same relay, split by the time "
-        "each host changed state in a run through the Python API; the floor for any "
-        "connect + command is 6: TCP, SSH version, key exchange, auth, channel open, exec):",
-        "",
-        phase_table(phases) if phases else "(not measured)",
-        end,
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            begin,
+            "## Latency: launch with every host an RTT away (benchmarks/latency.py)",
+            "",
+            f"Machine: {fanout.machine()}; load average before/after: {args.load_before:.1f} / "
+            f"{os.getloadavg()[0]:.1f} (the machine is shared: other helpers' work inflates every "
+            "column; the methods are interleaved so that it hits them alike).",
+            "",
+            "Every host is reached through benchmarks/netdelay.py, a user-space TCP relay (one "
+            "process, not counted in the runner's CPU) that delivers each chunk RTT/2 after it "
+            "arrived, each way, and models TCP's handshake (the client's first bytes reach the "
+            "host 1.5 RTT after its connect). The trials are benchmarks/fanout.py's: a fresh "
+            f"{fanout.code_size(args.code_kib)} script dir per trial, `date +%s.%N > "
+            "$HOME/.fanout-TAG` on every host. *round trips/host*: per host, over all its "
+            "connections, the times the client waited: a client→host chunk answered by a "
+            "host→client chunk at least RTT/2 later at the relay counts one (the client's chunks "
+            "sent meanwhile are pipelined, not waited for), plus one for TCP's handshake (median "
+            "over hosts, then over trials; max over all; not shown at RTT 0, where no turn can be "
+            "told from traffic already on its way). "
+            "*(wall − RTT-0 wall) / RTT*: how many round trips the delay added to the wall. "
+            "parallel-ssh: SFTP copy then run_command (one connection per host); MaxText-arch: "
+            "one scp and one ssh process per host (two connections)."
+            + (
+                f" *before*: multihost from `--before {args.before}` (the code before the "
+                f"round-trip "
+                "changes), interleaved with this checkout's."
+                if args.before
+                else ""
+            ),
+            "",
+            f"Command: `python benchmarks/latency.py --sizes {args.sizes} --rtts {args.rtts} "
+            f"--repeat {args.repeat} --code-kib {args.code_kib} --methods {args.methods}"
+            + (f" --before {args.before}" if args.before else "")
+            + (f" --repeat-256 {args.repeat_256}" if args.repeat_256 is not None else "")
+            + (
+                f" --maxtext-repeat-256 {args.maxtext_repeat_256}"
+                if args.maxtext_repeat_256 is not None
+                else ""
+            )
+            + "`",
+            "",
+            table(rows),
+            "",
+            *(
+                ["Trials that failed (left out above): " + "; ".join(args.failures), ""]
+                if args.failures
+                else []
+            ),
+            verdict(rows),
+            "",
+            "multihost's round trips per host by phase (from the same relay, split by the time "
+            "each host changed state in a run through the Python API; the floor for any "
+            "connect + command is 6: TCP, SSH version, key exchange, auth, channel open, exec):",
+            "",
+            phase_table(phases) if phases else "(not measured)",
+            end,
+        ]
+    )
 
 
 # ---------------------------------------------------------------- main
@@ -357,9 +407,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="another checkout's multihost, measured as method 'before' too",
     )
     p.add_argument(
-        "--repeat-256", type=int, default=None,
+        "--repeat-256",
+        type=int,
+        default=None,
         help="trials per method at 256+ hosts (default: --repeat)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--maxtext-repeat-256",
         type=int,
@@ -385,8 +437,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         METHODS["before"] = functools.partial(fanout.launch_multihost, root=roots["before"])
         fanout.byte_compile(roots["before"])
         if "before" not in methods:
-            methods.insert(methods.index("multihost") + 1 if "multihost" in methods else 0,
-                           "before")  # fmt: skip
+            methods.insert(
+                methods.index("multihost") + 1 if "multihost" in methods else 0, "before"
+            )
     fleet = loopback.up(max(sizes), args.dir)
     client = Path(tempfile.mkdtemp(prefix="latency-client-"))
     rows: list[Row] = []
@@ -413,18 +466,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 fanout.clean_homes(real)
                                 continue
                             got[m].append(t)
-                            print(f"  RTT {rtt:>3} N={n:<4} {m:<12} wall {t.run.wall:6.2f}s "
-                                  f"skew {t.run.last_start - t.run.first_start:5.2f}s cpu "
-                                  f"{t.run.cpu * 1000 / n:5.1f} ms/host trips "
-                                  f"{statistics.median(t.trips):g} load {t.run.load:.1f}",
-                                  flush=True)  # fmt: skip
+                            print(
+                                f"  RTT {rtt:>3} N={n:<4} {m:<12} wall {t.run.wall:6.2f}s "
+                                f"skew {t.run.last_start - t.run.first_start:5.2f}s cpu "
+                                f"{t.run.cpu * 1000 / n:5.1f} ms/host trips "
+                                f"{statistics.median(t.trips):g} load {t.run.load:.1f}",
+                                flush=True,
+                            )
                     rows += [Row(rtt, n, m, tuple(got[m])) for m in methods if got[m]]
                 for m, root in roots.items():
                     if m not in methods or not rtt:
                         continue
                     k = min(args.phase_size, len(near.hosts))
-                    counts = phase_trips(near.head(k), real.head(k), rtt, Path(work),
-                                         args.code_kib, root)  # fmt: skip
+                    counts = phase_trips(
+                        near.head(k), real.head(k), rtt, Path(work), args.code_kib, root
+                    )
                     phases[rtt, m] = (k, counts)
                     print(f"  RTT {rtt} {m} phases at N={k}: {counts}", flush=True)
                 if not args.no_write:  # what is measured so far, should a later RTT fail

@@ -125,8 +125,9 @@ class _Relay:
         self.loop.call_at(at, lambda: other.transport and other.transport.close())
 
 
-async def serve(pairs: Sequence[tuple[tuple[str, int], tuple[str, int]]], delay: float,
-                links: list[Link]) -> list[asyncio.Server]:  # fmt: skip
+async def serve(
+    pairs: Sequence[tuple[tuple[str, int], tuple[str, int]]], delay: float, links: list[Link]
+) -> list[asyncio.Server]:
     """A listener per pair (listen, target)."""
     loop = asyncio.get_running_loop()
     servers = []
@@ -181,8 +182,14 @@ def bursts(chunks: Sequence[Sequence[float]]) -> list[tuple[int, float, float, i
     return out
 
 
-def round_trips(chunks: Sequence[Sequence[float]], delay: float, start: float = float("-inf"),
-                end: float = float("inf"), *, tcp: bool = True) -> int:  # fmt: skip
+def round_trips(
+    chunks: Sequence[Sequence[float]],
+    delay: float,
+    start: float = float("-inf"),
+    end: float = float("inf"),
+    *,
+    tcp: bool = True,
+) -> int:
     """The times the client waited for the host: a client→host chunk, then a host→client
     chunk at least ``delay``/2 later (an answer comes no sooner through the relay; what comes
     sooner was on its way already, and the client's further chunks meanwhile are pipelined,

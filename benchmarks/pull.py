@@ -49,8 +49,15 @@ def bench(fleet: loopback.Fleet, n: int, mib: int, repeat: int, work: Path) -> l
     (code / "blob.bin").write_bytes(os.urandom(mib << 20))
     logs = work / "logs"
     name = f"bench-pull-{secrets.token_hex(3)}"
-    result = multihost.run("true", hosts=",".join(hosts.aliases), ssh_config=fleet.ssh_config,
-                           script_dir=code, log_dir=logs, run_name=name, stream="none")  # fmt: skip
+    result = multihost.run(
+        "true",
+        hosts=",".join(hosts.aliases),
+        ssh_config=fleet.ssh_config,
+        script_dir=code,
+        log_dir=logs,
+        run_name=name,
+        stream="none",
+    )
     assert result.ok, result
     code_hash = find_run(logs, name)[1].code_hash
     remote = f".multihost/code/{code_hash}/blob.bin"
@@ -69,22 +76,34 @@ def bench(fleet: loopback.Fleet, n: int, mib: int, repeat: int, work: Path) -> l
                 procs = []
                 for h in hosts.hosts:
                     (out / h.alias).mkdir(parents=True)
-                    procs.append(subprocess.Popen(
-                        ["scp", "-q", "-F", str(fleet.ssh_config), f"{h.alias}:{remote}",
-                         str(out / h.alias)]))  # fmt: skip
+                    procs.append(
+                        subprocess.Popen(
+                            [
+                                "scp",
+                                "-q",
+                                "-F",
+                                str(fleet.ssh_config),
+                                f"{h.alias}:{remote}",
+                                str(out / h.alias),
+                            ]
+                        )
+                    )
                 assert all(p.wait() == 0 for p in procs)
 
             scp.append(_timed(scp_all))
-        again = _timed(lambda: multihost.pull(name, "blob.bin", to=work / f"mh{n}-0",
-                                              log_dir=logs))  # fmt: skip
+        again = _timed(lambda: multihost.pull(name, "blob.bin", to=work / f"mh{n}-0", log_dir=logs))
         total = n * mib
         for method, times in (("multihost pull", mh), ("scp per host, all at once", scp)):
             wall = statistics.median(times)
             ratio = wall / statistics.median(scp)
-            rows.append(f"| {n} | {mib} | {method} | {len(times)} | {wall:.2f} | "
-                        f"{total / wall:.0f} | {ratio:.2f} |")  # fmt: skip
-        rows.append(f"| {n} | {mib} | multihost pull again (all skipped) | 1 | {again:.2f} | – "
-                    f"| {again / statistics.median(scp):.2f} |")  # fmt: skip
+            rows.append(
+                f"| {n} | {mib} | {method} | {len(times)} | {wall:.2f} | "
+                f"{total / wall:.0f} | {ratio:.2f} |"
+            )
+        rows.append(
+            f"| {n} | {mib} | multihost pull again (all skipped) | 1 | {again:.2f} | – "
+            f"| {again / statistics.median(scp):.2f} |"
+        )
     finally:
         for h in hosts.hosts:
             shutil.rmtree(h.home / ".multihost" / "code" / code_hash, ignore_errors=True)
@@ -105,27 +124,32 @@ def main() -> None:
         rows = [r for n in sizes for r in bench(fleet, n, args.mib, args.repeat, Path(tmp))]
     after = os.getloadavg()[0]
     ssh = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
-    section = "\n".join([
-        BEGIN,
-        "## Pull: one file back from every one of N loopback hosts",
-        "",
-        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {ssh}, "
-        f"Python {platform.python_version()}, {datetime.date.today()}; load average "
-        f"before/after: {before:.1f} / {after:.1f}.",
-        "",
-        "Each host holds a random file in the run's work dir; a trial copies it back from every "
-        "host into a fresh folder. *multihost pull*: the API (list on each host, then SFTP over "
-        "one connection per host, 16 hosts at a time); *scp*: one OpenSSH `scp` process per "
-        "host, all at once (pslurp's way). Medians; MiB/s is all hosts together.",
-        "",
-        f"Command: `python benchmarks/pull.py --sizes {args.sizes} --mib {args.mib} "
-        f"--repeat {args.repeat}`",
-        "",
-        "| N | MiB/host | method | trials | wall (s) | MiB/s | wall / scp |",
-        "|---:|---:|---|---:|---:|---:|---:|",
-        *rows,
-        END,
-    ])  # fmt: skip
+    section = "\n".join(
+        [
+            BEGIN,
+            "## Pull: one file back from every one of N loopback hosts",
+            "",
+            f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} "
+            f"cores, {ssh}, "
+            f"Python {platform.python_version()}, {datetime.date.today()}; load average "
+            f"before/after: {before:.1f} / {after:.1f}.",
+            "",
+            "Each host holds a random file in the run's work dir; a trial copies it back "
+            "from every "
+            "host into a fresh folder. *multihost pull*: the API (list on each host, then "
+            "SFTP over "
+            "one connection per host, 16 hosts at a time); *scp*: one OpenSSH `scp` process per "
+            "host, all at once (pslurp's way). Medians; MiB/s is all hosts together.",
+            "",
+            f"Command: `python benchmarks/pull.py --sizes {args.sizes} --mib {args.mib} "
+            f"--repeat {args.repeat}`",
+            "",
+            "| N | MiB/host | method | trials | wall (s) | MiB/s | wall / scp |",
+            "|---:|---:|---|---:|---:|---:|---:|",
+            *rows,
+            END,
+        ]
+    )
     write_section("pull", section)
     print(section)
 

@@ -37,8 +37,9 @@ STALL = "import time\n\ndef wait_for_data():\n    time.sleep(3600)\n\nwait_for_d
 
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*multihost_argv(), *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)  # fmt: skip
+    return subprocess.run(
+        [*multihost_argv(), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def _ready(fleet: loopback.Fleet, run: str) -> bool:
@@ -57,9 +58,22 @@ def measure(fleet: loopback.Fleet, repeat: int, work: Path) -> tuple[list[float]
     inventory.write_text(
         "[[slices]]\nhosts = [" + ", ".join(f'"{a}"' for a in fleet.aliases) + "]\n"
     )
-    started = _cli("run", "--hosts", str(inventory), "--ssh-config", str(fleet.ssh_config),
-                   "--script-dir", str(code), "--log-dir", str(logs), "--run-name", run,
-                   "--detach", "--cmd", "python3 stall.py")  # fmt: skip
+    started = _cli(
+        "run",
+        "--hosts",
+        str(inventory),
+        "--ssh-config",
+        str(fleet.ssh_config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--run-name",
+        run,
+        "--detach",
+        "--cmd",
+        "python3 stall.py",
+    )
     if started.returncode != 0:
         raise SystemExit(f"could not start the job: {started.stderr[-2000:]}")
     deadline = time.monotonic() + 120
@@ -79,10 +93,16 @@ def measure(fleet: loopback.Fleet, repeat: int, work: Path) -> tuple[list[float]
             t0 = time.monotonic()
             for h in fleet.hosts:
                 hook = f"~/.multihost/runs/{run}/hook"
-                script = (f"cd {hook} && for f in *.ready; do p=${{f%.ready}}; "
-                          "kill -USR2 $p; sleep 0.2; tail -n 20 $p.txt; done")  # fmt: skip
-                subprocess.run(["ssh", "-F", str(fleet.ssh_config), h.alias, script],
-                               capture_output=True, check=True, timeout=60)  # fmt: skip
+                script = (
+                    f"cd {hook} && for f in *.ready; do p=${{f%.ready}}; "
+                    "kill -USR2 $p; sleep 0.2; tail -n 20 $p.txt; done"
+                )
+                subprocess.run(
+                    ["ssh", "-F", str(fleet.ssh_config), h.alias, script],
+                    capture_output=True,
+                    check=True,
+                    timeout=60,
+                )
             peer.append(time.monotonic() - t0)
     finally:
         _cli("kill", run, "--log-dir", str(logs), "--grace", "2")
@@ -125,8 +145,11 @@ def main() -> None:
         for n in sizes:
             ours, peer = measure(fleet.head(n), args.repeat, Path(tmp))
             rows.append((n, ours, peer))
-            print(f"{n} hosts: multihost stack {statistics.median(ours):.2f} s, "
-                  f"one at a time {statistics.median(peer):.2f} s", flush=True)  # fmt: skip
+            print(
+                f"{n} hosts: multihost stack {statistics.median(ours):.2f} s, "
+                f"one at a time {statistics.median(peer):.2f} s",
+                flush=True,
+            )
     text = section(rows, args.repeat)
     print(text)
     if not args.no_write:

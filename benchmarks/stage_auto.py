@@ -45,14 +45,21 @@ def main() -> int:
     mbs = [int(x) for x in args.mb.split(",")]
     fleet = loopback.load()
     if len(fleet.hosts) < FIRST + max(sizes):
-        sys.exit(f"the fleet has {len(fleet.hosts)} hosts: python3 tests/fleet.py up "
-                 f"{FIRST + max(sizes)}")  # fmt: skip
+        sys.exit(
+            f"the fleet has {len(fleet.hosts)} hosts: python3 tests/fleet.py up "
+            f"{FIRST + max(sizes)}"
+        )
     load_before = os.getloadavg()
     cells: dict[tuple[int, int], dict[str, list[Trial]]] = {}
     with tempfile.TemporaryDirectory(prefix="stage-auto-") as tmp:
         for n in sizes:
-            sub = loopback.Fleet(fleet.dir, fleet.ssh_config, fleet.known_hosts, fleet.key,
-                                 fleet.hosts[FIRST : FIRST + n])  # fmt: skip
+            sub = loopback.Fleet(
+                fleet.dir,
+                fleet.ssh_config,
+                fleet.known_hosts,
+                fleet.key,
+                fleet.hosts[FIRST : FIRST + n],
+            )
             hosts = f"h[{FIRST}-{FIRST + n - 1}]"
             for mb in mbs:
                 rows: dict[str, list[Trial]] = {"direct": [], "peer": []}
@@ -61,8 +68,11 @@ def main() -> int:
                         tag = f"{n}-{mb}-{via}-{r}-{time.time_ns()}"
                         t = trial(sub, hosts, Path(tmp), via, mb, tag)
                         rows[via].append(t)
-                        print(f"{n:3} hosts {mb:3} MB {via:6} wall {t.wall:6.2f} s "
-                              f"cpu {t.cpu:5.2f} s", flush=True)  # fmt: skip
+                        print(
+                            f"{n:3} hosts {mb:3} MB {via:6} wall {t.wall:6.2f} s "
+                            f"cpu {t.cpu:5.2f} s",
+                            flush=True,
+                        )
                 cells[n, mb] = rows
     load_after = os.getloadavg()
     lines = [
@@ -78,25 +88,29 @@ def main() -> int:
         pc = statistics.median(t.cpu for t in rows["peer"])
         if pw <= d:
             wins.append(n * mb)
-        lines.append(f"| {n} | {mb} MB | {n * mb} MB | {d:.2f} s | {pw:.2f} s | "
-                     f"{pw / d:.2f} | {dc:.2f} / {pc:.2f} s |")  # fmt: skip
+        lines.append(
+            f"| {n} | {mb} MB | {n * mb} MB | {d:.2f} s | {pw:.2f} s | "
+            f"{pw / d:.2f} | {dc:.2f} / {pc:.2f} s |"
+        )
     threshold = stagevia.AUTO_THRESHOLD / 2**20
-    text = "\n".join([
-        "## --stage-via auto: where peer staging starts to pay (benchmarks/stage_auto.py)",
-        "",
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-        f"{os.cpu_count()} cores; load average {load_before[0]:.1f} before, "
-        f"{load_after[0]:.1f} after. {args.repeat} trials per method and cell, alternating; "
-        "medians. Loopback: the seed's server and every fetcher share the runner's 2 cores, "
-        "so peer is handicapped here compared with real hosts, where the seed is another "
-        "machine; bytes out of the runner are 1× the archive for peer against N× for direct.",
-        "",
-        *lines,
-        "",
-        f"Peer was not slower from {min(wins) if wins else '—'} MB (hosts × archive) in this "
-        f"run; auto's threshold is {threshold:.0f} MiB (`stagevia.AUTO_THRESHOLD`, override "
-        f"with ${stagevia.THRESHOLD_ENV}).",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "## --stage-via auto: where peer staging starts to pay (benchmarks/stage_auto.py)",
+            "",
+            f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+            f"{os.cpu_count()} cores; load average {load_before[0]:.1f} before, "
+            f"{load_after[0]:.1f} after. {args.repeat} trials per method and cell, alternating; "
+            "medians. Loopback: the seed's server and every fetcher share the runner's 2 cores, "
+            "so peer is handicapped here compared with real hosts, where the seed is another "
+            "machine; bytes out of the runner are 1× the archive for peer against N× for direct.",
+            "",
+            *lines,
+            "",
+            f"Peer was not slower from {min(wins) if wins else '—'} MB (hosts × archive) in this "
+            f"run; auto's threshold is {threshold:.0f} MiB (`stagevia.AUTO_THRESHOLD`, override "
+            f"with ${stagevia.THRESHOLD_ENV}).",
+        ]
+    )
     print(text)
     if not args.no_record:
         write_section("stage-auto", f"{BEGIN}\n{text}\n{END}")

@@ -86,8 +86,11 @@ def trial(fleet: loopback.Fleet, hosts: str, work: Path, via: str, mb: int, tag:
     try:
         out = subprocess.run(
             [sys.executable, "-c", CHILD, hosts, str(fleet.ssh_config), str(src), str(logs), via],
-            capture_output=True, text=True, timeout=TRIAL_TIMEOUT, cwd=ROOT,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=TRIAL_TIMEOUT,
+            cwd=ROOT,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"{via}: rc={out.returncode}: {out.stderr[-800:]}")
         data = json.loads(out.stdout.strip().splitlines()[-1])
@@ -149,10 +152,17 @@ def main() -> int:
     args = p.parse_args()
     fleet = loopback.load()
     if len(fleet.hosts) < args.first + args.n:
-        sys.exit(f"the fleet has {len(fleet.hosts)} hosts: python3 tests/fleet.py up "
-                 f"{args.first + args.n}")  # fmt: skip
-    sub = loopback.Fleet(fleet.dir, fleet.ssh_config, fleet.known_hosts, fleet.key,
-                         fleet.hosts[args.first : args.first + args.n])  # fmt: skip
+        sys.exit(
+            f"the fleet has {len(fleet.hosts)} hosts: python3 tests/fleet.py up "
+            f"{args.first + args.n}"
+        )
+    sub = loopback.Fleet(
+        fleet.dir,
+        fleet.ssh_config,
+        fleet.known_hosts,
+        fleet.key,
+        fleet.hosts[args.first : args.first + args.n],
+    )
     hosts = f"h[{args.first}-{args.first + args.n - 1}]"
     load_before = os.getloadavg()
     rows: dict[str, list[Trial]] = {m: [] for m in METHODS}
@@ -161,23 +171,28 @@ def main() -> int:
             for via in METHODS if r % 2 == 0 else METHODS[::-1]:  # alternate the order
                 t = trial(sub, hosts, Path(tmp), via, args.mb, f"{via}-{r}-{time.time_ns()}")
                 rows[via].append(t)
-                print(f"{via:7} wall {t.wall:6.1f} s  cpu {t.cpu:5.1f} s  "
-                      f"sent {t.sent / 1e6:7.1f} MB  fetched {t.fetched}", flush=True)  # fmt: skip
+                print(
+                    f"{via:7} wall {t.wall:6.1f} s  cpu {t.cpu:5.1f} s  "
+                    f"sent {t.sent / 1e6:7.1f} MB  fetched {t.fetched}",
+                    flush=True,
+                )
     load_after = os.getloadavg()
-    text = "\n".join([
-        "## --stage-via: bytes out of the runner and wall time (benchmarks/stage_via.py)",
-        "",
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-        f"{os.cpu_count()} cores; load average {load_before[0]:.1f} before, "
-        f"{load_after[0]:.1f} after (the machine is shared: other work inflates walls). "
-        f"{args.repeat} trials per method, alternating order; each a fresh code dir, staged "
-        "on hosts that lack it, then `true`. Loopback fleet: seeds and fetchers share this "
-        "machine's 2 cores, so every host's unpack competes with the runner.",
-        "",
-        table(rows, args.n, args.mb),
-        "",
-        verdict(rows),
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "## --stage-via: bytes out of the runner and wall time (benchmarks/stage_via.py)",
+            "",
+            f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+            f"{os.cpu_count()} cores; load average {load_before[0]:.1f} before, "
+            f"{load_after[0]:.1f} after (the machine is shared: other work inflates walls). "
+            f"{args.repeat} trials per method, alternating order; each a fresh code dir, staged "
+            "on hosts that lack it, then `true`. Loopback fleet: seeds and fetchers share this "
+            "machine's 2 cores, so every host's unpack competes with the runner.",
+            "",
+            table(rows, args.n, args.mb),
+            "",
+            verdict(rows),
+        ]
+    )
     print(text)
     if not args.no_record:
         record(text)

@@ -49,8 +49,13 @@ def once(root: Path, args: Sequence[str]) -> float:
 
 def heavy_imports(root: Path, args: Sequence[str]) -> list[str]:
     """Which of HEAVY the command imports (``-X importtime``)."""
-    r = subprocess.run([sys.executable, "-X", "importtime", *args], env=_env(root), check=True,
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", *args],
+        env=_env(root),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     names = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines()}
     return [h for h in HEAVY if h in names]
 
@@ -83,36 +88,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             ts = times[(v, cmd)]
             extra = med[(v, cmd)] - med[(v, "python -c pass")]
             heavy = ", ".join(heavy_imports(root, cargs)) or "none"
-            rows.append(f"| {v} | {cmd} | {med[(v, cmd)]:.3f} | {min(ts):.3f} | {max(ts):.3f} "
-                        f"| {extra:.3f} | {heavy} |")  # fmt: skip
+            rows.append(
+                f"| {v} | {cmd} | {med[(v, cmd)]:.3f} | {min(ts):.3f} | {max(ts):.3f} "
+                f"| {extra:.3f} | {heavy} |"
+            )
     verdict = ""
     if args.before:
-        ratios = [f"{cmd}: {med[('this checkout', cmd)] / med[('before', cmd)]:.2f}"
-                  for cmd in COMMANDS if cmd != "python -c pass"]  # fmt: skip
+        ratios = [
+            f"{cmd}: {med[('this checkout', cmd)] / med[('before', cmd)]:.2f}"
+            for cmd in COMMANDS
+            if cmd != "python -c pass"
+        ]
         verdict = "This checkout / before (medians): " + "; ".join(ratios) + "."
     begin, end = markers(SECTION)
     before = f" --before {args.before}" if args.before else ""
-    text = "\n".join([
-        begin,
-        "## Startup: `multihost --help` against the bare interpreter (benchmarks/startup.py)",
-        "",
-        f"Machine: {platform.processor() or platform.machine()}, "
-        f"{len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, Linux "
-        f"{platform.release()}, {time.strftime('%Y-%m-%d')}; load average before/after: "
-        f"{load_before:.1f} / {os.getloadavg()[0]:.1f}, during {min(loads):.1f}–{max(loads):.1f} "
-        "(the machine is shared).",
-        "",
-        "Each trial starts a fresh `python` for every command, this checkout first on "
-        "`PYTHONPATH`; commands and versions interleaved; *heavy imports*: which of "
-        f"{', '.join(HEAVY)} the command imports (`-X importtime`, one more run).",
-        "",
-        f"Command: `python benchmarks/startup.py --repeat {args.repeat}{before}`",
-        "",
-        *rows,
-        *([""] if verdict else []),
-        *([verdict] if verdict else []),
-        end,
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            begin,
+            "## Startup: `multihost --help` against the bare interpreter (benchmarks/startup.py)",
+            "",
+            f"Machine: {platform.processor() or platform.machine()}, "
+            f"{len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, Linux "
+            f"{platform.release()}, {time.strftime('%Y-%m-%d')}; load average before/after: "
+            f"{load_before:.1f} / {os.getloadavg()[0]:.1f}, during "
+            f"{min(loads):.1f}–{max(loads):.1f} "
+            "(the machine is shared).",
+            "",
+            "Each trial starts a fresh `python` for every command, this checkout first on "
+            "`PYTHONPATH`; commands and versions interleaved; *heavy imports*: which of "
+            f"{', '.join(HEAVY)} the command imports (`-X importtime`, one more run).",
+            "",
+            f"Command: `python benchmarks/startup.py --repeat {args.repeat}{before}`",
+            "",
+            *rows,
+            *([""] if verdict else []),
+            *([verdict] if verdict else []),
+            end,
+        ]
+    )
     print(text)
     if not args.no_write:
         write_section(SECTION, text)

@@ -34,14 +34,28 @@ def commands(ssh_config: Path | None, hosts: str | None) -> dict[str, list[str]]
     cmds = {
         'python -c "import asyncssh"': ["-c", "import asyncssh"],
         "multihost --version": ["-m", "multihost", "--version"],
-        "multihost run --local 1 --cmd true": ["-m", "multihost", "run", "--local", "1",
-                                               "--cmd", "true"],
-    }  # fmt: skip
+        "multihost run --local 1 --cmd true": [
+            "-m",
+            "multihost",
+            "run",
+            "--local",
+            "1",
+            "--cmd",
+            "true",
+        ],
+    }
     if ssh_config and hosts:
         cmds[f"multihost run --hosts {hosts} --ssh-config … --cmd true"] = [
-            "-m", "multihost", "run", "--hosts", hosts, "--ssh-config", str(ssh_config),
-            "--cmd", "true",
-        ]  # fmt: skip
+            "-m",
+            "multihost",
+            "run",
+            "--hosts",
+            hosts,
+            "--ssh-config",
+            str(ssh_config),
+            "--cmd",
+            "true",
+        ]
     return cmds
 
 
@@ -50,11 +64,19 @@ def cpu(root: Path, args: Sequence[str], scratch: Path) -> float:
     first on the path; byte-compiled code is written and used, as an installed package's is.
     It runs in ``scratch/code`` (one small file to stage) with ``scratch/home`` as HOME."""
     path = os.environ.get("PYTHONPATH")
-    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else str(root),
-           "HOME": str(scratch / "home")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{root}{os.pathsep}{path}" if path else str(root),
+        "HOME": str(scratch / "home"),
+    }
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    proc = subprocess.Popen([sys.executable, *args], env=env, cwd=scratch / "code",
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        env=env,
+        cwd=scratch / "code",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(args)}: exit {os.waitstatus_to_exitcode(status)}")
@@ -75,8 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.before:
         versions["before"] = args.before.resolve()
     for root in versions.values():  # compile once, outside the measurement
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "multihost")],
-                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(root / "multihost")],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     times: dict[tuple[str, str], list[float]] = {(v, c): [] for v in versions for c in cmds}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="multihost-startup-") as tmp:
@@ -90,32 +115,37 @@ def main(argv: Sequence[str] | None = None) -> int:
                     times[(v, cmd)].append(cpu(root, cargs, scratch))
             loads.append(os.getloadavg()[0])
     floor = 'python -c "import asyncssh"'
-    rows = ["| version | command | CPU (s): min | median | min − import asyncssh (s) |",
-            "|---|---|---:|---:|---:|"]  # fmt: skip
+    rows = [
+        "| version | command | CPU (s): min | median | min − import asyncssh (s) |",
+        "|---|---|---:|---:|---:|",
+    ]
     for v in versions:
         for cmd in cmds:
             ts = times[(v, cmd)]
             extra = min(ts) - min(times[(v, floor)])
-            rows.append(f"| {v} | `{cmd}` | {min(ts):.3f} | {statistics.median(ts):.3f} "
-                        f"| {extra:+.3f} |")  # fmt: skip
+            rows.append(
+                f"| {v} | `{cmd}` | {min(ts):.3f} | {statistics.median(ts):.3f} | {extra:+.3f} |"
+            )
     begin, end = markers(SECTION)
     before = f" --before {args.before}" if args.before else ""
     ssh = " --ssh-config FILE --hosts H" if args.ssh_config else ""
-    text = "\n".join([
-        begin,
-        "## Start-up CPU: a one-host run against `import asyncssh` (benchmarks/startup_cpu.py)",
-        "",
-        f"Machine: {platform.processor() or platform.machine()}, "
-        f"{len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, "
-        f"{time.strftime('%Y-%m-%d')}; load average {min(loads):.1f}–{max(loads):.1f} "
-        "(the machine is shared). CPU = user+sys of the process and its children "
-        "(`os.wait4`), byte-compiled code.",
-        "",
-        f"Command: `python benchmarks/startup_cpu.py --repeat {args.repeat}{before}{ssh}`",
-        "",
-        *rows,
-        end,
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            begin,
+            "## Start-up CPU: a one-host run against `import asyncssh` (benchmarks/startup_cpu.py)",
+            "",
+            f"Machine: {platform.processor() or platform.machine()}, "
+            f"{len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}, "
+            f"{time.strftime('%Y-%m-%d')}; load average {min(loads):.1f}–{max(loads):.1f} "
+            "(the machine is shared). CPU = user+sys of the process and its children "
+            "(`os.wait4`), byte-compiled code.",
+            "",
+            f"Command: `python benchmarks/startup_cpu.py --repeat {args.repeat}{before}{ssh}`",
+            "",
+            *rows,
+            end,
+        ]
+    )
     print(text)
     if not args.no_write:
         write_section(SECTION, text)

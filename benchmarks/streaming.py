@@ -106,8 +106,14 @@ class Ran:
     logs: Path
 
 
-def launch(root: Path, work: Path, where: Where, output: str, cmd: str,
-           on_out: Callable[[bytes], object] = lambda _b: None) -> Ran:  # fmt: skip
+def launch(
+    root: Path,
+    work: Path,
+    where: Where,
+    output: str,
+    cmd: str,
+    on_out: Callable[[bytes], object] = lambda _b: None,
+) -> Ran:
     """One ``multihost run WHERE --cmd CMD`` with stderr on a pty and stdout on it
     (``tty``, and ``none``: ``--stream none``) or on a pipe (``pipe``); ``on_out`` sees
     stdout's chunks as they come."""
@@ -117,12 +123,33 @@ def launch(root: Path, work: Path, where: Where, output: str, cmd: str,
         d.mkdir(parents=True, exist_ok=True)
     (code / "x.txt").write_text("x\n")
     cpu_file = work / "cpu.txt"
-    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(root), "CPU_OUT": str(cpu_file),
-           "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "PYTHONPATH": str(root),
+        "CPU_OUT": str(cpu_file),
+        "TERM": "xterm-256color",
+        "COLUMNS": "120",
+        "LINES": "40",
+    }
     run = f"streaming-{time.time_ns()}"
-    argv = [sys.executable, "-c", DRIVER, "run", *where.args, "--script-dir",
-            str(code), "--log-dir", str(logs), "--run-name", run, "--stream",
-            "none" if output == "none" else "all", "--cmd", cmd]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-c",
+        DRIVER,
+        "run",
+        *where.args,
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--run-name",
+        run,
+        "--stream",
+        "none" if output == "none" else "all",
+        "--cmd",
+        cmd,
+    ]
     master, slave = os.openpty()
     reader, writer = os.pipe() if output == "pipe" else (master, slave)
     t0 = time.monotonic()
@@ -237,9 +264,13 @@ def check(shown: str, run_dir: Path, hosts: int, lines: int, output: str) -> Non
 def machine() -> str:
     """CPU, cores, Python, date."""
     model = next(
-        (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-         if ln.startswith("model name")), "unknown CPU",
-    )  # fmt: skip
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        "unknown CPU",
+    )
     cores = len(os.sched_getaffinity(0))
     return (
         f"{model}, {cores} cores, Python {platform.python_version()}, "
@@ -254,24 +285,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--lines", type=int, default=250_000, help="lines per host")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--before", type=Path, default=None, help="another checkout to compare")
-    p.add_argument("--before-lines", type=int, default=25_000,
-                   help="lines per host for --before (a slow checkout at full size takes "
-                   "minutes per trial; the cost per line is what is compared)")  # fmt: skip
-    p.add_argument("--ssh", action="store_true",
-                   help="hosts h0.. of the loopback sshd fleet (tests/fleet.py; hold its lock) "
-                   "instead of --local")  # fmt: skip
+    p.add_argument(
+        "--before-lines",
+        type=int,
+        default=25_000,
+        help="lines per host for --before (a slow checkout at full size takes "
+        "minutes per trial; the cost per line is what is compared)",
+    )
+    p.add_argument(
+        "--ssh",
+        action="store_true",
+        help="hosts h0.. of the loopback sshd fleet (tests/fleet.py; hold its lock) "
+        "instead of --local",
+    )
     p.add_argument("--no-write", action="store_true")
-    p.add_argument("--section", default=None,
-                   help="the RESULTS.md section to write (default: streaming, or streaming-ssh "
-                   "with --ssh: the headline tables)")  # fmt: skip
+    p.add_argument(
+        "--section",
+        default=None,
+        help="the RESULTS.md section to write (default: streaming, or streaming-ssh "
+        "with --ssh: the headline tables)",
+    )
     args = p.parse_args(argv)
     where = Where.of(args.hosts, args.ssh)
     load_before = os.getloadavg()[0]
     versions = [Version("this branch", ROOT, args.lines)]
     if args.before:
         versions.append(Version("before", args.before, args.before_lines))
-    trials: dict[tuple[str, str], list[Trial]] = {(v.name, o): [] for v in versions
-                                                  for o in OUTPUTS}  # fmt: skip
+    trials: dict[tuple[str, str], list[Trial]] = {
+        (v.name, o): [] for v in versions for o in OUTPUTS
+    }
     with tempfile.TemporaryDirectory(prefix="streaming-") as tmp:
         for k in range(args.repeat):
             for v in versions:  # interleaved
@@ -279,10 +321,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     work = Path(tmp) / f"{k}-{v.name}-{output}".replace(" ", "-")
                     t = run_once(v.root, where, v.lines, output, work)
                     trials[(v.name, output)].append(t)
-                    print(f"  {v.name:<12} {output:<4} cpu {t.cpu:7.2f} s  wall {t.wall:7.2f} s"
-                          f"  load {t.load:.1f}", flush=True)  # fmt: skip
-        flood = {(o, n): flood_delays(ROOT, where, n, o, Path(tmp) / f"flood-{o}-{n}")
-                 for o in ("tty", "pipe") for n in (1, args.hosts - 1)}  # fmt: skip
+                    print(
+                        f"  {v.name:<12} {output:<4} cpu {t.cpu:7.2f} s  wall {t.wall:7.2f} s"
+                        f"  load {t.load:.1f}",
+                        flush=True,
+                    )
+        flood = {
+            (o, n): flood_delays(ROOT, where, n, o, Path(tmp) / f"flood-{o}-{n}")
+            for o in ("tty", "pipe")
+            for n in (1, args.hosts - 1)
+        }
     rows = [
         "| version | stdout | lines (hosts × per host) | runner CPU (s): median [trials] "
         "| wall (s) | µs/line, all of the runner | µs/line echoing (− none) | load (1 min) |",
@@ -294,8 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu = {o: statistics.median(t.cpu for t in trials[(v.name, o)]) for o in OUTPUTS}
         for output in OUTPUTS:
             ts = trials[(v.name, output)]
-            per[(v.name, output)] = (cpu[output] / total * 1e6,
-                                     (cpu[output] - cpu["none"]) / total * 1e6)  # fmt: skip
+            per[(v.name, output)] = (
+                cpu[output] / total * 1e6,
+                (cpu[output] - cpu["none"]) / total * 1e6,
+            )
             shown = f"{per[(v.name, output)][1]:.2f}" if output != "none" else "–"
             rows.append(
                 f"| {v.name} | {output} | {args.hosts} × {v.lines:,} | {cpu[output]:.2f} "
@@ -321,53 +371,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     flood_rows = [
         "| stdout | hosts flooding | the quiet host's 8 ticks: delay (s), max [all] |",
         "|---|---:|---|",
-        *(f"| {o} | {n} of {args.hosts} | {max(d):.3f} [{', '.join(f'{x:.3f}' for x in d)}] |"
-          for (o, n), d in flood.items()),
-    ]  # fmt: skip
+        *(
+            f"| {o} | {n} of {args.hosts} | {max(d):.3f} [{', '.join(f'{x:.3f}' for x in d)}] |"
+            for (o, n), d in flood.items()
+        ),
+    ]
     worst = max(max(d) for (_, n), d in flood.items() if n == 1)
-    verdicts.append(f"a flooding host delays another host's line by at most {worst:.2f} s "
-                    f"(≤ 1: {'met' if worst <= 1 else 'MISSED'})")  # fmt: skip
+    verdicts.append(
+        f"a flooding host delays another host's line by at most {worst:.2f} s "
+        f"(≤ 1: {'met' if worst <= 1 else 'MISSED'})"
+    )
     before = f" --before {args.before} --before-lines {args.before_lines}" if args.before else ""
     name = args.section or (SSH_SECTION if args.ssh else SECTION)
     begin, end = markers(name)
     hosts = f"--local {args.hosts}" if not args.ssh else f"--hosts h0..h{args.hosts - 1}"
-    text = "\n".join([
-        begin,
-        "## Streaming: runner CPU per line of host output echoed (benchmarks/streaming.py"
-        + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")")
-        + (f" ({args.section})" if args.section else ""),
-        "",
-        f"Machine: {machine()}; load average before/after: {load_before:.1f} / "
-        f"{os.getloadavg()[0]:.1f} (the machine is shared).",
-        "",
-        f"`multihost run {hosts} --stream all --cmd 'seq 1 N'` with stderr on a "
-        "pseudo-terminal (the live status line) and stdout on it (*tty*) or on a pipe "
-        "(*pipe*), read as fast as it comes; *none*: `--stream none` on the terminal (the "
-        "logs are written, nothing echoed). *runner CPU*: user+sys of the multihost process "
-        "itself (getrusage at its exit; the hosts' `seq` and `tail` not counted). *echoing*: "
-        "(CPU − CPU of none) / lines. Medians of the trials, versions and modes interleaved. "
-        "Every trial checks that each host's lines reached stdout complete and in order, and "
-        "that every log file is byte-exact.",
-        "",
-        f"Command: `python benchmarks/streaming.py --hosts {args.hosts} --lines {args.lines} "
-        f"--repeat {args.repeat}{before}{' --ssh' if args.ssh else ''}"
-        + (f" --section {args.section}" if args.section else "")
-        + "`",
-        "",
-        *rows,
-        "",
-        "Flooding: hosts print blocks of `seq 1 5000 | sed 's/^/flood /'` as fast as they can "
-        "for 3 s while the last host prints 8 lines stamped with the time (`date +%s.%N`) 0.25 s "
-        "apart; delay: when a tick reached stdout here minus its stamp (this branch only). "
-        f"With {args.hosts - 1} flooders, their {3 * (args.hosts - 1)} processes (seq, sed, "
-        "tail) share the machine's cores with the runner and the ticking host: a stress case "
-        "beyond the goal's one flooding host.",
-        "",
-        *flood_rows,
-        "",
-        "Goal (≤ 5 µs of runner CPU per echoed line): " + "; ".join(verdicts) + ".",
-        end,
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            begin,
+            "## Streaming: runner CPU per line of host output echoed (benchmarks/streaming.py"
+            + (" --ssh: over SSH, the loopback sshd fleet)" if args.ssh else ")")
+            + (f" ({args.section})" if args.section else ""),
+            "",
+            f"Machine: {machine()}; load average before/after: {load_before:.1f} / "
+            f"{os.getloadavg()[0]:.1f} (the machine is shared).",
+            "",
+            f"`multihost run {hosts} --stream all --cmd 'seq 1 N'` with stderr on a "
+            "pseudo-terminal (the live status line) and stdout on it (*tty*) or on a pipe "
+            "(*pipe*), read as fast as it comes; *none*: `--stream none` on the terminal (the "
+            "logs are written, nothing echoed). *runner CPU*: user+sys of the multihost process "
+            "itself (getrusage at its exit; the hosts' `seq` and `tail` not counted). *echoing*: "
+            "(CPU − CPU of none) / lines. Medians of the trials, versions and modes interleaved. "
+            "Every trial checks that each host's lines reached stdout complete and in order, and "
+            "that every log file is byte-exact.",
+            "",
+            f"Command: `python benchmarks/streaming.py --hosts {args.hosts} --lines {args.lines} "
+            f"--repeat {args.repeat}{before}{' --ssh' if args.ssh else ''}"
+            + (f" --section {args.section}" if args.section else "")
+            + "`",
+            "",
+            *rows,
+            "",
+            "Flooding: hosts print blocks of `seq 1 5000 | sed 's/^/flood /'` as fast as they can "
+            "for 3 s while the last host prints 8 lines stamped with the time (`date "
+            "+%s.%N`) 0.25 s "
+            "apart; delay: when a tick reached stdout here minus its stamp (this branch only). "
+            f"With {args.hosts - 1} flooders, their {3 * (args.hosts - 1)} processes (seq, sed, "
+            "tail) share the machine's cores with the runner and the ticking host: a stress case "
+            "beyond the goal's one flooding host.",
+            "",
+            *flood_rows,
+            "",
+            "Goal (≤ 5 µs of runner CPU per echoed line): " + "; ".join(verdicts) + ".",
+            end,
+        ]
+    )
     print(text)
     if not args.no_write:
         write_section(name, text)

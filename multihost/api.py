@@ -55,8 +55,9 @@ def make_fleet(
         return hosts
     if sum(x is not None for x in (hosts, local, prefix)) != 1:
         raise ValueError("give exactly one of hosts=, local= or prefix=")
-    spec = FleetSpec(hosts=hosts, local=local, prefix=prefix, project=project, zone=zone, ip=ip,
-                     user=user)  # fmt: skip
+    spec = FleetSpec(
+        hosts=hosts, local=local, prefix=prefix, project=project, zone=zone, ip=ip, user=user
+    )
     return resolve(spec).fleet
 
 
@@ -193,7 +194,14 @@ def stacks(
     opts = options_from_record(record, logs)
     dirs = {pid: paths.run for pid, paths in record_paths(record).items()}
     report, _ = blocking(
-        lambda: take(record.fleet.hosts, dirs, opts.ssh, run_dir, native=native,
-                     all_threads=all_threads, limit=opts.connect_limit)
-    )  # fmt: skip
+        lambda: take(
+            record.fleet.hosts,
+            dirs,
+            opts.ssh,
+            run_dir,
+            native=native,
+            all_threads=all_threads,
+            limit=opts.connect_limit,
+        )
+    )
     return report

@@ -71,8 +71,9 @@ def check_patterns(patterns: Sequence[str]) -> tuple[str, ...]:
             raise UsageError(f"not a remote path: {p!r}")
         relative = p != "~" and not p.startswith(("/", "~/"))  # ~/ is the host's home
         if relative and posixpath.normpath(p).split("/")[0] == "..":
-            raise UsageError(f"{p!r} leaves the run's work dir: name a path inside it, or an "
-                             "absolute one")  # fmt: skip
+            raise UsageError(
+                f"{p!r} leaves the run's work dir: name a path inside it, or an absolute one"
+            )
     return tuple(patterns)
 
 
@@ -135,13 +136,13 @@ def _same(fd: int, name: str, file: RemoteFile) -> bool:
     return st.st_size == file.size and int(st.st_mtime) == int(file.mtime)
 
 
-async def _fetch_one(conn: Connection, fd: int, name: str, path: str, mtime: float,
-                     moved: Callable[[int], None]) -> int:  # fmt: skip
+async def _fetch_one(
+    conn: Connection, fd: int, name: str, path: str, mtime: float, moved: Callable[[int], None]
+) -> int:
     """Copy one file into directory ``fd`` as ``name``: a hidden partial file first, its mtime
     set, then renamed into place."""
     partial = f".{name}.multihost-partial"
-    out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600,
-                  dir_fd=fd)  # fmt: skip
+    out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600, dir_fd=fd)
     try:
         with os.fdopen(out, "wb") as f:
 
@@ -178,8 +179,9 @@ class _Tally:
         self.emit(Transfer(self.host, "pull", self.done, self.total))
 
 
-async def _copy(conn: Connection, dest: Path, listing: Listing, file: RemoteFile, name: str,
-                tally: _Tally) -> str | None:  # fmt: skip
+async def _copy(
+    conn: Connection, dest: Path, listing: Listing, file: RemoteFile, name: str, tally: _Tally
+) -> str | None:
     """Copy one listed file below ``dest`` unless it is there already; the problem, if any."""
     folder, _, leaf = name.rpartition("/")
     try:
@@ -198,8 +200,9 @@ async def _copy(conn: Connection, dest: Path, listing: Listing, file: RemoteFile
         if _same(fd, leaf, file):
             tally.skipped += 1
             return None
-        tally.copied += await _fetch_one(conn, fd, leaf, listing.remote_path(file), file.mtime,
-                                         moved)  # fmt: skip
+        tally.copied += await _fetch_one(
+            conn, fd, leaf, listing.remote_path(file), file.mtime, moved
+        )
         tally.files += 1
         return None
     except RemoteError as exc:  # this file only
@@ -215,9 +218,12 @@ async def _copy(conn: Connection, dest: Path, listing: Listing, file: RemoteFile
 
 
 async def pull_host(
-    conn: Connection, work_dir: str, patterns: Sequence[str], dest: Path,
+    conn: Connection,
+    work_dir: str,
+    patterns: Sequence[str],
+    dest: Path,
     emit: Callable[[Event], None],
-) -> PullResult:  # fmt: skip
+) -> PullResult:
     """List ``patterns`` on one host and copy what is new into ``dest`` (its own folder), a
     few files at a time (``DEFAULTS.pull_files``) over the host's one connection."""
     host = conn.host
@@ -293,8 +299,9 @@ async def pull_run(
     async def one(host: Host) -> PullResult:
         conn = await connect(host, ssh)
         try:
-            return await pull_host(conn, work_dirs[host.process_id], patterns,
-                                   dest / host.file_stem, emit)  # fmt: skip
+            return await pull_host(
+                conn, work_dirs[host.process_id], patterns, dest / host.file_stem, emit
+            )
         finally:
             await conn.close()
 
@@ -306,6 +313,9 @@ async def pull_run(
         else:
             error: HostError | None = o.error
             emit(Transfer(o.host, "pull", 0, 0, finished=True))
-            results.append(PullResult(o.host, dest / o.host.file_stem,
-                                      errors=(error.message if error else "failed",)))  # fmt: skip
+            results.append(
+                PullResult(
+                    o.host, dest / o.host.file_stem, errors=(error.message if error else "failed",)
+                )
+            )
     return results

@@ -159,10 +159,15 @@ def launch_script(
     """
     extra = {"o": 0} if watch else {}
     return script(
-        remote.LAUNCH_WATCH if watch else remote.LAUNCH, paths={"b": paths.base, "r": paths.run},
-        command=command + "\n", env="".join(f"{k}={v}\n" for k, v in env.items()),
-        job=job_script(paths, env, command), wrapper=remote.WRAPPER, hook=hook_text(), **extra,
-    )  # fmt: skip
+        remote.LAUNCH_WATCH if watch else remote.LAUNCH,
+        paths={"b": paths.base, "r": paths.run},
+        command=command + "\n",
+        env="".join(f"{k}={v}\n" for k, v in env.items()),
+        job=job_script(paths, env, command),
+        wrapper=remote.WRAPPER,
+        hook=hook_text(),
+        **extra,
+    )
 
 
 def watch_command(paths: Paths, offset: int) -> str:
@@ -210,9 +215,11 @@ def clean_command(paths: Paths, older_than: float) -> str:
     s that no remaining run's ``job.sh`` uses; prints each removed code hash."""
     minutes = max(0, int(older_than // 60))
     return script(
-        remote.CLEAN, paths={"r": paths.run, "b": paths.base},
-        age=minutes, incoming=max(minutes, 1440),
-    )  # fmt: skip
+        remote.CLEAN,
+        paths={"r": paths.run, "b": paths.base},
+        age=minutes,
+        incoming=max(minutes, 1440),
+    )
 
 
 @dataclass(frozen=True)

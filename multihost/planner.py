@@ -161,10 +161,17 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
             raise ValueError("give exactly one of hosts=, local= or prefix=")
         fleet, cloud = s.hosts, False
     else:
-        spec = FleetSpec(hosts=s.hosts, local=s.local, prefix=s.prefix, project=s.project,
-                         zone=s.zone, ip=s.ip, user=s.user,
-                         tunnel_through_iap=s.tunnel_through_iap,
-                         iap_per_host=s.iap_per_host)  # fmt: skip
+        spec = FleetSpec(
+            hosts=s.hosts,
+            local=s.local,
+            prefix=s.prefix,
+            project=s.project,
+            zone=s.zone,
+            ip=s.ip,
+            user=s.user,
+            tunnel_through_iap=s.tunnel_through_iap,
+            iap_per_host=s.iap_per_host,
+        )
         found = resolve(spec) if s.wait is None else _waited(spec, s)
         fleet, cloud, warnings = found.fleet, spec.cloud, found.warnings
         found_cloud = found.cloud
@@ -195,8 +202,10 @@ def reach(settings: Settings | Mapping[str, Any]) -> Reach:
             ssh, unpublished = pin_host_keys(fleet, ssh, found_cloud)
             if unpublished:
                 verb = "publishes" if len(unpublished) == 1 else "publish"
-                warnings += (f"{', '.join(unpublished)} {verb} no host keys (guest attributes "
-                             "hostkeys/*): trusting their workers' keys on first use",)  # fmt: skip
+                warnings += (
+                    f"{', '.join(unpublished)} {verb} no host keys (guest attributes "
+                    "hostkeys/*): trusting their workers' keys on first use",
+                )
     if s.wait is not None and not fleet.local and not s.dry_run:
         _wait_reachable(fleet, ssh, s, max(s.wait - (time.monotonic() - started), 0.0))
     return Reach(fleet, ssh, cloud, warnings, notes, subset)
@@ -212,8 +221,7 @@ def _first_contact(
         return _wait_reachable(fleet, ssh, s, seconds, auth=True)
 
     say = s.progress or (lambda _: None)
-    return first_contact(fleet, ssh, where, user=s.user, say=say, wait=wait,
-                         seconds=_key_wait())  # fmt: skip
+    return first_contact(fleet, ssh, where, user=s.user, say=say, wait=wait, seconds=_key_wait())
 
 
 def _key_wait() -> float:

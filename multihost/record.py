@@ -62,18 +62,31 @@ class HostRecord:
     def of(cls, result: HostResult, env: Mapping[str, str] | None) -> HostRecord:
         """The record of a host's (possibly still running) result."""
         return cls(
-            host=result.host, state=result.state, log=f"{result.host.file_stem}.log",
-            env=dict(env) if env is not None else None, exit_code=result.exit_code,
-            signal=result.signal, error=result.error, started_at=result.started_at,
-            ended_at=result.ended_at, bytes_sent=result.bytes_sent, last_line=result.last_line,
-        )  # fmt: skip
+            host=result.host,
+            state=result.state,
+            log=f"{result.host.file_stem}.log",
+            env=dict(env) if env is not None else None,
+            exit_code=result.exit_code,
+            signal=result.signal,
+            error=result.error,
+            started_at=result.started_at,
+            ended_at=result.ended_at,
+            bytes_sent=result.bytes_sent,
+            last_line=result.last_line,
+        )
 
     def result(self) -> HostResult:
         return HostResult(
-            host=self.host, state=self.state, exit_code=self.exit_code, signal=self.signal,
-            error=self.error, started_at=self.started_at, ended_at=self.ended_at,
-            bytes_sent=self.bytes_sent, last_line=self.last_line,
-        )  # fmt: skip
+            host=self.host,
+            state=self.state,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            error=self.error,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            bytes_sent=self.bytes_sent,
+            last_line=self.last_line,
+        )
 
 
 @dataclass(frozen=True)
@@ -178,13 +191,16 @@ def from_json(data: Mapping[str, Any]) -> RunRecord:
         )
     try:
         hosts = tuple(
-            HostRecord(**{
-                **_known(HostRecord, h), "host": Host(**_known(Host, h["host"])),
-                "state": State(h["state"]),
-                "log": h.get("log") or f"{Host(**_known(Host, h['host'])).file_stem}.log",
-            })
+            HostRecord(
+                **{
+                    **_known(HostRecord, h),
+                    "host": Host(**_known(Host, h["host"])),
+                    "state": State(h["state"]),
+                    "log": h.get("log") or f"{Host(**_known(Host, h['host'])).file_stem}.log",
+                }
+            )
             for h in data["hosts"]
-        )  # fmt: skip
+        )
         ssh = data.get("ssh") or {}
         return RunRecord(
             run_name=data["run_name"],

@@ -143,10 +143,16 @@ def call(
         project = _stage_project(code, uv_project, options)
         plan = plan_run(
             "",
-            {"run_name": f"call-{default_run_name()}", **options, **fleet_kw,
-             "script_dir": code, "timeout": timeout, "lock_dir": project},
+            {
+                "run_name": f"call-{default_run_name()}",
+                **options,
+                **fleet_kw,
+                "script_dir": code,
+                "timeout": timeout,
+                "lock_dir": project,
+            },
             "call",
-        )  # fmt: skip
+        )
         default = sys.executable if plan.fleet.local else "python3"
         interpreter = python or ("python" if plan.options.environment else default)
         job = replace(plan.job, command=f"{shlex.quote(interpreter)} {SCRIPT}")

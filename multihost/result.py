@@ -179,8 +179,9 @@ class RunResult:
         rows = [COLUMNS, *(host_row(r) for r in self.hosts)]
         logs = [f"logs: {self.log_dir}"] if self.log_dir else []
         words = list(payload_lines(self))
-        return "\n".join([f"run {self.run_name}", *aligned(rows), *words, verdict(self).text,
-                          *logs])  # fmt: skip
+        return "\n".join(
+            [f"run {self.run_name}", *aligned(rows), *words, verdict(self).text, *logs]
+        )
 
     def _repr_html_(self) -> str:
         from html import escape  # notebooks only: not on a run's path
@@ -202,8 +203,11 @@ COLUMNS = ("host", "address", "state", "exit", "time", "sent", "last output / re
 def host_row(r: HostResult) -> tuple[str, ...]:
     """One host's cells, in ``COLUMNS`` order. The last is the host's own words (its reason,
     or its last line): a face that shows it to a terminal makes it safe first."""
-    outcome = f"signal {r.signal}" if r.signal is not None else (
-        "" if r.exit_code is None else str(r.exit_code))  # fmt: skip
+    outcome = (
+        f"signal {r.signal}"
+        if r.signal is not None
+        else ("" if r.exit_code is None else str(r.exit_code))
+    )
     step = step_time(r)
     why = r.reason if not r.ok else (f"{step:.3g} s/step" if step is not None else r.last_line)
     if not r.ok and r.last_line and r.state is State.FAILED:
@@ -248,12 +252,15 @@ def payload_lines(result: RunResult) -> tuple[str, ...]:
         name, slowest = max(steps, key=lambda nt: nt[1])
         gap = (slowest - median) / median
         if gap > SPREAD_NAMED:
-            lines.append(f"slowest: {name} at {slowest:.3g} s/step, {gap:.1%} over the median "
-                         f"{median:.3g} s of {len(steps)} hosts")  # fmt: skip
+            lines.append(
+                f"slowest: {name} at {slowest:.3g} s/step, {gap:.1%} over the median "
+                f"{median:.3g} s of {len(steps)} hosts"
+            )
         else:
             spread = (slowest - ordered[0]) / median
-            lines.append(f"step time within {spread:.1%} across {len(steps)} hosts "
-                         f"(median {median:.3g} s)")  # fmt: skip
+            lines.append(
+                f"step time within {spread:.1%} across {len(steps)} hosts (median {median:.3g} s)"
+            )
     return tuple(lines)
 
 
@@ -294,8 +301,9 @@ def verdict(result: RunResult) -> Verdict:
     """All good, or how many succeeded and who failed first."""
     ok, total = sum(1 for r in result.hosts if r.ok), len(result.hosts)
     if result.ok:
-        return Verdict(True, ("the host succeeded" if total == 1 else
-                              f"all {total} hosts succeeded",))  # fmt: skip
+        return Verdict(
+            True, ("the host succeeded" if total == 1 else f"all {total} hosts succeeded",)
+        )
     parts = [f"{ok}/{total} host{'s' * (total != 1)} succeeded"]
     if result.interrupted:
         parts.append("; interrupted")

@@ -102,8 +102,9 @@ class HostStatus:
     @classmethod
     def of_record(cls, h: HostRecord) -> HostStatus:
         """What run.json last recorded for a host."""
-        return cls(h.host, h.state, h.exit_code, h.started_at, h.ended_at, None, 0,
-                   h.error or h.last_line)  # fmt: skip
+        return cls(
+            h.host, h.state, h.exit_code, h.started_at, h.ended_at, None, 0, h.error or h.last_line
+        )
 
 
 def parse_status(host: Host, text: str) -> HostStatus:
@@ -116,13 +117,20 @@ def parse_status(host: Host, text: str) -> HostStatus:
     silent_since = _float(mtime)
     if exit_info is None:
         state = State.RUNNING if alive == "yes" else State.VANISHED
-        return HostStatus(host, state, None, _float(started), None, None, _int(size),
-                          last.strip(), silent_since)  # fmt: skip
+        return HostStatus(
+            host, state, None, _float(started), None, None, _int(size), last.strip(), silent_since
+        )
     return HostStatus(
-        host, classify(exit_info), None if exit_info.problem else exit_info.code,
-        exit_info.started_at, exit_info.ended_at, exit_info.stopped_by, _int(size),
-        last.strip(), silent_since,
-    )  # fmt: skip
+        host,
+        classify(exit_info),
+        None if exit_info.problem else exit_info.code,
+        exit_info.started_at,
+        exit_info.ended_at,
+        exit_info.stopped_by,
+        _int(size),
+        last.strip(),
+        silent_since,
+    )
 
 
 def _float(text: str) -> float | None:
@@ -242,16 +250,20 @@ def _env_lines(stores: list[Outcome[EnvStore]], *, dry: bool) -> list[str]:
             per_key.setdefault(key, []).append(held.get(key, 0))
     if dry:
         for key, sizes in sorted(per_key.items()):
-            lines.append(f"  and environment {key[:12]} ({size(sum(sizes))}) on "
-                         f"{len(sizes)} host(s): no remaining run uses it")  # fmt: skip
+            lines.append(
+                f"  and environment {key[:12]} ({size(sum(sizes))}) on "
+                f"{len(sizes)} host(s): no remaining run uses it"
+            )
         if failed := [o for o in stores if o.error is not None]:
             why = failed[0].error.message if failed[0].error else "?"
             lines.append(f"  (could not ask {len(failed)} host(s) about environments: {why})")
     elif per_key:
         total = sum(sum(v) for v in per_key.values())
         hosts = sum(1 for o in stores if o.value is not None and o.value.removed)
-        lines.append(f"  and {len(per_key)} environment(s) no remaining run on those hosts uses "
-                     f"({size(total)} on {hosts} host(s))")  # fmt: skip
+        lines.append(
+            f"  and {len(per_key)} environment(s) no remaining run on those hosts uses "
+            f"({size(total)} on {hosts} host(s))"
+        )
     return lines
 
 
@@ -262,8 +274,13 @@ def mark_states(run_dir: Path, record: RunRecord, statuses: list[Outcome[HostSta
     for h in record.hosts:
         st = by_pid.get(h.host.process_id)
         if st is not None and st.state in _ENDED and not h.state.final:
-            h = replace(h, state=st.state, exit_code=st.exit_code, started_at=st.started_at,
-                        ended_at=st.ended_at)  # fmt: skip
+            h = replace(
+                h,
+                state=st.state,
+                exit_code=st.exit_code,
+                started_at=st.started_at,
+                ended_at=st.ended_at,
+            )
         hosts.append(h)
     write_record(run_dir, replace(record, hosts=tuple(hosts)))
 

@@ -163,8 +163,11 @@ def outputs_excluded(root: Path, outputs: Sequence[Path], run: str = "") -> tupl
     for out in outputs:
         path = out.expanduser().resolve()
         if path == base:
-            made = [d.name for d in base.iterdir() if d.is_dir() and not d.is_symlink()
-                    and any((d / n).exists() for n in _RUN_FILES)]  # fmt: skip
+            made = [
+                d.name
+                for d in base.iterdir()
+                if d.is_dir() and not d.is_symlink() and any((d / n).exists() for n in _RUN_FILES)
+            ]
             patterns += [f"/{glob.escape(n)}/" for n in sorted({*made, run} - {""})]
         elif base in path.parents:
             patterns.append(f"/{glob.escape(path.relative_to(base).as_posix())}/")

@@ -92,17 +92,26 @@ def choose(
     n = sum(len(m) for m in slices.values() if len(m) > 1)
     seeds = None
     if seed_addresses is not None:
-        seeds = {m[0].name: seed_addresses.get(m[0].process_id, "")
-                 for m in slices.values() if len(m) > 1}  # fmt: skip
+        seeds = {
+            m[0].name: seed_addresses.get(m[0].process_id, "")
+            for m in slices.values()
+            if len(m) > 1
+        }
     if bucket and len(hosts) * archive_bytes > threshold:  # uploaded once, whatever the slices
         return _bucket(bucket, len(hosts), archive_bytes, threshold)
     return _auto(n, archive_bytes, threshold, seeds)
 
 
 def choose_environment(
-    requested: StageVia, receivers: int, pack_bytes: int, *, threshold: int, source: Host,
-    address: str, bucket: str = "",
-) -> tuple[StageVia, str]:  # fmt: skip
+    requested: StageVia,
+    receivers: int,
+    pack_bytes: int,
+    *,
+    threshold: int,
+    source: Host,
+    address: str,
+    bucket: str = "",
+) -> tuple[StageVia, str]:
     """How an environment's pack goes from the host that has it (``source``, which would serve
     on ``address``) to ``receivers`` other hosts: as :func:`choose`, one group of hosts."""
     if requested.kind != "auto":

@@ -128,8 +128,11 @@ async def stage_fleet(
         outcomes, uploaded = [found[h.process_id] for h in hosts], 0
     fell = [o.value.why for o in outcomes if o.value is not None and o.value.how == "fallback"]
     if fell:
-        note(f"{len(fell)} host(s) got the code from the runner after a failed fetch; first: "
-             f"{fell[0]}", "warning")  # fmt: skip
+        note(
+            f"{len(fell)} host(s) got the code from the runner after a failed fetch; first: "
+            f"{fell[0]}",
+            "warning",
+        )
     return outcomes, uploaded
 
 
@@ -159,9 +162,11 @@ class _Work:
             return
         addr = bind_address(seed, self.conns[seed.process_id])
         if not private_address(addr):  # a seed never serves on a public address
-            note(f"slice {seed.slice_id}: its seed {seed.name}'s internal address {addr or '?'} "
-                 "is not private, so no seed serves there: the runner sends the slice its code",
-                 "warning")  # fmt: skip
+            note(
+                f"slice {seed.slice_id}: its seed {seed.name}'s internal address {addr or '?'} "
+                "is not private, so no seed serves there: the runner sends the slice its code",
+                "warning",
+            )
             for o in await self._direct(members):
                 found[o.host.process_id] = o
             return
@@ -221,11 +226,17 @@ class _Work:
         addr = bind_address(host, conn)
         lifetime = self.timeout + FETCH_TIMEOUT
         command = script(
-            SEED, paths={"b": paths.base, "c": paths.code}, done=COMPLETE,
-            stage=stage_command(paths), serve=python_source("seed_serve"), addr=addr,
-            lifetime=f"{lifetime:g}", fetches=fetches, stale=int(lifetime // 60) + 2,
+            SEED,
+            paths={"b": paths.base, "c": paths.code},
+            done=COMPLETE,
+            stage=stage_command(paths),
+            serve=python_source("seed_serve"),
+            addr=addr,
+            lifetime=f"{lifetime:g}",
+            fetches=fetches,
+            stale=int(lifetime // 60) + 2,
             name=f"/{self.archive.digest}.tar.gz",
-        )  # fmt: skip
+        )
         data = token.encode() + b"\n" + self.archive.data
         done, sent = await conn.offer(command, b"absent", data)
         if done.exit_status != 0:
@@ -248,8 +259,10 @@ class _Work:
             async with asyncio.timeout(self.timeout):
                 await conn.run(script(SEED_STOP, p=pid, s=folder))
         except (TimeoutError, HostError) as exc:
-            note(f"{seed.name}: the seed's server was not stopped ({exc}); it ends by itself",
-                 "warning")  # fmt: skip
+            note(
+                f"{seed.name}: the seed's server was not stopped ({exc}); it ends by itself",
+                "warning",
+            )
 
     async def _fetch_all(self, hosts: list[Host], source: _Source) -> list[Outcome[Staged]]:
         if source.why:
@@ -261,11 +274,16 @@ class _Work:
     async def _fetch(self, host: Host, source: _Source) -> Staged:
         conn, paths = self.conns[host.process_id], self.paths[host.process_id]
         command = script(
-            FETCH, paths={"b": paths.base, "c": paths.code}, done=COMPLETE,
-            stage=stage_command(paths), how=source.how, url=source.url,
-            digest=self.archive.digest, fetch=python_source("seed_fetch"),
+            FETCH,
+            paths={"b": paths.base, "c": paths.code},
+            done=COMPLETE,
+            stage=stage_command(paths),
+            how=source.how,
+            url=source.url,
+            digest=self.archive.digest,
+            fetch=python_source("seed_fetch"),
             timeout=f"{FETCH_TIMEOUT:g}",
-        )  # fmt: skip
+        )
         stdin = (source.token + "\n").encode() if source.how == "peer" else None
         done = await conn.run(command, stdin=stdin)
         said = done.stdout.decode(errors="replace").strip()

@@ -111,8 +111,9 @@ class LogSink:
                 more = body.decode(errors="replace").split("\n")  # no line to cut: at once
                 texts += [t.rstrip("\r") for t in more] if b"\r" in body else more
             else:
-                texts += [self._text(raw[:MAX_LINE], len(raw) - MAX_LINE)
-                          for raw in body.split(b"\n")]  # fmt: skip
+                texts += [
+                    self._text(raw[:MAX_LINE], len(raw) - MAX_LINE) for raw in body.split(b"\n")
+                ]
         self._keep(data[end + 1 :])
         self._publish(texts)
 
@@ -185,9 +186,13 @@ def parse_exit(header: str) -> Exit | None:
     if not code.lstrip("-").isdigit() and problem is None:
         return None
     return Exit(
-        -1 if problem else int(code), _number(started), _number(ended),
-        None if stopped == "-" else stopped, problem, int(escaped) if escaped.isdigit() else 0,
-    )  # fmt: skip
+        -1 if problem else int(code),
+        _number(started),
+        _number(ended),
+        None if stopped == "-" else stopped,
+        problem,
+        int(escaped) if escaped.isdigit() else 0,
+    )
 
 
 def parse_watch_end(stderr: bytes) -> tuple[Exit, int] | None:

@@ -60,8 +60,15 @@ def save(directory: Path, step: int, state: Any) -> Path:
             data = np.array(shard.data, order="C")  # (ascontiguousarray makes 0-d 1-d)
             name = f"a{len(arrays)}"
             arrays[name] = np.frombuffer(data.tobytes(), dtype=np.uint8)
-            manifest.append({"leaf": jax.tree_util.keystr(path), "index": where, "array": name,
-                             "dtype": str(data.dtype), "shape": list(data.shape)})  # fmt: skip
+            manifest.append(
+                {
+                    "leaf": jax.tree_util.keystr(path),
+                    "index": where,
+                    "array": name,
+                    "dtype": str(data.dtype),
+                    "shape": list(data.shape),
+                }
+            )
     meta = {"step": step, "processes": jax.process_count(), "shards": manifest}
     final = _file(directory, step, process)
     directory.mkdir(parents=True, exist_ok=True)

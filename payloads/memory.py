@@ -109,9 +109,11 @@ def check(
     if device.platform != "cpu":
         limit = override_gb * 1e9 if override_gb is not None else device_memory_bytes(device)
         if limit is not None and per_device_bytes > limit:
-            meshing.fail(f"estimated memory per device {per_device_bytes / 1e9:.3f} GB exceeds "
-                         f"the limit {limit / 1e9:.3f} GB on {device.device_kind}; use {hint} "
-                         "or more devices")  # fmt: skip
+            meshing.fail(
+                f"estimated memory per device {per_device_bytes / 1e9:.3f} GB exceeds "
+                f"the limit {limit / 1e9:.3f} GB on {device.device_kind}; use {hint} "
+                "or more devices"
+            )
         return
     limit = override_gb * 1e9 if override_gb is not None else host_memory_bytes()
     need = (cpu_per_device or per_device_bytes) * len(local) + RUNTIME_BYTES
@@ -119,11 +121,19 @@ def check(
     first, count, need, most = verdict(rows, jax.process_index())
     if most is None or need <= most:
         return
-    where = "this machine" if rows[first, 0] == rows[jax.process_index(), 0] else (
-        f"the machine of process {first}")  # fmt: skip
-    what = (f"per process ({len(local)} CPU devices share this host's RAM)" if count == 1 else
-            f"of the {count} processes on {where} ({len(local)} CPU devices each; all share "
-            "its RAM)")  # fmt: skip
-    meshing.fail(f"estimated memory {what} {need / 1e9:.3f} GB exceeds the limit "
-                 f"{most / 1e9:.3f} GB on {device.device_kind}; use {hint}, fewer processes "
-                 "per machine or more machines")  # fmt: skip
+    where = (
+        "this machine"
+        if rows[first, 0] == rows[jax.process_index(), 0]
+        else (f"the machine of process {first}")
+    )
+    what = (
+        f"per process ({len(local)} CPU devices share this host's RAM)"
+        if count == 1
+        else f"of the {count} processes on {where} ({len(local)} CPU devices each; all share "
+        "its RAM)"
+    )
+    meshing.fail(
+        f"estimated memory {what} {need / 1e9:.3f} GB exceeds the limit "
+        f"{most / 1e9:.3f} GB on {device.device_kind}; use {hint}, fewer processes "
+        "per machine or more machines"
+    )

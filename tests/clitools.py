@@ -59,10 +59,23 @@ def fleet_run_args(
 ) -> list[str]:
     """``multihost run`` over the first ``n`` hosts of the loopback fleet, 2 s grace."""
     return [
-        "run", "--hosts", ",".join(fleet.aliases[:n]), "--ssh-config", str(fleet.ssh_config),
-        "--script-dir", str(code), "--log-dir", str(logs), "--run-name", run,
-        "--grace", "2", *extra, "--cmd", cmd,
-    ]  # fmt: skip
+        "run",
+        "--hosts",
+        ",".join(fleet.aliases[:n]),
+        "--ssh-config",
+        str(fleet.ssh_config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--run-name",
+        run,
+        "--grace",
+        "2",
+        *extra,
+        "--cmd",
+        cmd,
+    ]
 
 
 def no_processes(fleet: Any, n: int) -> bool:

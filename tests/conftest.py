@@ -46,8 +46,9 @@ def _install_sshd() -> str | None:
         ["apt-get", "update", "-qq"],
         ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "openssh-server"],
     ):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        done = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+        )
         if done.returncode != 0:
             return f"{' '.join(cmd[:2])} failed: {done.stderr.strip()[-300:]}"
     return None
@@ -110,14 +111,31 @@ def fresh_runs(ssh_fleet: loopback.Fleet) -> None:
 
 
 REMOTE_SITES = {
-    Path("/opt/multihost-test-site"): ("jax", "jaxlib", "numpy", "ml_dtypes", "opt_einsum",
-                                       "scipy"),
+    Path("/opt/multihost-test-site"): (
+        "jax",
+        "jaxlib",
+        "numpy",
+        "ml_dtypes",
+        "opt_einsum",
+        "scipy",
+    ),
     # payloads/train.py's (flax NNX + optax, and what they import), kept apart so a checkout
     # that does not know them leaves them be
-    Path("/opt/multihost-test-site-flax"): ("flax", "optax", "msgpack", "PyYAML", "absl-py",
-                                            "rich", "markdown-it-py", "mdurl", "Pygments",
-                                            "treescope", "typing_extensions", "etils"),
-}  # fmt: skip
+    Path("/opt/multihost-test-site-flax"): (
+        "flax",
+        "optax",
+        "msgpack",
+        "PyYAML",
+        "absl-py",
+        "rich",
+        "markdown-it-py",
+        "mdurl",
+        "Pygments",
+        "treescope",
+        "typing_extensions",
+        "etils",
+    ),
+}
 
 
 def _remote_site(site: Path, packages: tuple[str, ...]) -> None:
@@ -126,10 +144,21 @@ def _remote_site(site: Path, packages: tuple[str, ...]) -> None:
     if not stamp.is_file() or stamp.read_text() != "\n".join(pins):
         shutil.rmtree(site, ignore_errors=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-             str(site), *pins],
-            check=True, capture_output=True, timeout=900,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(site),
+                *pins,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
         stamp.write_text("\n".join(pins))
     for path in (site, *site.rglob("*")):
         path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))

@@ -665,9 +665,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("action", choices=["up", "down", "status"])
     parser.add_argument("n", nargs="?", type=int, default=8, help="hosts for 'up' (default 8)")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="fleet dir")
-    parser.add_argument("--purge", action="store_true",
-                        help="down: also delete the host keys, the fleet's Unix users and their "
-                        "homes, the JAX test sites under /opt and the fleet dir")  # fmt: skip
+    parser.add_argument(
+        "--purge",
+        action="store_true",
+        help="down: also delete the host keys, the fleet's Unix users and their "
+        "homes, the JAX test sites under /opt and the fleet dir",
+    )
     args = parser.parse_args(argv)
     if args.action == "up":
         t0 = time.monotonic()

@@ -54,8 +54,9 @@ def build_wheel(
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as z:
         for path, data in entries.items():
             z.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), data)
-        z.writestr(zipfile.ZipInfo(f"{dist}.dist-info/RECORD", (2020, 1, 1, 0, 0, 0)),
-                   "".join(record))  # fmt: skip
+        z.writestr(
+            zipfile.ZipInfo(f"{dist}.dist-info/RECORD", (2020, 1, 1, 0, 0, 0)), "".join(record)
+        )
     return wheel
 
 

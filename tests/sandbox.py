@@ -144,11 +144,22 @@ def up(hosts: int, state: Path) -> int:
     os.chmod(state, 0o700)
     with open(state / "log", "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.sandbox", "serve", "--hosts", str(hosts),
-             "--dir", str(state)],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "tests.sandbox",
+                "serve",
+                "--hosts",
+                str(hosts),
+                "--dir",
+                str(state),
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
     _write(state / "pid", f"{proc.pid}\n")
     deadline = time.monotonic() + READY_TIMEOUT
     while not (state / "env").exists():
@@ -208,8 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "serve":
             serve(args.hosts, state)
             return 0
-        return {"up": lambda: up(args.hosts, state), "env": lambda: env(state),
-                "down": lambda: down(state)}[args.action]()  # fmt: skip
+        return {
+            "up": lambda: up(args.hosts, state),
+            "env": lambda: env(state),
+            "down": lambda: down(state),
+        }[args.action]()
     except Refused as exc:
         print(exc, file=sys.stderr)
         return 2

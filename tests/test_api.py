@@ -87,8 +87,12 @@ def test_output_default_prefixes_and_callback(
     assert "[s0/w0] hi 0" in out
     assert "[s0/w1] hi 1" in out
     seen: list[tuple[str, str]] = []
-    multihost.run("echo hi $JAX_PROCESS_ID", local=2, stream="host0",
-                  on_output=lambda host, line: seen.append((host, line)))  # fmt: skip
+    multihost.run(
+        "echo hi $JAX_PROCESS_ID",
+        local=2,
+        stream="host0",
+        on_output=lambda host, line: seen.append((host, line)),
+    )
     assert seen == [("s0/w0", "hi 0")]
     assert capsys.readouterr().out == ""
 
@@ -141,8 +145,9 @@ def test_call_raising_on_a_host(home: Path) -> None:
     assert "remote traceback (s0/w1)" in str(err)
     assert "in _raise_on_1" in str(err)
     assert [(o.host.name, o.ok, o.value) for o in err.results] == [
-        ("s0/w0", True, "fine"), ("s0/w1", False, None),
-    ]  # fmt: skip
+        ("s0/w0", True, "fine"),
+        ("s0/w1", False, None),
+    ]
 
 
 @pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="no /usr/bin/python3")
@@ -219,8 +224,9 @@ def test_run_sweep_ranks_points(home: Path, capsys: pytest.CaptureFixture[str]) 
         cmd, {"a": [1, 2, 3], "b": [5]}, where="a != 2", metric="score", local=1, run_name="sw"
     )
     assert [(r["values"], r["metric"], r["rank"]) for r in result.summary] == [
-        ({"a": 3, "b": 5}, 15, 1), ({"a": 1, "b": 5}, 5, 2),
-    ]  # fmt: skip
+        ({"a": 3, "b": 5}, 15, 1),
+        ({"a": 1, "b": 5}, 5, 2),
+    ]
     assert result.ok
     assert result.best is not None
     assert result.best["label"] == "a=3 b=5"
@@ -255,8 +261,18 @@ def test_prefix_keywords_reach_discovery_and_cloud_defaults(
     monkeypatch.setenv("FAKE_GCLOUD_LOG", str(tmp_path / "gcloud.log"))
     monkeypatch.setenv("FAKE_GCLOUD_NODES", str(FIXTURE_DIR / "myqr.json"))
     # no_add_key: the fake gcloud only lists (first contact: test_sources_tpukeys_ssh)
-    plan = plan_run("true", {"prefix": "myqr", "project": "p", "zone": "z", "ip": "internal",
-                             "user": "ml", "script_dir": tmp_path, "no_add_key": True})  # fmt: skip
+    plan = plan_run(
+        "true",
+        {
+            "prefix": "myqr",
+            "project": "p",
+            "zone": "z",
+            "ip": "internal",
+            "user": "ml",
+            "script_dir": tmp_path,
+            "no_add_key": True,
+        },
+    )
     assert len(plan.fleet) == 4
     assert plan.fleet.num_slices == 2
     assert {h.user for h in plan.fleet} == {"ml"}

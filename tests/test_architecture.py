@@ -80,8 +80,10 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_the_import_contracts_are_kept() -> None:
     """pyproject's contracts (layers, asyncssh and rich where they belong, acyclic siblings),
     as CI's ``lint-imports`` checks them: here too, so the pure tier says so first."""
-    check = ("from importlinter.cli import lint_imports; "
-             "raise SystemExit(lint_imports(no_cache=True, no_logo=True))")  # fmt: skip
+    check = (
+        "from importlinter.cli import lint_imports; "
+        "raise SystemExit(lint_imports(no_cache=True, no_logo=True))"
+    )
     res = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 

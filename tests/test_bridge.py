@@ -21,8 +21,9 @@ def test_the_bridge_stops_once_or_detaches() -> None:
         await stopped.wait()
         return "stopped"
 
-    policy = Interrupt(lambda: stopped.set(), "stopping", say=said.append,
-                       signals=(signal.SIGINT, signal.SIGTERM))  # fmt: skip
+    policy = Interrupt(
+        lambda: stopped.set(), "stopping", say=said.append, signals=(signal.SIGINT, signal.SIGTERM)
+    )
     assert blocking(work, policy) == "stopped"
     assert said == ["multihost: SIGTERM: stopping"]
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # handlers gone afterwards

@@ -14,14 +14,43 @@ from tests.clitools import cli
 
 def test_exported_names() -> None:
     assert sorted(multihost.__all__) == [
-        "CallResult", "ConnectError", "ConnectTimeout", "DiscoveryError", "EnvFailed", "Fleet",
-        "Host", "HostError", "HostKeyError", "HostLost", "HostResult", "HostStatus",
-        "InventoryError", "Job", "MultihostError", "PullResult", "RemoteCallError", "RemoteError",
+        "CallResult",
+        "ConnectError",
+        "ConnectTimeout",
+        "DiscoveryError",
+        "EnvFailed",
+        "Fleet",
+        "Host",
+        "HostError",
+        "HostKeyError",
+        "HostLost",
+        "HostResult",
+        "HostStatus",
+        "InventoryError",
+        "Job",
+        "MultihostError",
+        "PullResult",
+        "RemoteCallError",
+        "RemoteError",
         "RunOptions",
-        "RunResult", "SSHOptions", "StackReport", "State", "SweepResult", "UsageError", "attach",
-        "call", "kill", "make_fleet", "pull", "pull_logs", "run", "run_async", "run_sweep",
-        "stacks", "status",
-    ]  # fmt: skip
+        "RunResult",
+        "SSHOptions",
+        "StackReport",
+        "State",
+        "SweepResult",
+        "UsageError",
+        "attach",
+        "call",
+        "kill",
+        "make_fleet",
+        "pull",
+        "pull_logs",
+        "run",
+        "run_async",
+        "run_sweep",
+        "stacks",
+        "status",
+    ]
     for name in multihost.__all__:
         assert getattr(multihost, name) is not None
 
@@ -81,10 +110,21 @@ def test_unknown_subcommand(tmp_path: Path) -> None:
 def test_dry_run_prints_env_and_commands(tmp_path: Path) -> None:
     (tmp_path / "x.py").write_text("print(1)\n")
     res = cli(
-        ["run", "--hosts", "u@10.9.9.9,h1:2200", "--dry-run", "--env", "K=v w",
-         "--cmd", "echo \"$K\"", "--run-name", "dr"],
-        cwd=tmp_path, timeout=30,
-    )  # fmt: skip
+        [
+            "run",
+            "--hosts",
+            "u@10.9.9.9,h1:2200",
+            "--dry-run",
+            "--env",
+            "K=v w",
+            "--cmd",
+            'echo "$K"',
+            "--run-name",
+            "dr",
+        ],
+        cwd=tmp_path,
+        timeout=30,
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "### s0/w0 (u@10.9.9.9) process 0" in out
@@ -97,7 +137,11 @@ def test_dry_run_prints_env_and_commands(tmp_path: Path) -> None:
 def test_import_and_help_stay_light() -> None:
     """``import multihost`` and ``multihost --help`` import neither asyncssh nor rich."""
     for code in ("import multihost", "from multihost.cli import build_parser; build_parser()"):
-        res = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
-                             capture_output=True, text=True, check=True)  # fmt: skip
+        res = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         heavy = [ln for ln in res.stderr.splitlines() if "asyncssh" in ln or "rich" in ln]
         assert heavy == [], (code, heavy[:3])

@@ -18,16 +18,24 @@ from tests.helpers import wait_for
 
 def _spawn(args: list[str], cwd: Path, stderr: Path) -> subprocess.Popen[str]:
     with stderr.open("w") as err:
-        return subprocess.Popen([sys.executable, "-m", "multihost", *args], cwd=cwd, text=True,
-                                stdout=subprocess.PIPE, stderr=err,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "multihost", *args],
+            cwd=cwd,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def test_ctrl_c_stops_the_biggest_dry_run_at_once(home: Path, code: Path, tmp_path: Path) -> None:
     """100000 hosts (the most a host list may name) planned and printed: Ctrl-C ends it."""
     err = tmp_path / "err"
-    proc = _spawn(["run", "--hosts", "h[0-99999]", "--dry-run", "--script-dir", str(code),
-                   "--cmd", "true"], tmp_path, err)  # fmt: skip
+    proc = _spawn(
+        ["run", "--hosts", "h[0-99999]", "--dry-run", "--script-dir", str(code), "--cmd", "true"],
+        tmp_path,
+        err,
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().startswith("# code ")  # planned; now printing
     proc.send_signal(signal.SIGINT)
@@ -44,8 +52,14 @@ def test_a_second_ctrl_c_on_run_says_how_to_stop_the_hosts(
     cmd = "trap '' TERM; echo up; sleep 60"  # ignores the stop's TERM: the runner waits
     args = ["--script-dir", str(code), "--log-dir", str(logs), "--run-name", "twice"]
     proc = _spawn(["run", "--local", "2", *args, "--grace", "60", "--cmd", cmd], tmp_path, err)
-    wait_for(lambda: all("up" in t for t in host_logs(logs, "twice").values())
-             and len(host_logs(logs, "twice")) == 2, 30, "both hosts running")  # fmt: skip
+    wait_for(
+        lambda: (
+            all("up" in t for t in host_logs(logs, "twice").values())
+            and len(host_logs(logs, "twice")) == 2
+        ),
+        30,
+        "both hosts running",
+    )
     proc.send_signal(signal.SIGINT)
     wait_for(lambda: "SIGINT: stopping every host" in err.read_text(), 30, "the first stop")
     proc.send_signal(signal.SIGINT)
@@ -62,9 +76,23 @@ def test_a_second_ctrl_c_on_run_says_how_to_stop_the_hosts(
 
 
 def _sweep(code: Path, logs: Path, grid: str) -> list[str]:
-    return ["sweep", "--local", "1", "--script-dir", str(code), "--log-dir", str(logs),
-            "--run-name", "sw", "--grace", "1", "--cmd", "echo up {x}; sleep {x}",
-            "--grid", grid]  # fmt: skip
+    return [
+        "sweep",
+        "--local",
+        "1",
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--run-name",
+        "sw",
+        "--grace",
+        "1",
+        "--cmd",
+        "echo up {x}; sleep {x}",
+        "--grid",
+        grid,
+    ]
 
 
 def test_ctrl_c_on_a_sweep_before_any_point_finished_names_no_results(
@@ -73,8 +101,11 @@ def test_ctrl_c_on_a_sweep_before_any_point_finished_names_no_results(
     logs = tmp_path / "logs"
     err = tmp_path / "err"
     proc = _spawn(_sweep(code, logs, "x=60,61"), tmp_path, err)
-    wait_for(lambda: any("up 60" in p.read_text() for p in logs.rglob("*.log")), 30,
-             "the first point running")  # fmt: skip
+    wait_for(
+        lambda: any("up 60" in p.read_text() for p in logs.rglob("*.log")),
+        30,
+        "the first point running",
+    )
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     said = err.read_text()
@@ -89,8 +120,11 @@ def test_ctrl_c_on_a_sweep_writes_what_finished(home: Path, code: Path, tmp_path
     logs = tmp_path / "logs"
     err = tmp_path / "err"
     proc = _spawn(_sweep(code, logs, "x=0,60"), tmp_path, err)
-    wait_for(lambda: any("up 60" in p.read_text() for p in logs.rglob("*.log")), 30,
-             "the second point running")  # fmt: skip
+    wait_for(
+        lambda: any("up 60" in p.read_text() for p in logs.rglob("*.log")),
+        30,
+        "the second point running",
+    )
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, err.read_text()
@@ -108,8 +142,9 @@ def test_a_second_ctrl_c_on_a_sweep_says_how_to_stop_its_trials(
     args[args.index("--cmd") + 1] = "trap '' TERM; echo up {x}; sleep {x}"
     args[args.index("--grace") + 1] = "60"
     proc = _spawn(args, tmp_path, err)
-    wait_for(lambda: any("up 60" in p.read_text() for p in logs.rglob("*.log")), 30,
-             "the point running")  # fmt: skip
+    wait_for(
+        lambda: any("up 60" in p.read_text() for p in logs.rglob("*.log")), 30, "the point running"
+    )
     proc.send_signal(signal.SIGINT)
     wait_for(lambda: "SIGINT: stopping the sweep" in err.read_text(), 30, "the first stop")
     proc.send_signal(signal.SIGINT)

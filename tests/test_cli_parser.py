@@ -51,8 +51,18 @@ def refused(
 
 
 def _run(*extra: str, cmd: str = "true") -> list[str]:
-    return ["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs", *extra,
-            "--cmd", cmd]  # fmt: skip
+    return [
+        "run",
+        "--local",
+        "1",
+        "--script-dir",
+        "code",
+        "--log-dir",
+        "logs",
+        *extra,
+        "--cmd",
+        cmd,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -105,11 +115,13 @@ def test_log_dir_that_is_a_file_or_unwritable(refused: Callable[..., str], work:
 
 
 def test_refuses_to_stage_root_or_home(refused: Callable[..., str], work: Path) -> None:
-    line = refused(["run", "--local", "1", "--log-dir", str(work / "logs"), "--cmd", "true"],
-                    cwd=Path("/"))  # fmt: skip
+    line = refused(
+        ["run", "--local", "1", "--log-dir", str(work / "logs"), "--cmd", "true"], cwd=Path("/")
+    )
     assert "refusing to stage /" in line
-    line = refused(["run", "--local", "1", "--log-dir", str(work / "logs"), "--cmd", "true"],
-                    cwd=work / "home")  # fmt: skip
+    line = refused(
+        ["run", "--local", "1", "--log-dir", str(work / "logs"), "--cmd", "true"], cwd=work / "home"
+    )
     assert "home directory" in line
 
 
@@ -155,9 +167,13 @@ def test_dry_run_into_a_closed_pipe_is_quiet(work: Path) -> None:
     os.close(read)  # like `| head -1` after its first line: every write is EPIPE
     proc = subprocess.run(
         [sys.executable, "-m", "multihost", *_run("--dry-run")],
-        stdout=write, stderr=subprocess.PIPE, text=True, cwd=work, timeout=30,
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=work,
+        timeout=30,
         env={**os.environ, "HOME": str(work / "home")},
-    )  # fmt: skip
+    )
     os.close(write)
     assert proc.returncode == 0
     assert proc.stderr == ""

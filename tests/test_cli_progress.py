@@ -23,8 +23,19 @@ def workdir(tmp_path: Path, code: Path) -> Path:
 
 
 def test_staging_and_pull_progress_on_a_terminal(workdir: Path) -> None:
-    args = ["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs", "--run-name",
-            "big", "--cmd", "echo ran"]  # fmt: skip
+    args = [
+        "run",
+        "--local",
+        "2",
+        "--script-dir",
+        "code",
+        "--log-dir",
+        "logs",
+        "--run-name",
+        "big",
+        "--cmd",
+        "echo ran",
+    ]
     child = spawn(args, workdir / "home", workdir)
     child.expect(pexpect.EOF)
     raw = child.before
@@ -56,8 +67,21 @@ def test_staging_and_pull_progress_on_a_terminal(workdir: Path) -> None:
 def test_run_pull_progress_on_a_terminal(workdir: Path) -> None:
     """``run --pull``: the pull is the run's last step, drawn above its status line, then the
     same lines as ``multihost pull`` after the summary."""
-    args = ["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs", "--run-name",
-            "rp", "--pull", "blob.bin", "--cmd", "echo ran"]  # fmt: skip
+    args = [
+        "run",
+        "--local",
+        "2",
+        "--script-dir",
+        "code",
+        "--log-dir",
+        "logs",
+        "--run-name",
+        "rp",
+        "--pull",
+        "blob.bin",
+        "--cmd",
+        "echo ran",
+    ]
     child = spawn(args, workdir / "home", workdir)
     child.expect(pexpect.EOF)
     raw = child.before
@@ -72,9 +96,24 @@ def test_run_pull_progress_on_a_terminal(workdir: Path) -> None:
 
 
 def test_no_progress_when_not_a_terminal(workdir: Path) -> None:
-    res = cli(["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs",
-               "--run-name", "big", "--cmd", "echo ran"], cwd=workdir,
-              HOME=str(workdir / "home"), PYTHONPATH=str(REPO))  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            "code",
+            "--log-dir",
+            "logs",
+            "--run-name",
+            "big",
+            "--cmd",
+            "echo ran",
+        ],
+        cwd=workdir,
+        HOME=str(workdir / "home"),
+        PYTHONPATH=str(REPO),
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout == "ran\n"
     assert "\x1b" not in res.stderr

@@ -16,8 +16,18 @@ from tests.helpers import wait_for
 
 
 def _run(code: Path, logs: Path, *extra: str, n: int = 2) -> list[str]:
-    return ["run", "--local", str(n), "--script-dir", str(code), "--log-dir", str(logs),
-            "--grace", "2", *extra]  # fmt: skip
+    return [
+        "run",
+        "--local",
+        str(n),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--grace",
+        "2",
+        *extra,
+    ]
 
 
 def _spawn(args: list[str]) -> subprocess.Popen[str]:
@@ -47,8 +57,11 @@ def test_signal_on_attach_detaches_and_the_run_goes_on(
     res = cli([*_run(code, logs, "--detach", "--run-name", "bg"), "--cmd", cmd])
     assert res.returncode == 0, res.stderr
     proc = _spawn(["attach", "bg", "--log-dir", str(logs)])
-    wait_for(lambda: "tick 0" in host_logs(logs, "bg").get("slice_0000_worker_0000", ""), 20,
-             "attach to stream")  # fmt: skip
+    wait_for(
+        lambda: "tick 0" in host_logs(logs, "bg").get("slice_0000_worker_0000", ""),
+        20,
+        "attach to stream",
+    )
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
@@ -65,8 +78,11 @@ def test_attach_stop_on_interrupt_stops_every_host(home: Path, code: Path, tmp_p
     res = cli([*_run(code, logs, "--detach", "--run-name", "st"), "--cmd", "echo up; sleep 30"])
     assert res.returncode == 0, res.stderr
     proc = _spawn(["attach", "st", "--log-dir", str(logs), "--stop-on-interrupt"])
-    wait_for(lambda: "up" in host_logs(logs, "st").get("slice_0000_worker_0000", ""), 20,
-             "attach to stream")  # fmt: skip
+    wait_for(
+        lambda: "up" in host_logs(logs, "st").get("slice_0000_worker_0000", ""),
+        20,
+        "attach to stream",
+    )
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
@@ -79,8 +95,11 @@ def test_logs_follow_interrupt_says_the_run_goes_on(home: Path, code: Path, tmp_
     res = cli([*_run(code, logs, "--detach", "--run-name", "fo"), "--cmd", "echo up; sleep 30"])
     assert res.returncode == 0, res.stderr
     proc = _spawn(["logs", "fo", "--log-dir", str(logs), "--follow"])
-    wait_for(lambda: "up" in host_logs(logs, "fo").get("slice_0000_worker_0000", ""), 20,
-             "logs to follow")  # fmt: skip
+    wait_for(
+        lambda: "up" in host_logs(logs, "fo").get("slice_0000_worker_0000", ""),
+        20,
+        "logs to follow",
+    )
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
@@ -146,9 +165,29 @@ def test_rewriting_run_json_keeps_every_recorded_field(
     """status --refresh, attach and kill rewrite run.json: every field they do not own stays
     as the run recorded it (script dir, staging, the job and its env, settings)."""
     logs = tmp_path / "logs"
-    res = cli(["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
-               "--run-name", "rt", "--detach", "--record-env", "--env", "A=1", "--grace", "3",
-               "--no-fail-fast", "--cmd", "sleep 30"], cwd=tmp_path)  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "rt",
+            "--detach",
+            "--record-env",
+            "--env",
+            "A=1",
+            "--grace",
+            "3",
+            "--no-fail-fast",
+            "--cmd",
+            "sleep 30",
+        ],
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     before = manifest(logs, "rt")
     elsewhere = tmp_path / "elsewhere"

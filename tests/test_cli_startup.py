@@ -12,11 +12,21 @@ from pathlib import Path
 # Imported by a plain run before these changes, and needed by none of it: each one is CPU
 # time at every start (benchmarks/startup_cpu.py measures it).
 NOT_FOR_A_RUN = (
-    "multihost.cloud", "multihost.pods", "multihost.job", "multihost.sweep",
-    "multihost.diagnose", "multihost.secrets", "multihost.sources.tpu",
-    "multihost.sources.tpukeys", "multihost.cli.trace", "multihost.copyback",
-    "jax", "numpy", "rich.markdown", "rich._emoji_codes",
-)  # fmt: skip
+    "multihost.cloud",
+    "multihost.pods",
+    "multihost.job",
+    "multihost.sweep",
+    "multihost.diagnose",
+    "multihost.secrets",
+    "multihost.sources.tpu",
+    "multihost.sources.tpukeys",
+    "multihost.cli.trace",
+    "multihost.copyback",
+    "jax",
+    "numpy",
+    "rich.markdown",
+    "rich._emoji_codes",
+)
 NOT_FOR_VERSION = ("asyncssh", "rich", "cryptography")
 
 # The modules loaded by the end of ``multihost ARGS``, one a line, written at exit.
@@ -35,9 +45,13 @@ def _modules(tmp_path: Path, home: Path, *args: str) -> set[str]:
     out = tmp_path / "modules.txt"
     res = subprocess.run(
         [sys.executable, "-c", _DUMP, str(out), *args],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path / "code",
-        env={**os.environ, "HOME": str(home), "COLUMNS": "200"}, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path / "code",
+        env={**os.environ, "HOME": str(home), "COLUMNS": "200"},
+        stdin=subprocess.DEVNULL,
+    )
     assert res.returncode == 0, res.stderr
     return set(out.read_text().split())
 

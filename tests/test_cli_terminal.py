@@ -50,12 +50,25 @@ def screen(raw: str, width: int = 80) -> list[str]:
 
 
 def spawn(args: list[str], home: Path, cwd: Path) -> pexpect.spawn:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80", "LINES": "24",
-           "TERM": "xterm-256color", "HOME": str(home)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "80",
+        "LINES": "24",
+        "TERM": "xterm-256color",
+        "HOME": str(home),
+    }
     for name in ("NO_COLOR", "FORCE_COLOR", "XDG_CACHE_HOME"):
         env.pop(name, None)
-    return pexpect.spawn(sys.executable, ["-m", "multihost", *args], env=env, cwd=str(cwd),
-                         dimensions=(24, 80), timeout=40, encoding="utf-8")  # fmt: skip
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "multihost", *args],
+        env=env,
+        cwd=str(cwd),
+        dimensions=(24, 80),
+        timeout=40,
+        encoding="utf-8",
+    )
 
 
 @pytest.fixture
@@ -67,8 +80,23 @@ def workdir(tmp_path: Path, code: Path) -> Path:
 
 def test_host_lines_print_above_a_live_status_line(workdir: Path) -> None:
     cmd = 'for i in 1 2 3; do echo "line $i of $JAX_PROCESS_ID"; sleep 1.2; done'
-    child = spawn(["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs",
-                   "--run-name", "tty", "--cmd", cmd], workdir / "home", workdir)  # fmt: skip
+    child = spawn(
+        [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            "code",
+            "--log-dir",
+            "logs",
+            "--run-name",
+            "tty",
+            "--cmd",
+            cmd,
+        ],
+        workdir / "home",
+        workdir,
+    )
     child.expect(pexpect.EOF)
     raw = child.before
     child.close()
@@ -88,8 +116,23 @@ def test_host_lines_print_above_a_live_status_line(workdir: Path) -> None:
 
 def test_escape_sequences_from_a_host_never_reach_the_terminal(workdir: Path) -> None:
     cmd = r'printf "\033]0;pwned\007\033[2J\033[31mred\033[0m\033[5;5Hdone\n"'
-    child = spawn(["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs",
-                   "--run-name", "esc", "--cmd", cmd], workdir / "home", workdir)  # fmt: skip
+    child = spawn(
+        [
+            "run",
+            "--local",
+            "1",
+            "--script-dir",
+            "code",
+            "--log-dir",
+            "logs",
+            "--run-name",
+            "esc",
+            "--cmd",
+            cmd,
+        ],
+        workdir / "home",
+        workdir,
+    )
     child.expect(pexpect.EOF)
     raw = child.before
     child.close()
@@ -106,14 +149,33 @@ def test_escape_sequences_from_a_host_never_reach_the_terminal(workdir: Path) ->
 
 def test_stdout_to_a_file_gets_plain_host_lines_while_status_is_live(workdir: Path) -> None:
     cmd = r'echo "one $JAX_PROCESS_ID"; sleep 1.2; printf "\033[32mtwo\033[0m\033[1K\n"'
-    args = ["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs", "--run-name",
-            "pipe", "--stream", "all", "--cmd", cmd]  # fmt: skip
+    args = [
+        "run",
+        "--local",
+        "2",
+        "--script-dir",
+        "code",
+        "--log-dir",
+        "logs",
+        "--run-name",
+        "pipe",
+        "--stream",
+        "all",
+        "--cmd",
+        cmd,
+    ]
     line = " ".join(f"'{a}'" if " " in a or "$" in a else a for a in args)
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80", "HOME": str(workdir / "home")}
     env.pop("XDG_CACHE_HOME", None)
-    shell = pexpect.spawn("/bin/sh", ["-c", f"{sys.executable} -m multihost {line} > out.txt"],
-                          env=env, cwd=str(workdir), dimensions=(24, 80), timeout=40,
-                          encoding="utf-8")  # fmt: skip
+    shell = pexpect.spawn(
+        "/bin/sh",
+        ["-c", f"{sys.executable} -m multihost {line} > out.txt"],
+        env=env,
+        cwd=str(workdir),
+        dimensions=(24, 80),
+        timeout=40,
+        encoding="utf-8",
+    )
     shell.expect(pexpect.EOF)
     terminal = shell.before
     shell.close()
@@ -134,8 +196,9 @@ def test_stdout_to_a_file_gets_plain_host_lines_while_status_is_live(workdir: Pa
 def test_ctrl_c_on_attach_at_a_terminal_detaches(workdir: Path) -> None:
     cmd = 'while :; do echo "tick $JAX_PROCESS_ID"; sleep 0.2; done'
     run = ["--script-dir", "code", "--log-dir", "logs", "--run-name", "cc", "--grace", "2"]
-    start = spawn(["run", "--local", "2", *run, "--detach", "--cmd", cmd], workdir / "home",
-                  workdir)  # fmt: skip
+    start = spawn(
+        ["run", "--local", "2", *run, "--detach", "--cmd", cmd], workdir / "home", workdir
+    )
     start.expect(pexpect.EOF)
     start.close()
     assert start.exitstatus == 0, start.before
@@ -146,26 +209,47 @@ def test_ctrl_c_on_attach_at_a_terminal_detaches(workdir: Path) -> None:
     child.close()
     assert child.exitstatus == 130, child.before
     assert "multihost kill cc" in child.before.replace("\r\n", " ")
-    status = spawn(["status", "cc", "--log-dir", "logs", "--refresh", "--json"],
-                   workdir / "home", workdir)  # fmt: skip
+    status = spawn(
+        ["status", "cc", "--log-dir", "logs", "--refresh", "--json"], workdir / "home", workdir
+    )
     status.expect(pexpect.EOF)
     assert status.before.count('"running"') == 2, status.before
     kill = spawn(["kill", "cc", "--log-dir", "logs", "--grace", "2"], workdir / "home", workdir)
     kill.expect(pexpect.EOF)
 
 
-RESULT = ('MULTIHOST_RESULT {"step_time_s": STEP, "timings_s": [1, 1, 1, 1, 1], '
-          '"tflops_per_device": 0.0081, "utilization": 0.0123, "device_kind": "cpu"}')  # fmt: skip
+RESULT = (
+    'MULTIHOST_RESULT {"step_time_s": STEP, "timings_s": [1, 1, 1, 1, 1], '
+    '"tflops_per_device": 0.0081, "utilization": 0.0123, "device_kind": "cpu"}'
+)
 
 
 def test_a_payload_result_is_said_in_words_on_a_terminal(workdir: Path) -> None:
     """The raw MULTIHOST_RESULT line is not echoed at 80 columns; the summary gives each
     host's step time, the slowest host and the headline; the log keeps the line."""
-    cmd = ('echo step done; S=0.79; [ "$JAX_PROCESS_ID" = 1 ] && S=0.91; '
-           f"echo '{RESULT}' | sed \"s/STEP/$S/\"")  # fmt: skip
-    child = spawn(["run", "--local", "2", "--script-dir", "code", "--log-dir", "logs",
-                   "--run-name", "words", "--stream", "all", "--cmd", cmd], workdir / "home",
-                  workdir)  # fmt: skip
+    cmd = (
+        'echo step done; S=0.79; [ "$JAX_PROCESS_ID" = 1 ] && S=0.91; '
+        f"echo '{RESULT}' | sed \"s/STEP/$S/\""
+    )
+    child = spawn(
+        [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            "code",
+            "--log-dir",
+            "logs",
+            "--run-name",
+            "words",
+            "--stream",
+            "all",
+            "--cmd",
+            cmd,
+        ],
+        workdir / "home",
+        workdir,
+    )
     child.expect(pexpect.EOF)
     raw = child.before
     child.close()
@@ -184,8 +268,11 @@ def test_a_payload_result_is_said_in_words_on_a_terminal(workdir: Path) -> None:
 
 def test_a_one_host_run_says_so_in_words(workdir: Path) -> None:
     """One host: no "all 1 hosts", no "0 hosts × 0.0 MiB" for a 7-byte code dir."""
-    child = spawn(["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs",
-                   "--cmd", "true"], workdir / "home", workdir)  # fmt: skip
+    child = spawn(
+        ["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs", "--cmd", "true"],
+        workdir / "home",
+        workdir,
+    )
     child.expect(pexpect.EOF)
     raw = child.before
     child.close()
@@ -199,9 +286,25 @@ def test_a_one_host_run_says_so_in_words(workdir: Path) -> None:
 
 def test_a_second_ctrl_c_at_a_terminal_names_the_kill_command(workdir: Path) -> None:
     cmd = "trap '' TERM; echo up; sleep 60"  # ignores the stop's TERM: the runner waits
-    child = spawn(["run", "--local", "1", "--script-dir", "code", "--log-dir", "logs",
-                   "--run-name", "tw", "--grace", "60", "--cmd", cmd], workdir / "home",
-                  workdir)  # fmt: skip
+    child = spawn(
+        [
+            "run",
+            "--local",
+            "1",
+            "--script-dir",
+            "code",
+            "--log-dir",
+            "logs",
+            "--run-name",
+            "tw",
+            "--grace",
+            "60",
+            "--cmd",
+            cmd,
+        ],
+        workdir / "home",
+        workdir,
+    )
     child.expect("up")
     child.sendintr()
     child.expect("stopping every host")

@@ -26,8 +26,11 @@ GLUE = {"plan_args", "execute_run"}
 def _names(node: ast.expr | None) -> set[str]:
     if node is None:
         return set()
-    return {n.id if isinstance(n, ast.Name) else n.attr
-            for n in ast.walk(node) if isinstance(n, ast.Name | ast.Attribute)}  # fmt: skip
+    return {
+        n.id if isinstance(n, ast.Name) else n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name | ast.Attribute)
+    }
 
 
 def test_two_functions_of_the_glue_take_what_carries_the_command() -> None:
@@ -55,8 +58,10 @@ def _holds(obj: object, mark: str, depth: int = 0, seen: set[int] | None = None)
     if isinstance(obj, list | tuple | set | frozenset):
         return any(_holds(v, mark, depth + 1, seen) for v in obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return any(_holds(getattr(obj, f.name, None), mark, depth + 1, seen)
-                   for f in dataclasses.fields(obj))  # fmt: skip
+        return any(
+            _holds(getattr(obj, f.name, None), mark, depth + 1, seen)
+            for f in dataclasses.fields(obj)
+        )
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict) and type(obj).__module__.startswith(("multihost", "argparse")):
         return any(_holds(v, mark, depth + 1, seen) for v in attrs.values())
@@ -77,8 +82,17 @@ def test_a_local_run_hands_its_command_to_two_functions_of_the_glue(
             # a function nested in one of the glue's (a closure) is that function's pass
             hit.add(frame.f_code.co_qualname.split(".<locals>")[0])
 
-    args = ["run", "--local", "1", "--log-dir", str(tmp_path / "logs"), "--script-dir",
-            str(code), "--cmd", mark]  # fmt: skip
+    args = [
+        "run",
+        "--local",
+        "1",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--script-dir",
+        str(code),
+        "--cmd",
+        mark,
+    ]
     sys.settrace(tracer)  # type: ignore[arg-type]
     threading.settrace(tracer)  # type: ignore[arg-type]
     try:

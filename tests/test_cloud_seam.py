@@ -27,12 +27,27 @@ PACKAGE = Path(__file__).resolve().parent.parent / "multihost"
 SEAM = PACKAGE / "cloud"
 # Calls that start a process, by their dotted name as written.
 SPAWNERS = {
-    "subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call",
-    "subprocess.check_output", "subprocess.getoutput", "subprocess.getstatusoutput",
-    "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell", "os.system",
-    "os.popen", "os.posix_spawn", "os.posix_spawnp", "os.execv", "os.execvp", "os.execvpe",
-    "os.execl", "os.execlp", "os.spawnv", "os.spawnvp",
-}  # fmt: skip
+    "subprocess.run",
+    "subprocess.Popen",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+    "subprocess.getoutput",
+    "subprocess.getstatusoutput",
+    "asyncio.create_subprocess_exec",
+    "asyncio.create_subprocess_shell",
+    "os.system",
+    "os.popen",
+    "os.posix_spawn",
+    "os.posix_spawnp",
+    "os.execv",
+    "os.execvp",
+    "os.execvpe",
+    "os.execl",
+    "os.execlp",
+    "os.spawnv",
+    "os.spawnvp",
+}
 # Every module outside the seam that starts a process, and what it starts (none is gcloud).
 SPAWNING = {
     "envsync/__init__.py": "uv (--version, lock)",
@@ -74,8 +89,11 @@ def test_only_the_seam_spawns_gcloud() -> None:
         tree = ast.parse(path.read_text(), str(path))
         docs = _docstrings(tree)
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and id(node) not in docs
-                    and node.value in ("gcloud", "MULTIHOST_GCLOUD")):  # fmt: skip
+            if (
+                isinstance(node, ast.Constant)
+                and id(node) not in docs
+                and node.value in ("gcloud", "MULTIHOST_GCLOUD")
+            ):
                 named.append(f"{rel}:{node.lineno} names {node.value!r}")
             if isinstance(node, ast.Call) and _dotted(node.func) in SPAWNERS:
                 spawning.add(rel)
@@ -94,25 +112,37 @@ def test_the_seam_is_where_gcloud_is_spawned() -> None:
 @pytest.mark.parametrize(
     ("message", "kind"),
     [
-        ("ERROR: (gcloud.compute.tpus.queued-resources.create) RESOURCE_EXHAUSTED: Quota limit "
-         "'TPUV6EPreemptiblePerProjectPerRegionForTPUAPI' has been exceeded. Limit: 0 in region "
-         "us-east5", errors.CloudQuotaExhausted),
-        ('There is no more capacity in the zone "us-east5-b"; you can try in another zone',
-         errors.CloudNoCapacity),
+        (
+            "ERROR: (gcloud.compute.tpus.queued-resources.create) RESOURCE_EXHAUSTED: Quota limit "
+            "'TPUV6EPreemptiblePerProjectPerRegionForTPUAPI' has been exceeded. Limit: 0 in region "
+            "us-east5",
+            errors.CloudQuotaExhausted,
+        ),
+        (
+            'There is no more capacity in the zone "us-east5-b"; you can try in another zone',
+            errors.CloudNoCapacity,
+        ),
         ("Insufficient reserved capacity", errors.CloudNoCapacity),
         ("INVALID_ARGUMENT: accelerator type v6e-7 not found in zone", errors.CloudInvalidArgument),
-        ("PERMISSION_DENIED: Location us-x1-a not found or access is unauthorized",
-         errors.CloudPermissionDenied),
+        (
+            "PERMISSION_DENIED: Location us-x1-a not found or access is unauthorized",
+            errors.CloudPermissionDenied,
+        ),
         ("ALREADY_EXISTS: resource 'q' already exists", errors.CloudAlreadyExists),
-        ("NOT_FOUND: Resource 'projects/p/locations/z/queuedResources/q' was not found",
-         errors.CloudNotFound),
+        (
+            "NOT_FOUND: Resource 'projects/p/locations/z/queuedResources/q' was not found",
+            errors.CloudNotFound,
+        ),
         ("One or more URLs matched no objects.", errors.CloudNotFound),
         ("UNAVAILABLE: HTTPError 503: backend unavailable", errors.CloudUnavailable),
-        ("RESOURCE_EXHAUSTED: Quota exceeded for quota metric 'Read requests' and limit "
-         "'Read requests per minute'", errors.CloudUnavailable),
+        (
+            "RESOURCE_EXHAUSTED: Quota exceeded for quota metric 'Read requests' and limit "
+            "'Read requests per minute'",
+            errors.CloudUnavailable,
+        ),
         ("The required property [project] is not currently set.", errors.CloudError),
     ],
-)  # fmt: skip
+)
 def test_error_classes_from_gclouds_words(message: str, kind: type[errors.CloudError]) -> None:
     assert error_class(message) is kind
 
@@ -164,30 +194,76 @@ def test_runners_sync_and_async(tmp_path: Path) -> None:
 
 def test_queued_resource_lines() -> None:
     one = queued.create_argv(
-        "q", accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e", zone="z",
-        labels={"multihost-pod": "q", "owner": "ann"}, valid_until="15m",
-        metadata={"k": "a,b"}, metadata_files={"startup-script": "/tmp/s.sh"}, capacity="spot",
-    )  # fmt: skip
+        "q",
+        accelerator_type="v6e-8",
+        runtime_version="v2-alpha-tpuv6e",
+        zone="z",
+        labels={"multihost-pod": "q", "owner": "ann"},
+        valid_until="15m",
+        metadata={"k": "a,b"},
+        metadata_files={"startup-script": "/tmp/s.sh"},
+        capacity="spot",
+    )
     assert one == [
-        "compute", "tpus", "queued-resources", "create", "q", "--accelerator-type", "v6e-8",
-        "--runtime-version", "v2-alpha-tpuv6e", "--node-id", "q", "--spot",
-        "--labels", "multihost-pod=q,owner=ann", "--valid-until-duration", "15m",
-        "--metadata", "^:^k=a,b", "--metadata-from-file", "startup-script=/tmp/s.sh",
-        "--async", "--zone", "z",
-    ]  # fmt: skip
-    many = queued.create_argv("q", accelerator_type="v4-16", runtime_version="v", node_count=3,
-                              capacity="best-effort", run_async=False)  # fmt: skip
+        "compute",
+        "tpus",
+        "queued-resources",
+        "create",
+        "q",
+        "--accelerator-type",
+        "v6e-8",
+        "--runtime-version",
+        "v2-alpha-tpuv6e",
+        "--node-id",
+        "q",
+        "--spot",
+        "--labels",
+        "multihost-pod=q,owner=ann",
+        "--valid-until-duration",
+        "15m",
+        "--metadata",
+        "^:^k=a,b",
+        "--metadata-from-file",
+        "startup-script=/tmp/s.sh",
+        "--async",
+        "--zone",
+        "z",
+    ]
+    many = queued.create_argv(
+        "q",
+        accelerator_type="v4-16",
+        runtime_version="v",
+        node_count=3,
+        capacity="best-effort",
+        run_async=False,
+    )
     assert many[:4] == ["alpha", "compute", "tpus", "queued-resources"]  # GA has no best-effort
     assert many[-3:] == ["--node-prefix", "q", "--best-effort"]
     with pytest.raises(ValueError, match="capacity"):
         queued.create_argv("q", accelerator_type="v4-8", runtime_version="v", capacity="cheap")
     assert queued.delete_argv("q", "p", "z") == [
-        "compute", "tpus", "queued-resources", "delete", "q", "--force", "--async", "--quiet",
-        "--project", "p", "--zone", "z",
-    ]  # fmt: skip
+        "compute",
+        "tpus",
+        "queued-resources",
+        "delete",
+        "q",
+        "--force",
+        "--async",
+        "--quiet",
+        "--project",
+        "p",
+        "--zone",
+        "z",
+    ]
     assert queued.list_argv(None, "z", "labels.multihost-pod=q")[3:] == [
-        "list", "--format", "json", "--filter", "labels.multihost-pod=q", "--zone", "z"
-    ]  # fmt: skip
+        "list",
+        "--format",
+        "json",
+        "--filter",
+        "labels.multihost-pod=q",
+        "--zone",
+        "z",
+    ]
 
 
 class _Api(BaseHTTPRequestHandler):
@@ -238,15 +314,23 @@ def test_the_real_cli_parses_every_line(tmp_path: Path) -> None:
     gs = "gs://bkt/multihost/x"
     lines = {
         "create": queued.create_argv(
-            "q", accelerator_type="v4-16", runtime_version="v", zone="z", node_count=2,
-            capacity="spot", labels={"multihost-pod": "q"}, valid_until="15m",
-            metadata={"k": "a,b", "w": "x"}, metadata_files={"startup-script": str(script)},
+            "q",
+            accelerator_type="v4-16",
+            runtime_version="v",
+            zone="z",
+            node_count=2,
+            capacity="spot",
+            labels={"multihost-pod": "q"},
+            valid_until="15m",
+            metadata={"k": "a,b", "w": "x"},
+            metadata_files={"startup-script": str(script)},
         ),
-        "create-one": queued.create_argv("q", accelerator_type="v4-8", runtime_version="v",
-                                         zone="z", capacity="reserved"),
-        "create-best-effort": queued.create_argv("q", accelerator_type="v4-8",
-                                                 runtime_version="v", zone="z",
-                                                 capacity="best-effort"),
+        "create-one": queued.create_argv(
+            "q", accelerator_type="v4-8", runtime_version="v", zone="z", capacity="reserved"
+        ),
+        "create-best-effort": queued.create_argv(
+            "q", accelerator_type="v4-8", runtime_version="v", zone="z", capacity="best-effort"
+        ),
         "delete": queued.delete_argv("q", "p", "z"),
         "describe": queued.describe_argv("q", "p", "z"),
         "list": queued.list_argv("p", "z", "labels.multihost-pod=q"),
@@ -261,23 +345,29 @@ def test_the_real_cli_parses_every_line(tmp_path: Path) -> None:
         "cat": storage.cat_argv(f"{gs}/a", 5),
         "cat-many": storage.cat_many_argv([f"{gs}/a", f"{gs}/b"]),
         "cp": storage.cp_argv(str(script), f"{gs}/s.sh"),
-    }  # fmt: skip
+    }
     (tmp_path / "cfg").mkdir()
     with _api() as (endpoint, seen):
         env = {
-            "PATH": os.environ["PATH"], "HOME": str(tmp_path),
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path),
             "CLOUDSDK_CONFIG": str(tmp_path / "cfg"),
-            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true", "CLOUDSDK_CORE_PROJECT": "p",
-            "CLOUDSDK_CORE_DISABLE_PROMPTS": "1", "CLOUDSDK_CORE_ACCOUNT": "ann@example.com",
-            **{f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api}": endpoint
-               for api in ("TPU", "SECRETMANAGER", "OSLOGIN")},
+            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+            "CLOUDSDK_CORE_PROJECT": "p",
+            "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+            "CLOUDSDK_CORE_ACCOUNT": "ann@example.com",
+            **{
+                f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{api}": endpoint
+                for api in ("TPU", "SECRETMANAGER", "OSLOGIN")
+            },
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": f"{endpoint}compute/v1/",
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{endpoint}storage/v1/",
-        }  # fmt: skip
+        }
 
         def one(item: tuple[str, list[str]]) -> tuple[str, subprocess.CompletedProcess[str]]:
-            return item[0], subprocess.run(["gcloud", *item[1]], capture_output=True, text=True,
-                                           timeout=120, env=env)  # fmt: skip
+            return item[0], subprocess.run(
+                ["gcloud", *item[1]], capture_output=True, text=True, timeout=120, env=env
+            )
 
         with ThreadPoolExecutor(4) as pool:
             done = dict(pool.map(one, lines.items()))

@@ -33,10 +33,26 @@ sleep 300
 def test_queued_resource_lifecycle(cloud: Cloud, tmp_path) -> None:
     script = tmp_path / "startup.sh"
     script.write_text(SCRIPT)
-    gcloud(cloud, "compute", "tpus", "queued-resources", "create", "qr1", "--zone", ZONE,
-           "--accelerator-type", "v4-16", "--runtime-version", "tpu-ubuntu2204-base",
-           "--node-count", "2", "--spot", "--async",
-           "--metadata-from-file", f"startup-script={script}")  # fmt: skip
+    gcloud(
+        cloud,
+        "compute",
+        "tpus",
+        "queued-resources",
+        "create",
+        "qr1",
+        "--zone",
+        ZONE,
+        "--accelerator-type",
+        "v4-16",
+        "--runtime-version",
+        "tpu-ubuntu2204-base",
+        "--node-count",
+        "2",
+        "--spot",
+        "--async",
+        "--metadata-from-file",
+        f"startup-script={script}",
+    )
     post = next(r for r in cloud.tpu.requests if r.method == "POST")
     assert post.path == f"/v2/projects/p/locations/{ZONE}/queuedResources"
     assert post.query["queuedResourceId"] == ["qr1"]
@@ -52,18 +68,40 @@ def test_queued_resource_lifecycle(cloud: Cloud, tmp_path) -> None:
     assert all("home=unset" in t for t in texts)
     assert [t.split()[1] for t in texts] == ["0", "1", "0", "1"]
     assert "MEGASCALE_SLICE_ID: '1'" in texts[3]
-    out = gcloud(cloud, "compute", "tpus", "queued-resources", "describe", "qr1",
-                 "--zone", ZONE, "--format", "json")  # fmt: skip
+    out = gcloud(
+        cloud,
+        "compute",
+        "tpus",
+        "queued-resources",
+        "describe",
+        "qr1",
+        "--zone",
+        ZONE,
+        "--format",
+        "json",
+    )
     assert json.loads(out.stdout)["state"]["state"] == "ACTIVE"
     assert all(cloud.fleet.user_processes(h) for h in hosts)
     cloud.preempt("qr1")
     assert cloud.tpu.resources["qr1"].state == "SUSPENDED"
     assert not any(cloud.fleet.user_processes(h) for h in hosts)
-    gcloud(cloud, "compute", "tpus", "queued-resources", "delete", "qr1", "--zone", ZONE,
-           "--force", "--async", "--quiet")  # fmt: skip
+    gcloud(
+        cloud,
+        "compute",
+        "tpus",
+        "queued-resources",
+        "delete",
+        "qr1",
+        "--zone",
+        ZONE,
+        "--force",
+        "--async",
+        "--quiet",
+    )
     wait_for(lambda: "qr1" not in cloud.tpu.resources, 10, "qr1 to be deleted")
-    gone = gcloud(cloud, "compute", "tpus", "queued-resources", "describe", "qr1",
-                  "--zone", ZONE, check=False)  # fmt: skip
+    gone = gcloud(
+        cloud, "compute", "tpus", "queued-resources", "describe", "qr1", "--zone", ZONE, check=False
+    )
     assert gone.returncode != 0
     assert "NOT_FOUND" in gone.stderr
 

@@ -107,8 +107,12 @@ def test_script_dir_finds_its_project(home: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_config_command_names_each_source(home: Path) -> None:
-    res = cli(["config", "--profile", "pod", "--zone", "z", "--json"], cwd=home / "project",
-              HOME=str(home / "home"), XDG_CONFIG_HOME=str(home / "xdg"))  # fmt: skip
+    res = cli(
+        ["config", "--profile", "pod", "--zone", "z", "--json"],
+        cwd=home / "project",
+        HOME=str(home / "home"),
+        XDG_CONFIG_HOME=str(home / "xdg"),
+    )
     assert res.returncode == 0, res.stderr
     rows = {r["key"]: (r["value"], r["source"]) for r in json.loads(res.stdout)["settings"]}
     project = f"{home / 'project' / 'pyproject.toml'} [tool.multihost"
@@ -118,14 +122,20 @@ def test_config_command_names_each_source(home: Path) -> None:
     assert rows["project"][1] == f"{home / 'xdg' / 'multihost' / 'config.toml'} [profiles.pod]"
     assert rows["connect-timeout"] == (7.0, str(home / "xdg" / "multihost" / "config.toml"))
     assert rows["megascale-port"] == (8081, "default")
-    text = cli(["config"], cwd=home / "project", HOME=str(home / "home"),
-               XDG_CONFIG_HOME=str(home / "xdg")).stdout  # fmt: skip
+    text = cli(
+        ["config"], cwd=home / "project", HOME=str(home / "home"), XDG_CONFIG_HOME=str(home / "xdg")
+    ).stdout
     assert f'remote-dir = "~/project"  # {project}]' in text.splitlines()
 
 
 def test_help_shows_the_configured_default(home: Path) -> None:
-    text = cli(["run", "--help"], cwd=home / "project", HOME=str(home / "home"),
-               XDG_CONFIG_HOME=str(home / "xdg"), COLUMNS="400").stdout  # fmt: skip
+    text = cli(
+        ["run", "--help"],
+        cwd=home / "project",
+        HOME=str(home / "home"),
+        XDG_CONFIG_HOME=str(home / "xdg"),
+        COLUMNS="400",
+    ).stdout
     assert "(default ~/project, from " in text
     assert "staging base on each host (default ~/project" in text  # the flag's own note replaced
 
@@ -134,10 +144,15 @@ def test_a_profile_reaches_the_run(home: Path) -> None:
     """--dry-run prints what each host is sent: the profile's hosts, env and remote dir."""
     project = home / "project"
     with (project / "pyproject.toml").open("a") as f:
-        f.write('\n[tool.multihost.profiles.two]\nhosts = "10.9.9.1,10.9.9.2"\n'
-                'env = ["STEP=profile"]\n')  # fmt: skip
-    res = cli(["run", "--profile", "two", "--dry-run", "--cmd", "echo $STEP"], cwd=project,
-              HOME=str(home / "home"), XDG_CONFIG_HOME=str(home / "xdg"))  # fmt: skip
+        f.write(
+            '\n[tool.multihost.profiles.two]\nhosts = "10.9.9.1,10.9.9.2"\nenv = ["STEP=profile"]\n'
+        )
+    res = cli(
+        ["run", "--profile", "two", "--dry-run", "--cmd", "echo $STEP"],
+        cwd=project,
+        HOME=str(home / "home"),
+        XDG_CONFIG_HOME=str(home / "xdg"),
+    )
     assert res.returncode == 0, res.stderr
     assert "### s0/w1 (10.9.9.2) process 1" in res.stdout
     assert "export STEP=profile" in res.stdout
@@ -170,8 +185,11 @@ def test_a_bad_file_is_one_line_and_exit_2(home: Path) -> None:
     (home / "xdg" / "multihost" / "config.toml").write_text("[profiles.x]\ngrace = -1\n")
     logs = home / "logs"
     env = {"HOME": str(home / "home"), "XDG_CONFIG_HOME": str(home / "xdg")}
-    res = cli(["run", "--local", "1", "--log-dir", str(logs), "--cmd", "true"],
-              cwd=home / "project", **env)  # fmt: skip
+    res = cli(
+        ["run", "--local", "1", "--log-dir", str(logs), "--cmd", "true"],
+        cwd=home / "project",
+        **env,
+    )
     assert res.returncode == 2
     assert res.stderr.splitlines() == [
         f"multihost: error: {home / 'xdg' / 'multihost' / 'config.toml'} [profiles.x] grace: "

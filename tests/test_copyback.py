@@ -31,8 +31,9 @@ def _env(home: Path) -> dict[str, str]:
 def run(home: Path, code: Path, tmp_path: Path) -> Path:
     """A finished local run ``r`` whose hosts wrote files; returns its log dir."""
     logs = tmp_path / "logs"
-    result = multihost.run(WRITE, local=N, script_dir=code, log_dir=logs, run_name="r",
-                           stream="none")  # fmt: skip
+    result = multihost.run(
+        WRITE, local=N, script_dir=code, log_dir=logs, run_name="r", stream="none"
+    )
     assert result.ok, result
     return logs
 
@@ -44,10 +45,12 @@ def test_listing_is_parsed_and_names_that_leave_the_folder_are_refused() -> None
     assert listing.files == (RemoteFile("a b.txt", 3, 1600000000.5),)
     assert listing.remote_path(listing.files[0]) == "/w/a b.txt"
     assert listing.problems == (
-        "/etc/shadow: permission denied", "no match for '*.json'",
-        "'rel': the run's work dir is gone from the host", "unreadable listing entry 'F x 1 bad'",
+        "/etc/shadow: permission denied",
+        "no match for '*.json'",
+        "'rel': the run's work dir is gone from the host",
+        "unreadable listing entry 'F x 1 bad'",
         "find: 'x': Permission denied",
-    )  # fmt: skip
+    )
     assert RemoteFile("/tmp/a/../b", 1, 0).local_name == "tmp/b"
     assert RemoteFile("out/./p.txt", 1, 0).local_name == "out/p.txt"
     for bad in ("../x", "a/../../x", ".", "/"):
@@ -65,8 +68,12 @@ def test_listing_script_with_awkward_names(tmp_path: Path) -> None:
     res = subprocess.run(["sh", "-c", command], capture_output=True, timeout=30)
     listing = parse_listing(res.stdout, res.stderr)
     assert listing.work_dir == str(work)
-    assert sorted(f.path for f in listing.files) == ["./-delete", "a b.txt", "d/x.json",
-                                                     "new\nline"]  # fmt: skip
+    assert sorted(f.path for f in listing.files) == [
+        "./-delete",
+        "a b.txt",
+        "d/x.json",
+        "new\nline",
+    ]
     assert listing.problems == ("no match for 'nope*'",)
     assert all((work / name).exists() for name in names)
 
@@ -118,16 +125,32 @@ def test_nothing_is_written_outside_the_folder(run: Path, tmp_path: Path) -> Non
     assert list(outside.iterdir()) == []
     for r in results:  # '.*' matches no '..': the host's other runs and code are not listed
         assert not any(".." in e for e in r.errors), r.errors
-    assert [(dest / f"slice_0000_worker_000{i}" / "out" / "p.txt").is_file()
-            for i in range(3)] == [False, True, True]  # fmt: skip
+    assert [(dest / f"slice_0000_worker_000{i}" / "out" / "p.txt").is_file() for i in range(3)] == [
+        False,
+        True,
+        True,
+    ]
     assert not list(tmp_path.glob("*/p.txt"))
     assert not (tmp_path / "out").exists()
 
 
 def test_cli_pull_and_run_pull(home: Path, code: Path, tmp_path: Path) -> None:
     args = ["--local", "2", "--script-dir", str(code), "--log-dir", "logs", "--run-name", "cp"]
-    res = cli(["run", *args, "--no-fail-fast", "--cmd", WRITE + "; exit 3", "--pull", "out/p.txt",
-               "--pull", "*.json"], cwd=tmp_path, **_env(home))  # fmt: skip
+    res = cli(
+        [
+            "run",
+            *args,
+            "--no-fail-fast",
+            "--cmd",
+            WRITE + "; exit 3",
+            "--pull",
+            "out/p.txt",
+            "--pull",
+            "*.json",
+        ],
+        cwd=tmp_path,
+        **_env(home),
+    )
     assert res.returncode == 1, res.stderr  # the run failed; files still came back
     assert "\x1b" not in res.stdout + res.stderr  # not a terminal: no progress bar
     got = tmp_path / "multihost-pull" / "cp"
@@ -136,13 +159,19 @@ def test_cli_pull_and_run_pull(home: Path, code: Path, tmp_path: Path) -> None:
     assert "s0/w1  FAILED" in res.stdout
     assert "no match for '*.json'" in res.stdout
     assert "from 2 of 2 host(s) into multihost-pull/cp; 1 host(s) had problems" in res.stdout
-    res = cli(["pull", "cp", "--log-dir", "logs", "out", "--to", "again", "--json"],
-              cwd=tmp_path, **_env(home))  # fmt: skip
+    res = cli(
+        ["pull", "cp", "--log-dir", "logs", "out", "--to", "again", "--json"],
+        cwd=tmp_path,
+        **_env(home),
+    )
     assert res.returncode == 0, res.stderr
     assert "\x1b" not in res.stdout + res.stderr
     assert '"files": 2' in res.stdout
-    res = cli(["run", *args, "--run-name", "cd", "--detach", "--pull", "x", "--cmd", "true"],
-              cwd=tmp_path, **_env(home))  # fmt: skip
+    res = cli(
+        ["run", *args, "--run-name", "cd", "--detach", "--pull", "x", "--cmd", "true"],
+        cwd=tmp_path,
+        **_env(home),
+    )
     assert res.returncode == 2
     assert "--detach" in res.stderr
     res = cli(["pull", "cp", "--log-dir", "logs", ""], cwd=tmp_path, **_env(home))

@@ -25,8 +25,22 @@ NUMBERED = f'for i in $(seq 1 {COUNT}); do echo "$JAX_PROCESS_ID line $i"; sleep
 
 
 def _run(code: Path, logs: Path, run: str, cmd: str, *extra: str, n: int = N) -> list[str]:
-    return ["run", "--local", str(n), "--script-dir", str(code), "--log-dir", str(logs),
-            "--run-name", run, "--grace", "2", *extra, "--cmd", cmd]  # fmt: skip
+    return [
+        "run",
+        "--local",
+        str(n),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--run-name",
+        run,
+        "--grace",
+        "2",
+        *extra,
+        "--cmd",
+        cmd,
+    ]
 
 
 def _alive(home: Path, run: str, n: int = N) -> list[int]:
@@ -112,8 +126,9 @@ def test_sigkilled_runner_then_attach_every_line_once(
 ) -> None:
     logs = tmp_path / "logs"
     proc = spawn(_run(code, logs, "sk", NUMBERED))
-    wait_for(lambda: any(t.count("line") >= 5 for t in host_logs(logs, "sk").values()), 20,
-             "some lines")  # fmt: skip
+    wait_for(
+        lambda: any(t.count("line") >= 5 for t in host_logs(logs, "sk").values()), 20, "some lines"
+    )
     proc.kill()
     proc.communicate()
     res = cli(["attach", "sk", "--log-dir", str(logs)], HOME=str(home))
@@ -143,8 +158,9 @@ def test_python_api(home: Path, code: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 0
     assert [(r.host.name, r.state) for r in result.hosts] == [
-        ("s0/w0", multihost.State.DONE), ("s0/w1", multihost.State.DONE),
-    ]  # fmt: skip
+        ("s0/w0", multihost.State.DONE),
+        ("s0/w1", multihost.State.DONE),
+    ]
 
 
 def test_watcher_error_is_not_swallowed(
@@ -200,9 +216,10 @@ def test_a_host_step_runs_before_the_launch_and_its_failure_starts_nothing(
             raise RemoteError(host, "env sync failed")
 
     for name in ("good", "bad"):
-        plan = plan_run('echo ran > "$HOME"/ran.$MULTIHOST_RUN.$JAX_PROCESS_ID',
-                        {"local": N, "script_dir": code, "run_name": name,
-                         "log_dir": tmp_path / "l"})  # fmt: skip
+        plan = plan_run(
+            'echo ran > "$HOME"/ran.$MULTIHOST_RUN.$JAX_PROCESS_ID',
+            {"local": N, "script_dir": code, "run_name": name, "log_dir": tmp_path / "l"},
+        )
         options = dataclasses.replace(plan.options, stage_via=via)
         run = Run(plan.fleet, plan.job, options, steps=[HostStep("env sync", check, 10)])
         result = asyncio.run(run.execute())
@@ -232,9 +249,10 @@ def test_ctrl_c_at_the_launch_gate_starts_nothing(home: Path, code: Path, tmp_pa
     from multihost.core import Run
     from multihost.runstate import HostEvent
 
-    plan = plan_run('echo ran > "$HOME"/ran.$JAX_PROCESS_ID',
-                    {"local": N, "script_dir": code, "run_name": "gate",
-                     "log_dir": tmp_path / "l"})  # fmt: skip
+    plan = plan_run(
+        'echo ran > "$HOME"/ran.$JAX_PROCESS_ID',
+        {"local": N, "script_dir": code, "run_name": "gate", "log_dir": tmp_path / "l"},
+    )
     runs: list[Run] = []
 
     def on_event(event: object) -> None:

@@ -137,8 +137,13 @@ def test_sigterm_is_like_ctrl_c(ssh_fleet, code: Path, tmp_path: Path) -> None: 
     logs = tmp_path / "logs"
     proc = spawn(_args(ssh_fleet, code, logs, "term", "echo started; sleep 300", n=2))
     try:
-        wait_for(lambda: len(host_logs(logs, "term")) == 2
-                 and all("started" in t for t in host_logs(logs, "term").values()), 60)  # fmt: skip
+        wait_for(
+            lambda: (
+                len(host_logs(logs, "term")) == 2
+                and all("started" in t for t in host_logs(logs, "term").values())
+            ),
+            60,
+        )
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     finally:
@@ -195,8 +200,19 @@ def test_accept_new_records_then_refuses_changed_key(ssh_fleet, code: Path, tmp_
     host = ssh_fleet.hosts[0]
     config = _h0_config(ssh_fleet, tmp_path, "tofu", tmp_path / "empty_known")
     state = tmp_path / "state"
-    base = ["run", "--hosts", "tofu", "--ssh-config", str(config), "--script-dir", str(code),
-            "--log-dir", str(tmp_path / "logs"), "--cmd", "true"]  # fmt: skip
+    base = [
+        "run",
+        "--hosts",
+        "tofu",
+        "--ssh-config",
+        str(config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--cmd",
+        "true",
+    ]
     strict = cli([*base, "--run-name", "s"], XDG_STATE_HOME=str(state))
     assert strict.returncode == 1
     assert "accept-new" in json.dumps(manifest(tmp_path / "logs", "s"))
@@ -224,8 +240,23 @@ def test_known_hosts_none_still_checks(ssh_fleet, code: Path, tmp_path: Path) ->
     # To asyncssh ``UserKnownHostsFile none`` means "check nothing"; strict mode trusts nothing.
     config = _h0_config(ssh_fleet, tmp_path, "nokh", "none")
     logs = tmp_path / "logs"
-    res = cli(["run", "--hosts", "nokh", "--ssh-config", str(config), "--script-dir", str(code),
-               "--log-dir", str(logs), "--run-name", "nokh", "--cmd", "true"])  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--hosts",
+            "nokh",
+            "--ssh-config",
+            str(config),
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "nokh",
+            "--cmd",
+            "true",
+        ]
+    )
     assert res.returncode == 1
     assert "host key not verified" in manifest(logs, "nokh")["hosts"][0]["error"]
 
@@ -241,8 +272,18 @@ def test_proxy_jump(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ign
     )
     config.write_text(jump + "\n\n" + ssh_fleet.ssh_config.read_text())
     logs = tmp_path / "logs"
-    base = ["--ssh-config", str(config), "--script-dir", str(code), "--log-dir", str(logs),
-            "--connect-timeout", "5", "--cmd", "echo $JAX_COORDINATOR_ADDRESS"]  # fmt: skip
+    base = [
+        "--ssh-config",
+        str(config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--connect-timeout",
+        "5",
+        "--cmd",
+        "echo $JAX_COORDINATOR_ADDRESS",
+    ]
     ok = cli(["run", "--hosts", "viah1", "--run-name", "pj", *base])
     assert ok.returncode == 0, ok.stderr
     assert host_logs(logs, "pj")["slice_0000_worker_0000"] == f"{h0.address}:8476\n"
@@ -263,9 +304,22 @@ def test_timeout_bounds_the_run(ssh_fleet, code: Path, tmp_path: Path) -> None: 
 def test_local_matches_ssh(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     cmd = 'python3 hello.py; echo "$JAX_PROCESS_ID $JAX_PROCESS_COUNT $MULTIHOST_WORKER_ID"; exit 0'
     ssh = cli(_args(ssh_fleet, code, tmp_path / "a", "same", cmd))
-    local = cli(["run", "--local", str(N), "--script-dir", str(code), "--log-dir",
-                 str(tmp_path / "b"), "--run-name", "same", "--cmd", cmd],
-                HOME=str(tmp_path / "home"))  # fmt: skip
+    local = cli(
+        [
+            "run",
+            "--local",
+            str(N),
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(tmp_path / "b"),
+            "--run-name",
+            "same",
+            "--cmd",
+            cmd,
+        ],
+        HOME=str(tmp_path / "home"),
+    )
     assert ssh.returncode == local.returncode == 0, local.stderr
     assert host_logs(tmp_path / "a", "same") == host_logs(tmp_path / "b", "same")
     states = [[h["state"] for h in manifest(tmp_path / d, "same")["hosts"]] for d in "ab"]

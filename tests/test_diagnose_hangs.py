@@ -50,10 +50,20 @@ def _args(
     fleet, remote_jax, code: Path, logs: Path, run: str, script: str, *extra: str
 ) -> list[str]:  # type: ignore[no-untyped-def]
     return fleet_run_args(
-        fleet, code, logs, run, f"{remote_jax['PYTHON']} {script}", N,
-        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--env", "JAX_PLATFORMS=cpu",
-        "--coordinator-port", str(free_port()), *extra,
-    )  # fmt: skip
+        fleet,
+        code,
+        logs,
+        run,
+        f"{remote_jax['PYTHON']} {script}",
+        N,
+        "--env",
+        f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+        "--env",
+        "JAX_PLATFORMS=cpu",
+        "--coordinator-port",
+        str(free_port()),
+        *extra,
+    )
 
 
 def _joined(fleet, run: str) -> bool:  # type: ignore[no-untyped-def]
@@ -66,10 +76,14 @@ def _in_the_collective(fleet, run: str) -> bool:  # type: ignore[no-untyped-def]
     """s0/w3 asleep at line 9 and every other process inside the allgather, as their hooks
     show it: the collection script ``stack`` runs on a host, run here on each host's run dir."""
     scripts = [
-        subprocess.Popen(collect_command(str(h.home / ".multihost" / "runs" / run)), shell=True,
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            collect_command(str(h.home / ".multihost" / "runs" / run)),
+            shell=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for h in fleet.hosts[:N]
-    ]  # fmt: skip
+    ]
     outs = [script.communicate(timeout=60)[0] for script in scripts]
     for i, out in enumerate(outs):
         dump = parse_collect(Host(f"h{i}", worker_id=i, process_id=i), out)
@@ -123,8 +137,10 @@ def test_hang_timeout_names_straggler_and_stops(
 ) -> None:  # type: ignore[no-untyped-def]
     logs = tmp_path / "logs"
     started = time.monotonic()
-    res = cli(_args(ssh_fleet, remote_jax, code, logs, "auto", "stuck.py", "--hang-timeout", "20"),
-              timeout=240)  # fmt: skip
+    res = cli(
+        _args(ssh_fleet, remote_jax, code, logs, "auto", "stuck.py", "--hang-timeout", "20"),
+        timeout=240,
+    )
     took = time.monotonic() - started
     assert res.returncode == 1, res.stderr
     assert "straggler(s): s0/w3" in res.stderr
@@ -140,7 +156,9 @@ def test_hang_timeout_names_straggler_and_stops(
 
 def test_slow_but_printing_keeps_running(ssh_fleet, remote_jax, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     logs = tmp_path / "logs"
-    res = cli(_args(ssh_fleet, remote_jax, code, logs, "slow", "slow.py", "--hang-timeout", "4"),
-              timeout=120)  # fmt: skip
+    res = cli(
+        _args(ssh_fleet, remote_jax, code, logs, "slow", "slow.py", "--hang-timeout", "4"),
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert not (logs / "slow" / "stacks").exists()

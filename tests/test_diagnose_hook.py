@@ -31,9 +31,13 @@ def _python(code: str, hook_dir: Path | None, **env: str) -> list[str]:
     if hook_dir is not None:
         base["PYTHONPATH"] = str(hook_dir)
     out = subprocess.run(
-        [sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
-        check=True, timeout=60,
-    ).stdout  # fmt: skip
+        [sys.executable, "-c", code],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
     return out.splitlines()
 
 
@@ -62,12 +66,30 @@ def test_bare_initialize_local(code: Path, tmp_path: Path) -> None:
     """Two local workers join one JAX job with no arguments, even inside a Slurm allocation
     (multihost's cluster is asked first)."""
     res = cli(
-        ["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"),
-         "--run-name", "bare", "--env", "JAX_PLATFORMS=cpu", "--env", "SLURM_JOB_ID=7",
-         "--env", "SLURM_NTASKS=5", "--timeout", "120",
-         "--cmd", f"{sys.executable} -c \"{BARE}\""],
-        timeout=150, HOME=str(tmp_path / "home"),
-    )  # fmt: skip
+        [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--run-name",
+            "bare",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--env",
+            "SLURM_JOB_ID=7",
+            "--env",
+            "SLURM_NTASKS=5",
+            "--timeout",
+            "120",
+            "--cmd",
+            f'{sys.executable} -c "{BARE}"',
+        ],
+        timeout=150,
+        HOME=str(tmp_path / "home"),
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     logs = host_logs(tmp_path / "logs", "bare")
     assert sorted(line for t in logs.values() for line in t.splitlines() if "joined" in line) == [
@@ -82,13 +104,31 @@ def test_bare_initialize_over_ssh(
     ssh_fleet, remote_jax: dict[str, str], code: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     res = cli(
-        ["run", "--hosts", ",".join(ssh_fleet.aliases[:2]), "--ssh-config",
-         str(ssh_fleet.ssh_config), "--script-dir", str(code), "--log-dir", str(tmp_path),
-         "--run-name", "bare-ssh", "--env", "JAX_PLATFORMS=cpu",
-         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(free_port()),
-         "--timeout", "120", "--cmd", f"{remote_jax['PYTHON']} -c \"{BARE}\""],
+        [
+            "run",
+            "--hosts",
+            ",".join(ssh_fleet.aliases[:2]),
+            "--ssh-config",
+            str(ssh_fleet.ssh_config),
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(tmp_path),
+            "--run-name",
+            "bare-ssh",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--env",
+            f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+            "--coordinator-port",
+            str(free_port()),
+            "--timeout",
+            "120",
+            "--cmd",
+            f'{remote_jax["PYTHON"]} -c "{BARE}"',
+        ],
         timeout=150,
-    )  # fmt: skip
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     joined = [ln for t in host_logs(tmp_path, "bare-ssh").values() for ln in t.splitlines()]
     assert sorted(ln for ln in joined if "joined" in ln) == ["joined 0 2", "joined 1 2"]

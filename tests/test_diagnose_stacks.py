@@ -90,16 +90,18 @@ def test_hook_chains_the_users_sitecustomize(tmp_path: Path) -> None:
     user_site = tmp_path / "site"
     user_site.mkdir()
     (user_site / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE = 1\n")
-    proc = _hooked(tmp_path, "import builtins, sys\nsys.exit(0 if builtins.USER_SITE else 1)\n",
-                   user_site)  # fmt: skip
+    proc = _hooked(
+        tmp_path, "import builtins, sys\nsys.exit(0 if builtins.USER_SITE else 1)\n", user_site
+    )
     assert proc.wait(timeout=20) == 0
 
 
 def test_hook_is_inert_without_a_stack_dir(tmp_path: Path) -> None:
     (tmp_path / "sitecustomize.py").write_text(HOOK.read_text())
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "MULTIHOST_STACK_DIR": str(tmp_path / "no")}
-    res = subprocess.run([sys.executable, "-c", "print('ran')"], env=env, capture_output=True,
-                         text=True, check=True)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", "print('ran')"], env=env, capture_output=True, text=True, check=True
+    )
     assert res.stdout == "ran\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sitecustomize.py"]
 
@@ -157,8 +159,14 @@ def test_collect_script_signals_only_the_runs_processes(tmp_path: Path) -> None:
     try:
         wait_for((run_dir / "hook" / f"{proc.pid}.ready").exists, 20, "the hook")
         wait_for(lambda: _asleep(proc.pid), 20, "train.py asleep in step() and loader()")
-        out = subprocess.run(collect_command(str(run_dir)), shell=True, capture_output=True,
-                             text=True, check=True, timeout=30).stdout  # fmt: skip
+        out = subprocess.run(
+            collect_command(str(run_dir)),
+            shell=True,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
         assert proc.poll() is None
     finally:
         proc.kill()
@@ -175,20 +183,23 @@ def test_collect_script_signals_only_the_runs_processes(tmp_path: Path) -> None:
 
 
 def test_collect_without_hook_or_process(tmp_path: Path) -> None:
-    out = subprocess.run(collect_command(str(tmp_path)), shell=True, capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        collect_command(str(tmp_path)), shell=True, capture_output=True, text=True, check=True
+    ).stdout
     assert "no stack hook" in str(parse_collect(_host(0), out).stacks.error)
     (tmp_path / "hook").mkdir()
-    out = subprocess.run(collect_command(str(tmp_path)), shell=True, capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        collect_command(str(tmp_path)), shell=True, capture_output=True, text=True, check=True
+    ).stdout
     assert parse_collect(_host(0), out).stacks.error == "no Python process of the run is alive"
 
 
 def test_collect_script_is_clean_sh() -> None:
     text = remote.load("stacks").text
     subprocess.run(["sh", "-n", "-c", text], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
-                          capture_output=True)  # fmt: skip
+    lint = subprocess.run(
+        ["shellcheck", "--shell=sh", "-"], input=text, text=True, capture_output=True
+    )
     assert lint.returncode == 0, lint.stdout
 
 
@@ -213,17 +224,34 @@ def test_sigquit_in_the_live_run_prints_grouped_stacks(
     monkeypatch.setenv("HOME", str(tmp_path))
     (code / "train.py").write_text(PROGRAM)
     logs = tmp_path / "logs"
-    proc = spawn(["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
-                  "--run-name", "q", "--grace", "2",
-                  "--cmd", f"{sys.executable} train.py"])  # fmt: skip
+    proc = spawn(
+        [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "q",
+            "--grace",
+            "2",
+            "--cmd",
+            f"{sys.executable} train.py",
+        ]
+    )
     try:
         hooks = ".cache/multihost/local/w*/runs/q/hook/*.ready"
         wait_for(lambda: len(_hooked_pids(hooks, tmp_path)) == 2, 30, "both hooks")
         wait_for(lambda: all(map(_asleep, _hooked_pids(hooks, tmp_path))), 20, "both asleep")
         proc.send_signal(signal.SIGQUIT)
         # both hosts' stacks saved: the report is said in the same step, before any signal
-        wait_for(lambda: len(list((logs / "q" / "stacks").glob("*/*.txt"))) == 2, 30,
-                 "both hosts' saved stacks")  # fmt: skip
+        wait_for(
+            lambda: len(list((logs / "q" / "stacks").glob("*/*.txt"))) == 2,
+            30,
+            "both hosts' saved stacks",
+        )
         assert proc.poll() is None  # still running
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -242,8 +270,15 @@ def test_api_returns_grouped_stacks_as_data(code: Path, tmp_path: Path, monkeypa
     monkeypatch.setenv("HOME", str(tmp_path))
     (code / "train.py").write_text(PROGRAM)
     logs = tmp_path / "logs"
-    multihost.run(f"{sys.executable} train.py", local=2, script_dir=code, run_name="api",
-                  log_dir=logs, detach=True, stream="none")  # fmt: skip
+    multihost.run(
+        f"{sys.executable} train.py",
+        local=2,
+        script_dir=code,
+        run_name="api",
+        log_dir=logs,
+        detach=True,
+        stream="none",
+    )
     try:
         hooks = ".cache/multihost/local/w*/runs/api/hook/*.ready"
         wait_for(lambda: len(_hooked_pids(hooks, tmp_path)) == 2, 30, "both hooks")

@@ -13,8 +13,13 @@ from multihost.diagnose.tpu_logs import collect_command, unpack
 
 def test_collect_script_parses_and_passes_shellcheck() -> None:
     subprocess.run(["sh", "-n", "-c", collect_command("~/x")], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=collect_command("~/x"),
-                          text=True, capture_output=True, check=False)  # fmt: skip
+    lint = subprocess.run(
+        ["shellcheck", "--shell=sh", "-"],
+        input=collect_command("~/x"),
+        text=True,
+        capture_output=True,
+        check=False,
+    )
     assert lint.returncode == 0, lint.stdout
 
 
@@ -24,8 +29,11 @@ def test_collect_keeps_the_newest_files_cut_to_their_tails(tmp_path: Path) -> No
     for i, size in enumerate([10, 5000, 20, 30]):  # written oldest first
         (logs / f"f{i}.log").write_bytes(b"a" * (size - 4) + b"tail")
         os.utime(logs / f"f{i}.log", (1_700_000_000 + i, 1_700_000_000 + i))
-    out = subprocess.run(["sh", "-c", collect_command(str(logs), files=3, file_bytes=100)],
-                         capture_output=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["sh", "-c", collect_command(str(logs), files=3, file_bytes=100)],
+        capture_output=True,
+        check=True,
+    ).stdout
     dest = tmp_path / "back"
     assert unpack(out, dest) == (3, 1)
     assert sorted(p.name for p in dest.iterdir()) == ["CUT.txt", "f1.log", "f2.log", "f3.log"]

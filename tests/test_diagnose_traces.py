@@ -57,14 +57,17 @@ def _x(pid: int, tid: int, name: str, ts: float, dur: float, **args: object) -> 
 
 def test_stats_count_steps_and_the_union_of_xla_work() -> None:
     events = [
-        _meta(1, "/host:CPU"), _meta(1, "python", 10), _meta(1, "tf_XLAEigen/1", 11),
+        _meta(1, "/host:CPU"),
+        _meta(1, "python", 10),
+        _meta(1, "tf_XLAEigen/1", 11),
         _x(1, 10, "train", 0, 100_000, step_num="0"),
         _x(1, 10, "train", 100_000, 300_000, step_num="1"),
         _x(1, 10, "train", 400_000, 200_000, step_num="2"),
         _x(1, 10, "other", 0, 1000),  # host python work is not XLA work
-        _x(1, 11, "fusion", 0, 200_000), _x(1, 11, "fusion", 100_000, 200_000),  # overlap
+        _x(1, 11, "fusion", 0, 200_000),
+        _x(1, 11, "fusion", 100_000, 200_000),  # overlap
         _x(1, 11, "ThreadpoolListener::Record", 0, 500_000),  # markers do not count
-    ]  # fmt: skip
+    ]
     stats = stats_of_events(events)
     assert stats.steps == 3
     assert stats.step_name == "train"
@@ -74,8 +77,12 @@ def test_stats_count_steps_and_the_union_of_xla_work() -> None:
 
 
 def test_device_planes_count_as_xla_work_and_no_steps_is_none() -> None:
-    events = [_meta(2, "/device:TPU:0"), _meta(2, "XLA Ops", 1), _x(2, 1, "dot", 0, 50),
-              _x(2, 1, "dot", 50, 50)]  # fmt: skip
+    events = [
+        _meta(2, "/device:TPU:0"),
+        _meta(2, "XLA Ops", 1),
+        _x(2, 1, "dot", 0, 50),
+        _x(2, 1, "dot", 50, 50),
+    ]
     stats = stats_of_events(events)
     assert stats.steps == 0
     assert stats.median_step_s is None
@@ -134,8 +141,7 @@ def test_the_hook_counts_the_steps_that_end_in_the_capture() -> None:
 
 def test_a_job_that_ends_during_the_capture_says_how_far_it_got(tmp_path: Path) -> None:
     row = HostTrace("s0/w0", TraceStats(1.2, "train", 4, 0.3, 0.5), ("t",))
-    host = HostCapture(Host("h0"), (ProcessTrace(7, "done", "100.0 101.25 exit 4 0.3"),), None,
-                       row)  # fmt: skip
+    host = HostCapture(Host("h0"), (ProcessTrace(7, "done", "100.0 101.25 exit 4 0.3"),), None, row)
     line, level = in_words(Capture("c", tmp_path, 5.0, (host,)))
     assert level == "warning"
     assert "the job ended 1.2 s into the 5 s capture" in line
@@ -152,8 +158,9 @@ def test_a_capture_never_overwrites_an_earlier_one(tmp_path: Path) -> None:
 
 def test_the_host_script_is_clean_sh_and_its_arguments_quoted() -> None:
     subprocess.run(["sh", "-n"], input=TRACE, text=True, check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=TRACE, text=True,
-                          capture_output=True)  # fmt: skip
+    lint = subprocess.run(
+        ["shellcheck", "--shell=sh", "-"], input=TRACE, text=True, capture_output=True
+    )
     assert lint.returncode == 0, lint.stdout
     assert "'~/x y'" in trace_command("~/x y", "c", 1.0, 2.0)
 
@@ -177,13 +184,36 @@ def test_a_detached_local_run_is_traced_and_goes_on(
 ) -> None:
     logs, stop = tmp_path / "logs", tmp_path / "stop"
     stop.mkdir()
-    started = cli(["run", "--local", "2", "--detach", "--run-name", "tr", "--log-dir", str(logs),
-                   "--script-dir", str(stepper), "--env", f"STOP_DIR={stop}",
-                   "--env", "JAX_PLATFORMS=cpu", "--cmd", "python stepper.py"])  # fmt: skip
+    started = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--detach",
+            "--run-name",
+            "tr",
+            "--log-dir",
+            str(logs),
+            "--script-dir",
+            str(stepper),
+            "--env",
+            f"STOP_DIR={stop}",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--cmd",
+            "python stepper.py",
+        ]
+    )
     assert started.returncode == 0, started.stderr
     try:
-        wait_for(lambda: cli(["logs", "tr", "--log-dir", str(logs)]).returncode == 0
-                 and _started(logs, "tr", 2), timeout=120, what="both hosts stepping")  # fmt: skip
+        wait_for(
+            lambda: (
+                cli(["logs", "tr", "--log-dir", str(logs)]).returncode == 0
+                and _started(logs, "tr", 2)
+            ),
+            timeout=120,
+            what="both hosts stepping",
+        )
         first = cli(["trace", "tr", "--log-dir", str(logs), "--seconds", "1", "--json"])
         assert first.returncode == 0, first.stderr
         data = json.loads(first.stdout)
@@ -195,8 +225,9 @@ def test_a_detached_local_run_is_traced_and_goes_on(
         per_host = {p.name: sorted(p.rglob("*.xplane.pb")) for p in folder.iterdir()}
         assert set(per_host) == {"slice_0000_worker_0000", "slice_0000_worker_0001"}
         assert all(len(files) == 1 for files in per_host.values())
-        second = cli(["trace", "tr", "--log-dir", str(logs), "--seconds", "1", "--name",
-                      data["capture"]])  # fmt: skip
+        second = cli(
+            ["trace", "tr", "--log-dir", str(logs), "--seconds", "1", "--name", data["capture"]]
+        )
         assert second.returncode == 0, second.stdout + second.stderr
         assert "slowest: s0/w1" in second.stderr
         assert "xprof" in second.stderr
@@ -220,14 +251,39 @@ def test_a_host_whose_process_is_gone_is_a_row_with_its_reason(
     stop.mkdir()
     # host 1 runs no JAX at all and ends at once; host 0 steps until told to stop
     cmd = 'if [ "$JAX_PROCESS_ID" = 1 ]; then echo stepping; else python stepper.py; fi'
-    started = cli(["run", "--local", "2", "--detach", "--no-fail-fast", "--run-name", "gone",
-                   "--log-dir", str(logs), "--script-dir", str(stepper),
-                   "--env", f"STOP_DIR={stop}", "--env", "JAX_PLATFORMS=cpu",
-                   "--env", "JAX_PROCESS_COUNT=1", "--cmd", cmd])  # fmt: skip
+    started = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--detach",
+            "--no-fail-fast",
+            "--run-name",
+            "gone",
+            "--log-dir",
+            str(logs),
+            "--script-dir",
+            str(stepper),
+            "--env",
+            f"STOP_DIR={stop}",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--env",
+            "JAX_PROCESS_COUNT=1",
+            "--cmd",
+            cmd,
+        ]
+    )
     assert started.returncode == 0, started.stderr
     try:
-        wait_for(lambda: cli(["logs", "gone", "--log-dir", str(logs)]).returncode == 0
-                 and _started(logs, "gone", 2), timeout=120, what="host 0 stepping")  # fmt: skip
+        wait_for(
+            lambda: (
+                cli(["logs", "gone", "--log-dir", str(logs)]).returncode == 0
+                and _started(logs, "gone", 2)
+            ),
+            timeout=120,
+            what="host 0 stepping",
+        )
         out = cli(["trace", "gone", "--log-dir", str(logs), "--seconds", "1", "--json"])
         assert out.returncode == 1, out.stderr  # a host without a trace fails the capture
         hosts = {h["host"]: h for h in json.loads(out.stdout)["hosts"]}
@@ -256,10 +312,22 @@ def test_fleet_hosts_are_traced_into_one_folder_each(  # type: ignore[no-untyped
     stop.chmod(0o755)
     port = free_port()
     args = fleet_run_args(
-        ssh_fleet, stepper, logs, "ftr", f"{remote_jax['PYTHON']} stepper.py", n, "--detach",
-        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--env", "JAX_PLATFORMS=cpu",
-        "--env", f"STOP_DIR={stop}", "--coordinator-port", str(port),
-    )  # fmt: skip
+        ssh_fleet,
+        stepper,
+        logs,
+        "ftr",
+        f"{remote_jax['PYTHON']} stepper.py",
+        n,
+        "--detach",
+        "--env",
+        f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+        "--env",
+        "JAX_PLATFORMS=cpu",
+        "--env",
+        f"STOP_DIR={stop}",
+        "--coordinator-port",
+        str(port),
+    )
     assert (res := cli(args)).returncode == 0, res.stderr
     try:
         wait_for(lambda: _fleet_log_says(ssh_fleet, "ftr", n, "stepping"), 120, "stepping")
@@ -288,12 +356,34 @@ def test_run_trace_captures_once_every_host_steps(
     logs, stop = tmp_path / "logs", tmp_path / "stop"
     stop.mkdir()
     # the hosts stop by themselves once the capture is in: the stop file is the trace's summary
-    cmd = f"(while ! ls {logs}/rt/traces/*/summary.json >/dev/null 2>&1; do sleep 0.2; done; " \
-          f"touch {stop}/stop) & python stepper.py"  # fmt: skip
-    res = cli(["run", "--local", "2", "--run-name", "rt", "--log-dir", str(logs),
-               "--script-dir", str(stepper), "--env", f"STOP_DIR={stop}",
-               "--env", "JAX_PLATFORMS=cpu", "--trace", "1", "--trace-after", "1",
-               "--cmd", cmd], timeout=180)  # fmt: skip
+    cmd = (
+        f"(while ! ls {logs}/rt/traces/*/summary.json >/dev/null 2>&1; do sleep 0.2; done; "
+        f"touch {stop}/stop) & python stepper.py"
+    )
+    res = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--run-name",
+            "rt",
+            "--log-dir",
+            str(logs),
+            "--script-dir",
+            str(stepper),
+            "--env",
+            f"STOP_DIR={stop}",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--trace",
+            "1",
+            "--trace-after",
+            "1",
+            "--cmd",
+            cmd,
+        ],
+        timeout=180,
+    )
     assert res.returncode == 0, res.stderr
     assert "every JAX process has completed its first step" in res.stderr
     summary = next((logs / "rt" / "traces").glob("*/summary.json"))
@@ -303,8 +393,9 @@ def test_run_trace_captures_once_every_host_steps(
     assert oct(summary.stat().st_mode & 0o777) == "0o600"
 
 
-QUICK_START = ("python payloads/shardings.py --dcn_data_parallelism 2 --ici_fsdp_parallelism 4 "
-               "-d 512 -b 128")  # fmt: skip
+QUICK_START = (
+    "python payloads/shardings.py --dcn_data_parallelism 2 --ici_fsdp_parallelism 4 -d 512 -b 128"
+)
 
 
 @pytest.mark.jax
@@ -315,9 +406,26 @@ def test_the_quick_start_is_traced_with_its_steps(tmp_path: Path) -> None:
     that waits a fixed time took nothing, and one that counted only the steps the trace shows
     whole said 0 steps for steps over half the window."""
     logs = tmp_path / "logs"
-    res = cli(["run", "--local", "4", "--env", "JAX_NUM_CPU_DEVICES=2", "--run-name", "qs",
-               "--log-dir", str(logs), "--script-dir", str(REPO), "--trace", "3",
-               "--cmd", QUICK_START], timeout=300)  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--local",
+            "4",
+            "--env",
+            "JAX_NUM_CPU_DEVICES=2",
+            "--run-name",
+            "qs",
+            "--log-dir",
+            str(logs),
+            "--script-dir",
+            str(REPO),
+            "--trace",
+            "3",
+            "--cmd",
+            QUICK_START,
+        ],
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "every JAX process has completed its first step" in res.stderr
     summary = json.loads(next((logs / "qs" / "traces").glob("*/summary.json")).read_text())
@@ -338,12 +446,32 @@ def test_a_job_that_ends_during_the_capture_keeps_its_trace(
     logs, stop = tmp_path / "logs", tmp_path / "stop"
     stop.mkdir()
     # each host's job stops itself 1 s after its process started tracing: 1 s of a 5 s capture
-    cmd = f"(until ls $MULTIHOST_STACK_DIR/*.started >/dev/null 2>&1; do sleep 0.1; done; " \
-          f"sleep 1; touch {stop}/stop) & python stepper.py"  # fmt: skip
-    res = cli(["run", "--local", "2", "--run-name", "cut", "--log-dir", str(logs),
-               "--script-dir", str(stepper), "--env", f"STOP_DIR={stop}",
-               "--env", "JAX_PLATFORMS=cpu", "--trace", "5", "--cmd", cmd],
-              timeout=180)  # fmt: skip
+    cmd = (
+        f"(until ls $MULTIHOST_STACK_DIR/*.started >/dev/null 2>&1; do sleep 0.1; done; "
+        f"sleep 1; touch {stop}/stop) & python stepper.py"
+    )
+    res = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--run-name",
+            "cut",
+            "--log-dir",
+            str(logs),
+            "--script-dir",
+            str(stepper),
+            "--env",
+            f"STOP_DIR={stop}",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--trace",
+            "5",
+            "--cmd",
+            cmd,
+        ],
+        timeout=180,
+    )
     assert res.returncode == 0, res.stderr
     assert "the job ended" in res.stderr
     assert "into the 5 s capture" in res.stderr

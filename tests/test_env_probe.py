@@ -54,10 +54,23 @@ def test_host_facts_match_platform() -> None:
 
 def test_probe_imports_neither_json_nor_platform_nor_subprocess(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-S", "-X", "importtime", "-c", python_source("env_probe"),
-         str(tmp_path), "L", "0.13.9", ""],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-S",
+            "-X",
+            "importtime",
+            "-c",
+            python_source("env_probe"),
+            str(tmp_path),
+            "L",
+            "0.13.9",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     imported = {ln.rsplit("|", 1)[-1].strip() for ln in out.stderr.splitlines() if "|" in ln}
     assert "hashlib" in imported
     assert not {"json", "platform", "subprocess"} & imported
@@ -81,10 +94,16 @@ def host(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 def _probe(base: Path, env: dict[str, str], source: str = "", ruv: str = "0.13.9") -> str:
     source = source or python_source("env_probe")
-    command = script(PROBE, paths={"b": str(base), "r": str(base / "runs" / "r1")},
-                     lock="ab" * 32, ruv=ruv, probe=source)  # fmt: skip
-    out = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    command = script(
+        PROBE,
+        paths={"b": str(base), "r": str(base / "runs" / "r1")},
+        lock="ab" * 32,
+        ruv=ruv,
+        probe=source,
+    )
+    out = subprocess.run(
+        ["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -152,8 +171,13 @@ def test_warm_check_hands_anything_else_to_the_probe(
         cache.write_text("/bin/sh\n" + cache.read_text().split("\n", 1)[1])
     else:
         ruv = "0.14.0"  # a host without uv gets another version: another key
-    command = script(PROBE, paths={"b": str(base), "r": str(base / "runs" / "r1")},
-                     lock="ab" * 32, ruv=ruv, probe=NO_PYTHON)  # fmt: skip
+    command = script(
+        PROBE,
+        paths={"b": str(base), "r": str(base / "runs" / "r1")},
+        lock="ab" * 32,
+        ruv=ruv,
+        probe=NO_PYTHON,
+    )
     out = subprocess.run(["sh", "-c", command], env=env, capture_output=True, timeout=60)
     assert out.returncode == 7, out
     said = _words(_probe(base, env, ruv=ruv))

@@ -49,8 +49,16 @@ def test_requires_python(version: str, spec: str, ok: bool) -> None:
 
 def test_selection_flags_keep_uv_names() -> None:
     s = Selection(extras=("tpu",), all_extras=True, groups=("a", "b"), no_dev=True)
-    assert s.flags() == ("--extra", "tpu", "--all-extras", "--group", "a", "--group", "b",
-                         "--no-dev")  # fmt: skip
+    assert s.flags() == (
+        "--extra",
+        "tpu",
+        "--all-extras",
+        "--group",
+        "a",
+        "--group",
+        "b",
+        "--no-dev",
+    )
 
 
 def test_what_a_code_dir_asks_for(tmp_path: Path) -> None:
@@ -64,8 +72,13 @@ def test_what_a_code_dir_asks_for(tmp_path: Path) -> None:
 
 
 def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, timeout=60,
-                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return subprocess.run(
+        ["sh", "-c", command],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+    )
 
 
 ZSTD = pytest.mark.skipif(shutil.which("zstd", path="/usr/bin:/bin") is None, reason="no zstd")
@@ -76,15 +89,19 @@ def _packed_env(fmt: str = "gz") -> bytes:
     """A packed environment (bin/x: abc) in ``fmt``: gzip, or zstd by the zstd program."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w:gz" if fmt == "gz" else "w") as tar:
-        for name, data in ((".multihost-manifest", b"3 bin/x\n"), ("bin/x", b"abc"),
-                           (".multihost-complete", b"")):  # fmt: skip
+        for name, data in (
+            (".multihost-manifest", b"3 bin/x\n"),
+            ("bin/x", b"abc"),
+            (".multihost-complete", b""),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     if fmt == "gz":
         return raw.getvalue()
-    return subprocess.run(["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True,
-                          check=True).stdout  # fmt: skip
+    return subprocess.run(
+        ["zstd", "-q", "-c"], input=raw.getvalue(), capture_output=True, check=True
+    ).stdout
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -169,9 +186,17 @@ def _install(
     home: Path, key: str, data: bytes, fmt: str = "gz"
 ) -> subprocess.CompletedProcess[bytes]:
     home.mkdir(parents=True, exist_ok=True)
-    command = script(INSTALL, paths={"b": "~/.mh"}, key=key, fmt=fmt,
-                     digest=hashlib.sha256(data).hexdigest(), how="stdin", url="", fetch="",
-                     timeout=0)  # fmt: skip
+    command = script(
+        INSTALL,
+        paths={"b": "~/.mh"},
+        key=key,
+        fmt=fmt,
+        digest=hashlib.sha256(data).hexdigest(),
+        how="stdin",
+        url="",
+        fetch="",
+        timeout=0,
+    )
     return _sh(command, home, data)
 
 
@@ -220,18 +245,42 @@ def test_a_seed_serving_a_tampered_pack_is_refused(tmp_path: Path) -> None:
     host.mkdir()
     assert _install(seed, key, data).returncode == 0
     token = b"t0ken\n"
-    served = _sh(script(SERVE, paths={"b": "~/.mh"}, key=key, fmt="gz",
-                        serve=python_source("seed_serve"), addr="127.0.0.1", lifetime="30",
-                        fetches=1, name=f"/{digest}.tar.gz"), seed, token)  # fmt: skip
+    served = _sh(
+        script(
+            SERVE,
+            paths={"b": "~/.mh"},
+            key=key,
+            fmt="gz",
+            serve=python_source("seed_serve"),
+            addr="127.0.0.1",
+            lifetime="30",
+            fetches=1,
+            name=f"/{digest}.tar.gz",
+        ),
+        seed,
+        token,
+    )
     word, port, pid, folder = served.stdout.decode().split()
     assert word == "serving", served
     try:
         _altered(Path(folder) / "archive")  # on the seed, after the runner read its digest
         tampered = hashlib.sha256((Path(folder) / "archive").read_bytes()).hexdigest()
         url = f"http://127.0.0.1:{port}/{digest}.tar.gz"
-        got = _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, fmt="gz", digest=digest,
-                         how="peer", url=url, fetch=python_source("seed_fetch"), timeout=10),
-                  host, token)  # fmt: skip
+        got = _sh(
+            script(
+                INSTALL,
+                paths={"b": "~/.mh"},
+                key=key,
+                fmt="gz",
+                digest=digest,
+                how="peer",
+                url=url,
+                fetch=python_source("seed_fetch"),
+                timeout=10,
+            ),
+            host,
+            token,
+        )
         assert got.returncode == 3, got
         assert f"sha256 mismatch ({tampered}, expected {digest})" in got.stderr.decode()
         assert not (host / ".mh" / "envs" / key).exists()
@@ -242,8 +291,9 @@ def test_a_seed_serving_a_tampered_pack_is_refused(tmp_path: Path) -> None:
 
 def test_probe_reports_key_and_state(tmp_path: Path) -> None:
     host = Host(address="127.0.0.1", process_id=0)
-    probe = script(PROBE, paths={"b": "~/.mh"}, r="", lock="L", ruv="0.13.9",
-                   probe=python_source("env_probe"))  # fmt: skip
+    probe = script(
+        PROBE, paths={"b": "~/.mh"}, r="", lock="L", ruv="0.13.9", probe=python_source("env_probe")
+    )
     first = Probe.parse(host, _sh(probe, tmp_path).stdout.decode())
     assert first.state == "absent"
     env = tmp_path / ".mh" / "envs" / first.key
@@ -261,8 +311,9 @@ def test_probe_says_whether_zstd_is_on_path(tmp_path: Path) -> None:
     """zstd=yes only for an executable zstd on the host's PATH (not a directory, not a file
     without x); a probe line without the word (an older multihost's) parses as no zstd."""
     host = Host(address="127.0.0.1", process_id=0)
-    probe = script(PROBE, paths={"b": "~/.mh"}, r="", lock="L", ruv="0.13.9",
-                   probe=python_source("env_probe"))  # fmt: skip
+    probe = script(
+        PROBE, paths={"b": "~/.mh"}, r="", lock="L", ruv="0.13.9", probe=python_source("env_probe")
+    )
     bare, tools = tmp_path / "bare", tmp_path / "tools"
     for d in (bare, tools):
         d.mkdir()
@@ -271,8 +322,13 @@ def test_probe_says_whether_zstd_is_on_path(tmp_path: Path) -> None:
     (tools / "zstd").write_text("#!/bin/sh\n")
 
     def said(path: str) -> Probe:
-        out = subprocess.run(["/bin/sh", "-c", probe], capture_output=True, timeout=60,
-                             env={"HOME": str(tmp_path), "PATH": path}, check=True)  # fmt: skip
+        out = subprocess.run(
+            ["/bin/sh", "-c", probe],
+            capture_output=True,
+            timeout=60,
+            env={"HOME": str(tmp_path), "PATH": path},
+            check=True,
+        )
         return Probe.parse(host, out.stdout.decode())
 
     assert not said(f"{bare}").zstd
@@ -295,7 +351,9 @@ def test_pack_format_is_zstd_only_when_every_host_reads_it() -> None:
     assert pack_format(w0, [], bucket=False) == ("zst", "")  # kept for later: the builder's
     assert pack_format(w0, [w1, w2], bucket=False) == ("gz", "no zstd on s0/w2")
     assert pack_format(w2, [w1, w3], bucket=False) == (
-        "gz", "no zstd on s0/w2 (and 1 more host(s))")  # fmt: skip
+        "gz",
+        "no zstd on s0/w2 (and 1 more host(s))",
+    )
     assert pack_format(w2, [w3], bucket=False) == ("gz", "")  # none has it: nothing to say
     assert pack_format(w0, [w1], bucket=True) == ("gz", "the pack may go through a bucket")
 
@@ -315,8 +373,11 @@ def test_local_workers_share_one_build(home: Path, project: tuple[Path, Index]) 
     root, idx = project
     res = multihost.run(
         'python -c "import tinya, sys; print(tinya.X, sys.prefix.endswith(tinya.__name__) or 1)"',
-        local=2, script_dir=root, log_dir=home / "logs", stream="none",
-    )  # fmt: skip
+        local=2,
+        script_dir=root,
+        log_dir=home / "logs",
+        stream="none",
+    )
     assert res.ok, res
     assert idx.downloads() == 1  # both workers share one home: one build, one download
 
@@ -330,8 +391,19 @@ def test_cli_failing_build_names_the_builder_and_starts_nothing(
     root.mkdir()
     with idx.serving():
         uv_project(root, idx.url, requires=None)
-        args = ["run", "--local", "2", "--script-dir", str(root), "--log-dir",
-                str(home / "logs"), "--run-name", "bad", "--cmd", "echo started"]  # fmt: skip
+        args = [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            str(root),
+            "--log-dir",
+            str(home / "logs"),
+            "--run-name",
+            "bad",
+            "--cmd",
+            "echo started",
+        ]
         if fault == "a wheel the index lacks":
             next((tmp_path / "index" / "tinyb").glob("*.whl")).unlink()
             out = cli(args, HOME=str(home), UV_HTTP_RETRIES="0")
@@ -366,9 +438,21 @@ def test_cli_sweep_stops_at_a_failing_environment(home: Path, tmp_path: Path, fa
     with idx.serving():
         uv_project(root, idx.url, requires=None)
         idx.hits.clear()
-        args = ["sweep", "--local", "2", "--script-dir", str(root), "--log-dir",
-                str(home / "logs"), "--run-name", "sw", "--cmd", "echo started {n}",
-                "--grid", "n=1,2,3"]  # fmt: skip
+        args = [
+            "sweep",
+            "--local",
+            "2",
+            "--script-dir",
+            str(root),
+            "--log-dir",
+            str(home / "logs"),
+            "--run-name",
+            "sw",
+            "--cmd",
+            "echo started {n}",
+            "--grid",
+            "n=1,2,3",
+        ]
         if fault == "a wheel the index lacks":
             next((tmp_path / "index" / "tinyb").glob("*.whl")).unlink()
             out = cli(args, HOME=str(home), UV_HTTP_RETRIES="0")
@@ -400,9 +484,14 @@ def test_sweep_goes_on_after_a_failing_trial(home: Path, call_project: tuple[Pat
     """A trial whose job fails (not its environment) does not stop the sweep."""
     root, _idx = call_project
     res = multihost.run_sweep(
-        "python main.py {n}", {"n": ["x", 2]}, metric="x", local=2, script_dir=root,
-        log_dir=home / "logs", on_record=lambda _r: None,
-    )  # fmt: skip
+        "python main.py {n}",
+        {"n": ["x", 2]},
+        metric="x",
+        local=2,
+        script_dir=root,
+        log_dir=home / "logs",
+        on_record=lambda _r: None,
+    )
     assert res.env_failure is None
     first, second = (r.status for r in res.records)
     assert re.fullmatch(r"failed: s0/w[01] exited with code 1", first), first  # either, first
@@ -501,14 +590,21 @@ def test_local_requirements_cold_then_warm(home: Path, pinned: tuple[Path, Path,
     root, req, idx = pinned
     lines: list[str] = []
     notes: list[str] = []
-    kw = {"local": 2, "script_dir": root, "log_dir": home / "logs", "stream": "all",
-          "requirements": req, "on_output": lambda _h, ln: lines.append(ln),
-          "on_event": lambda e: notes.append(e.text) if isinstance(e, Note) else None}  # fmt: skip
+    kw = {
+        "local": 2,
+        "script_dir": root,
+        "log_dir": home / "logs",
+        "stream": "all",
+        "requirements": req,
+        "on_output": lambda _h, ln: lines.append(ln),
+        "on_event": lambda e: notes.append(e.text) if isinstance(e, Note) else None,
+    }
     res = multihost.run('python main.py; echo "$VIRTUAL_ENV" | grep -c /envs/', **kw)
     assert res.ok, res
     assert sorted(lines) == ["1", "1", "3", "3"]  # both workers inside the environment
-    assert any(n.startswith("environment from requirements.txt (no jax in it): key ")
-               for n in notes), notes  # fmt: skip
+    assert any(
+        n.startswith("environment from requirements.txt (no jax in it): key ") for n in notes
+    ), notes
     assert {p: n for p, n in idx.hits.items() if p.startswith("/files/")} == dict.fromkeys(
         idx.files(), 1
     )
@@ -523,8 +619,14 @@ def test_local_requirements_missing_a_dependency(
 ) -> None:
     root, req, _ = pinned
     req.write_text(req.read_text().replace("tinyb==2.0\n", ""))  # tinya needs it
-    res = multihost.run("echo started", local=1, script_dir=root, log_dir=home / "logs",
-                        stream="none", requirements=req)  # fmt: skip
+    res = multihost.run(
+        "echo started",
+        local=1,
+        script_dir=root,
+        log_dir=home / "logs",
+        stream="none",
+        requirements=req,
+    )
     assert not res.ok
     assert "environment build failed" in (res.hosts[0].error or "")
     assert "requires `tinyb`" in (res.hosts[0].error or "")
@@ -534,8 +636,20 @@ def test_local_requirements_missing_a_dependency(
 def test_cli_unpinned_requirement_exit_2(home: Path, pinned: tuple[Path, Path, Index]) -> None:
     root, req, idx = pinned
     req.write_text(req.read_text().replace("tinyb==2.0", "tinyb>=2"))
-    out = cli(["run", "--local", "1", "--script-dir", str(root), "--requirements", str(req),
-               "--cmd", "echo started"], HOME=str(home))  # fmt: skip
+    out = cli(
+        [
+            "run",
+            "--local",
+            "1",
+            "--script-dir",
+            str(root),
+            "--requirements",
+            str(req),
+            "--cmd",
+            "echo started",
+        ],
+        HOME=str(home),
+    )
     assert out.returncode == 2, out
     assert f"--requirements {req}, line 3: 'tinyb>=2' is not pinned (name==version)" in out.stderr
     assert "Traceback" not in out.stderr
@@ -587,9 +701,14 @@ def test_sweep_trials_run_in_the_locked_environment(
 ) -> None:
     root, idx = call_project
     notes: list[str] = []
-    kw = {"metric": "x", "local": 2, "script_dir": root, "log_dir": home / "logs",
-          "on_record": lambda _r: None,
-          "on_event": lambda e: notes.append(e.text) if isinstance(e, Note) else None}  # fmt: skip
+    kw = {
+        "metric": "x",
+        "local": 2,
+        "script_dir": root,
+        "log_dir": home / "logs",
+        "on_record": lambda _r: None,
+        "on_event": lambda e: notes.append(e.text) if isinstance(e, Note) else None,
+    }
     res = multihost.run_sweep("python main.py {n}", {"n": [1, 2]}, **kw)
     assert res.ok, res
     assert [r.result["x"] for r in res.records] == [1, 2]
@@ -611,8 +730,21 @@ def test_cli_sweep_takes_the_environment_flags(
     home: Path, call_project: tuple[Path, Index]
 ) -> None:
     root, idx = call_project
-    base = ["sweep", "--local", "1", "--script-dir", str(root), "--log-dir", str(home / "logs"),
-            "--metric", "x", "--cmd", "python main.py {n}", "--grid", "n=2"]  # fmt: skip
+    base = [
+        "sweep",
+        "--local",
+        "1",
+        "--script-dir",
+        str(root),
+        "--log-dir",
+        str(home / "logs"),
+        "--metric",
+        "x",
+        "--cmd",
+        "python main.py {n}",
+        "--grid",
+        "n=2",
+    ]
     out = cli([*base, "--run-name", "s1"], HOME=str(home))
     assert out.returncode == 0, out.stderr
     record = json.loads((home / "logs" / "s1" / "results.jsonl").read_text().splitlines()[0])
@@ -672,17 +804,41 @@ def test_install_from_a_peer_hashes_once_and_refuses_a_wrong_sha256(
     (seed / ".mh" / "envs").mkdir(parents=True)
     (seed / ".mh" / "envs" / f"{key}.tar.{fmt}").write_bytes(data)
     token = b"t0ken\n"
-    served = _sh(script(SERVE, paths={"b": "~/.mh"}, key=key, fmt=fmt,
-                        serve=python_source("seed_serve"), addr="127.0.0.1", lifetime="30",
-                        fetches=2, name=f"/{digest}.tar.{fmt}"), seed, token)  # fmt: skip
+    served = _sh(
+        script(
+            SERVE,
+            paths={"b": "~/.mh"},
+            key=key,
+            fmt=fmt,
+            serve=python_source("seed_serve"),
+            addr="127.0.0.1",
+            lifetime="30",
+            fetches=2,
+            name=f"/{digest}.tar.{fmt}",
+        ),
+        seed,
+        token,
+    )
     word, port, pid, folder = served.stdout.decode().split()
     assert word == "serving", served.stderr
     url = f"http://127.0.0.1:{port}/{digest}.tar.{fmt}"
 
     def install(want: str) -> subprocess.CompletedProcess[bytes]:
-        return _sh(script(INSTALL, paths={"b": "~/.mh"}, key=key, fmt=fmt, digest=want,
-                          how="peer", url=url, fetch=python_source("seed_fetch"), timeout=10),
-                   taker, token)  # fmt: skip
+        return _sh(
+            script(
+                INSTALL,
+                paths={"b": "~/.mh"},
+                key=key,
+                fmt=fmt,
+                digest=want,
+                how="peer",
+                url=url,
+                fetch=python_source("seed_fetch"),
+                timeout=10,
+            ),
+            taker,
+            token,
+        )
 
     try:
         bad = install("0" * 64)

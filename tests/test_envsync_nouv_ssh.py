@@ -31,8 +31,12 @@ TOUCH = "/tmp/mh-nouv-$MULTIHOST_TEST_HOST"  # what the job leaves where it star
 
 def python_without_uv(root: Path) -> Path:
     """A venv whose site-packages are the test venv's, the ``uv`` package left out."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(root)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     (site,) = (root / "lib").glob("python*/site-packages")
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
         if entry.name != "uv" and not entry.name.startswith("uv-"):
@@ -54,12 +58,34 @@ class Runner:
     tmp: Path
 
     def run(self, name: str) -> subprocess.CompletedProcess[str]:
-        argv = [str(self.python), "-m", "multihost", "run", "--hosts", "h0,h1,h2,h3",
-                "--ssh-config", str(self.fleet.ssh_config), "--script-dir", str(self.project),
-                "--log-dir", str(self.tmp / "logs"), "--remote-dir", f"~/{BASE}",
-                "--run-name", name, "--cmd", f"touch {TOUCH}"]  # fmt: skip
-        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=300,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        argv = [
+            str(self.python),
+            "-m",
+            "multihost",
+            "run",
+            "--hosts",
+            "h0,h1,h2,h3",
+            "--ssh-config",
+            str(self.fleet.ssh_config),
+            "--script-dir",
+            str(self.project),
+            "--log-dir",
+            str(self.tmp / "logs"),
+            "--remote-dir",
+            f"~/{BASE}",
+            "--run-name",
+            name,
+            "--cmd",
+            f"touch {TOUCH}",
+        ]
+        return subprocess.run(
+            argv,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
 
     def stale(self) -> None:
         """pyproject.toml asks for more than uv.lock has."""
@@ -72,8 +98,10 @@ class Runner:
         """Exit 2 naming the lock and ``uv lock``; nothing started on any host."""
         assert res.returncode == 2, res.stderr
         error = res.stderr.strip().splitlines()[-1]
-        said = (f"multihost: error: {self.project / 'uv.lock'} is out of date with "
-                f"pyproject.toml: run `uv lock` (nothing started; checked on {where}")  # fmt: skip
+        said = (
+            f"multihost: error: {self.project / 'uv.lock'} is out of date with "
+            f"pyproject.toml: run `uv lock` (nothing started; checked on {where}"
+        )
         assert error.startswith(said), error
         assert "Traceback" not in res.stderr
         assert not [p for p in self.index.hits if p.startswith("/files/tiny")]  # nothing synced
@@ -89,17 +117,24 @@ def runner(ssh_fleet: loopback.Fleet, tmp_path: Path) -> Iterator[Runner]:
         pytest.skip(f"uv is on {PATH}: no runner without uv here")
     python = python_without_uv(tmp_path / "nouv")
     env = {"PATH": PATH, "HOME": str(tmp_path / "home"), "COLUMNS": "300"}
-    probe = subprocess.run([python, "-c", "from multihost.envsync import uv_binary; "
-                            "print(uv_binary())"], env=env, capture_output=True, text=True,
-                           timeout=60)  # fmt: skip
+    probe = subprocess.run(
+        [python, "-c", "from multihost.envsync import uv_binary; print(uv_binary())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert probe.stdout.strip() == "None", probe  # the runner has no uv at all
     real = uv_binary()
     assert real is not None
     index = tinyab(tmp_path / "index")
     tag = f"py3-none-manylinux_2_17_{platform.machine()}"
-    wheel = index.add("uv", DEFAULTS.uv_version,
-                      {f"uv-{DEFAULTS.uv_version}.data/scripts/uv": Path(real).read_bytes()},
-                      tag=tag)  # fmt: skip
+    wheel = index.add(
+        "uv",
+        DEFAULTS.uv_version,
+        {f"uv-{DEFAULTS.uv_version}.data/scripts/uv": Path(real).read_bytes()},
+        tag=tag,
+    )
     homes = [h.home for h in ssh_fleet.hosts[:N]]
     conf = homes[0] / ".config" / "pip" / "pip.conf"  # the builder's pip finds uv there
     made = not (homes[0] / ".config").exists()

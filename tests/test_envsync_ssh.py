@@ -92,9 +92,13 @@ def _without_zstd(fleet: loopback.Fleet, *indices: int) -> Iterator[None]:
     mode = os.stat(path).st_mode
     anyone = 0xFFFFFFFF
     uids = sorted(pwd.getpwnam(fleet.hosts[i].user).pw_uid for i in indices)
-    entries = [(0x01, mode >> 6 & 7, anyone), *((0x02, 0, uid) for uid in uids),
-               (0x04, mode >> 3 & 7, anyone), (0x10, mode >> 3 & 7, anyone),
-               (0x20, mode & 7, anyone)]  # fmt: skip
+    entries = [
+        (0x01, mode >> 6 & 7, anyone),
+        *((0x02, 0, uid) for uid in uids),
+        (0x04, mode >> 3 & 7, anyone),
+        (0x10, mode >> 3 & 7, anyone),
+        (0x20, mode & 7, anyone),
+    ]
     acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
     try:
         before: bytes | None = os.getxattr(path, _ACL)
@@ -126,10 +130,16 @@ def _run(
     lines: list[str] = []
     notes: list[str] = []
     res = multihost.run(
-        cmd, hosts=HOSTS, ssh_config=fleet.ssh_config, script_dir=proj,
-        log_dir=tmp_path / "logs", stream="all", on_output=lambda h, ln: lines.append(ln),
-        on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None, **kw,
-    )  # fmt: skip
+        cmd,
+        hosts=HOSTS,
+        ssh_config=fleet.ssh_config,
+        script_dir=proj,
+        log_dir=tmp_path / "logs",
+        stream="all",
+        on_output=lambda h, ln: lines.append(ln),
+        on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None,
+        **kw,
+    )
     return res, lines, notes
 
 
@@ -140,10 +150,19 @@ def _warm_check(fleet: loopback.Fleet, i: int, key: str, probe: str) -> str:
     caches = _envs(fleet, i).glob(".probe-*")
     (cache,) = [c for c in caches if f"key={key} " in c.read_text()]
     ruv = cache.read_text().splitlines()[1].split("|", 1)[0]
-    command = script(PROBE, paths={"b": "~/.multihost", "r": "~/.multihost/runs/none"},
-                     lock=cache.name.removeprefix(".probe-"), ruv=ruv, probe=probe)  # fmt: skip
-    out = subprocess.run(["ssh", "-F", str(fleet.ssh_config), fleet.hosts[i].alias, command],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    command = script(
+        PROBE,
+        paths={"b": "~/.multihost", "r": "~/.multihost/runs/none"},
+        lock=cache.name.removeprefix(".probe-"),
+        ruv=ruv,
+        probe=probe,
+    )
+    out = subprocess.run(
+        ["ssh", "-F", str(fleet.ssh_config), fleet.hosts[i].alias, command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out
     words = dict(w.split("=", 1) for w in out.stdout.split())
     assert words["state"] == "present", words
@@ -202,8 +221,9 @@ def test_cold_warm_damaged_no_sync(ssh_fleet: loopback.Fleet, index: Index, tmp_
     _repair(ssh_fleet, 2, key, proj, tmp_path, index)
 
     # --no-sync: the host's own python3, no VIRTUAL_ENV
-    res, lines, notes = _run(ssh_fleet, proj, tmp_path, cmd="echo ${VIRTUAL_ENV:-none}",
-                             no_sync=True)  # fmt: skip
+    res, lines, notes = _run(
+        ssh_fleet, proj, tmp_path, cmd="echo ${VIRTUAL_ENV:-none}", no_sync=True
+    )
     assert res.ok
     assert lines == ["none"] * N
     assert not any(n.startswith("environment") for n in notes)
@@ -221,11 +241,18 @@ def test_stale_lock_refused(ssh_fleet: loopback.Fleet, index: Index, tmp_path: P
 
 
 def test_python_too_old(ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path) -> None:
-    host = subprocess.run(["/usr/bin/python3", "-c", "import platform; "
-                           "print(platform.python_version())"], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
-    mine = subprocess.run(["python3", "-c", "import platform; print(platform.python_version())"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    host = subprocess.run(
+        ["/usr/bin/python3", "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    mine = subprocess.run(
+        ["python3", "-c", "import platform; print(platform.python_version())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if tuple(map(int, mine.split("."))) <= tuple(map(int, host.split("."))):
         pytest.skip("needs a runner Python newer than the hosts'")
     proj = _project(tmp_path / "proj", index, requires=f">={mine}")
@@ -267,9 +294,25 @@ def test_a_host_lost_while_the_environment_is_built(
     proj = _project(tmp_path / "proj", index)
     logs = tmp_path / "logs"
     index.hold = threading.Event()
-    proc = spawn(["run", "--hosts", HOSTS, "--ssh-config", str(ssh_fleet.ssh_config),
-                  "--script-dir", str(proj), "--log-dir", str(logs), "--run-name", "lost",
-                  "--stage-via", via, "--cmd", "echo started"])  # fmt: skip
+    proc = spawn(
+        [
+            "run",
+            "--hosts",
+            HOSTS,
+            "--ssh-config",
+            str(ssh_fleet.ssh_config),
+            "--script-dir",
+            str(proj),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "lost",
+            "--stage-via",
+            via,
+            "--cmd",
+            "echo started",
+        ]
+    )
     try:
         wait_for(lambda: index.downloads() > 0, 60, "the builder to ask the index for a wheel")
         ssh_fleet.stop_host(2)
@@ -287,8 +330,11 @@ def test_a_host_lost_while_the_environment_is_built(
     for i in (0, 1, 3):
         runs = ssh_fleet.hosts[i].home / ".multihost" / "runs"
         assert not runs.exists() or not any(runs.iterdir()), f"h{i}"
-    wait_for(lambda: not any(ssh_fleet.user_processes(i) for i in (0, 1, 3)), 10,
-             "the other hosts' processes to end")  # fmt: skip
+    wait_for(
+        lambda: not any(ssh_fleet.user_processes(i) for i in (0, 1, 3)),
+        10,
+        "the other hosts' processes to end",
+    )
 
 
 @pytest.mark.parametrize("fmt", [FMT, "gz"] if FMT == "zst" else ["gz"])
@@ -302,9 +348,14 @@ def test_an_altered_pack_is_not_handed_on(
     before = _keys(ssh_fleet, 0)
     hidden = _without_zstd(ssh_fleet, 0) if fmt != FMT else contextlib.nullcontext()
     with hidden:
-        first = multihost.run("true", hosts="h0", ssh_config=ssh_fleet.ssh_config,
-                              script_dir=proj, log_dir=tmp_path / "logs",
-                              stream="none")  # fmt: skip
+        first = multihost.run(
+            "true",
+            hosts="h0",
+            ssh_config=ssh_fleet.ssh_config,
+            script_dir=proj,
+            log_dir=tmp_path / "logs",
+            stream="none",
+        )
         assert first.ok, first
         (key,) = _keys(ssh_fleet, 0) - before
         pack = _envs(ssh_fleet, 0) / f"{key}.tar.{fmt}"
@@ -363,11 +414,16 @@ def test_sweep_trials_share_one_build(
     )
     notes: list[str] = []
     res = multihost.run_sweep(
-        "python main.py {n}", {"n": [1, 2]}, metric="x", hosts=HOSTS,
-        ssh_config=ssh_fleet.ssh_config, script_dir=proj, log_dir=tmp_path / "logs",
+        "python main.py {n}",
+        {"n": [1, 2]},
+        metric="x",
+        hosts=HOSTS,
+        ssh_config=ssh_fleet.ssh_config,
+        script_dir=proj,
+        log_dir=tmp_path / "logs",
         on_record=lambda _r: None,
         on_event=lambda e: notes.append(e.text) if isinstance(e, Note) else None,
-    )  # fmt: skip
+    )
     assert res.ok, res
     assert [(r.result["x"], r.result["inside"]) for r in res.records] == [(2, True), (4, True)]
     downloads = {p: n for p, n in index.hits.items() if p.startswith("/files/")}
@@ -457,19 +513,28 @@ def test_peer_never_serves_an_environment_on_a_public_address(
     it serves nothing, the runner carries the pack, and the run says why."""
     proj = _project(tmp_path / "proj", index)
     inv = tmp_path / "fleet.toml"
-    inv.write_text('[[slices]]\nhosts = [{ address = "h0", internal_address = "100.64.0.1" }, '
-                   '"h1", "h2", "h3"]\n')  # fmt: skip
+    inv.write_text(
+        '[[slices]]\nhosts = [{ address = "h0", internal_address = "100.64.0.1" }, '
+        '"h1", "h2", "h3"]\n'
+    )
     seed_dir = ssh_fleet.hosts[0].home / ".multihost" / "seed"
     touched = seed_dir.stat().st_mtime_ns if seed_dir.is_dir() else None
     notes: list[tuple[str, str]] = []
     res = multihost.run(
-        CHECK, hosts=str(inv), ssh_config=ssh_fleet.ssh_config, script_dir=proj,
-        log_dir=tmp_path / "logs", stream="none", stage_via="peer",
+        CHECK,
+        hosts=str(inv),
+        ssh_config=ssh_fleet.ssh_config,
+        script_dir=proj,
+        log_dir=tmp_path / "logs",
+        stream="none",
+        stage_via="peer",
         on_event=lambda e: notes.append((e.level, e.text)) if isinstance(e, Note) else None,
-    )  # fmt: skip
+    )
     assert res.ok, res
-    said = ("s0/w0: its internal address 100.64.0.1 is not private, so it serves no "
-            "environment there: the runner sends it")  # fmt: skip
+    said = (
+        "s0/w0: its internal address 100.64.0.1 is not private, so it serves no "
+        "environment there: the runner sends it"
+    )
     assert ("warning", said) in notes
     env = _said([t for _, t in notes])
     assert f"installed on {N - 1} host(s)" in env
@@ -508,9 +573,12 @@ def test_requirements_cold_once_then_warm(
 # -- --stage-via gs://BUCKET (the bucket way) --------------------------------------------------
 @pytest.mark.parametrize("how", ["forced", "auto"])
 def test_bucket_the_builder_uploads_once_the_others_download(
-    ssh_fleet: loopback.Fleet, index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    ssh_fleet: loopback.Fleet,
+    index: Index,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     how: str,
-) -> None:  # fmt: skip
+) -> None:
     """The builder puts the pack in the bucket under its content name, once; every other host
     takes it from there (sha256-checked); the runner sends no pack bytes; one host talked to
     the index. Forced (``--stage-via gs://``) or chosen by auto (``--stage-bucket``, over the
@@ -589,15 +657,35 @@ def test_envs_lists_and_clean_removes_the_unused_keeps_the_running(
         d = homes[i] / "envs"
         return {p.name for p in d.iterdir() if p.is_dir() and len(p.name) == 32}
 
-    reach = ["--hosts", HOSTS, "--ssh-config", str(ssh_fleet.ssh_config), "--remote-dir",
-             f"~/{base}"]  # fmt: skip
+    reach = [
+        "--hosts",
+        HOSTS,
+        "--ssh-config",
+        str(ssh_fleet.ssh_config),
+        "--remote-dir",
+        f"~/{base}",
+    ]
     try:
-        res, _, _ = _run(ssh_fleet, first, tmp_path, cmd="true", run_name="old",
-                         remote_dir=f"~/{base}")  # fmt: skip
+        res, _, _ = _run(
+            ssh_fleet, first, tmp_path, cmd="true", run_name="old", remote_dir=f"~/{base}"
+        )
         assert res.ok, res
         (old_key,) = keys(0)
-        started = cli(["run", *reach, "--script-dir", str(second), "--log-dir", str(logs),
-                       "--run-name", "live", "--detach", "--cmd", "sleep 300"])  # fmt: skip
+        started = cli(
+            [
+                "run",
+                *reach,
+                "--script-dir",
+                str(second),
+                "--log-dir",
+                str(logs),
+                "--run-name",
+                "live",
+                "--detach",
+                "--cmd",
+                "sleep 300",
+            ]
+        )
         assert started.returncode == 0, started.stderr
         (live_key,) = keys(0) - {old_key}
         listed = cli(["envs", *reach, "--json"])
@@ -648,8 +736,9 @@ def test_builder_fetches_uv_with_its_own_pip(
 
     uv = uv_binary()
     assert uv is not None
-    version = subprocess.run([uv, "--version"], capture_output=True, text=True,
-                             check=True).stdout.split()[1]  # fmt: skip
+    version = subprocess.run(
+        [uv, "--version"], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
     real = Path(uv).read_bytes()
     tag = f"py3-none-manylinux_2_17_{platform.machine()}"
     wheel = index.add("uv", version, {f"uv-{version}.data/scripts/uv": real}, tag=tag)
@@ -662,8 +751,7 @@ def test_builder_fetches_uv_with_its_own_pip(
         for conf in confs:
             conf.parent.mkdir(parents=True, exist_ok=True)
             conf.write_text(f"[global]\nindex-url = {index.url}\n")
-        res, lines, notes = _run(ssh_fleet, proj, tmp_path, host_uv="fetch",
-                                 remote_dir=f"~/{base}")  # fmt: skip
+        res, lines, notes = _run(ssh_fleet, proj, tmp_path, host_uv="fetch", remote_dir=f"~/{base}")
         assert res.ok, res
         assert lines == ["True 3"] * N
         said = _said(notes)
@@ -699,8 +787,9 @@ def test_builder_without_uv_nor_a_pip_that_finds_it(
     try:
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text(f"[global]\nindex-url = {index.url}\n")
-        res, lines, _ = _run(ssh_fleet, proj, tmp_path, cmd="echo started", host_uv="fetch",
-                             remote_dir=f"~/{base}")  # fmt: skip
+        res, lines, _ = _run(
+            ssh_fleet, proj, tmp_path, cmd="echo started", host_uv="fetch", remote_dir=f"~/{base}"
+        )
         assert not res.ok
         assert lines == []
         error = res.hosts[0].error or ""

@@ -29,8 +29,9 @@ def _elf(machine: int, interp: bytes | None) -> bytes:
     struct.pack_into("<Q", head, 32, phoff)
     struct.pack_into("<HH", head, 54, phsize, 1)
     text = interp or b""
-    ph = struct.pack("<IIQQQQQQ", 3 if interp else 1, 4, phoff + phsize, 0, 0, len(text),
-                     len(text), 1)  # fmt: skip
+    ph = struct.pack(
+        "<IIQQQQQQ", 3 if interp else 1, 4, phoff + phsize, 0, 0, len(text), len(text), 1
+    )
     return bytes(head) + ph + text
 
 
@@ -41,20 +42,35 @@ def _macho(cpu: int) -> bytes:
 @pytest.mark.parametrize(
     ("data", "binary", "fits"),
     [
-        (_elf(0x3E, b"/lib64/ld-linux-x86-64.so.2\0"), Binary("linux", "x86_64", "glibc"),
-         {GLIBC: True, MUSL_HOST: False, ARM: False}),
-        (_elf(0x3E, b"/lib/ld-musl-x86_64.so.1\0"), Binary("linux", "x86_64", "musl"),
-         {GLIBC: False, MUSL_HOST: True, ARM: False}),
-        (_elf(0x3E, None), Binary("linux", "x86_64", "static"),
-         {GLIBC: True, MUSL_HOST: True, ARM: False}),
-        (_elf(0xB7, b"/lib/ld-linux-aarch64.so.1\0"), Binary("linux", "aarch64", "glibc"),
-         {GLIBC: False, MUSL_HOST: False, ARM: True}),
-        (_macho(0x0100000C), Binary("darwin", "aarch64"),
-         {GLIBC: False, MUSL_HOST: False, ARM: False}),
+        (
+            _elf(0x3E, b"/lib64/ld-linux-x86-64.so.2\0"),
+            Binary("linux", "x86_64", "glibc"),
+            {GLIBC: True, MUSL_HOST: False, ARM: False},
+        ),
+        (
+            _elf(0x3E, b"/lib/ld-musl-x86_64.so.1\0"),
+            Binary("linux", "x86_64", "musl"),
+            {GLIBC: False, MUSL_HOST: True, ARM: False},
+        ),
+        (
+            _elf(0x3E, None),
+            Binary("linux", "x86_64", "static"),
+            {GLIBC: True, MUSL_HOST: True, ARM: False},
+        ),
+        (
+            _elf(0xB7, b"/lib/ld-linux-aarch64.so.1\0"),
+            Binary("linux", "aarch64", "glibc"),
+            {GLIBC: False, MUSL_HOST: False, ARM: True},
+        ),
+        (
+            _macho(0x0100000C),
+            Binary("darwin", "aarch64"),
+            {GLIBC: False, MUSL_HOST: False, ARM: False},
+        ),
         (b"MZ" + bytes(62), Binary("windows", ""), {GLIBC: False, ARM: False}),
         (b"#!/bin/sh\nexec uv\n", Binary("unknown", ""), {GLIBC: False}),
     ],
-)  # fmt: skip
+)
 def test_what_a_binary_runs_on(
     tmp_path: Path, data: bytes, binary: Binary, fits: dict[tuple[str, str, str], bool]
 ) -> None:
@@ -74,8 +90,10 @@ def test_the_runners_own_uv_fits_this_machine() -> None:
 
 
 def _probe(machine: str = "x86_64", libc: str = "glibc-2.36", uv: str = "none") -> Probe:
-    line = (f"key={'k' * 32} state=absent python=3.11.2 impl=cpython exe=/usr/bin/python3 "
-            f"machine={machine} envs=/h/.multihost/envs uv={uv} os=linux libc={libc}")  # fmt: skip
+    line = (
+        f"key={'k' * 32} state=absent python=3.11.2 impl=cpython exe=/usr/bin/python3 "
+        f"machine={machine} envs=/h/.multihost/envs uv={uv} os=linux libc={libc}"
+    )
     return Probe.parse(Host(address="127.0.0.1", process_id=0), line)
 
 
@@ -89,6 +107,8 @@ def test_builder_gets_the_runners_uv_only_where_it_runs() -> None:
     asked = RunnerUv("/u/uv", "0.13.9", Binary("linux", "x86_64", "glibc"), fetch=True)
     assert not asked.ships_to(_probe())  # --host-uv fetch
     assert not RunnerUv(None, "0.13.9", Binary("unknown", ""), fetch=False).ships_to(_probe())
-    old = Probe.parse(Host(address="h", process_id=0), "key=k state=absent python=3.11.2 "
-                      "exe=/p machine=x86_64 envs=/e uv=none")  # fmt: skip
+    old = Probe.parse(
+        Host(address="h", process_id=0),
+        "key=k state=absent python=3.11.2 exe=/p machine=x86_64 envs=/e uv=none",
+    )
     assert (old.os, old.libc) == ("linux", "")  # a probe line without them: not glibc

@@ -79,9 +79,10 @@ def test_stop_and_start_host_keeps_jobs(ssh_fleet: Fleet) -> None:
     )
     try:
         wait_for(  # the session is up once its command runs on the host
-            lambda: any("sleep 60" in cmd for _, cmd in ssh_fleet.user_processes(i)), 10,
+            lambda: any("sleep 60" in cmd for _, cmd in ssh_fleet.user_processes(i)),
+            10,
             "the ssh session's command",
-        )  # fmt: skip
+        )
         ssh_fleet.stop_host(i)
         assert session.wait(timeout=10) == 255
         assert "Connection refused" in _ssh(ssh_fleet, h.alias, "true").stderr

@@ -29,12 +29,17 @@ DAY = 86400.0
 
 
 def _sh(command: str, home: Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["sh", "-c", command], capture_output=True, timeout=60,
-                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return subprocess.run(
+        ["sh", "-c", command],
+        capture_output=True,
+        timeout=60,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+    )
 
 
-def _store(home: Path, mode: str = "list", age: float = 0.0, gone: tuple[str, ...] = ()
-           ) -> EnvStore:  # fmt: skip
+def _store(
+    home: Path, mode: str = "list", age: float = 0.0, gone: tuple[str, ...] = ()
+) -> EnvStore:
     res = _sh(store_command("~/.mh", mode, age, gone), home)
     assert res.returncode == 0, res.stderr
     return parse_store(HOST, res.stdout.decode())
@@ -66,8 +71,10 @@ def _run_dir(runs: Path, name: str, *, key: str, via: str, finished: bool) -> No
     if via == "envkey":
         (d / "envkey").write_text(key + "\n")
     else:
-        (d / "job.sh").write_text(f"cd ~/.mh/code/c || exit 126\nexport MULTIHOST_ENV="
-                                  f"{runs.parent}/envs/{key}\nexec sh -c true\n")  # fmt: skip
+        (d / "job.sh").write_text(
+            f"cd ~/.mh/code/c || exit 126\nexport MULTIHOST_ENV="
+            f"{runs.parent}/envs/{key}\nexec sh -c true\n"
+        )
     if finished:
         (d / "exit").write_text("0\n")
 
@@ -154,8 +161,13 @@ def test_probe_records_the_key_in_the_run_and_release_undoes_the_claim(tmp_path:
     home = tmp_path
     paths = Paths("~/.mh", "~/.mh/code/c", "~/.mh/runs/r1")
     assert _sh(claim_command(paths), home).returncode == 0
-    probe = script(PROBE, paths={"b": paths.base, "r": paths.run}, lock="L", ruv="0.13.9",
-                   probe=python_source("env_probe"))  # fmt: skip
+    probe = script(
+        PROBE,
+        paths={"b": paths.base, "r": paths.run},
+        lock="L",
+        ruv="0.13.9",
+        probe=python_source("env_probe"),
+    )
     said = Probe.parse(HOST, _sh(probe, home).stdout.decode())
     run = home / ".mh" / "runs" / "r1"
     assert (run / "envkey").read_text() == said.key + "\n"
@@ -176,8 +188,14 @@ def project(tmp_path: Path) -> Iterator[Path]:
 
 def test_local_envs_listing_then_clean(home: Path, project: Path) -> None:
     logs = home / "logs"
-    res = multihost.run("python -c 'import tinya'", local=1, script_dir=project, log_dir=logs,
-                        stream="none", run_name="r1")  # fmt: skip
+    res = multihost.run(
+        "python -c 'import tinya'",
+        local=1,
+        script_dir=project,
+        log_dir=logs,
+        stream="none",
+        run_name="r1",
+    )
     assert res.ok, res
     listed = cli(["envs", "--local", "1", "--json"], HOME=str(home))
     assert listed.returncode == 0, listed.stderr

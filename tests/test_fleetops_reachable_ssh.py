@@ -40,14 +40,21 @@ async def test_internal_only_hosts_are_said_after_their_first_try(
     has tried once: long before the wait ends."""
     hint = "the worker has only an internal address: reach it with --tunnel-through-iap"
     port = ssh_fleet.hosts[0].port
-    fleet = Fleet.from_slices([[Host("127.1.0.9", port=port, reach_hint=hint),
-                                Host("127.1.0.10", port=port, reach_hint=hint)]])  # fmt: skip
+    fleet = Fleet.from_slices(
+        [
+            [
+                Host("127.1.0.9", port=port, reach_hint=hint),
+                Host("127.1.0.10", port=port, reach_hint=hint),
+            ]
+        ]
+    )
     said: list[str] = []
     reached = await wait_reachable(fleet, SSHOptions(), 0.5, said.append, limit=4, poll=0.1)
     assert reached.accepted == 0
     assert not reached.refused
-    assert said[0] == (f"s0/w0-1 (127.1.0.9, 127.1.0.10) do not answer; {hint} "
-                       "(still waiting, up to 0 s)")  # fmt: skip
+    assert said[0] == (
+        f"s0/w0-1 (127.1.0.9, 127.1.0.10) do not answer; {hint} (still waiting, up to 0 s)"
+    )
     assert said[-1].startswith("accepted by 0/2 workers"), said
 
 
@@ -55,8 +62,9 @@ def test_login_name_is_the_hosts_then_the_ssh_configs(
     ssh_fleet: loopback.Fleet, tmp_path: Path
 ) -> None:
     config = tmp_path / "ssh_config"
-    config.write_text("Host 10.0.0.2\n  User ann\nHost 10.0.0.*\n  User bob\n"
-                      "Match host 10.0.1.5\n  User cy\n")  # fmt: skip
+    config.write_text(
+        "Host 10.0.0.2\n  User ann\nHost 10.0.0.*\n  User bob\nMatch host 10.0.1.5\n  User cy\n"
+    )
     options = SSHOptions(config=(config,))
     assert login_name(Host("10.0.0.2"), options) == "ann"
     assert login_name(Host("10.0.0.3"), options) == "bob"

@@ -73,28 +73,43 @@ def test_cli_logs_gather(code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     cmd = 'echo start; echo "rank $((JAX_PROCESS_ID % 2))"; echo end'
-    result = multihost.run(cmd, local=4, script_dir=code, log_dir=tmp_path / "logs",
-                           run_name="g", stream="none")  # fmt: skip
+    result = multihost.run(
+        cmd, local=4, script_dir=code, log_dir=tmp_path / "logs", run_name="g", stream="none"
+    )
     assert result.ok
     env = {"HOME": str(home), "PYTHONPATH": str(REPO)}
     res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather"], **env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == [
-        "[s0/w0-3] ×4", "  start",
-        "  [s0/w0,s0/w2] ×2", "    rank 0", "    end",
-        "  [s0/w1,s0/w3] ×2", "    rank 1", "    end",
-    ]  # fmt: skip
-    res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--json",
-               "--tail", "1"], **env)  # fmt: skip
+        "[s0/w0-3] ×4",
+        "  start",
+        "  [s0/w0,s0/w2] ×2",
+        "    rank 0",
+        "    end",
+        "  [s0/w1,s0/w3] ×2",
+        "    rank 1",
+        "    end",
+    ]
+    res = cli(
+        ["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--json", "--tail", "1"],
+        **env,
+    )
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["truncated"] == {f"s0/w{i}": 3 for i in range(4)}
-    assert data["groups"] == [{"hosts": "s0/w0-3", "count": 4, "depth": 0, "lines": ["end"],
-                               "host_names": [f"s0/w{i}" for i in range(4)]}]  # fmt: skip
-    res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--tail", "1"],
-              **env)  # fmt: skip
+    assert data["groups"] == [
+        {
+            "hosts": "s0/w0-3",
+            "count": 4,
+            "depth": 0,
+            "lines": ["end"],
+            "host_names": [f"s0/w{i}" for i in range(4)],
+        }
+    ]
+    res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--tail", "1"], **env)
     assert "had more" in res.stderr
-    res = cli(["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--host", "s0/w1"],
-              **env)  # fmt: skip
+    res = cli(
+        ["logs", "g", "--log-dir", str(tmp_path / "logs"), "--gather", "--host", "s0/w1"], **env
+    )
     assert res.returncode == 2
     assert "--gather" in res.stderr

@@ -17,8 +17,12 @@ from tests.clitools import cli, fleet_run_args, host_logs, no_processes, wait_fo
 
 POD_SCRIPT = Path(__file__).parent / "fixtures" / "pod_script" / "shardings.py"
 SMALL = "-d 64 -b 8 -n 2"  # MaxText's defaults need ~43 GB: small sizes on CPU
-RUN_ENV = {"JAX_PROCESS_ID": "1", "JAX_PROCESS_COUNT": "4", "MULTIHOST_RUN": "r",
-           "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234"}  # fmt: skip
+RUN_ENV = {
+    "JAX_PROCESS_ID": "1",
+    "JAX_PROCESS_COUNT": "4",
+    "MULTIHOST_RUN": "r",
+    "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234",
+}
 
 
 def test_who_joins() -> None:
@@ -37,8 +41,21 @@ def test_no_jax_init_is_a_setting_that_reaches_the_hosts(tmp_path: Path) -> None
     base = {"cmd": "true", "local": 2, "log_dir": tmp_path, "script_dir": tmp_path}
     assert JOIN_ENV not in plan(Settings.of(base)).job.env
     assert plan(Settings.of({**base, "jax_init": False})).job.env[JOIN_ENV] == "0"
-    dry = cli(["run", "--local", "2", "--no-jax-init", "--dry-run", "--script-dir",
-               str(tmp_path), "--log-dir", str(tmp_path), "--cmd", "true"])  # fmt: skip
+    dry = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--no-jax-init",
+            "--dry-run",
+            "--script-dir",
+            str(tmp_path),
+            "--log-dir",
+            str(tmp_path),
+            "--cmd",
+            "true",
+        ]
+    )
     assert dry.returncode == 0, dry.stderr
     assert f"{JOIN_ENV}=0" in dry.stdout
 
@@ -50,9 +67,25 @@ def pod_script(code: Path) -> Path:
 
 
 def _local(code: Path, logs: Path, run: str, cmd: str, n: int, *extra: str) -> list[str]:
-    return ["run", "--local", str(n), "--script-dir", str(code), "--log-dir", str(logs),
-            "--run-name", run, "--env", "JAX_PLATFORMS=cpu", "--env", "JAX_NUM_CPU_DEVICES=2",
-            "--no-fail-fast", *extra, "--cmd", cmd]  # fmt: skip
+    return [
+        "run",
+        "--local",
+        str(n),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--run-name",
+        run,
+        "--env",
+        "JAX_PLATFORMS=cpu",
+        "--env",
+        "JAX_NUM_CPU_DEVICES=2",
+        "--no-fail-fast",
+        *extra,
+        "--cmd",
+        cmd,
+    ]
 
 
 @pytest.mark.jax
@@ -117,10 +150,18 @@ def test_a_pod_script_runs_unmodified_on_a_fleet(  # type: ignore[no-untyped-def
     ssh_fleet, remote_jax, pod_script: Path, tmp_path: Path
 ) -> None:
     logs, n = tmp_path / "logs", 4
-    cmd = f"{remote_jax['PYTHON']} shardings.py --ici_data_parallelism 2 " \
-          f"--ici_fsdp_parallelism 4 {SMALL}"  # fmt: skip
-    env = ["--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--env", "JAX_PLATFORMS=cpu",
-           "--env", "JAX_NUM_CPU_DEVICES=2"]  # fmt: skip
+    cmd = (
+        f"{remote_jax['PYTHON']} shardings.py --ici_data_parallelism 2 "
+        f"--ici_fsdp_parallelism 4 {SMALL}"
+    )
+    env = [
+        "--env",
+        f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+        "--env",
+        "JAX_PLATFORMS=cpu",
+        "--env",
+        "JAX_NUM_CPU_DEVICES=2",
+    ]
     args = fleet_run_args(ssh_fleet, pod_script, logs, "fpod", cmd, n, *env)
     res = cli(args, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

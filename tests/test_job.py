@@ -24,10 +24,17 @@ from multihost.job.watch import HostView, Snapshot, Verdict, decide
 from multihost.remote.envsync import BUILD, INSTALL
 
 REC = JobRecord(
-    name="train", bucket="gs://bkt", tpu_type="v4-16", num_slices=2,
-    runtime_version="tpu-ubuntu2204-base", command="python payloads/train.py --x 'a b'",
-    code_hash="ab" * 32, zone="us-central2-b", capacity="spot", env=(("K", "v w"),),
-)  # fmt: skip
+    name="train",
+    bucket="gs://bkt",
+    tpu_type="v4-16",
+    num_slices=2,
+    runtime_version="tpu-ubuntu2204-base",
+    command="python payloads/train.py --x 'a b'",
+    code_hash="ab" * 32,
+    zone="us-central2-b",
+    capacity="spot",
+    env=(("K", "v w"),),
+)
 
 
 def test_record_round_trips_and_layout() -> None:
@@ -57,11 +64,26 @@ def test_bucket_check() -> None:
 
 def test_gcloud_command_lines() -> None:
     assert cloud.create_argv(REC, "/tmp/s.sh") == [
-        "compute", "tpus", "queued-resources", "create", "train-a0",
-        "--accelerator-type", "v4-16", "--runtime-version", "tpu-ubuntu2204-base",
-        "--node-count", "2", "--node-prefix", "train-a0", "--spot",
-        "--metadata-from-file", "startup-script=/tmp/s.sh", "--async", "--zone", "us-central2-b",
-    ]  # fmt: skip
+        "compute",
+        "tpus",
+        "queued-resources",
+        "create",
+        "train-a0",
+        "--accelerator-type",
+        "v4-16",
+        "--runtime-version",
+        "tpu-ubuntu2204-base",
+        "--node-count",
+        "2",
+        "--node-prefix",
+        "train-a0",
+        "--spot",
+        "--metadata-from-file",
+        "startup-script=/tmp/s.sh",
+        "--async",
+        "--zone",
+        "us-central2-b",
+    ]
     one = REC.evolve(num_slices=1, capacity="on-demand", zone=None, project="p")
     argv = cloud.create_argv(one, "f")
     assert argv[argv.index("--node-id") + 1] == "train-a0"
@@ -78,14 +100,20 @@ def test_real_gcloud_parses_the_create_line(tmp_path) -> None:  # type: ignore[n
     (tmp_path / "cfg").mkdir()
     with _refusing_api() as endpoint:  # answers at once: no connection retries
         env = {
-            "PATH": os.environ["PATH"], "CLOUDSDK_CONFIG": str(tmp_path / "cfg"),
-            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true", "CLOUDSDK_CORE_PROJECT": "p",
-            "CLOUDSDK_CORE_DISABLE_PROMPTS": "1", "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": endpoint,
-        }  # fmt: skip
+            "PATH": os.environ["PATH"],
+            "CLOUDSDK_CONFIG": str(tmp_path / "cfg"),
+            "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+            "CLOUDSDK_CORE_PROJECT": "p",
+            "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": endpoint,
+        }
         proc = subprocess.run(
             ["gcloud", *cloud.create_argv(REC, str(script))],
-            capture_output=True, text=True, timeout=60, env=env,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
     assert proc.returncode != 2, proc.stderr
     assert "unrecognized arguments" not in proc.stderr
     assert "refused by the test" in proc.stderr  # it got as far as sending the request
@@ -119,9 +147,13 @@ def _refusing_api() -> Iterator[str]:
 
 
 ENV_REC = REC.evolve(
-    env_lock="cd" * 32, env_select="--extra tpu --no-dev", env_requirements="a==1\nb'c==2 $x\n",
-    uv_url="gs://bkt/multihost/uv/" + "ef" * 32, uv_sha256="ef" * 32, uv_version="0.9.1",
-)  # fmt: skip
+    env_lock="cd" * 32,
+    env_select="--extra tpu --no-dev",
+    env_requirements="a==1\nb'c==2 $x\n",
+    uv_url="gs://bkt/multihost/uv/" + "ef" * 32,
+    uv_sha256="ef" * 32,
+    uv_version="0.9.1",
+)
 
 
 @pytest.mark.parametrize("rec", [REC, ENV_REC], ids=["plain", "locked-environment"])

@@ -36,14 +36,33 @@ def code_dir(tmp_path: Path, body: str = "print('hello')\n") -> Path:
 def multihost(cloud: Cloud, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "multihost", "job", *args],
-        env=cloud.env, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        env=cloud.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def submit_args(name: str, script_dir: Path, cmd: str, *extra: str) -> list[str]:
-    return ["submit", name, "--tpu-type", "v4-16", "--runtime-version", "tpu-ubuntu2204-base",
-            "--bucket", f"gs://{BUCKET}", "--script-dir", str(script_dir), "--cmd", cmd,
-            "--log-interval", "3", "--poll", "2", *extra]  # fmt: skip
+    return [
+        "submit",
+        name,
+        "--tpu-type",
+        "v4-16",
+        "--runtime-version",
+        "tpu-ubuntu2204-base",
+        "--bucket",
+        f"gs://{BUCKET}",
+        "--script-dir",
+        str(script_dir),
+        "--cmd",
+        cmd,
+        "--log-interval",
+        "3",
+        "--poll",
+        "2",
+        *extra,
+    ]
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -66,8 +85,11 @@ def watch_proc(cloud: Cloud, *args: str) -> subprocess.Popen[str]:
     """``multihost job ARGS`` in the background (for signals, or side by side)."""
     return subprocess.Popen(
         [sys.executable, "-m", "multihost", "job", *args],
-        env=cloud.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=cloud.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path) -> None:
@@ -75,9 +97,21 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
     a second job of the same code uploads nothing; stop leaves no process on its hosts."""
     code = code_dir(tmp_path)
     started = time.monotonic()
-    first = multihost(cloud, *submit_args(
-        "envjob", code, ENV_CMD, "--num-slices", "2", "--spot", "--env", "EXTRA=x y",
-        "--coordinator-port", "9123"))  # fmt: skip
+    first = multihost(
+        cloud,
+        *submit_args(
+            "envjob",
+            code,
+            ENV_CMD,
+            "--num-slices",
+            "2",
+            "--spot",
+            "--env",
+            "EXTRA=x y",
+            "--coordinator-port",
+            "9123",
+        ),
+    )
     assert first.returncode == 0, first.stderr
     assert "uploading code" in first.stderr
     assert "multihost job watch envjob" in first.stderr
@@ -99,8 +133,9 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
     wait_for(lambda: "envjob-a0" not in cloud.tpu.resources, 30, "envjob-a0 to be deleted")
     logs = {
         (s, w): parse_env(cloud.read(f"multihost/jobs/envjob/attempt-0/slice-{s}-worker-{w}.log"))
-        for s in (0, 1) for w in (0, 1)
-    }  # fmt: skip
+        for s in (0, 1)
+        for w in (0, 1)
+    }
     coordinator = logs[0, 0]["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[0]
     fleet = Fleet.from_slices([[Host(coordinator), Host("b")], [Host("c"), Host("d")]])
     job = Job(ENV_CMD, "envjob", {"EXTRA": "x y"}, coordinator_port=9123)
@@ -109,8 +144,10 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
         assert stack_dir.endswith(f"/attempt-0/slice-{s}-worker-{w}/hook"), stack_dir
         assert env.pop("HOOK") == f"{stack_dir}/sitecustomize.py"
     for host in fleet:
-        expected = host_env(host, fleet, job, {}) | {"MULTIHOST_JOB": "envjob",
-                                                     "MULTIHOST_ATTEMPT": "0"}  # fmt: skip
+        expected = host_env(host, fleet, job, {}) | {
+            "MULTIHOST_JOB": "envjob",
+            "MULTIHOST_ATTEMPT": "0",
+        }
         assert logs[host.slice_id, host.worker_id] == expected
     for s in (0, 1):
         for w in (0, 1):
@@ -133,11 +170,14 @@ def test_failures_are_named_at_once_and_not_retried(cloud: Cloud, tmp_path: Path
     fetch that cannot work (named within --start-timeout)."""
     cloud.break_storage("dark-a0")
     fails = 'if [ "$MULTIHOST_WORKER_ID" = 1 ]; then echo boom; exit 3; fi; sleep 300'
-    bad = watch_proc(cloud, *submit_args(
-        "bad", code_dir(tmp_path / "a"), fails, "--max-restarts", "2", "--watch"))  # fmt: skip
+    bad = watch_proc(
+        cloud,
+        *submit_args("bad", code_dir(tmp_path / "a"), fails, "--max-restarts", "2", "--watch"),
+    )
     unique = code_dir(tmp_path / "b", f"print({time.time()!r})\n")  # in no host's cache
-    dark = watch_proc(cloud, *submit_args(
-        "dark", unique, "true", "--start-timeout", "8", "--watch"))  # fmt: skip
+    dark = watch_proc(
+        cloud, *submit_args("dark", unique, "true", "--start-timeout", "8", "--watch")
+    )
     try:
         _, bad_err = bad.communicate(timeout=150)
         _, dark_err = dark.communicate(timeout=150)
@@ -163,14 +203,41 @@ def test_failures_are_named_at_once_and_not_retried(cloud: Cloud, tmp_path: Path
         ["--tpu-type", "tpu16", "--bucket", "gs://mh-test", "--cmd", "true", "ok"],
         ["--tpu-type", "v4-16", "--bucket", "s3://x", "--cmd", "true", "ok"],
         ["--tpu-type", "v4-16", "--bucket", "gs://mh-test", "--cmd", "true", "--env", "1=2", "ok"],
-        ["--tpu-type", "v4-16", "--bucket", "gs://mh-test", "--cmd", "true", "--spot",
-         "--reserved", "ok"],
-        ["--tpu-type", "v4-16", "--bucket", "gs://mh-test", "--cmd", "true",
-         "--script-dir", "/nonexistent", "ok"],
-        ["--tpu-type", "v4-16", "--bucket", "gs://mh-test", "--cmd", "true",
-         "--num-slices", "0", "ok"],
+        [
+            "--tpu-type",
+            "v4-16",
+            "--bucket",
+            "gs://mh-test",
+            "--cmd",
+            "true",
+            "--spot",
+            "--reserved",
+            "ok",
+        ],
+        [
+            "--tpu-type",
+            "v4-16",
+            "--bucket",
+            "gs://mh-test",
+            "--cmd",
+            "true",
+            "--script-dir",
+            "/nonexistent",
+            "ok",
+        ],
+        [
+            "--tpu-type",
+            "v4-16",
+            "--bucket",
+            "gs://mh-test",
+            "--cmd",
+            "true",
+            "--num-slices",
+            "0",
+            "ok",
+        ],
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_and_creates_nothing(cloud: Cloud, bad: list[str]) -> None:
     before = cloud.objects("multihost/")
     done = multihost(cloud, "submit", "--runtime-version", "v", *bad)

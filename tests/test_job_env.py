@@ -63,9 +63,20 @@ def test_locked_job_builds_once_and_a_preempted_attempt_takes_it_from_the_bucket
     take the pack from the bucket; after a preemption, attempt 1 on hosts without it takes it
     from the bucket too and the index sees nothing; the command runs in the environment."""
     cmd = f'{CHECK}; [ "$MULTIHOST_ATTEMPT" = 1 ] || sleep 300'
-    proc = watch_proc(cloud, *submit_args(
-        "lock", project, cmd, "--num-slices", "2", "--spot", "--max-restarts", "1", "--watch",
-    ))  # fmt: skip
+    proc = watch_proc(
+        cloud,
+        *submit_args(
+            "lock",
+            project,
+            cmd,
+            "--num-slices",
+            "2",
+            "--spot",
+            "--max-restarts",
+            "1",
+            "--watch",
+        ),
+    )
     wiped: list[Path] = []
     try:
         logs = wait_for(lambda: _all_checked(cloud, "lock", 0), 180, "attempt 0 to run")
@@ -118,8 +129,10 @@ def test_a_failing_build_stops_every_worker_at_once(
     marker; the other workers stop on it without waiting out --env-wait (no watch here, so
     nothing deletes the resource under them); each exits 121, and the watch names it."""
     index.down = True
-    done = multihost(cloud, *submit_args("broken", project, "echo started", "--num-slices", "2",
-                                         "--env-wait", "600"))  # fmt: skip
+    done = multihost(
+        cloud,
+        *submit_args("broken", project, "echo started", "--num-slices", "2", "--env-wait", "600"),
+    )
     assert done.returncode == 0, done.stderr
 
     def exits() -> list[str] | None:

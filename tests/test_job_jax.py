@@ -36,24 +36,57 @@ def _result(text: str) -> dict[str, object]:
 def test_shardings_job_matches_run(
     cloud: Cloud, remote_jax: dict[str, str], tmp_path: Path
 ) -> None:
-    done = multihost(cloud, *submit_args(
-        "jaxjob", PAYLOADS, f"{remote_jax['PYTHON']} {SHARDINGS}",
-        "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
-        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}",
-        "--coordinator-port", str(free_port()), "--watch"), timeout=300)  # fmt: skip
+    done = multihost(
+        cloud,
+        *submit_args(
+            "jaxjob",
+            PAYLOADS,
+            f"{remote_jax['PYTHON']} {SHARDINGS}",
+            "--env",
+            "JAX_NUM_CPU_DEVICES=2",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--env",
+            f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+            "--coordinator-port",
+            str(free_port()),
+            "--watch",
+        ),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert record(cloud, "jaxjob")["code_hash"] == pack(PAYLOADS).digest  # the hash `run` stages
-    job = [_result(cloud.read(f"multihost/jobs/jaxjob/attempt-0/slice-0-worker-{w}.log"))
-           for w in (0, 1)]  # fmt: skip
+    job = [
+        _result(cloud.read(f"multihost/jobs/jaxjob/attempt-0/slice-0-worker-{w}.log"))
+        for w in (0, 1)
+    ]
     assert sorted(r["process_index"] for r in job) == [0, 1]  # type: ignore[type-var]
     assert job[0]["num_devices"] == 4
     local = cli(
-        ["run", "--local", "2", "--script-dir", str(PAYLOADS), "--log-dir", str(tmp_path),
-         "--run-name", "loc", "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
-         "--coordinator-port", str(free_port()), "--timeout", "240",
-         "--cmd", f"{sys.executable} {SHARDINGS}"],
-        timeout=300, HOME=str(tmp_path / "home"),
-    )  # fmt: skip
+        [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            str(PAYLOADS),
+            "--log-dir",
+            str(tmp_path),
+            "--run-name",
+            "loc",
+            "--env",
+            "JAX_NUM_CPU_DEVICES=2",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--coordinator-port",
+            str(free_port()),
+            "--timeout",
+            "240",
+            "--cmd",
+            f"{sys.executable} {SHARDINGS}",
+        ],
+        timeout=300,
+        HOME=str(tmp_path / "home"),
+    )
     assert local.returncode == 0, local.stderr[-3000:]
     ran = [_result(t) for t in host_logs(tmp_path, "loc").values()]
     assert {r["checksum"] for r in job} == {r["checksum"] for r in ran}
@@ -82,16 +115,33 @@ def test_preempted_training_resumes_from_its_checkpoint(
     second watch sees the preemption in the middle of training, creates attempt 1
     (MULTIHOST_ATTEMPT=1), which resumes at the last checkpoint and finishes; attempt 0's logs
     are kept; the job ends exit 0 with its resource deleted."""
-    train = (f"{remote_jax['PYTHON']} train.py --model mlp --d_model 32 --d_ff 64 "
-             f"--num_layers 1 --dtype f32 --steps 24 --warmup 0 -if 2 "
-             f"--checkpoint-dir {shared_dir} --checkpoint-every 2")  # fmt: skip
+    train = (
+        f"{remote_jax['PYTHON']} train.py --model mlp --d_model 32 --d_ff 64 "
+        f"--num_layers 1 --dtype f32 --steps 24 --warmup 0 -if 2 "
+        f"--checkpoint-dir {shared_dir} --checkpoint-every 2"
+    )
     # attempt 0 is slowed down, so that the preemption comes in the middle of it
     slow = "--step_sleep $((MULTIHOST_ATTEMPT == 0))"
     cmd = f'echo "attempt=$MULTIHOST_ATTEMPT"; exec {train} {slow}'
-    first = watch_proc(cloud, *submit_args(
-        "tr", PAYLOADS, cmd, "--env", "JAX_NUM_CPU_DEVICES=1", "--env", "JAX_PLATFORMS=cpu",
-        "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(free_port()),
-        "--max-restarts", "1", "--watch"))  # fmt: skip
+    first = watch_proc(
+        cloud,
+        *submit_args(
+            "tr",
+            PAYLOADS,
+            cmd,
+            "--env",
+            "JAX_NUM_CPU_DEVICES=1",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--env",
+            f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+            "--coordinator-port",
+            str(free_port()),
+            "--max-restarts",
+            "1",
+            "--watch",
+        ),
+    )
     second = None
     try:
         ran = wait_for(lambda: started_times(cloud, "tr", 0, 2), 120, "attempt 0 to run")
@@ -116,8 +166,11 @@ def test_preempted_training_resumes_from_its_checkpoint(
             if proc is not None:
                 proc.kill()
     submit_to_running = max(ran) - record(cloud, "tr")["created_at"]
-    print(f"submit→all running {submit_to_running:.1f}s; preemption→attempt 1 running "
-          f"{max(again) - preempted_at:.1f}s", file=sys.stderr)  # fmt: skip
+    print(
+        f"submit→all running {submit_to_running:.1f}s; preemption→attempt 1 running "
+        f"{max(again) - preempted_at:.1f}s",
+        file=sys.stderr,
+    )
     assert second.returncode == 0, err
     assert re.search(r"preempted \(SUSPEND(ING|ED)\) in attempt 0", err)
     assert "s0/w0 | attempt=1" in out

@@ -40,8 +40,9 @@ def _plant(logs: Path, name: str, data: bytes | None) -> None:
 @pytest.mark.parametrize("command", ["status", "watch", "logs", "stop"])
 def test_corrupt_record_is_one_line_exit_2(tmp_path: Path, kind: str, command: str) -> None:
     _plant(tmp_path, "train", CORRUPT[kind])
-    done = cli(["job", command, "train"], MULTIHOST_LOG_DIR=str(tmp_path),
-               MULTIHOST_GCLOUD="/bin/false")  # fmt: skip
+    done = cli(
+        ["job", command, "train"], MULTIHOST_LOG_DIR=str(tmp_path), MULTIHOST_GCLOUD="/bin/false"
+    )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
@@ -98,10 +99,13 @@ def test_record_reader_refuses_odd_records() -> None:
         ("ERROR: (gcloud.x) RESOURCE_EXHAUSTED: Quota exceeded (429)", "transient"),
         ("ERROR: (gcloud.x) PERMISSION_DENIED: caller does not have permission", "denied"),
         ("ERROR: (gcloud.storage.objects.list) gs://nobucket not found: 404.", "no-bucket"),
-        ("ERROR: (gcloud.x) NOT_FOUND: queued resource x not found. This command is "
-         "unauthenticated because the [auth/disable_credentials] property is True", "other"),
+        (
+            "ERROR: (gcloud.x) NOT_FOUND: queued resource x not found. This command is "
+            "unauthenticated because the [auth/disable_credentials] property is True",
+            "other",
+        ),
     ],
-)  # fmt: skip
+)
 def test_classify(text: str, kind: str) -> None:
     assert classify(text) == kind
 
@@ -168,8 +172,21 @@ def test_parse_secrets() -> None:
 
 
 def test_submit_refuses_bad_secrets_before_any_cloud_call(tmp_path: Path) -> None:
-    base = ["job", "submit", "j", "--tpu-type", "v4-16", "--runtime-version", "v",
-            "--bucket", "gs://bkt", "--script-dir", str(tmp_path), "--cmd", "true"]  # fmt: skip
+    base = [
+        "job",
+        "submit",
+        "j",
+        "--tpu-type",
+        "v4-16",
+        "--runtime-version",
+        "v",
+        "--bucket",
+        "gs://bkt",
+        "--script-dir",
+        str(tmp_path),
+        "--cmd",
+        "true",
+    ]
     for extra in (["--secret", "K"], ["--secret", "K=a", "--env", "K=v"]):
         done = cli([*base, *extra], MULTIHOST_LOG_DIR=str(tmp_path), MULTIHOST_GCLOUD="/bin/false")
         assert done.returncode == 2, done.stderr

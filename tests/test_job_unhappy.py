@@ -25,8 +25,11 @@ pytestmark = pytest.mark.slow
 def watch(cloud: Cloud, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "multihost", "job", "watch", *args],
-        env=env or cloud.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env or cloud.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def creates(cloud: Cloud) -> list[str]:
@@ -49,12 +52,14 @@ def test_watch_outlasts_a_flaky_window_with_a_preemption_inside(
     retries are what carries it), a preemption in the middle: one warning for the episode,
     exactly one new attempt, and the job ends 0."""
     cmd = 'if [ "$MULTIHOST_ATTEMPT" = 0 ]; then sleep 300; fi; echo done-$MULTIHOST_ATTEMPT'
-    sub = multihost(cloud, *submit_args("flaky", code_dir(tmp_path), cmd, "--spot",
-                                        "--max-restarts", "2"))  # fmt: skip
+    sub = multihost(
+        cloud, *submit_args("flaky", code_dir(tmp_path), cmd, "--spot", "--max-restarts", "2")
+    )
     assert sub.returncode == 0, sub.stderr
     wait_for(lambda: started_times(cloud, "flaky", 0, 2), 60, "attempt 0 to run")
-    proc = watch(cloud, "flaky", "--poll", "1", "--control-plane-timeout", "120",
-                 env=cloud.faulty_env)  # fmt: skip
+    proc = watch(
+        cloud, "flaky", "--poll", "1", "--control-plane-timeout", "120", env=cloud.faulty_env
+    )
     try:
         n = len(cloud.tpu.requests)
         wait_for(lambda: len(cloud.tpu.requests) > n, 30, "the watch to poll")
@@ -67,8 +72,11 @@ def test_watch_outlasts_a_flaky_window_with_a_preemption_inside(
         if proc.poll() is None:
             proc.kill()
     took = time.monotonic() - started
-    print(f"flaky window 35 s with a preemption: watch ended {took:.1f} s after it began; "
-          f"{len(cloud.faults.injected)} requests failed", file=sys.stderr)  # fmt: skip
+    print(
+        f"flaky window 35 s with a preemption: watch ended {took:.1f} s after it began; "
+        f"{len(cloud.faults.injected)} requests failed",
+        file=sys.stderr,
+    )
     assert proc.returncode == 0, err
     assert creates(cloud) == ["flaky-a0", "flaky-a1"]
     assert err.count("the control plane is failing") == 1, err
@@ -124,10 +132,18 @@ def test_resource_deleted_before_active_is_not_a_preemption(cloud: Cloud, tmp_pa
 
 def watch_submit(cloud: Cloud, name: str, code: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "multihost", "job",
-         *submit_args(name, code, "python3 main.py", "--watch", "--poll", "1", *extra)],
-        env=cloud.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "multihost",
+            "job",
+            *submit_args(name, code, "python3 main.py", "--watch", "--poll", "1", *extra),
+        ],
+        env=cloud.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _holding(value: bytes, roots: list[Path]) -> list[str]:
@@ -135,7 +151,7 @@ def _holding(value: bytes, roots: list[Path]) -> list[str]:
     roots = [r for r in roots if r.exists()]
     done = subprocess.run(
         ["grep", "-rlsaF", "--", value.decode(), *map(str, roots)], capture_output=True, text=True
-    )  # fmt: skip
+    )
     return done.stdout.splitlines()
 
 
@@ -147,8 +163,16 @@ def test_secret_is_in_the_jobs_environment_and_on_no_disk(cloud: Cloud, tmp_path
     value = f"tok-{uuid.uuid4().hex}".encode()
     cloud.secrets.values["api-token"] = value
     cmd = 'printf %s "$API_TOKEN" | sha256sum'
-    good = watch_submit_cmd(cloud, "sec", tmp_path / "a", cmd, "--secret", "API_TOKEN=api-token",
-                            "--env", "PLAIN=not-secret")  # fmt: skip
+    good = watch_submit_cmd(
+        cloud,
+        "sec",
+        tmp_path / "a",
+        cmd,
+        "--secret",
+        "API_TOKEN=api-token",
+        "--env",
+        "PLAIN=not-secret",
+    )
     bad = watch_submit_cmd(cloud, "nosec", tmp_path / "b", cmd, "--secret", "API_TOKEN=absent")
     out, err = ended(good, 180)
     _, bad_err = ended(bad, 180)
@@ -189,10 +213,18 @@ def watch_submit_cmd(
     cloud: Cloud, name: str, where: Path, cmd: str, *extra: str
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "multihost", "job",
-         *submit_args(name, code_dir(where), cmd, "--watch", "--poll", "1", *extra)],
-        env=cloud.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "multihost",
+            "job",
+            *submit_args(name, code_dir(where), cmd, "--watch", "--poll", "1", *extra),
+        ],
+        env=cloud.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_detached_watch_is_seen_by_status_and_resumes_a_preemption(
@@ -201,8 +233,9 @@ def test_detached_watch_is_seen_by_status_and_resumes_a_preemption(
     """``job watch --detach`` keeps watching with no terminal; ``job status`` says so (and
     says when nothing watches); the detached watch resumes a preemption and ends with it."""
     cmd = 'if [ "$MULTIHOST_ATTEMPT" = 0 ]; then sleep 300; fi; echo done-$MULTIHOST_ATTEMPT'
-    sub = multihost(cloud, *submit_args("bg", code_dir(tmp_path), cmd, "--spot",
-                                        "--max-restarts", "1"))  # fmt: skip
+    sub = multihost(
+        cloud, *submit_args("bg", code_dir(tmp_path), cmd, "--spot", "--max-restarts", "1")
+    )
     assert sub.returncode == 0, sub.stderr
     st = multihost(cloud, "status", "bg")
     assert "nothing watches this job from here" in st.stdout, st.stdout

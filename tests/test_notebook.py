@@ -59,9 +59,12 @@ def test_notebook(code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     nb.cells = [nbformat.v4.new_code_cell(setup + CELLS[0])]
     nb.cells += [nbformat.v4.new_code_cell(src) for src in CELLS[1:]]
     client = nbclient.NotebookClient(
-        nb, kernel_name="python3", timeout=60, allow_errors=True,
+        nb,
+        kernel_name="python3",
+        timeout=60,
+        allow_errors=True,
         resources={"metadata": {"path": str(tmp_path)}},
-    )  # fmt: skip
+    )
     client.execute()
     ran, called, raised = nb.cells[1], nb.cells[2], nb.cells[3]
 

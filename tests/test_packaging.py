@@ -40,14 +40,27 @@ def _source_files() -> list[str]:
     """The checkout's files as git sees them (tracked and not ignored), else every file."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
-             "--exclude-standard"],
-            capture_output=True, check=True, timeout=60,
-        ).stdout  # fmt: skip
+            [
+                "git",
+                "-C",
+                str(REPO),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
         return [n for n in out.decode().split("\0") if n and (REPO / n).is_file()]
     except (OSError, subprocess.SubprocessError):  # an unpacked sdist: no git
-        return [str(p.relative_to(REPO)) for p in REPO.rglob("*")
-                if p.is_file() and "__pycache__" not in p.parts]  # fmt: skip
+        return [
+            str(p.relative_to(REPO))
+            for p in REPO.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +74,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         shutil.copy2(REPO / name, src / name)
     res = subprocess.run(
         [sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(src)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (wheel,) = (tmp / "dist").glob("*.whl")
     (sdist,) = (tmp / "dist").glob("*.tar.gz")
@@ -94,8 +109,15 @@ def test_the_sdist_can_run_its_tests(built: Built) -> None:
     kept = ("tests/", "payloads/", "benchmarks/", "docs/")
     needed = [n for n in _source_files() if n.startswith(kept)]
     assert set(needed) <= names, sorted(set(needed) - names)
-    assert {"tests/conftest.py", "tests/fleet.py", "tests/clitools.py", "LICENSE",
-            "pyproject.toml", "README.md", "mkdocs.yml"} <= names  # fmt: skip
+    assert {
+        "tests/conftest.py",
+        "tests/fleet.py",
+        "tests/clitools.py",
+        "LICENSE",
+        "pyproject.toml",
+        "README.md",
+        "mkdocs.yml",
+    } <= names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
@@ -110,25 +132,60 @@ def test_the_installed_payload_is_staged(built: Built, tmp_path: Path) -> None:
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site), "HOME": str(tmp_path)}
     res = subprocess.run(
-        [sys.executable, "-m", "multihost", "run", "--local", "2", "--payload", "shardings",
-         "--python", "python3", "--dry-run", "--", "-d", "2048", "--tag", "a b"],
-        capture_output=True, text=True, timeout=60, cwd=work, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "multihost",
+            "run",
+            "--local",
+            "2",
+            "--payload",
+            "shardings",
+            "--python",
+            "python3",
+            "--dry-run",
+            "--",
+            "-d",
+            "2048",
+            "--tag",
+            "a b",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=work,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     assert f": {len(PAYLOAD_FILES)} files," in res.stdout.splitlines()[0]
     assert "exec sh -c 'python3 shardings.py -d 2048 --tag '\"'\"'a b'\"'\"''" in res.stdout
     where = subprocess.run(
         [sys.executable, "-c", "import multihost.bundled as b; print(b.payloads_dir())"],
-        capture_output=True, text=True, timeout=60, cwd=work, env=env, check=True,
-    ).stdout.strip()  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=work,
+        env=env,
+        check=True,
+    ).stdout.strip()
     assert where == str(site / "multihost" / "payloads")
 
 
 def test_payload_needs_no_script_dir_and_takes_args_only_after_dashes(tmp_path: Path) -> None:
     from tests.clitools import cli
 
-    bad = cli(["run", "--local", "1", "--payload", "shardings", "--script-dir", str(tmp_path),
-               "--dry-run"])  # fmt: skip
+    bad = cli(
+        [
+            "run",
+            "--local",
+            "1",
+            "--payload",
+            "shardings",
+            "--script-dir",
+            str(tmp_path),
+            "--dry-run",
+        ]
+    )
     assert bad.returncode == 2
     assert "--payload stages the payloads that ship with multihost" in bad.stderr
     stray = cli(["run", "--local", "1", "--cmd", "true", "--dry-run", "--", "-d", "8"])

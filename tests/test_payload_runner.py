@@ -39,11 +39,30 @@ def _check_same(results: list[dict[str, Any]], processes: int) -> dict[str, Any]
 
 def _local(tmp_path: Path, run: str, cmd: str, n: int = 4) -> list[dict[str, Any]]:
     res = cli(
-        ["run", "--local", str(n), "--script-dir", str(REPO), "--log-dir", str(tmp_path),
-         "--run-name", run, "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
-         "--coordinator-port", str(free_port()), "--timeout", "240", "--cmd", cmd],
-        timeout=300, HOME=str(tmp_path / "home"),
-    )  # fmt: skip
+        [
+            "run",
+            "--local",
+            str(n),
+            "--script-dir",
+            str(REPO),
+            "--log-dir",
+            str(tmp_path),
+            "--run-name",
+            run,
+            "--env",
+            "JAX_NUM_CPU_DEVICES=2",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--coordinator-port",
+            str(free_port()),
+            "--timeout",
+            "240",
+            "--cmd",
+            cmd,
+        ],
+        timeout=300,
+        HOME=str(tmp_path / "home"),
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return _results(tmp_path, run)
 
@@ -71,13 +90,33 @@ def test_train_local_4(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("fresh_runs")  # the run name is fixed, the hosts are shared
 def test_shardings_over_ssh(ssh_fleet, remote_jax: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     res = cli(
-        ["run", "--hosts", ",".join(ssh_fleet.aliases[:4]), "--ssh-config",
-         str(ssh_fleet.ssh_config), "--script-dir", str(REPO), "--log-dir", str(tmp_path),
-         "--run-name", "ssh-sh", "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
-         "--env", f"PYTHONPATH={remote_jax['PYTHONPATH']}", "--coordinator-port", str(free_port()),
-         "--timeout", "240", "--cmd", f"{remote_jax['PYTHON']} {SHARDINGS}"],
+        [
+            "run",
+            "--hosts",
+            ",".join(ssh_fleet.aliases[:4]),
+            "--ssh-config",
+            str(ssh_fleet.ssh_config),
+            "--script-dir",
+            str(REPO),
+            "--log-dir",
+            str(tmp_path),
+            "--run-name",
+            "ssh-sh",
+            "--env",
+            "JAX_NUM_CPU_DEVICES=2",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--env",
+            f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+            "--coordinator-port",
+            str(free_port()),
+            "--timeout",
+            "240",
+            "--cmd",
+            f"{remote_jax['PYTHON']} {SHARDINGS}",
+        ],
         timeout=300,
-    )  # fmt: skip
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     ssh = _check_same(_results(tmp_path, "ssh-sh"), 4)
     local = _check_same(_local(tmp_path, "loc-sh", f"{sys.executable} {SHARDINGS}"), 4)

@@ -309,13 +309,25 @@ def test_shardings_memory_guard_counts_the_processes_sharing_a_machine() -> None
     worth is refused (each process alone fits, which is all the guard used to check)."""
     one = _per_process_gb(64, 2, 16, devices=8, shape=(4, 1), local=2)
     args = [*SMALL, "-dd", "2", "-if", "4"]
-    procs = run_payload("shardings.py", [*args, "--memory_limit_gb", f"{2.5 * one:.9f}"],
-                        processes=4, devices=2, timeout=90)  # fmt: skip
+    procs = run_payload(
+        "shardings.py",
+        [*args, "--memory_limit_gb", f"{2.5 * one:.9f}"],
+        processes=4,
+        devices=2,
+        timeout=90,
+    )
     for p in procs:
         assert p.returncode == 2, p.stderr[-2000:]
-        assert "of the 4 processes on this machine (2 CPU devices each; all share its RAM) " \
-               f"{4 * one:.3f} GB exceeds the limit {2.5 * one:.3f} GB" in p.stderr  # fmt: skip
+        assert (
+            "of the 4 processes on this machine (2 CPU devices each; all share its RAM) "
+            f"{4 * one:.3f} GB exceeds the limit {2.5 * one:.3f} GB" in p.stderr
+        )
         assert not parse_result_lines(p.stdout)
-    fits = run_payload("shardings.py", [*args, "--memory_limit_gb", f"{4.5 * one:.9f}"],
-                       processes=4, devices=2, timeout=90)  # fmt: skip
+    fits = run_payload(
+        "shardings.py",
+        [*args, "--memory_limit_gb", f"{4.5 * one:.9f}"],
+        processes=4,
+        devices=2,
+        timeout=90,
+    )
     assert all(p.returncode == 0 for p in fits), fits[0].stderr[-2000:]

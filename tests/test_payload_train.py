@@ -161,9 +161,12 @@ def test_train_verify_transformer_bf16() -> None:
 def test_train_verify_two_processes_mlp_f32() -> None:
     mlp = ["--model", "mlp", "--d_model", "64", "--d_ff", "128", "--dtype", "f32"]
     procs = run_payload(
-        "train.py", [*mlp, "-dd", "2", "-if", "2", "-it", "2", "--verify"], processes=2,
-        devices=4, timeout=180,
-    )  # fmt: skip
+        "train.py",
+        [*mlp, "-dd", "2", "-if", "2", "-it", "2", "--verify"],
+        processes=2,
+        devices=4,
+        timeout=180,
+    )
     for p in procs:
         assert p.returncode == 0, p.stderr[-3000:]
         assert "verify: ok (max rel err " in p.stdout
@@ -193,8 +196,13 @@ def test_train_verify_catches_a_zeroed_input_shard() -> None:
     mlp = ["--model", "mlp", "--d_model", "64", "--d_ff", "128", "--dtype", "f32"]
     proc = subprocess.run(
         [sys.executable, "-c", ZEROED_SHARD, *mlp, "-if", "8", "--verify"],
-        cwd=ROOT, env=base_env(8), capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=base_env(8),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "verify: FAILED: worst leaf " in proc.stdout
     assert "error: verify failed" in proc.stderr
@@ -234,8 +242,9 @@ def test_train_mlp_loss_falls_bf16() -> None:
     # summary say the same number of steps
     assert (res["timed_steps"], res["warmup_steps"]) == (10, 2)
     assert "(time: mean of 10 steps after 2 warm-up," in proc.stdout
-    assert summary_head(res).startswith(f"{res['step_time_s']:.3g} s/step (mean of 10 steps "
-                                        "after 2 warm-up), ")  # fmt: skip
+    assert summary_head(res).startswith(
+        f"{res['step_time_s']:.3g} s/step (mean of 10 steps after 2 warm-up), "
+    )
     assert res["tflops_per_device_full_mask"] == res["tflops_per_device"]  # no attention
 
 
@@ -268,8 +277,22 @@ def test_train_four_processes_bad_mesh_all_exit() -> None:
 
 
 def test_memory_estimate_hand_count() -> None:
-    a = _args("--model", "mlp", "--d_model", "4", "--d_ff", "8", "--num_layers", "1",
-              "--per_device_batch", "3", "--dtype", "f32", "--optimizer", "sgd")  # fmt: skip
+    a = _args(
+        "--model",
+        "mlp",
+        "--d_model",
+        "4",
+        "--d_ff",
+        "8",
+        "--num_layers",
+        "1",
+        "--per_device_batch",
+        "3",
+        "--dtype",
+        "f32",
+        "--optimizer",
+        "sgd",
+    )
     state, acts = train.memory_bytes(a, 2)
     params = 2 * 4 * 8 + 4 * 4  # up and down, plus the output projection
     assert state == 4 * params * 2 / 2  # weights and gradients in f32, over 2 shards
@@ -300,13 +323,37 @@ train.main(flags)
 
 @pytest.mark.jax
 def test_train_resumes_from_its_newest_complete_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    flags = ["--model", "mlp", "--d_model", "32", "--d_ff", "64", "--num_layers", "1",
-             "--dtype", "f32", "--steps", "6", "--warmup", "0", "-if", "2",
-             "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "2"]  # fmt: skip
+    flags = [
+        "--model",
+        "mlp",
+        "--d_model",
+        "32",
+        "--d_ff",
+        "64",
+        "--num_layers",
+        "1",
+        "--dtype",
+        "f32",
+        "--steps",
+        "6",
+        "--warmup",
+        "0",
+        "-if",
+        "2",
+        "--checkpoint-dir",
+        str(tmp_path),
+        "--checkpoint-every",
+        "2",
+    ]
     proc = subprocess.run(
         [sys.executable, "-c", RESUME, *flags],
-        cwd=ROOT, env=base_env(2), capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=base_env(2),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SAVED step-00000004.process-0.npz step-00000006.process-0.npz" in proc.stdout
     assert "checkpoint: none in" in proc.stdout

@@ -15,14 +15,43 @@ from multihost.settings.schema import CONFIGURABLE, SETTINGS, flags_of
 
 
 def test_flags_and_keywords_make_the_same_plan(home: Path, tmp_path: Path) -> None:
-    flags = ["run", "--local", "2", "--cmd", "true", "--run-name", "same", "--script-dir",
-             str(tmp_path), "--env", "A=1", "--exclude", "data/", "--grace", "3", "--log-dir",
-             str(tmp_path / "logs"), "--coordinator-port", "40001", "--kill-stale"]  # fmt: skip
+    flags = [
+        "run",
+        "--local",
+        "2",
+        "--cmd",
+        "true",
+        "--run-name",
+        "same",
+        "--script-dir",
+        str(tmp_path),
+        "--env",
+        "A=1",
+        "--exclude",
+        "data/",
+        "--grace",
+        "3",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--coordinator-port",
+        "40001",
+        "--kill-stale",
+    ]
     from_cli = plan(vars(parse(flags)))
-    from_api = plan_run("true", {"local": 2, "run_name": "same", "script_dir": tmp_path,
-                                 "env": {"A": "1"}, "excludes": ["data/"], "grace": 3,
-                                 "log_dir": tmp_path / "logs", "coordinator_port": 40001,
-                                 "kill_stale": True})  # fmt: skip
+    from_api = plan_run(
+        "true",
+        {
+            "local": 2,
+            "run_name": "same",
+            "script_dir": tmp_path,
+            "env": {"A": "1"},
+            "excludes": ["data/"],
+            "grace": 3,
+            "log_dir": tmp_path / "logs",
+            "coordinator_port": 40001,
+            "kill_stale": True,
+        },
+    )
     assert from_cli == from_api
     assert from_cli.options.stale == "kill"
     assert from_cli.options.ssh.host_keys == "strict"

@@ -19,26 +19,62 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def spec(**kw: object) -> PodSpec:
-    base: dict[str, object] = {"name": "exp", "tpu_type": "v4-16", "runtime_version": "v",
-                               "zones": ("us-central2-b",)}  # fmt: skip
+    base: dict[str, object] = {
+        "name": "exp",
+        "tpu_type": "v4-16",
+        "runtime_version": "v",
+        "zones": ("us-central2-b",),
+    }
     return PodSpec(**(base | kw))  # type: ignore[arg-type]
 
 
 def test_create_argv_single_and_multislice() -> None:
     assert plan.create_argv(spec(), "us-central2-b") == [
-        "compute", "tpus", "queued-resources", "create", "exp", "--accelerator-type", "v4-16",
-        "--runtime-version", "v", "--node-id", "exp", "--labels", "multihost=exp",
-        "--valid-until-duration", "900s", "--async", "--zone", "us-central2-b",
-    ]  # fmt: skip
-    multi = plan.create_argv(spec(num_slices=2, capacity="spot", project="pr",
-                                  queue_timeout=90.4), "z-a1-b")  # fmt: skip
+        "compute",
+        "tpus",
+        "queued-resources",
+        "create",
+        "exp",
+        "--accelerator-type",
+        "v4-16",
+        "--runtime-version",
+        "v",
+        "--node-id",
+        "exp",
+        "--labels",
+        "multihost=exp",
+        "--valid-until-duration",
+        "900s",
+        "--async",
+        "--zone",
+        "us-central2-b",
+    ]
+    multi = plan.create_argv(
+        spec(num_slices=2, capacity="spot", project="pr", queue_timeout=90.4), "z-a1-b"
+    )
     assert multi[9:13] == ["--node-count", "2", "--node-prefix", "exp"]
     assert "--spot" in multi
-    assert multi[-7:] == ["--valid-until-duration", "90s", "--async", "--project", "pr",
-                          "--zone", "z-a1-b"]  # fmt: skip
-    assert plan.delete_argv("exp", "z") == ["compute", "tpus", "queued-resources", "delete",
-                                            "exp", "--force", "--async", "--quiet", "--zone",
-                                            "z"]  # fmt: skip
+    assert multi[-7:] == [
+        "--valid-until-duration",
+        "90s",
+        "--async",
+        "--project",
+        "pr",
+        "--zone",
+        "z-a1-b",
+    ]
+    assert plan.delete_argv("exp", "z") == [
+        "compute",
+        "tpus",
+        "queued-resources",
+        "delete",
+        "exp",
+        "--force",
+        "--async",
+        "--quiet",
+        "--zone",
+        "z",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -132,8 +168,12 @@ def test_rebuild_script_reads_a_vms_csv(tmp_path: Path) -> None:
         ",,,tpu-v6e-8,1,tpu-v6e-8,us-central2,us-central2-b,700.0,700.0\n"
     )
     script = str(ROOT / "scripts" / "tpu_prices.py")
-    out = subprocess.run([sys.executable, script, str(csv), "--commit", "abc"],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, script, str(csv), "--commit", "abc"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     table = prices.parse(out.stdout)
     assert table == {
         ("v3-8", "us-east1"): prices.Price(8.0, None),
@@ -185,8 +225,9 @@ def test_autodown_commands_and_status() -> None:
 @pytest.mark.parametrize("text", [autodown.script(), autodown.ARM, autodown.STATUS])
 def test_autodown_scripts_parse_and_pass_shellcheck(text: str) -> None:
     subprocess.run(["sh", "-n", "-c", text], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=text, text=True,
-                          capture_output=True)  # fmt: skip
+    lint = subprocess.run(
+        ["shellcheck", "--shell=sh", "-"], input=text, text=True, capture_output=True
+    )
     assert lint.returncode == 0, lint.stdout
 
 
@@ -197,16 +238,32 @@ def test_a_listed_request_without_a_record_here() -> None:
 
     qr = {
         "name": "projects/p/locations/us-east1-d/queuedResources/other",
-        "createTime": "2026-01-02T03:04:05Z", "spot": {},
-        "queueingPolicy": {"validUntilDuration": "900s"}, "state": {"state": "ACCEPTED"},
-        "tpu": {"nodeSpec": [{"multisliceParams": {"nodeCount": 2, "nodeIdPrefix": "other"},
-                              "node": {"acceleratorType": "v4-16", "runtimeVersion": "v",
-                                       "labels": {"multihost": "other"}}}]},
-    }  # fmt: skip
+        "createTime": "2026-01-02T03:04:05Z",
+        "spot": {},
+        "queueingPolicy": {"validUntilDuration": "900s"},
+        "state": {"state": "ACCEPTED"},
+        "tpu": {
+            "nodeSpec": [
+                {
+                    "multisliceParams": {"nodeCount": 2, "nodeIdPrefix": "other"},
+                    "node": {
+                        "acceleratorType": "v4-16",
+                        "runtimeVersion": "v",
+                        "labels": {"multihost": "other"},
+                    },
+                }
+            ]
+        },
+    }
     record = plan.record_of(qr, "us-east1-d", None)
     assert record is not None
     assert (record.name, record.zone, record.tpu_type, record.num_slices, record.capacity) == (
-        "other", "us-east1-d", "v4-16", 2, "spot")  # fmt: skip
+        "other",
+        "us-east1-d",
+        "v4-16",
+        2,
+        "spot",
+    )
     assert record.created_at == 1767323045.0
     assert record.valid_until == 1767323045.0 + 900
     waiting = lifecycle.Standing(record, "ACCEPTED", recorded=False)
@@ -217,5 +274,14 @@ def test_a_listed_request_without_a_record_here() -> None:
     unlabelled = qr | {"tpu": {"nodeSpec": [{"node": {"acceleratorType": "v4-8"}}]}}
     assert plan.record_of(unlabelled, "us-east1-d", None) is None
     assert plan.list_argv("us-east1-d", "p") == [
-        "compute", "tpus", "queued-resources", "list", "--format", "json", "--project", "p",
-        "--zone", "us-east1-d"]  # fmt: skip
+        "compute",
+        "tpus",
+        "queued-resources",
+        "list",
+        "--format",
+        "json",
+        "--project",
+        "p",
+        "--zone",
+        "us-east1-d",
+    ]

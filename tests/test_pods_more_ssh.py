@@ -29,12 +29,35 @@ def sweep_args(tmp_path: Path, config: Path, name: str, run: str, *grid: str) ->
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
     (code / "t.sh").write_text(TRIAL)
-    return ["sweep", "--prefix", name, "--up", "--down", "--tpu-type", "v4-8",
-            "--runtime-version", "tpu-ubuntu2204-base", "--zone", ZONE,
-            "--ssh-config", str(config), "--no-add-key", "--script-dir", str(code),
-            "--log-dir", str(tmp_path / "logs"), "--run-name", run, "--metric", "x",
-            "--coordinator-port", str(free_port()), "--cmd", "sh t.sh {x} {code}",
-            *grid]  # fmt: skip
+    return [
+        "sweep",
+        "--prefix",
+        name,
+        "--up",
+        "--down",
+        "--tpu-type",
+        "v4-8",
+        "--runtime-version",
+        "tpu-ubuntu2204-base",
+        "--zone",
+        ZONE,
+        "--ssh-config",
+        str(config),
+        "--no-add-key",
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--run-name",
+        run,
+        "--metric",
+        "x",
+        "--coordinator-port",
+        str(free_port()),
+        "--cmd",
+        "sh t.sh {x} {code}",
+        *grid,
+    ]
 
 
 def results(tmp_path: Path, run: str) -> dict[tuple[int, int], str]:
@@ -50,8 +73,9 @@ def test_sweep_up_down_after_success_and_a_failed_trial(
 ) -> None:
     e = env(cloud, tmp_path)
     config = ssh_config(cloud.fleet, tmp_path)
-    res = cli(sweep_args(tmp_path, config, "swp", "s1", "--grid", "x=1,2", "--grid",
-                         f"code={codes}"), **e)  # fmt: skip
+    res = cli(
+        sweep_args(tmp_path, config, "swp", "s1", "--grid", "x=1,2", "--grid", f"code={codes}"), **e
+    )
     assert res.returncode == exit_code, res.stderr
     assert "pod swp is ACTIVE: 1 x v4-8 in us-central2-b (on-demand), $12.88/h" in res.stderr
     assert f"run ended (exit {exit_code}): deleted pod swp in us-central2-b (1 x v4-8, up " in (
@@ -75,13 +99,21 @@ def test_sweep_down_after_ctrl_c(cloud: Cloud, tmp_path: Path) -> None:
     argv = sweep_args(tmp_path, config, "swp", "s2", "--grid", "x=1,2", "--grid", "code=0")
     argv[argv.index("--cmd") + 1] = "sleep 300; sh t.sh {x} {code}"
     with err.open("w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "multihost", *argv],
-                                env=e | {"COLUMNS": "200"}, stdout=subprocess.DEVNULL,
-                                stderr=f, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "multihost", *argv],
+            env=e | {"COLUMNS": "200"},
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+            text=True,
+        )
     try:
-        wait_for(lambda: any("sleep 300" in c for h in range(8)
-                             for _, c in cloud.fleet.user_processes(h)),
-                 timeout=90, what="the first trial to start on the pod")  # fmt: skip
+        wait_for(
+            lambda: any(
+                "sleep 300" in c for h in range(8) for _, c in cloud.fleet.user_processes(h)
+            ),
+            timeout=90,
+            what="the first trial to start on the pod",
+        )
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=90)
     finally:
@@ -91,13 +123,17 @@ def test_sweep_down_after_ctrl_c(cloud: Cloud, tmp_path: Path) -> None:
     assert "run ended (exit 130): deleted pod swp in us-central2-b" in text
     assert cloud.tpu.resources == {}
     assert json.loads(cli(["pods", "--json"], **e).stdout) == []
-    wait_for(lambda: not any(cloud.fleet.user_processes(h) for h in range(8)), timeout=30,
-             what="no process left on the workers")  # fmt: skip
+    wait_for(
+        lambda: not any(cloud.fleet.user_processes(h) for h in range(8)),
+        timeout=30,
+        what="no process left on the workers",
+    )
 
 
 def gcloud(cloud: Cloud, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["gcloud", *argv], env=cloud.env, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    return subprocess.run(
+        ["gcloud", *argv], env=cloud.env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_pods_and_gc_see_requests_made_from_another_machine(cloud: Cloud, tmp_path: Path) -> None:
@@ -110,14 +146,14 @@ def test_pods_and_gc_see_requests_made_from_another_machine(cloud: Cloud, tmp_pa
     cloud.tpu.capacity.starve(STARVED_ZONE)
     cloud.tpu.held.add("alive")  # it stays ACCEPTED
     cloud.tpu.held.add("foreign")
-    dead = plan.PodSpec("elsewhere", "v4-16", "v", (STARVED_ZONE,), num_slices=2,
-                        capacity="spot", queue_timeout=2)  # fmt: skip
+    dead = plan.PodSpec(
+        "elsewhere", "v4-16", "v", (STARVED_ZONE,), num_slices=2, capacity="spot", queue_timeout=2
+    )
     alive = plan.PodSpec("alive", "v4-8", "v", (ZONE,), queue_timeout=600)
     for spec in (dead, alive):
         made = gcloud(cloud, plan.create_argv(spec, spec.zones[0]))
         assert made.returncode == 0, made.stderr
-    foreign = queued.create_argv("foreign", accelerator_type="v4-8", runtime_version="v",
-                                 zone=ZONE)  # fmt: skip
+    foreign = queued.create_argv("foreign", accelerator_type="v4-8", runtime_version="v", zone=ZONE)
     assert gcloud(cloud, foreign).returncode == 0
     e = env(cloud, tmp_path)
     assert json.loads(cli(["pods", "--json"], **e).stdout) == []  # no record here
@@ -129,9 +165,19 @@ def test_pods_and_gc_see_requests_made_from_another_machine(cloud: Cloud, tmp_pa
     assert set(rows) == {"alive", "elsewhere"}
     a, d = rows["alive"], rows["elsewhere"]
     assert (a["zone"], a["state"], a["tpu_type"], a["num_slices"], a["recorded"]) == (
-        ZONE, "ACCEPTED", "v4-8", 1, False)  # fmt: skip
+        ZONE,
+        "ACCEPTED",
+        "v4-8",
+        1,
+        False,
+    )
     assert (d["zone"], d["state"], d["tpu_type"], d["num_slices"], d["capacity"]) == (
-        STARVED_ZONE, "FAILED", "v4-16", 2, "spot")  # fmt: skip
+        STARVED_ZONE,
+        "FAILED",
+        "v4-16",
+        2,
+        "spot",
+    )
     assert "There is no more capacity in the zone" in d["reason"]
     table = cli(["pods", *zones], **e)
     assert "no record here" in table.stdout
@@ -183,8 +229,9 @@ def test_autodown_after_a_simulated_reboot(cloud: Cloud, tmp_path: Path) -> None
             fcntl.flock(f, fcntl.LOCK_UN)
             return False
 
-    wait_for(lambda: locked() and (state / "status").exists(), timeout=30,
-             what="the daemon to start")  # fmt: skip
+    wait_for(
+        lambda: locked() and (state / "status").exists(), timeout=30, what="the daemon to start"
+    )
     reboot_line = (state / "reboot").read_text().strip()
     assert reboot_line.startswith(f"sh '{state}/autodown.sh' '{state}' ")
     # the reboot: every process gone; the pod had been idle long before it
@@ -194,10 +241,17 @@ def test_autodown_after_a_simulated_reboot(cloud: Cloud, tmp_path: Path) -> None
     rebooted = int(time.time())
     before = (state / "status").read_text()  # the killed daemon's last word
     boot = subprocess.run(
-        ["ssh", "-F", str(cloud.fleet.ssh_config), worker0.alias,
-         'setsid sh -c "$(cat .multihost/autodown/reboot)" </dev/null >/dev/null 2>&1 &'],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        [
+            "ssh",
+            "-F",
+            str(cloud.fleet.ssh_config),
+            worker0.alias,
+            'setsid sh -c "$(cat .multihost/autodown/reboot)" </dev/null >/dev/null 2>&1 &',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert boot.returncode == 0, boot.stderr
 
     def status() -> list[str]:
@@ -207,8 +261,11 @@ def test_autodown_after_a_simulated_reboot(cloud: Cloud, tmp_path: Path) -> None
         text = (state / "status").read_text()
         return text != before and text.split()[:1] == ["idle"]
 
-    wait_for(lambda: back() and int(status()[3]) >= rebooted, timeout=30,
-             what="the daemon back, idle since the reboot")  # fmt: skip
+    wait_for(
+        lambda: back() and int(status()[3]) >= rebooted,
+        timeout=30,
+        what="the daemon back, idle since the reboot",
+    )
     assert locked()
     assert daemons()
     private = [p.name for p in state.iterdir() if p.stat().st_mode & 0o077]

@@ -26,8 +26,13 @@ def ssh_config(fleet: loopback.Fleet, tmp_path: Path) -> Path:
     """Host blocks for the workers' addresses, as a user has them."""
     lines = []
     for h in fleet.hosts:
-        lines += [f"Host 127.0.0.{2 + h.index}", f"  User {h.user}", f"  Port {h.port}",
-                  f"  IdentityFile {fleet.key}", "  IdentitiesOnly yes"]  # fmt: skip
+        lines += [
+            f"Host 127.0.0.{2 + h.index}",
+            f"  User {h.user}",
+            f"  Port {h.port}",
+            f"  IdentityFile {fleet.key}",
+            "  IdentitiesOnly yes",
+        ]
     path = tmp_path / "ssh_config"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -35,21 +40,35 @@ def ssh_config(fleet: loopback.Fleet, tmp_path: Path) -> Path:
 
 def env(cloud: Cloud, tmp_path: Path) -> dict[str, str]:
     return cloud.env | {
-        "XDG_STATE_HOME": str(tmp_path / "state"), "MULTIHOST_WAIT_POLL": "0.5",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "MULTIHOST_WAIT_POLL": "0.5",
         "MULTIHOST_LOG_DIR": str(tmp_path / "mh"),
-    }  # fmt: skip
+    }
 
 
 def up_args(name: str, config: Path, *extra: str) -> list[str]:
-    return ["up", name, "--tpu-type", "v4-16", "--runtime-version", "tpu-ubuntu2204-base",
-            "--ssh-config", str(config), "--no-add-key", *extra]  # fmt: skip
+    return [
+        "up",
+        name,
+        "--tpu-type",
+        "v4-16",
+        "--runtime-version",
+        "tpu-ubuntu2204-base",
+        "--ssh-config",
+        str(config),
+        "--no-add-key",
+        *extra,
+    ]
 
 
 def creates(cloud: Cloud) -> list[tuple[str, str]]:
     """(zone, name) of every create request the API received, in order."""
     posts = [r for r in cloud.tpu.requests if r.method == "POST"]
-    return [(r.path.split("/")[5], r.query["queuedResourceId"][0])
-            for r in posts if r.path.endswith("queuedResources")]  # fmt: skip
+    return [
+        (r.path.split("/")[5], r.query["queuedResourceId"][0])
+        for r in posts
+        if r.path.endswith("queuedResources")
+    ]
 
 
 def test_up_fails_over_quota_and_starved_zones_then_down(cloud: Cloud, tmp_path: Path) -> None:
@@ -58,8 +77,10 @@ def test_up_fails_over_quota_and_starved_zones_then_down(cloud: Cloud, tmp_path:
     e = env(cloud, tmp_path)
     config = ssh_config(cloud.fleet, tmp_path)
     zones = f"{QUOTA_ZONE},us-east1-b,{STARVED_ZONE},{ZONE}"
-    res = cli([*up_args("pod1", config, "--num-slices", "2", "--zones", zones,
-                        "--queue-timeout", "3")], **e)  # fmt: skip
+    res = cli(
+        [*up_args("pod1", config, "--num-slices", "2", "--zones", zones, "--queue-timeout", "3")],
+        **e,
+    )
     assert res.returncode == 0, res.stderr
     err = res.stderr
     assert f"{QUOTA_ZONE}: quota: ERROR: (gcloud.compute.tpus.queued-resources.create)" in err
@@ -71,8 +92,11 @@ def test_up_fails_over_quota_and_starved_zones_then_down(cloud: Cloud, tmp_path:
     assert "pod pod1 is up: 4/4 workers accept SSH" in err
     # the starved zone's request was deleted, and seen gone, before the next zone was asked
     assert creates(cloud) == [(QUOTA_ZONE, "pod1"), (STARVED_ZONE, "pod1"), (ZONE, "pod1")]
-    kinds = [(r.method, r.path.split("/")[5]) for r in cloud.tpu.requests
-             if r.method in ("POST", "DELETE") and "queuedResources" in r.path]  # fmt: skip
+    kinds = [
+        (r.method, r.path.split("/")[5])
+        for r in cloud.tpu.requests
+        if r.method in ("POST", "DELETE") and "queuedResources" in r.path
+    ]
     assert kinds.index(("DELETE", STARVED_ZONE)) < kinds.index(("POST", ZONE))
     assert list(cloud.tpu.resources) == ["pod1"]
     qr = cloud.tpu.resources["pod1"]
@@ -107,8 +131,20 @@ def test_no_zone_works_leaves_nothing(cloud: Cloud, tmp_path: Path) -> None:
     cloud.tpu.capacity.refuse_quota("us-central2", "spot")
     cloud.tpu.capacity.starve(STARVED_ZONE)
     e = env(cloud, tmp_path)
-    res = cli([*up_args("pod2", tmp_path / "none", "--spot", "--zones",
-                        f"{ZONE},{STARVED_ZONE}", "--queue-timeout", "2")], **e)  # fmt: skip
+    res = cli(
+        [
+            *up_args(
+                "pod2",
+                tmp_path / "none",
+                "--spot",
+                "--zones",
+                f"{ZONE},{STARVED_ZONE}",
+                "--queue-timeout",
+                "2",
+            )
+        ],
+        **e,
+    )
     assert res.returncode == 1, res.stderr
     assert "no zone could give pod2 (1 x v4-16, spot); nothing is left behind:" in res.stderr
     assert f"  {ZONE}: quota: " in res.stderr
@@ -153,11 +189,32 @@ def test_bad_input_one_line_exit_2_nothing_created(
 def run_args(tmp_path: Path, config: Path, name: str, run: str, cmd: str) -> list[str]:
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
-    return ["run", "--prefix", name, "--up", "--down", "--tpu-type", "v4-8",
-            "--runtime-version", "tpu-ubuntu2204-base", "--zone", ZONE,
-            "--ssh-config", str(config), "--no-add-key", "--script-dir", str(code),
-            "--log-dir", str(tmp_path / "logs"), "--run-name", run,
-            "--coordinator-port", str(free_port()), "--cmd", cmd]  # fmt: skip
+    return [
+        "run",
+        "--prefix",
+        name,
+        "--up",
+        "--down",
+        "--tpu-type",
+        "v4-8",
+        "--runtime-version",
+        "tpu-ubuntu2204-base",
+        "--zone",
+        ZONE,
+        "--ssh-config",
+        str(config),
+        "--no-add-key",
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--run-name",
+        run,
+        "--coordinator-port",
+        str(free_port()),
+        "--cmd",
+        cmd,
+    ]
 
 
 @pytest.mark.parametrize(("cmd", "code"), [("echo hi from $MULTIHOST_TEST_HOST", 0), ("exit 3", 1)])
@@ -182,14 +239,25 @@ def test_run_down_after_ctrl_c(cloud: Cloud, tmp_path: Path) -> None:
     err = tmp_path / "err"
     with err.open("w") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "multihost", *run_args(tmp_path, config, "eph", "r2",
-                                                           "sleep 300")],
-            env=e | {"COLUMNS": "200"}, stdout=subprocess.DEVNULL, stderr=f, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "multihost",
+                *run_args(tmp_path, config, "eph", "r2", "sleep 300"),
+            ],
+            env=e | {"COLUMNS": "200"},
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+            text=True,
+        )
     try:
-        wait_for(lambda: any("sleep 300" in c for h in range(8)
-                             for _, c in cloud.fleet.user_processes(h)),
-                 timeout=90, what="the run to start on the pod")  # fmt: skip
+        wait_for(
+            lambda: any(
+                "sleep 300" in c for h in range(8) for _, c in cloud.fleet.user_processes(h)
+            ),
+            timeout=90,
+            what="the run to start on the pod",
+        )
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=90)
     finally:
@@ -205,10 +273,16 @@ def test_up_killed_mid_wait_then_pods_and_gc(cloud: Cloud, tmp_path: Path) -> No
     cloud.tpu.capacity.starve(ZONE)
     e = env(cloud, tmp_path)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "multihost", *up_args("orphan", tmp_path / "none", "--zone", ZONE,
-                                                     "--queue-timeout", "15")],
-        env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "multihost",
+            *up_args("orphan", tmp_path / "none", "--zone", ZONE, "--queue-timeout", "15"),
+        ],
+        env=e,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         cloud.tpu.wait_state("orphan", "WAITING_FOR_RESOURCES", 60)
         proc.send_signal(signal.SIGKILL)
@@ -243,10 +317,30 @@ def test_autodown_two_slices_kept_by_a_run_then_deleted_by_the_pod(
     code = tmp_path / "code"
     code.mkdir()
     logs = str(tmp_path / "logs")
-    run = cli(["run", "--prefix", "auto", "--zone", ZONE, "--ssh-config", str(config),
-               "--no-add-key", "--script-dir", str(code), "--log-dir", logs,
-               "--run-name", "long", "--coordinator-port", str(free_port()), "--detach",
-               "--cmd", "sleep 600"], **e)  # fmt: skip
+    run = cli(
+        [
+            "run",
+            "--prefix",
+            "auto",
+            "--zone",
+            ZONE,
+            "--ssh-config",
+            str(config),
+            "--no-add-key",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            logs,
+            "--run-name",
+            "long",
+            "--coordinator-port",
+            str(free_port()),
+            "--detach",
+            "--cmd",
+            "sleep 600",
+        ],
+        **e,
+    )
     assert run.returncode == 0, run.stderr
     res = cli(["autodown", "auto", "3", "--ssh-config", str(config), "--no-add-key"], **e)
     assert res.returncode == 0, res.stderr
@@ -281,13 +375,22 @@ def test_gcloud_accepts_every_command_line(cloud: Cloud, capacity: str, slices: 
     """Each command line multihost makes, replayed with the real gcloud against the stand-in."""
     from multihost.pods import plan
 
-    spec = plan.PodSpec("cl", "v4-8", "v", (ZONE,), num_slices=slices, capacity=capacity,
-                        project="p", queue_timeout=120)  # fmt: skip
+    spec = plan.PodSpec(
+        "cl",
+        "v4-8",
+        "v",
+        (ZONE,),
+        num_slices=slices,
+        capacity=capacity,
+        project="p",
+        queue_timeout=120,
+    )
     cloud.tpu.held.add("cl")  # it stays ACCEPTED: only the command lines are under test
 
     def gcloud(argv: list[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["gcloud", *argv], env=cloud.env, capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        return subprocess.run(
+            ["gcloud", *argv], env=cloud.env, capture_output=True, text=True, timeout=60
+        )
 
     res = gcloud(plan.create_argv(spec, ZONE))
     assert res.returncode == 0, res.stderr
@@ -328,10 +431,16 @@ def test_up_interrupted_deletes_its_request(cloud: Cloud, tmp_path: Path, sig: i
     err = tmp_path / "err"
     with err.open("w") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "multihost",
-             *up_args("stop", tmp_path / "none", "--zone", ZONE, "--queue-timeout", "600")],
-            env=e, stdout=subprocess.DEVNULL, stderr=f,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "multihost",
+                *up_args("stop", tmp_path / "none", "--zone", ZONE, "--queue-timeout", "600"),
+            ],
+            env=e,
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )
     try:
         cloud.tpu.wait_state("stop", "WAITING_FOR_RESOURCES", 60)
         proc.send_signal(sig)

@@ -39,13 +39,18 @@ SCRIPTS = [p for p in SCRIPTS if p.name.endswith(".sh")]
 def test_script_file_passes_shellcheck(path: Path) -> None:
     """Each ``.sh`` file itself, the fragments it sources followed (shellcheck reports only on
     the file it is given: a fragment is checked alone here, and in place below)."""
-    lint = subprocess.run(["shellcheck", "--external-sources", str(path)], capture_output=True,
-                          text=True, cwd=path.parent)  # fmt: skip
+    lint = subprocess.run(
+        ["shellcheck", "--external-sources", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+    )
     assert lint.returncode == 0, lint.stdout
 
 
-@pytest.mark.parametrize("path", [p for p in SCRIPTS if not p.name.startswith("_")],
-                         ids=lambda p: p.name)  # fmt: skip
+@pytest.mark.parametrize(
+    "path", [p for p in SCRIPTS if not p.name.startswith("_")], ids=lambda p: p.name
+)
 def test_script_as_sent_parses(path: Path) -> None:
     """What a host gets (arguments, then the text with its fragments in place) is one
     self-contained script that sh parses; its arguments are named at its top."""
@@ -55,8 +60,9 @@ def test_script_as_sent_parses(path: Path) -> None:
     assert not loaded.text.startswith("#")  # the header stays here
     sent = remote.script(loaded, **{a: "x y" for a in loaded.args}) if loaded.args else loaded.text
     subprocess.run(["sh", "-n", "-c", sent], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "-"], input=sent, text=True,
-                          capture_output=True)  # fmt: skip
+    lint = subprocess.run(
+        ["shellcheck", "--shell=sh", "-"], input=sent, text=True, capture_output=True
+    )
     assert lint.returncode == 0, lint.stdout  # the fragments, checked in place
     header = path.read_text().split("\n", 12)
     if loaded.args:
@@ -81,14 +87,23 @@ def test_preflight_and_stale_scripts_parse_and_pass_shellcheck(command: str) -> 
     """These two as sent, their values as arguments (the stale script's body is one of them:
     code for the shell that runs it, in single quotes on purpose, so SC2016 does not apply)."""
     subprocess.run(["sh", "-n", "-c", command], check=True)
-    lint = subprocess.run(["shellcheck", "--shell=sh", "--exclude=SC2016", "-"], input=command,
-                          text=True, capture_output=True)  # fmt: skip
+    lint = subprocess.run(
+        ["shellcheck", "--shell=sh", "--exclude=SC2016", "-"],
+        input=command,
+        text=True,
+        capture_output=True,
+    )
     assert lint.returncode == 0, lint.stdout
 
 
 def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, timeout=60,
-                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return subprocess.run(
+        ["sh", "-c", command],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def _archive() -> bytes:
@@ -254,8 +269,11 @@ def test_launch_gate_shell_killed_before_the_word_leaves_nothing_running(tmp_pat
         proc.stdin.flush()
         assert proc.stdout.readline().split()[0] == b"ready"
         # up before the word (its exec through python3, the subreaper's start, may lag "ready")
-        wait_for(lambda: any("run.sh gate" in c for c in _processes_under(home)), 10,
-                 "the wrapper, before any word")  # fmt: skip
+        wait_for(
+            lambda: any("run.sh gate" in c for c in _processes_under(home)),
+            10,
+            "the wrapper, before any word",
+        )
         proc.kill()
         proc.wait(timeout=10)
     wait_for(lambda: _processes_under(home) == [], 10, "the wrapper and the tail to end")

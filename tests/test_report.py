@@ -82,8 +82,12 @@ def test_trailing_slash_excludes_a_directory(tmp_path: Path) -> None:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     assert list_files(tmp_path, ("tests/",)) == ["a.py", "testsx/k.py"]
-    assert list_files(tmp_path, ("src/tests/",)) == ["a.py", "tests/data/d.bin", "tests/t.py",
-                                                     "testsx/k.py"]  # fmt: skip
+    assert list_files(tmp_path, ("src/tests/",)) == [
+        "a.py",
+        "tests/data/d.bin",
+        "tests/t.py",
+        "testsx/k.py",
+    ]
 
 
 def test_stage_size_is_checked_while_listing(tmp_path: Path) -> None:

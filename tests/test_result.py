@@ -18,8 +18,9 @@ HOST = Host("10.0.0.1", user="me", port=2222)
 
 def _run() -> RunResult:
     ok = HostResult(HOST, State.DONE, exit_code=0, started_at=1.0, ended_at=3.5, last_line="ok")
-    bad = HostResult(Host("b", worker_id=1), State.FAILED, exit_code=3, bytes_sent=2048,
-                     last_line="[red]boom")  # fmt: skip
+    bad = HostResult(
+        Host("b", worker_id=1), State.FAILED, exit_code=3, bytes_sent=2048, last_line="[red]boom"
+    )
     return RunResult("r", (ok, bad), first_failure="s0/w1 exited with code 3")
 
 
@@ -63,18 +64,23 @@ def test_the_result_line_is_noticed_across_chunks_and_read_once(tmp_path: Path) 
 
 def _payload_run(*steps: float, **first: object) -> RunResult:
     hosts = tuple(
-        HostResult(Host(f"h{i}", worker_id=i), State.DONE, exit_code=0,
-                   reported={"step_time_s": t, **(first if i == 0 else {})})
+        HostResult(
+            Host(f"h{i}", worker_id=i),
+            State.DONE,
+            exit_code=0,
+            reported={"step_time_s": t, **(first if i == 0 else {})},
+        )
         for i, t in enumerate(steps)
-    )  # fmt: skip
+    )
     return RunResult("p", hosts)
 
 
 def test_a_payload_run_in_words() -> None:
     from multihost.result import payload_lines
 
-    run = _payload_run(0.5, 0.51, 0.5, timings_s=[1, 1, 1], tflops_per_device=2.0,
-                       device_kind="cpu")  # fmt: skip
+    run = _payload_run(
+        0.5, 0.51, 0.5, timings_s=[1, 1, 1], tflops_per_device=2.0, device_kind="cpu"
+    )
     assert payload_lines(run) == (
         "0.5 s/step (mean of 3 steps), 2 TFLOP/s per device (no peak known for cpu: no "
         "utilization)",
@@ -106,8 +112,18 @@ def test_pull_totals_count_the_hosts_that_gave_files(tmp_path: Path) -> None:
     have had problems): never "pulled 6 file(s) from 0 of 3 host(s)"."""
     from multihost.copyback import PullResult
 
-    results = [PullResult(Host(f"h{i}", worker_id=i), tmp_path, files=2, bytes=6,
-                          errors=("no match for '*.json'",)) for i in range(3)]  # fmt: skip
+    results = [
+        PullResult(
+            Host(f"h{i}", worker_id=i),
+            tmp_path,
+            files=2,
+            bytes=6,
+            errors=("no match for '*.json'",),
+        )
+        for i in range(3)
+    ]
     last = report.pull_lines(results, tmp_path)[-1]
-    assert last == (f"pulled 6 file(s), 18 B from 3 of 3 host(s) into {tmp_path}; "
-                    "3 host(s) had problems (above)")  # fmt: skip
+    assert last == (
+        f"pulled 6 file(s), 18 B from 3 of 3 host(s) into {tmp_path}; "
+        "3 host(s) had problems (above)"
+    )

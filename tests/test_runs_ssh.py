@@ -47,8 +47,13 @@ def test_sigkilled_runner_then_attach(ssh_fleet, code: Path, tmp_path: Path) -> 
     logs = tmp_path / "logs"
     cmd = f'{NUMBERED}; exit "$((JAX_PROCESS_ID == 3 ? 3 : 0))"'
     proc = spawn([*_args(ssh_fleet, code, logs, "k9", cmd), "--no-fail-fast"])
-    wait_for(lambda: len(host_logs(logs, "k9")) == N
-             and all("line 5\n" in t for t in host_logs(logs, "k9").values()), 60)  # fmt: skip
+    wait_for(
+        lambda: (
+            len(host_logs(logs, "k9")) == N
+            and all("line 5\n" in t for t in host_logs(logs, "k9").values())
+        ),
+        60,
+    )
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     # the hosts saw the runner go (its watchers' pipes closed) ...
@@ -83,13 +88,20 @@ def test_sshd_restart_resumes_without_gap(ssh_fleet, code: Path, tmp_path: Path)
     logs = tmp_path / "logs"
     proc = spawn([*_args(ssh_fleet, code, logs, "blip", NUMBERED), "--stream", "all"])
     try:
-        wait_for(lambda: "line 10\n" in host_logs(logs, "blip").get("slice_0000_worker_0002", ""),
-                 60)  # fmt: skip
+        wait_for(
+            lambda: "line 10\n" in host_logs(logs, "blip").get("slice_0000_worker_0002", ""), 60
+        )
         ssh_fleet.stop_host(2)
-        wait_for(lambda: manifest(logs, "blip")["hosts"][2]["state"] == "reconnecting", 20,
-                 "the host to show as reconnecting")  # fmt: skip
-        wait_for(lambda: _unseen_lines(ssh_fleet, logs, "blip", 2) >= 10, 20,
-                 "10 lines written on the host while it cannot be reached")  # fmt: skip
+        wait_for(
+            lambda: manifest(logs, "blip")["hosts"][2]["state"] == "reconnecting",
+            20,
+            "the host to show as reconnecting",
+        )
+        wait_for(
+            lambda: _unseen_lines(ssh_fleet, logs, "blip", 2) >= 10,
+            20,
+            "10 lines written on the host while it cannot be reached",
+        )
         ssh_fleet.start_host(2)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -105,8 +117,13 @@ def test_host_lost_past_reconnect_timeout(ssh_fleet, code: Path, tmp_path: Path)
     cmd = "echo up; sleep 120"
     proc = spawn([*_args(ssh_fleet, code, logs, "lost", cmd), "--reconnect-timeout", "3"])
     try:
-        wait_for(lambda: len(host_logs(logs, "lost")) == N
-                 and all("up" in t for t in host_logs(logs, "lost").values()), 60)  # fmt: skip
+        wait_for(
+            lambda: (
+                len(host_logs(logs, "lost")) == N
+                and all("up" in t for t in host_logs(logs, "lost").values())
+            ),
+            60,
+        )
         ssh_fleet.stop_host(1)
         _, err = proc.communicate(timeout=90)
     finally:
@@ -134,8 +151,13 @@ def test_detach_status_kill_status(ssh_fleet, code: Path, tmp_path: Path) -> Non
     assert status.returncode == 0, status.stderr
     rows = json.loads(status.stdout)
     assert [r["state"] for r in rows] == ["running"] * N
-    wait_for(lambda: all(r["last line"] == "hi" for r in json.loads(
-        cli(["status", "det", "--log-dir", str(logs), "--json"]).stdout)), 10)  # fmt: skip
+    wait_for(
+        lambda: all(
+            r["last line"] == "hi"
+            for r in json.loads(cli(["status", "det", "--log-dir", str(logs), "--json"]).stdout)
+        ),
+        10,
+    )
 
     killed = cli(["kill", "det", "--log-dir", str(logs), "--grace", "2"])
     assert killed.returncode == 0, killed.stderr

@@ -41,22 +41,36 @@ def sandbox_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     }
     (tmp_path / "home").mkdir()
     yield env
-    subprocess.run([sys.executable, "-m", "tests.sandbox", "down"], cwd=ROOT, env=env,
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "tests.sandbox", "down"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def sandbox(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.sandbox", *argv], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "tests.sandbox", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def shell(env: dict[str, str], script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``script`` in a bash that first did what the docs say: eval the sandbox's env."""
     bin_dir = Path(sys.executable).parent
-    prelude = (f'export PATH="{bin_dir}:$PATH"; cd {ROOT} && '
-               f'eval "$(python -m tests.sandbox env)" && cd {cwd} && ')  # fmt: skip
-    return subprocess.run(["bash", "-c", prelude + script], env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    prelude = (
+        f'export PATH="{bin_dir}:$PATH"; cd {ROOT} && '
+        f'eval "$(python -m tests.sandbox env)" && cd {cwd} && '
+    )
+    return subprocess.run(
+        ["bash", "-c", prelude + script], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _parents() -> dict[int, int]:
@@ -141,8 +155,12 @@ def test_documented_sequence_then_nothing_left(sandbox_env: dict[str, str], tmp_
     assert "export CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU=http://127.0.0.1:" in exported.stdout
     code = tmp_path / "code"
     code.mkdir()
-    res = shell(env, "multihost up demo --tpu-type v4-16 --runtime-version "
-                     "tpu-ubuntu2204-base --zone us-central2-b", code)  # fmt: skip
+    res = shell(
+        env,
+        "multihost up demo --tpu-type v4-16 --runtime-version "
+        "tpu-ubuntu2204-base --zone us-central2-b",
+        code,
+    )
     assert res.returncode == 0, res.stderr
     assert "pod demo is up: 2/2 workers accept SSH" in res.stderr
     res = shell(env, "multihost run --prefix demo --cmd 'echo on $MULTIHOST_TEST_HOST'", code)
@@ -172,9 +190,15 @@ def test_not_root_is_one_line(sandbox_env: dict[str, str]) -> None:
     """As ``nobody``, with the system's python (the checkout's venv may be root's alone)."""
     nobody = pwd.getpwnam("nobody")
     res = subprocess.run(
-        ["/usr/bin/python3", "-m", "tests.sandbox", "up"], cwd=ROOT, env=sandbox_env,
-        capture_output=True, text=True, timeout=60, user=nobody.pw_uid, group=nobody.pw_gid,
-    )  # fmt: skip
+        ["/usr/bin/python3", "-m", "tests.sandbox", "up"],
+        cwd=ROOT,
+        env=sandbox_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        user=nobody.pw_uid,
+        group=nobody.pw_gid,
+    )
     assert res.returncode == 2, res.stderr
     assert res.stderr == "sandbox: needs root (it makes one Unix user and one sshd per host)\n"
     assert not Path(sandbox_env["MULTIHOST_SANDBOX_DIR"]).exists()

@@ -19,16 +19,26 @@ from tests.gcloud_fixtures import make_node
 def test_tunnel_is_gclouds_own_proxy_command() -> None:
     """As ``gcloud alpha compute tpus tpu-vm ssh --tunnel-through-iap`` builds it."""
     assert tunnel_argv("gcloud", "t1v-n-abc-w-0", "p", "z") == (
-        "gcloud", "alpha", "compute", "start-iap-tunnel", "t1v-n-abc-w-0", "%p",
-        "--listen-on-stdin", "--project=p", "--zone=z", "--verbosity=warning",
-    )  # fmt: skip
+        "gcloud",
+        "alpha",
+        "compute",
+        "start-iap-tunnel",
+        "t1v-n-abc-w-0",
+        "%p",
+        "--listen-on-stdin",
+        "--project=p",
+        "--zone=z",
+        "--verbosity=warning",
+    )
 
 
 def test_proxy_commands_expanded_with_their_stderr_kept_apart(tmp_path: Path) -> None:
     config = tmp_path / "config"
-    config.write_text("Host a\n  HostName 10.9.8.7\n  Port 2200\n  User u\n"
-                      "  ProxyCommand nc -q0 %h %p # %r@%n %%\n"
-                      "Host b\n  Port 2201\n")  # fmt: skip
+    config.write_text(
+        "Host a\n  HostName 10.9.8.7\n  Port 2200\n  User u\n"
+        "  ProxyCommand nc -q0 %h %p # %r@%n %%\n"
+        "Host b\n  Port 2201\n"
+    )
     options = SSHOptions(config=(config,))
     wrapper = ["sh", "-c", 'exec 3>&2; exec "$@" 2>"$0"']
     configured = _proxy_argv(Host("a"), options, {}, "10.9.8.7")

@@ -102,8 +102,9 @@ def test_one_tunnel_per_slice(cloud: Cloud, relay: IapRelay, tmp_path: Path) -> 
     }
     assert sorted(relay.tunnels) == [("t1v-n-myqr-w-0-0", 22), ("t1v-n-myqr-w-1-0", 22)]
     assert sorted(relay.tunnels) == sorted(set(relay.tunnels))  # one each, for the whole run
-    wait_for(lambda: not tunnels_left(relay) and relay.open == 0, timeout=10,
-             what="every tunnel closed")  # fmt: skip
+    wait_for(
+        lambda: not tunnels_left(relay) and relay.open == 0, timeout=10, what="every tunnel closed"
+    )
     assert no_processes(cloud.fleet, 8)
 
 
@@ -113,8 +114,10 @@ def test_wrong_host_key_behind_a_hop_is_refused(
     cloud.tpu.add("myqr", "v4-32", 1, internal_only=True)
     cloud.tpu.wait_state("myqr", "ACTIVE")
     cloud.tpu.wrong_host_keys.add(2)
-    res = cli(run_args(internal_config(cloud, tmp_path, 4), tmp_path, "bad",
-                       "--tunnel-through-iap"), **iap_env(cloud, relay, tmp_path))  # fmt: skip
+    res = cli(
+        run_args(internal_config(cloud, tmp_path, 4), tmp_path, "bad", "--tunnel-through-iap"),
+        **iap_env(cloud, relay, tmp_path),
+    )
     assert res.returncode == 1
     assert "s0/w2" in res.stderr
     assert "host key differs from the one its TPU node publishes" in res.stderr
@@ -144,16 +147,29 @@ def test_lost_hop_fails_its_slice_with_that_cause(
         assert hop in h["error"], h["error"]
     assert no_processes(cloud.fleet, 8)
     vpc.start_host(4)
-    args = [a if a != "echo hi from $MULTIHOST_TEST_HOST" else "echo up; sleep 120"
-            for a in run_args(config, tmp_path, "mid", "--tunnel-through-iap",
-                              "--reconnect-timeout", "3")]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "multihost", *args], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=env | {"COLUMNS": "200"})  # fmt: skip
+    args = [
+        a if a != "echo hi from $MULTIHOST_TEST_HOST" else "echo up; sleep 120"
+        for a in run_args(
+            config, tmp_path, "mid", "--tunnel-through-iap", "--reconnect-timeout", "3"
+        )
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "multihost", *args],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env | {"COLUMNS": "200"},
+    )
     try:
-        wait_for(lambda: len(host_logs(logs, "mid")) == 8
-                 and all("up" in t for t in host_logs(logs, "mid").values()),
-                 timeout=90, what="every worker to start")  # fmt: skip
+        wait_for(
+            lambda: (
+                len(host_logs(logs, "mid")) == 8
+                and all("up" in t for t in host_logs(logs, "mid").values())
+            ),
+            timeout=90,
+            what="every worker to start",
+        )
         vpc.stop_host(4)
         _, err = proc.communicate(timeout=90)
     finally:
@@ -176,16 +192,15 @@ def test_iap_per_host_gives_every_worker_its_tunnel(
     cloud.tpu.wait_state("myqr", "ACTIVE")
     config = internal_config(cloud, tmp_path, 4)
     env = iap_env(cloud, relay, tmp_path)
-    res = cli(run_args(config, tmp_path, "each", "--tunnel-through-iap", "--iap-per-host"),
-              **env)  # fmt: skip
+    res = cli(run_args(config, tmp_path, "each", "--tunnel-through-iap", "--iap-per-host"), **env)
     assert res.returncode == 0, res.stderr
     assert sorted(relay.tunnels) == [(f"t1v-n-myqr-w-0-{w}", 22) for w in range(4)]
-    wait_for(lambda: not tunnels_left(relay) and relay.open == 0, timeout=10,
-             what="every tunnel closed")  # fmt: skip
+    wait_for(
+        lambda: not tunnels_left(relay) and relay.open == 0, timeout=10, what="every tunnel closed"
+    )
     # a worker the relay does not know: the tunnel's own error comes back, named
     monkeypatch.setattr(cloud.tpu, "worker_by_instance", lambda instance: None)
-    gone = cli(run_args(config, tmp_path, "gone", "--tunnel-through-iap", "--iap-per-host"),
-               **env)  # fmt: skip
+    gone = cli(run_args(config, tmp_path, "gone", "--tunnel-through-iap", "--iap-per-host"), **env)
     assert gone.returncode == 1
     assert f"cannot connect to {vpcs.address(0)} through its proxy command" in gone.stderr
     assert "ERROR:" in gone.stderr
@@ -193,17 +208,21 @@ def test_iap_per_host_gives_every_worker_its_tunnel(
 
 
 def tunnel(instance: str) -> str:
-    return (f"{WRAPPER} alpha compute start-iap-tunnel {instance} %p --listen-on-stdin "
-            f"--project=p --zone={ZONE} --verbosity=warning")  # fmt: skip
+    return (
+        f"{WRAPPER} alpha compute start-iap-tunnel {instance} %p --listen-on-stdin "
+        f"--project=p --zone={ZONE} --verbosity=warning"
+    )
 
 
 def vpc_known_hosts(cloud: Cloud, tmp_path: Path) -> Path:
     known = tmp_path / "known_hosts"
     keys = cloud.fleet.dir / "hosts"
-    known.write_text("".join(
-        f"{vpcs.address(h.index)} {(keys / h.alias / 'host_key.pub').read_text().strip()}\n"
-        for h in cloud.fleet.hosts
-    ))  # fmt: skip
+    known.write_text(
+        "".join(
+            f"{vpcs.address(h.index)} {(keys / h.alias / 'host_key.pub').read_text().strip()}\n"
+            for h in cloud.fleet.hosts
+        )
+    )
     return known
 
 
@@ -222,10 +241,26 @@ def test_ssh_config_proxy_command_is_honoured(
     )
     code = tmp_path / "code"
     code.mkdir()
-    res = cli(["run", "--hosts", "tpu0", "--ssh-config", str(config), "--host-keys", "accept-new",
-               "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", "pc",
-               "--cmd", "echo hi from $MULTIHOST_TEST_HOST"],
-              **iap_env(cloud, relay, tmp_path))  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--hosts",
+            "tpu0",
+            "--ssh-config",
+            str(config),
+            "--host-keys",
+            "accept-new",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--run-name",
+            "pc",
+            "--cmd",
+            "echo hi from $MULTIHOST_TEST_HOST",
+        ],
+        **iap_env(cloud, relay, tmp_path),
+    )
     assert res.returncode == 0, res.stderr
     assert host_logs(tmp_path / "logs", "pc") == {"slice_0000_worker_0000": "hi from h0\n"}
     assert relay.tunnels == [("t1v-n-myqr-w-0-0", 22)]
@@ -240,22 +275,43 @@ def test_proxy_jump_bastion_is_one_connection(
     cloud.tpu.add("myqr", "v4-32", 1, internal_only=True)
     cloud.tpu.wait_state("myqr", "ACTIVE")
     known = vpc_known_hosts(cloud, tmp_path)
-    lines = [f"Host bastion\n  HostName {vpcs.address(0)}\n  User {cloud.fleet.hosts[0].user}\n"
-             f"  ProxyCommand {tunnel('t1v-n-myqr-w-0-0')}\n"]  # fmt: skip
-    lines += [f"Host w{i}\n  HostName {vpcs.address(i)}\n  User {cloud.fleet.hosts[i].user}\n"
-              "  ProxyJump bastion\n" for i in (1, 2, 3)]  # fmt: skip
-    lines.append(f"Host *\n  IdentityFile {cloud.fleet.key}\n  IdentitiesOnly yes\n"
-                 f"  UserKnownHostsFile {known}\n")  # fmt: skip
+    lines = [
+        f"Host bastion\n  HostName {vpcs.address(0)}\n  User {cloud.fleet.hosts[0].user}\n"
+        f"  ProxyCommand {tunnel('t1v-n-myqr-w-0-0')}\n"
+    ]
+    lines += [
+        f"Host w{i}\n  HostName {vpcs.address(i)}\n  User {cloud.fleet.hosts[i].user}\n"
+        "  ProxyJump bastion\n"
+        for i in (1, 2, 3)
+    ]
+    lines.append(
+        f"Host *\n  IdentityFile {cloud.fleet.key}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {known}\n"
+    )
     config = tmp_path / "ssh_config"
     config.write_text("".join(lines))
     code = tmp_path / "code"
     code.mkdir()
 
     def run(name: str, hosts: str) -> subprocess.CompletedProcess[str]:
-        return cli(["run", "--hosts", hosts, "--ssh-config", str(config), "--script-dir",
-                    str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", name,
-                    "--cmd", "echo hi from $MULTIHOST_TEST_HOST"],
-                   **iap_env(cloud, relay, tmp_path))  # fmt: skip
+        return cli(
+            [
+                "run",
+                "--hosts",
+                hosts,
+                "--ssh-config",
+                str(config),
+                "--script-dir",
+                str(code),
+                "--log-dir",
+                str(tmp_path / "logs"),
+                "--run-name",
+                name,
+                "--cmd",
+                "echo hi from $MULTIHOST_TEST_HOST",
+            ],
+            **iap_env(cloud, relay, tmp_path),
+        )
 
     res = run("pj", "w1,w2,w3")
     assert res.returncode == 0, res.stderr
@@ -286,9 +342,23 @@ def test_ssh_config_proxy_jump_is_honoured(ssh_fleet, tmp_path: Path) -> None:  
             f"  ProxyJump {jump}\n  UserKnownHostsFile {ssh_fleet.known_hosts}\n\n"
             "Host nowhere\n  HostName 127.1.0.9\n  Port 2222\n\n" + ssh_fleet.ssh_config.read_text()
         )
-        return cli(["run", "--hosts", "behind", "--ssh-config", str(config), "--script-dir",
-                    str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", name,
-                    "--cmd", "echo hi from $MULTIHOST_TEST_HOST"])  # fmt: skip
+        return cli(
+            [
+                "run",
+                "--hosts",
+                "behind",
+                "--ssh-config",
+                str(config),
+                "--script-dir",
+                str(code),
+                "--log-dir",
+                str(tmp_path / "logs"),
+                "--run-name",
+                name,
+                "--cmd",
+                "echo hi from $MULTIHOST_TEST_HOST",
+            ]
+        )
 
     res = run(h0.alias, "pj")
     assert res.returncode == 0, res.stderr

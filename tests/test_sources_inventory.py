@@ -28,8 +28,11 @@ def test_host_list_numbering() -> None:
     fleet = parse_host_list("h0, h1,h2,h3")
     assert [h.address for h in fleet] == ["h0", "h1", "h2", "h3"]
     assert [(h.slice_id, h.worker_id, h.process_id) for h in fleet] == [
-        (0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 3, 3),
-    ]  # fmt: skip
+        (0, 0, 0),
+        (0, 1, 1),
+        (0, 2, 2),
+        (0, 3, 3),
+    ]
     assert fleet.num_slices == 1
     assert fleet.hosts[3].name == "s0/w3"
 
@@ -142,8 +145,10 @@ def test_duplicates_are_refused_naming_both_positions(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match=r"u@h\[1\]|u@h1 appears twice"):
         parse_host_list("u@h1,h[0-2],u@h1")
     inv = tmp_path / "dup.toml"
-    inv.write_text('[defaults]\nuser = "ml"\n[[slices]]\nhosts = ["a", "b"]\n'
-                   '[[slices]]\nhosts = ["c", "ml@a"]\n')  # fmt: skip
+    inv.write_text(
+        '[defaults]\nuser = "ml"\n[[slices]]\nhosts = ["a", "b"]\n'
+        '[[slices]]\nhosts = ["c", "ml@a"]\n'
+    )
     with pytest.raises(InventoryError, match="host ml@a appears twice: s0/w0 and s1/w1"):
         resolve_hosts(str(inv))
 

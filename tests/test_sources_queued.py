@@ -10,22 +10,30 @@ from tests.gcloud_fixtures import make_node
 
 def qr(state: dict[str, object], count: int = 2) -> dict[str, object]:
     spec = {"multisliceParams": {"nodeCount": count}} if count > 1 else {"nodeId": "q"}
-    return {"name": "projects/p/locations/z/queuedResources/q", "state": state,
-            "tpu": {"nodeSpec": [spec]}}  # fmt: skip
+    return {
+        "name": "projects/p/locations/z/queuedResources/q",
+        "state": state,
+        "tpu": {"nodeSpec": [spec]},
+    }
 
 
 def test_state_reason_and_ready_slices() -> None:
-    nodes = [make_node("q-0", "v4-16", ["10.0.0.2"], queued_resource="q"),
-             make_node("q-1", "v4-16", [], state="CREATING", queued_resource="q")]  # fmt: skip
+    nodes = [
+        make_node("q-0", "v4-16", ["10.0.0.2"], queued_resource="q"),
+        make_node("q-1", "v4-16", [], state="CREATING", queued_resource="q"),
+    ]
     found = state_of(qr({"state": "PROVISIONING"}), nodes)
-    assert found.describe() == "queued resource q is PROVISIONING: 1/2 slices ready " \
-        "(q-0 READY, q-1 CREATING)"  # fmt: skip
+    assert (
+        found.describe() == "queued resource q is PROVISIONING: 1/2 slices ready "
+        "(q-0 READY, q-1 CREATING)"
+    )
     failed = state_of(qr({"state": "FAILED", "failedData": {"error": {"message": "no room"}}}), [])
     assert failed.describe() == "queued resource q is FAILED (no room): 0/2 slices ready"
     assert not failed.waitable
     suspended = state_of(qr({"state": "SUSPENDED", "stateInitiator": "SERVICE"}, 1), [])
-    assert suspended.describe() == "queued resource q is SUSPENDED (by the service): " \
-        "0/1 slices ready"  # fmt: skip
+    assert (
+        suspended.describe() == "queued resource q is SUSPENDED (by the service): 0/1 slices ready"
+    )
 
 
 def test_wait_stops_at_a_final_state_and_says_each_new_one() -> None:

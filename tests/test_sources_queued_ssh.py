@@ -24,8 +24,13 @@ def ssh_config(fleet: loopback.Fleet, tmp_path: Path, addresses: dict[int, str])
     lines = []
     for i, address in addresses.items():
         h = fleet.hosts[i]
-        lines += [f"Host {address}", f"  User {h.user}", f"  Port {h.port}",
-                  f"  IdentityFile {fleet.key}", "  IdentitiesOnly yes"]  # fmt: skip
+        lines += [
+            f"Host {address}",
+            f"  User {h.user}",
+            f"  Port {h.port}",
+            f"  IdentityFile {fleet.key}",
+            "  IdentitiesOnly yes",
+        ]
     path = tmp_path / "ssh_config"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -34,9 +39,25 @@ def ssh_config(fleet: loopback.Fleet, tmp_path: Path, addresses: dict[int, str])
 def run_args(config: Path, tmp_path: Path, run: str, *extra: str) -> list[str]:
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
-    return ["run", "--prefix", "myqr", "--zone", ZONE, "--ssh-config", str(config),
-            "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", run,
-            "--no-add-key", *extra, "--cmd", "echo hi from $MULTIHOST_TEST_HOST"]  # fmt: skip
+    return [
+        "run",
+        "--prefix",
+        "myqr",
+        "--zone",
+        ZONE,
+        "--ssh-config",
+        str(config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--run-name",
+        run,
+        "--no-add-key",
+        *extra,
+        "--cmd",
+        "echo hi from $MULTIHOST_TEST_HOST",
+    ]
 
 
 def env(cloud: Cloud, tmp_path: Path) -> dict[str, str]:
@@ -48,8 +69,13 @@ def test_provisioning_is_named_then_wait_runs(cloud: Cloud, tmp_path: Path) -> N
     cloud.tpu.wait_state("myqr", "PROVISIONING")
     config = ssh_config(cloud.fleet, tmp_path, {i: f"127.0.0.{2 + i}" for i in range(8)})
     e = env(cloud, tmp_path)
-    res = subprocess.run([sys.executable, "-m", "multihost", *run_args(config, tmp_path, "q1")],
-                         env=e, capture_output=True, text=True, timeout=60)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "multihost", *run_args(config, tmp_path, "q1")],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == (
         "multihost: error: queued resource myqr is PROVISIONING: 0/2 slices ready "
@@ -61,11 +87,17 @@ def test_provisioning_is_named_then_wait_runs(cloud: Cloud, tmp_path: Path) -> N
     with err.open("w") as f:
         proc = subprocess.Popen(
             [sys.executable, "-m", "multihost", *run_args(config, tmp_path, "q2", "--wait", "120")],
-            env=e | {"COLUMNS": "200"}, stdout=subprocess.PIPE, stderr=f, text=True,
-        )  # fmt: skip
+            env=e | {"COLUMNS": "200"},
+            stdout=subprocess.PIPE,
+            stderr=f,
+            text=True,
+        )
     try:
-        wait_for(lambda: "s): queued resource myqr is PROVISIONING" in err.read_text(),
-                 timeout=60, what="the waiting line")  # fmt: skip
+        wait_for(
+            lambda: "s): queued resource myqr is PROVISIONING" in err.read_text(),
+            timeout=60,
+            what="the waiting line",
+        )
         cloud.tpu.release("myqr")
         proc.communicate(timeout=120)
     finally:

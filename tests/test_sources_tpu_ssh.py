@@ -27,9 +27,14 @@ def _setup(ssh_fleet, tmp_path: Path, nodes: list[dict[str, Any]], known: Path |
     """ssh config for the fleet's addresses, the nodes file, and the env that uses them."""
     lines = []
     for h in ssh_fleet.hosts:
-        lines += [f"Host {h.address}", f"  User {h.user}", f"  Port {h.port}",
-                  f"  IdentityFile {ssh_fleet.key}", "  IdentitiesOnly yes",
-                  f"  UserKnownHostsFile {known or ssh_fleet.known_hosts}"]  # fmt: skip
+        lines += [
+            f"Host {h.address}",
+            f"  User {h.user}",
+            f"  Port {h.port}",
+            f"  IdentityFile {ssh_fleet.key}",
+            "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {known or ssh_fleet.known_hosts}",
+        ]
     config = tmp_path / "ssh_config"
     config.write_text("\n".join(lines) + "\n")
     nodes_file = tmp_path / "nodes.json"
@@ -48,9 +53,22 @@ def _run_args(config: Path, tmp_path: Path, run: str, cmd: str) -> list[str]:
     code.mkdir(exist_ok=True)
     (code / "x.txt").write_text("x\n")
     # --no-add-key: the fake gcloud only lists (first contact: test_sources_tpukeys_ssh)
-    return ["run", "--prefix", "myqr", "--ssh-config", str(config), "--script-dir", str(code),
-            "--log-dir", str(tmp_path / "logs"), "--run-name", run, "--no-add-key",
-            "--cmd", cmd]  # fmt: skip
+    return [
+        "run",
+        "--prefix",
+        "myqr",
+        "--ssh-config",
+        str(config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--run-name",
+        run,
+        "--no-add-key",
+        "--cmd",
+        cmd,
+    ]
 
 
 ENV_CMD = (
@@ -145,15 +163,30 @@ def test_hosts_table_json_and_check(ssh_fleet, tmp_path: Path) -> None:  # type:
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
     assert [(r["slice"], r["worker"], r["process"]) for r in rows] == [
-        (0, 0, 0), (0, 1, 1), (1, 0, 2), (1, 1, 3),
-    ]  # fmt: skip
+        (0, 0, 0),
+        (0, 1, 1),
+        (1, 0, 2),
+        (1, 1, 3),
+    ]
     assert rows[2]["accelerator_type"] == "v4-16"
     assert rows[2]["state"] == "READY"
     table = cli(["hosts", "--prefix", "myqr"], **env)
     assert "127.0.0.4" in table.stdout
     port = free_port()
-    check = ["hosts", "--prefix", "myqr", "--check", "--json", "--ssh-config", str(config),
-             "--host-keys", "strict", "--coordinator-port", str(port), "--no-add-key"]  # fmt: skip
+    check = [
+        "hosts",
+        "--prefix",
+        "myqr",
+        "--check",
+        "--json",
+        "--ssh-config",
+        str(config),
+        "--host-keys",
+        "strict",
+        "--coordinator-port",
+        str(port),
+        "--no-add-key",
+    ]
     checked = cli(check, **env)
     assert checked.returncode == 0, checked.stderr
     facts = json.loads(checked.stdout)
@@ -186,10 +219,19 @@ def test_gcloud_failures_exit_2(tmp_path: Path) -> None:
 def _start_holder(ssh_fleet, i: int, device: Path) -> int:  # type: ignore[no-untyped-def]
     """A process of host i's user holding the fake device open; returns its pid."""
     out = subprocess.run(
-        ["ssh", "-F", str(ssh_fleet.ssh_config), ssh_fleet.hosts[i].alias,
-         f"setsid sleep 300 < {device} > /dev/null 2>&1 & echo $!"],
-        capture_output=True, text=True, timeout=30, check=True, stdin=subprocess.DEVNULL,
-    ).stdout  # fmt: skip
+        [
+            "ssh",
+            "-F",
+            str(ssh_fleet.ssh_config),
+            ssh_fleet.hosts[i].alias,
+            f"setsid sleep 300 < {device} > /dev/null 2>&1 & echo $!",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        stdin=subprocess.DEVNULL,
+    ).stdout
     return int(out.strip())
 
 
@@ -215,15 +257,27 @@ def test_kill_stale_holders(ssh_fleet, tmp_path: Path) -> None:  # type: ignore[
         assert f"s0/w1: pid {pid} (sleep)" in warned.stderr
         assert "--kill-stale" in warned.stderr
         assert _alive(pid)
-        killed = cli([*_run_args(config, tmp_path, "k", "true"), "--host-keys", "strict",
-                      "--kill-stale"], **env)  # fmt: skip
+        killed = cli(
+            [*_run_args(config, tmp_path, "k", "true"), "--host-keys", "strict", "--kill-stale"],
+            **env,
+        )
         assert killed.returncode == 0, killed.stderr
         assert f"pid {pid}" in killed.stderr
         wait_for(lambda: not _alive(pid), 10, "the holder to be stopped")
         pid2 = _start_holder(ssh_fleet, 0, device)
         wait_for(lambda: _alive(pid2), 10, "the second fake holder")
-        res = cli(["kill-stale", "--prefix", "myqr", "--ssh-config", str(config),
-                   "--host-keys", "strict"], **env)  # fmt: skip
+        res = cli(
+            [
+                "kill-stale",
+                "--prefix",
+                "myqr",
+                "--ssh-config",
+                str(config),
+                "--host-keys",
+                "strict",
+            ],
+            **env,
+        )
         assert res.returncode == 0, res.stderr
         assert f"s0/w0 (127.0.0.2): pid {pid2} (sleep)" in res.stdout
         wait_for(lambda: not _alive(pid2), 10, "the holder to be stopped")

@@ -20,9 +20,19 @@ def test_the_line_and_the_merge_are_gclouds() -> None:
 
 def test_update_command_merges_and_guards_commas() -> None:
     argv = update_metadata_argv("n1", "z", "p", SSH_KEYS, "a:b c")
-    assert argv == ["compute", "tpus", "tpu-vm", "update", "n1", "--zone=z",
-                    "--project=p", "--update-metadata", "ssh-keys=a:b c", "--quiet",
-                    "--format=json"]  # fmt: skip
+    assert argv == [
+        "compute",
+        "tpus",
+        "tpu-vm",
+        "update",
+        "n1",
+        "--zone=z",
+        "--project=p",
+        "--update-metadata",
+        "ssh-keys=a:b c",
+        "--quiet",
+        "--format=json",
+    ]
     assert "--metadata-from-file" not in " ".join(argv)  # never: it replaces the whole map
     comma = update_metadata_argv("n1", None, None, SSH_KEYS, 'a:b c {"x":1,"y":2}')
     assert comma[-3] == '^;^ssh-keys=a:b c {"x":1,"y":2}'
@@ -41,8 +51,9 @@ def test_published_keys_replace_what_was_recorded(tmp_path: Path) -> None:
     trust = tmp_path / "state" / "known_hosts"
     trust.parent.mkdir()
     trust.write_text("10.0.0.2 ssh-ed25519 OLD\nother ssh-ed25519 KEEP\n")
-    n = record_pins([("10.0.0.2", None, ("ssh-ed25519 NEW",)),
-                     ("10.0.0.3", 2222, ("ssh-rsa R", "bad"))], trust)  # fmt: skip
+    n = record_pins(
+        [("10.0.0.2", None, ("ssh-ed25519 NEW",)), ("10.0.0.3", 2222, ("ssh-rsa R", "bad"))], trust
+    )
     assert n == 2
     assert trust.read_text().splitlines() == [
         "other ssh-ed25519 KEEP",

@@ -45,12 +45,30 @@ def multihost(
     home.mkdir(exist_ok=True)
     code = tmp_path / "code"
     code.mkdir(exist_ok=True)
-    env = cloud.env | {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
-                       "CLOUDSDK_CORE_ACCOUNT": "me@example.com", "COLUMNS": "300"}  # fmt: skip
+    env = cloud.env | {
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home / "state"),
+        "CLOUDSDK_CORE_ACCOUNT": "me@example.com",
+        "COLUMNS": "300",
+    }
     env |= env_
-    argv = [sys.executable, "-m", "multihost", "run", "--prefix", "myqr", "--zone", ZONE,
-            "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), *args,
-            "--cmd", cmd]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "multihost",
+        "run",
+        "--prefix",
+        "myqr",
+        "--zone",
+        ZONE,
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        *args,
+        "--cmd",
+        cmd,
+    ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -89,8 +107,18 @@ def test_first_contact_adds_the_key_once_and_keeps_the_metadata(
     assert "key" not in res.stderr
     assert patches(cloud) == 1
     # --no-add-key: another user's fresh HOME is refused, metadata untouched
-    res = multihost(cloud, tmp_path, tmp_path / "home2", "--ssh-config", config,
-                    "--run-name", "k3", "--no-add-key", "--connect-timeout", "5")  # fmt: skip
+    res = multihost(
+        cloud,
+        tmp_path,
+        tmp_path / "home2",
+        "--ssh-config",
+        config,
+        "--run-name",
+        "k3",
+        "--no-add-key",
+        "--connect-timeout",
+        "5",
+    )
     assert res.returncode != 0
     assert "authentication failed" in res.stderr
     assert patches(cloud) == 1
@@ -146,8 +174,9 @@ def test_host_keys_pinned_from_guest_attributes(cloud: Cloud, tmp_path: Path) ->
     # the right keys: pinned, accepted, and recorded in multihost's own known-hosts file in
     # place of what was there (the wrong key published a run ago), for attach/status/kill
     cloud.tpu.wrong_host_keys.clear()
-    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--no-add-key",
-                    "--run-name", "p2")  # fmt: skip
+    res = multihost(
+        cloud, tmp_path, home, "--ssh-config", config, "--no-add-key", "--run-name", "p2"
+    )
     assert res.returncode == 0, res.stderr
     assert "trusting" not in res.stderr
     trust = home / "state" / "multihost" / "known_hosts"
@@ -155,13 +184,17 @@ def test_host_keys_pinned_from_guest_attributes(cloud: Cloud, tmp_path: Path) ->
     names = [r[0] for r in recorded]
     assert len(names) == len(set(names)) >= len(qr.workers)  # one key per worker: replaced
     assert oct(trust.stat().st_mode & 0o777) == "0o600"
-    status = cli(["status", "p2", "--log-dir", str(tmp_path / "logs"), "--refresh"],
-                 HOME=str(home), XDG_STATE_HOME=str(home / "state"))  # fmt: skip
+    status = cli(
+        ["status", "p2", "--log-dir", str(tmp_path / "logs"), "--refresh"],
+        HOME=str(home),
+        XDG_STATE_HOME=str(home / "state"),
+    )
     assert "host key" not in status.stderr, status.stderr
     # a node that publishes none: trust on first use, said
     cloud.tpu.no_host_keys.add("myqr")
-    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--no-add-key",
-                    "--run-name", "p3")  # fmt: skip
+    res = multihost(
+        cloud, tmp_path, home, "--ssh-config", config, "--no-add-key", "--run-name", "p3"
+    )
     assert res.returncode == 0, res.stderr
     assert "myqr publishes no host keys" in res.stderr
     assert "trusting their workers' keys on first use" in res.stderr
@@ -174,14 +207,26 @@ def test_hosts_check_adds_the_key_and_hosts_alone_does_not(cloud: Cloud, tmp_pat
     home = tmp_path / "home"
     home.mkdir()
     env = cloud.env | {"HOME": str(home), "XDG_STATE_HOME": str(home / "state")}
-    base = [sys.executable, "-m", "multihost", "hosts", "--prefix", "myqr", "--zone", ZONE,
-            "--ssh-config", config, "--json"]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "multihost",
+        "hosts",
+        "--prefix",
+        "myqr",
+        "--zone",
+        ZONE,
+        "--ssh-config",
+        config,
+        "--json",
+    ]
     listed = subprocess.run(base, env=env, capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert patches(cloud) == 0  # listing logs in nowhere: no key made, none pushed
     assert not (home / ".ssh").exists()
-    checked = subprocess.run([*base, "--check"], env=env, capture_output=True, text=True,
-                             timeout=120)  # fmt: skip
+    checked = subprocess.run(
+        [*base, "--check"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert checked.returncode == 0, checked.stderr
     assert "accepted by 1/1 workers" in checked.stderr
     assert patches(cloud) == 1
@@ -195,8 +240,18 @@ def test_user_flag_names_the_line_and_the_login(cloud: Cloud, tmp_path: Path) ->
     user = cloud.fleet.hosts[qr.workers[0].host].user
     config = str(ssh_config(cloud.fleet, tmp_path, users=False))
     home = tmp_path / "home"
-    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--user", user,
-                    "--run-name", "u1", cmd="id -un")  # fmt: skip
+    res = multihost(
+        cloud,
+        tmp_path,
+        home,
+        "--ssh-config",
+        config,
+        "--user",
+        user,
+        "--run-name",
+        "u1",
+        cmd="id -un",
+    )
     assert res.returncode == 0, res.stderr
     assert f"was added to the metadata of myqr for {user}" in res.stderr
     assert res.stdout.split()[-1] == user
@@ -216,9 +271,17 @@ def test_key_still_refused_when_the_wait_ends(
     marks = [Path(f"/tmp/mh-refused-{h.alias}") for h in cloud.fleet.hosts]
     for m in marks:
         m.unlink(missing_ok=True)
-    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "r1",
-                    cmd="touch /tmp/mh-refused-$MULTIHOST_TEST_HOST",
-                    MULTIHOST_KEY_WAIT="3")  # fmt: skip
+    res = multihost(
+        cloud,
+        tmp_path,
+        home,
+        "--ssh-config",
+        config,
+        "--run-name",
+        "r1",
+        cmd="touch /tmp/mh-refused-$MULTIHOST_TEST_HOST",
+        MULTIHOST_KEY_WAIT="3",
+    )
     assert res.returncode == 1, res.stderr
     assert "accepted by 0/2 workers" in res.stderr
     users = [cloud.fleet.hosts[w.host].user for w in qr.workers]
@@ -244,24 +307,52 @@ def test_internal_only_workers_are_said_at_once(cloud: Cloud, tmp_path: Path) ->
     cloud.tpu.add("myqr", "v4-16", internal_only=True)
     qr = cloud.tpu.wait_state("myqr", "ACTIVE")
     config = tmp_path / "ssh_config"
-    config.write_text("".join(f"Host 127.1.0.{2 + w.host}\n  User {cloud.fleet.hosts[w.host].user}"
-                              f"\n  Port {cloud.fleet.hosts[w.host].port}\n"
-                              for w in qr.workers))  # fmt: skip
+    config.write_text(
+        "".join(
+            f"Host 127.1.0.{2 + w.host}\n  User {cloud.fleet.hosts[w.host].user}"
+            f"\n  Port {cloud.fleet.hosts[w.host].port}\n"
+            for w in qr.workers
+        )
+    )
     home = tmp_path / "home"
     home.mkdir()
     code = tmp_path / "code"
     code.mkdir()
-    env = cloud.env | {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
-                       "MULTIHOST_KEY_WAIT": "600", "COLUMNS": "300"}  # fmt: skip
-    argv = [sys.executable, "-m", "multihost", "run", "--prefix", "myqr", "--zone", ZONE,
-            "--ssh-config", str(config), "--script-dir", str(code), "--log-dir",
-            str(tmp_path / "logs"), "--run-name", "i1", "--cmd", "true"]  # fmt: skip
+    env = cloud.env | {
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home / "state"),
+        "MULTIHOST_KEY_WAIT": "600",
+        "COLUMNS": "300",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "multihost",
+        "run",
+        "--prefix",
+        "myqr",
+        "--zone",
+        ZONE,
+        "--ssh-config",
+        str(config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--run-name",
+        "i1",
+        "--cmd",
+        "true",
+    ]
     err = tmp_path / "err"
     with err.open("w") as f:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=f)
     try:
-        wait_for(lambda: "do not answer" in err.read_text(), timeout=60,
-                 what="the internal-only addresses said")  # fmt: skip
+        wait_for(
+            lambda: "do not answer" in err.read_text(),
+            timeout=60,
+            what="the internal-only addresses said",
+        )
         assert proc.poll() is None  # said while still waiting
     finally:
         proc.kill()
@@ -281,8 +372,7 @@ def test_dry_run_makes_no_first_contact(cloud: Cloud, tmp_path: Path) -> None:
     cloud.tpu.requests.clear()
     config = str(ssh_config(cloud.fleet, tmp_path))
     home = tmp_path / "home"
-    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "d1",
-                    "--dry-run")  # fmt: skip
+    res = multihost(cloud, tmp_path, home, "--ssh-config", config, "--run-name", "d1", "--dry-run")
     assert res.returncode == 0, res.stderr
     assert "### s0/w1 (127.0.0.3)" in res.stdout
     assert cloud.requests() == [("GET", f"/v2/projects/p/locations/{ZONE}/nodes")]

@@ -39,9 +39,24 @@ def test_runs_with_logs_and_pulls_in_the_code_dir_stage_the_same_code(
     each host has holds neither logs nor pulled files."""
     hashes = []
     for run in ("a", "b", "c"):
-        res = cli(["run", "--local", "2", "--log-dir", "logs", "--run-name", run,
-                   "--pull", "out.txt", "--pull-to", "pulled", "--cmd", "echo $RANDOM > out.txt"],
-                  cwd=code)  # fmt: skip
+        res = cli(
+            [
+                "run",
+                "--local",
+                "2",
+                "--log-dir",
+                "logs",
+                "--run-name",
+                run,
+                "--pull",
+                "out.txt",
+                "--pull-to",
+                "pulled",
+                "--cmd",
+                "echo $RANDOM > out.txt",
+            ],
+            cwd=code,
+        )
         assert res.returncode == 0, res.stderr
         hashes.append(manifest(code / "logs", run)["code_hash"])
     assert (code / "pulled" / "slice_0000_worker_0001" / "out.txt").is_file()

@@ -45,8 +45,9 @@ def test_parse(text: str, want: StageVia) -> None:
 def _hosts(*slices: int) -> list[Host]:
     """Hosts h0.. with these slice sizes, one slice after another."""
     ids = [(s, w) for s, n in enumerate(slices) for w in range(n)]
-    return [Host(address=f"h{i}", process_id=i, slice_id=s, worker_id=w)
-            for i, (s, w) in enumerate(ids)]  # fmt: skip
+    return [
+        Host(address=f"h{i}", process_id=i, slice_id=s, worker_id=w) for i, (s, w) in enumerate(ids)
+    ]
 
 
 MIB = 2**20
@@ -80,8 +81,9 @@ def test_choose(
     want: str,
     why: str,
 ) -> None:
-    via, said = choose(parse(requested), _hosts(*slices), size, threshold=256 * MIB,
-                       seed_addresses=seeds)  # fmt: skip
+    via, said = choose(
+        parse(requested), _hosts(*slices), size, threshold=256 * MIB, seed_addresses=seeds
+    )
     assert str(via) == want
     assert why in said if why else said == ""
 
@@ -103,8 +105,9 @@ def test_choose_a_configured_bucket(
     slices: tuple[int, ...], size: int, want: str, why: str
 ) -> None:
     """``--stage-bucket``: auto uses it over the threshold, in place of peer staging."""
-    via, said = choose(parse("auto"), _hosts(*slices), size, threshold=256 * MIB,
-                       bucket="gs://bkt/p")  # fmt: skip
+    via, said = choose(
+        parse("auto"), _hosts(*slices), size, threshold=256 * MIB, bucket="gs://bkt/p"
+    )
     assert (str(via), why in said) == (want, True)
     forced, said = choose(parse("peer"), _hosts(*slices), size, threshold=1, bucket="gs://bkt/p")
     assert (str(forced), said) == ("peer", "")  # --stage-via given: the bucket is not asked
@@ -126,9 +129,14 @@ def test_choose_environment_bucket(
     """The environment's pack takes a bucket the way the code does: forced, or auto over the
     threshold with ``--stage-bucket``."""
     via, said = choose_environment(
-        parse(requested), receivers, 20 * MIB, threshold=256 * MIB, source=Host("h0"),
-        address="10.0.0.2", bucket=bucket,
-    )  # fmt: skip
+        parse(requested),
+        receivers,
+        20 * MIB,
+        threshold=256 * MIB,
+        source=Host("h0"),
+        address="10.0.0.2",
+        bucket=bucket,
+    )
     assert str(via) == want
     assert why in said if why else said == ""
 
@@ -141,12 +149,15 @@ def test_parse_refuses(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--stage-via", "ftp://x"), ("--stage-via", "gs://"), ("--stage-bucket", "peer"),
-     ("--stage-bucket", "gs://B")],
-)  # fmt: skip
+    [
+        ("--stage-via", "ftp://x"),
+        ("--stage-via", "gs://"),
+        ("--stage-bucket", "peer"),
+        ("--stage-bucket", "gs://B"),
+    ],
+)
 def test_cli_bad_value_is_one_line_exit_2(flag: str, value: str, tmp_path: Path) -> None:
-    res = cli(["run", "--local", "2", "--log-dir", str(tmp_path), flag, value,
-               "--cmd", "true"])  # fmt: skip
+    res = cli(["run", "--local", "2", "--log-dir", str(tmp_path), flag, value, "--cmd", "true"])
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1
     assert flag in res.stderr
@@ -176,10 +187,17 @@ def serving(
     """A seed's server started by the real SEED template: (url, pid, its dir)."""
     paths = Paths(base, f"{base}/code/seed-{time.time_ns()}", f"{base}/runs/r")
     command = script(
-        SEED, paths={"b": paths.base, "c": paths.code}, done=COMPLETE, stage=stage_command(paths),
-        serve=python_source("seed_serve"), addr=addr, lifetime="30", fetches=fetches, stale=5,
+        SEED,
+        paths={"b": paths.base, "c": paths.code},
+        done=COMPLETE,
+        stage=stage_command(paths),
+        serve=python_source("seed_serve"),
+        addr=addr,
+        lifetime="30",
+        fetches=fetches,
+        stale=5,
         name="/x.tar.gz",
-    )  # fmt: skip
+    )
     done = sh(command, TOKEN.encode() + b"\n" + data)
     assert done.returncode == 0, done.stderr
     first, said = done.stdout.decode().splitlines()
@@ -196,9 +214,16 @@ def fetch(
     base = code.rsplit("/", 2)[0]
     paths = Paths(base, code, f"{base}/runs/r")
     command = script(
-        FETCH, paths={"b": paths.base, "c": paths.code}, done=COMPLETE, stage=stage_command(paths),
-        how="peer", url=url, digest=digest, fetch=python_source("seed_fetch"), timeout=5,
-    )  # fmt: skip
+        FETCH,
+        paths={"b": paths.base, "c": paths.code},
+        done=COMPLETE,
+        stage=stage_command(paths),
+        how="peer",
+        url=url,
+        digest=digest,
+        fetch=python_source("seed_fetch"),
+        timeout=5,
+    )
     return sh(command, token.encode() + b"\n")
 
 
@@ -226,8 +251,9 @@ def test_seed_serves_token_holders_and_a_wrong_sha256_is_refused(
     wrong = fetch(local_sh, f"{tmp_path}/h1/code/x", url, archive.digest, token="guess")
     assert wrong.returncode != 0
     assert b"403" in wrong.stderr
-    other = fetch(local_sh, f"{tmp_path}/h1/code/x", url.replace("/x.tar.gz", "/etc/passwd"),
-                  archive.digest)  # fmt: skip
+    other = fetch(
+        local_sh, f"{tmp_path}/h1/code/x", url.replace("/x.tar.gz", "/etc/passwd"), archive.digest
+    )
     assert other.returncode != 0  # the token is right, the path is not its one archive
     assert b"404" in other.stderr
 
@@ -265,8 +291,12 @@ def test_local_pipeline_peer(code: Path, tmp_path: Path) -> None:
     """Three local workers: the runner sends the archive (and the token line) once."""
     res = multihost.run(
         "find . -type f ! -name .multihost-complete | sort | xargs sha256sum",
-        local=3, script_dir=code, log_dir=tmp_path / "logs", stage_via="peer", stream="none",
-    )  # fmt: skip
+        local=3,
+        script_dir=code,
+        log_dir=tmp_path / "logs",
+        stage_via="peer",
+        stream="none",
+    )
     assert res.ok, res
     archive = pack(code)
     assert res.staging is not None
@@ -288,16 +318,16 @@ def test_local_auto_picks_peer_over_the_threshold(
 ) -> None:
     """``auto`` (the default): direct under the threshold; peer over it, and the summary says
     why."""
-    small = multihost.run("true", local=3, script_dir=code, log_dir=tmp_path / "logs",
-                          stream="none")  # fmt: skip
+    small = multihost.run(
+        "true", local=3, script_dir=code, log_dir=tmp_path / "logs", stream="none"
+    )
     assert small.ok
     assert small.staging is not None
     assert small.staging.via == "direct"
     assert small.staging.why.startswith("auto: 3 hosts × ")
     monkeypatch.setenv("MULTIHOST_STAGE_AUTO_THRESHOLD", "1000")
     code.joinpath("blob").write_bytes(os.urandom(50_000))  # a new hash: staged again
-    res = multihost.run("true", local=3, script_dir=code, log_dir=tmp_path / "logs",
-                        stream="none")  # fmt: skip
+    res = multihost.run("true", local=3, script_dir=code, log_dir=tmp_path / "logs", stream="none")
     assert res.ok
     assert res.staging is not None
     assert res.staging.via == "peer"
@@ -313,8 +343,14 @@ def test_local_auto_takes_the_stage_bucket_over_the_threshold(
     the runner's gcloud cannot reach: every host then gets the code directly, said)."""
     monkeypatch.setenv("MULTIHOST_GCLOUD", "false")
     monkeypatch.setenv("MULTIHOST_STAGE_AUTO_THRESHOLD", "1000")
-    res = multihost.run("true", local=2, script_dir=code, log_dir=tmp_path / "logs",
-                        stage_bucket="gs://my-bucket/code", stream="none")  # fmt: skip
+    res = multihost.run(
+        "true",
+        local=2,
+        script_dir=code,
+        log_dir=tmp_path / "logs",
+        stage_bucket="gs://my-bucket/code",
+        stream="none",
+    )
     assert res.ok, res
     assert res.staging is not None
     assert res.staging.via == "gs://my-bucket/code"
@@ -329,8 +365,14 @@ def test_local_pipeline_bucket_unusable_falls_back(
     """The runner cannot reach the bucket (its gcloud fails): every host gets the code
     directly, and the result says why."""
     monkeypatch.setenv("MULTIHOST_GCLOUD", "false")
-    res = multihost.run("cat pkg/m.py", local=2, script_dir=code, log_dir=tmp_path / "logs",
-                        stage_via="gs://no-such-bucket", stream="none")  # fmt: skip
+    res = multihost.run(
+        "cat pkg/m.py",
+        local=2,
+        script_dir=code,
+        log_dir=tmp_path / "logs",
+        stage_via="gs://no-such-bucket",
+        stream="none",
+    )
     assert res.ok, res
     assert res.staging is not None
     assert res.staging.via == "gs://no-such-bucket"
@@ -345,9 +387,14 @@ def test_local_sweep_stages_via_peer(code: Path, tmp_path: Path) -> None:
     """``run_sweep(stage_via="peer")``: the session's code goes through the seed (the runner
     sends the archive once), every trial runs on it, and no trial stages again."""
     res = multihost.run_sweep(
-        "sha256sum blob pkg/m.py #{n}", {"n": [1, 2]}, local=3, script_dir=code,
-        log_dir=tmp_path / "logs", stage_via="peer", on_record=lambda _r: None,
-    )  # fmt: skip
+        "sha256sum blob pkg/m.py #{n}",
+        {"n": [1, 2]},
+        local=3,
+        script_dir=code,
+        log_dir=tmp_path / "logs",
+        stage_via="peer",
+        on_record=lambda _r: None,
+    )
     assert [r.status for r in res.records] == [NO_RESULT] * 2  # ran, printed no result line
     archive = pack(code)
     assert res.staging is not None
@@ -367,8 +414,19 @@ def test_local_sweep_stages_via_peer(code: Path, tmp_path: Path) -> None:
 def test_cli_sweep_says_how_its_code_went(code: Path, tmp_path: Path) -> None:
     """The sweep's header says the way its code went, as ``run`` says it; a bad value is one
     line, exit 2."""
-    base = ["sweep", "--local", "2", "--script-dir", str(code), "--log-dir", str(tmp_path),
-            "--cmd", "true {n}", "--grid", "n=1"]  # fmt: skip
+    base = [
+        "sweep",
+        "--local",
+        "2",
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path),
+        "--cmd",
+        "true {n}",
+        "--grid",
+        "n=1",
+    ]
     res = cli([*base, "--run-name", "s1"])
     assert res.returncode == 1, res.stderr  # true prints no result line
     lines = res.stderr.splitlines()

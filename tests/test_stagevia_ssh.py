@@ -60,9 +60,14 @@ def test_peer_one_upload_per_seed(ssh_fleet: loopback.Fleet, code: Path, tmp_pat
     seeds = [ssh_fleet.hosts[i].home / ".multihost" / "seed" for i in (0, 3)]
     before = [set(d.iterdir()) if d.is_dir() else set() for d in seeds]
     res = multihost.run(
-        "test -x run.sh && cat pkg/m.py", hosts=str(inv), ssh_config=ssh_fleet.ssh_config,
-        script_dir=code, log_dir=tmp_path / "logs", stage_via="peer", stream="none",
-    )  # fmt: skip
+        "test -x run.sh && cat pkg/m.py",
+        hosts=str(inv),
+        ssh_config=ssh_fleet.ssh_config,
+        script_dir=code,
+        log_dir=tmp_path / "logs",
+        stage_via="peer",
+        stream="none",
+    )
     assert res.ok, res
     archive = pack(code)
     size = len(archive.data)
@@ -87,10 +92,15 @@ def test_sweep_stages_through_the_seeds(
     slice, each slice's other host fetches it from the seed, and both points run on it."""
     inv = _inventory(tmp_path, [['"h0"', '"h1"'], ['"h2"', '"h3"']])
     res = multihost.run_sweep(
-        "test -x run.sh && cat pkg/m.py #{n}", {"n": [1, 2]}, hosts=str(inv),
-        ssh_config=ssh_fleet.ssh_config, script_dir=code, log_dir=tmp_path / "logs",
-        stage_via="peer", on_record=lambda _r: None,
-    )  # fmt: skip
+        "test -x run.sh && cat pkg/m.py #{n}",
+        {"n": [1, 2]},
+        hosts=str(inv),
+        ssh_config=ssh_fleet.ssh_config,
+        script_dir=code,
+        log_dir=tmp_path / "logs",
+        stage_via="peer",
+        on_record=lambda _r: None,
+    )
     assert [r.status for r in res.records] == [NO_RESULT] * 2  # both ran (no result line)
     size = len(pack(code).data)
     assert res.staging is not None
@@ -105,12 +115,29 @@ def test_seed_that_cannot_serve_falls_back(
 ) -> None:
     """The seed's internal address is not this machine's: its server cannot bind, so its
     slice's hosts get the code from the runner, and the summary says so."""
-    inv = _inventory(tmp_path, [['{ address = "h0", internal_address = "192.0.2.1" }', '"h1"',
-                                 '"h2"']])  # fmt: skip
+    inv = _inventory(
+        tmp_path, [['{ address = "h0", internal_address = "192.0.2.1" }', '"h1"', '"h2"']]
+    )
     logs = tmp_path / "logs"
-    res = cli(["run", "--hosts", str(inv), "--ssh-config", str(ssh_fleet.ssh_config),
-               "--script-dir", str(code), "--log-dir", str(logs), "--run-name", "fb",
-               "--stage-via", "peer", "--cmd", "cat pkg/m.py"])  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--hosts",
+            str(inv),
+            "--ssh-config",
+            str(ssh_fleet.ssh_config),
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "fb",
+            "--stage-via",
+            "peer",
+            "--cmd",
+            "cat pkg/m.py",
+        ]
+    )
     assert res.returncode == 0, res.stderr
     assert "2 fell back to direct upload" in res.stderr
     assert "could not serve" in res.stderr
@@ -127,17 +154,37 @@ def test_a_seed_never_serves_on_a_public_address(
     """Forced ``--stage-via peer``: slice 0's seed has a shared (not private) internal address,
     so no seed is started there and its slice gets the code from the runner (the run says so);
     slice 1's seed, on a private address, serves as usual. 100.64.0.1 is never connected to."""
-    inv = _inventory(tmp_path, [['{ address = "h0", internal_address = "100.64.0.1" }', '"h1"'],
-                                ['"h2"', '"h3"']])  # fmt: skip
+    inv = _inventory(
+        tmp_path,
+        [['{ address = "h0", internal_address = "100.64.0.1" }', '"h1"'], ['"h2"', '"h3"']],
+    )
     seed_dir = ssh_fleet.hosts[0].home / ".multihost" / "seed"
     touched = seed_dir.stat().st_mtime_ns if seed_dir.is_dir() else None
     logs = tmp_path / "logs"
-    res = cli(["run", "--hosts", str(inv), "--ssh-config", str(ssh_fleet.ssh_config),
-               "--script-dir", str(code), "--log-dir", str(logs), "--run-name", "pub",
-               "--stage-via", "peer", "--cmd", "cat pkg/m.py"])  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--hosts",
+            str(inv),
+            "--ssh-config",
+            str(ssh_fleet.ssh_config),
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "pub",
+            "--stage-via",
+            "peer",
+            "--cmd",
+            "cat pkg/m.py",
+        ]
+    )
     assert res.returncode == 0, res.stderr
-    assert ("slice 0: its seed s0/w0's internal address 100.64.0.1 is not private, so no seed "
-            "serves there: the runner sends the slice its code") in res.stderr  # fmt: skip
+    assert (
+        "slice 0: its seed s0/w0's internal address 100.64.0.1 is not private, so no seed "
+        "serves there: the runner sends the slice its code"
+    ) in res.stderr
     assert "slice 1" not in res.stderr
     archive = pack(code)
     size = len(archive.data)
@@ -164,9 +211,21 @@ def test_gs_uploads_once_and_hosts_pull(
     gcs, env = bucket
     archive = pack(code)
     logs = tmp_path / "logs"
-    args = ["run", "--hosts", "h0,h1", "--ssh-config", str(ssh_fleet.ssh_config),
-            "--script-dir", str(code), "--log-dir", str(logs), "--stage-via", f"gs://{BUCKET}",
-            "--cmd", "cat pkg/m.py"]  # fmt: skip
+    args = [
+        "run",
+        "--hosts",
+        "h0,h1",
+        "--ssh-config",
+        str(ssh_fleet.ssh_config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--stage-via",
+        f"gs://{BUCKET}",
+        "--cmd",
+        "cat pkg/m.py",
+    ]
     res = cli([*args, "--run-name", "g1"], **env)
     assert res.returncode == 0, res.stderr
     name = f"multihost/code/{archive.digest}.tar.gz"
@@ -203,8 +262,9 @@ def test_corrupted_archive_is_refused_across_hosts(ssh_fleet: loopback.Fleet, co
     the runner packed are refused and nothing is unpacked; the server is gone afterwards."""
     archive = pack(code)
     seed, host = ssh_fleet.hosts[6], ssh_fleet.hosts[7]
-    url, pid, folder = serving(_ssh(ssh_fleet, seed.alias), "~/.multihost", archive.data,
-                               fetches=1, addr=seed.address)  # fmt: skip
+    url, pid, folder = serving(
+        _ssh(ssh_fleet, seed.alias), "~/.multihost", archive.data, fetches=1, addr=seed.address
+    )
     try:
         (Path(folder) / "archive").write_bytes(archive.data[:-10] + b"corrupted!")
         code_dir = f"~/.multihost/code/{archive.short}"

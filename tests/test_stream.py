@@ -55,9 +55,24 @@ def home(tmp_path: Path, code: Path) -> Path:
 def test_lines_are_complete_in_order_and_a_flood_does_not_delay_others(
     tmp_path: Path, home: Path
 ) -> None:
-    argv = [sys.executable, "-m", "multihost", "run", "--local", "4", "--script-dir",
-            str(tmp_path / "code"), "--log-dir", str(tmp_path / "logs"), "--run-name", "flood",
-            "--stream", "all", "--cmd", CMD]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "multihost",
+        "run",
+        "--local",
+        "4",
+        "--script-dir",
+        str(tmp_path / "code"),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--run-name",
+        "flood",
+        "--stream",
+        "all",
+        "--cmd",
+        CMD,
+    ]
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert proc.stdout is not None
@@ -122,8 +137,13 @@ for _ in range(100):
 def test_a_write_cut_short_by_a_signal_still_writes_every_byte() -> None:
     master, slave = os.openpty()
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", _PESTERED], stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=subprocess.PIPE, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PESTERED],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     os.close(slave)
     assert proc.stderr is not None
     assert proc.stderr.readline() == b"ready\n"

@@ -275,10 +275,15 @@ def test_where_never_runs_code(capsys: pytest.CaptureFixture[str]) -> None:
 def test_expand_order_and_filter() -> None:
     points = expand(GRID, where("fsdp * tp == 8"))
     assert [p.label for p in points] == [
-        "fsdp=1 tp=8 b=4096", "fsdp=1 tp=8 b=16384", "fsdp=2 tp=4 b=4096",
-        "fsdp=2 tp=4 b=16384", "fsdp=4 tp=2 b=4096", "fsdp=4 tp=2 b=16384",
-        "fsdp=8 tp=1 b=4096", "fsdp=8 tp=1 b=16384",
-    ]  # fmt: skip
+        "fsdp=1 tp=8 b=4096",
+        "fsdp=1 tp=8 b=16384",
+        "fsdp=2 tp=4 b=4096",
+        "fsdp=2 tp=4 b=16384",
+        "fsdp=4 tp=2 b=4096",
+        "fsdp=4 tp=2 b=16384",
+        "fsdp=8 tp=1 b=4096",
+        "fsdp=8 tp=1 b=16384",
+    ]
     assert [p.index for p in points] == list(range(8))
     assert points[2].as_dict() == {"fsdp": 2, "tp": 4, "b": 4096}
     assert points[2].values == (("fsdp", "2"), ("tp", "4"), ("b", "4096"))

@@ -89,8 +89,17 @@ def test_record_to_json_flattens_and_prefixes_collisions() -> None:
     )
     row = rec.to_json()
     assert list(row)[:10] == [
-        "fsdp", "tp", "b", "point", "repeat", "status", "run", "command", "started", "ended",
-    ]  # fmt: skip
+        "fsdp",
+        "tp",
+        "b",
+        "point",
+        "repeat",
+        "status",
+        "run",
+        "command",
+        "started",
+        "ended",
+    ]
     assert row["fsdp"] == 1
     assert row["status"] == "ok"
     assert row["result.status"] == "fine"
@@ -116,8 +125,10 @@ def test_store_append_load_and_torn_line(tmp_path: Path) -> None:
     store.append(record(points[1], 0, 11.0))  # must not be glued onto the torn line
     rows = store.load()
     assert [(r["point"], r["repeat"]) for r in rows] == [
-        (points[0].id, 0), (points[0].id, 1), (points[1].id, 0),
-    ]  # fmt: skip
+        (points[0].id, 0),
+        (points[0].id, 1),
+        (points[1].id, 0),
+    ]
     assert store.path.read_bytes().endswith(b"\n")
     assert store.completed_ok() == {(points[0].id, 0), (points[1].id, 0)}
 
@@ -144,9 +155,20 @@ def test_csv_columns_and_cells(tmp_path: Path) -> None:
     with open(path, newline="") as f:
         table = list(csv.reader(f))
     assert table[0] == [
-        "fsdp", "tp", "b", "point", "repeat", "status", "run",
-        "alpha", "flag", "zeta", "started", "ended", "command",
-    ]  # fmt: skip
+        "fsdp",
+        "tp",
+        "b",
+        "point",
+        "repeat",
+        "status",
+        "run",
+        "alpha",
+        "flag",
+        "zeta",
+        "started",
+        "ended",
+        "command",
+    ]
     assert table[1] == [
         "1",
         "2",

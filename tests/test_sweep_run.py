@@ -31,15 +31,39 @@ def _rows(path: Path) -> list[dict[str, object]]:
 @pytest.mark.jax
 @pytest.mark.slow
 def test_sharding_sweep_local(tmp_path: Path) -> None:
-    cmd = (f"{sys.executable} payloads/shardings.py --ici_fsdp_parallelism {{fsdp}} "
-           "--ici_tensor_parallelism {tp} -d 128 -b 8 -n 1 --tries 1")  # fmt: skip
+    cmd = (
+        f"{sys.executable} payloads/shardings.py --ici_fsdp_parallelism {{fsdp}} "
+        "--ici_tensor_parallelism {tp} -d 128 -b 8 -n 1 --tries 1"
+    )
     res = cli(
-        ["sweep", "--local", "4", "--script-dir", str(REPO), "--log-dir", str(tmp_path),
-         "--run-name", "shs", "--env", "JAX_NUM_CPU_DEVICES=2", "--env", "JAX_PLATFORMS=cpu",
-         "--cmd", cmd, "--grid", "fsdp=1,2,4,8", "--grid", "tp=1,2,4,8",
-         "--where", "fsdp*tp == 8", "--point-timeout", "200"],
-        timeout=900, HOME=str(tmp_path / "home"),
-    )  # fmt: skip
+        [
+            "sweep",
+            "--local",
+            "4",
+            "--script-dir",
+            str(REPO),
+            "--log-dir",
+            str(tmp_path),
+            "--run-name",
+            "shs",
+            "--env",
+            "JAX_NUM_CPU_DEVICES=2",
+            "--env",
+            "JAX_PLATFORMS=cpu",
+            "--cmd",
+            cmd,
+            "--grid",
+            "fsdp=1,2,4,8",
+            "--grid",
+            "tp=1,2,4,8",
+            "--where",
+            "fsdp*tp == 8",
+            "--point-timeout",
+            "200",
+        ],
+        timeout=900,
+        HOME=str(tmp_path / "home"),
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     rows = _rows(tmp_path / "shs" / "results.jsonl")
     assert sorted((r["fsdp"], r["tp"]) for r in rows) == [(1, 8), (2, 4), (4, 2), (8, 1)]
@@ -59,10 +83,27 @@ def test_sharding_sweep_local(tmp_path: Path) -> None:
 
 def test_failures_recorded_then_resume(code: Path, tmp_path: Path) -> None:
     (code / "sq.py").write_text(SCRIPT)
-    base = ["sweep", "--local", "2", "--script-dir", str(code), "--log-dir", str(tmp_path),
-            "--run-name", "sq", "--cmd", f"{sys.executable} sq.py {{a}} {{b}}",
-            "--grid", "a=1,2,3", "--grid", "b=1,2", "--where", "a + b < 5",
-            "--metric", "score"]  # fmt: skip
+    base = [
+        "sweep",
+        "--local",
+        "2",
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path),
+        "--run-name",
+        "sq",
+        "--cmd",
+        f"{sys.executable} sq.py {{a}} {{b}}",
+        "--grid",
+        "a=1,2,3",
+        "--grid",
+        "b=1,2",
+        "--where",
+        "a + b < 5",
+        "--metric",
+        "score",
+    ]
     first = cli(base, HOME=str(tmp_path / "home"))
     assert first.returncode == 1  # some points failed
     rows = _rows(tmp_path / "sq" / "results.jsonl")
@@ -94,11 +135,29 @@ def test_parallel_slices_over_ssh(ssh_fleet, code: Path, tmp_path: Path) -> None
         "fi\n"
     )
     res = cli(
-        ["sweep", "--hosts", str(inventory), "--ssh-config", str(ssh_fleet.ssh_config),
-         "--script-dir", str(code), "--log-dir", str(tmp_path / "logs"), "--run-name", "par",
-         "--cmd", "sh p.sh {x}", "--grid", "x=1,2", "--metric", "x", "--parallel", "slice"],
+        [
+            "sweep",
+            "--hosts",
+            str(inventory),
+            "--ssh-config",
+            str(ssh_fleet.ssh_config),
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--run-name",
+            "par",
+            "--cmd",
+            "sh p.sh {x}",
+            "--grid",
+            "x=1,2",
+            "--metric",
+            "x",
+            "--parallel",
+            "slice",
+        ],
         timeout=120,
-    )  # fmt: skip
+    )
     assert res.returncode == 0, res.stderr
     rows = _rows(tmp_path / "logs" / "par" / "results.jsonl")
     assert len(rows) == 2
@@ -115,13 +174,15 @@ def test_parallel_slices_over_ssh(ssh_fleet, code: Path, tmp_path: Path) -> None
         (["--cmd", "x {a} {c}", "--grid", "a=1"], "{c}"),
         (["--cmd", "x {a}", "--grid", "a=1", "--grid", "b=2"], "--grid b not used"),
         (["--cmd", "x {a}", "--grid", "a=1", "--where", "a ==="], "invalid syntax"),
-        (["--cmd", "x {a}", "--grid", "a=1", "--where", "__import__('os').system('x')"],
-         "not allowed"),
+        (
+            ["--cmd", "x {a}", "--grid", "a=1", "--where", "__import__('os').system('x')"],
+            "not allowed",
+        ),
         (["--cmd", "x {a}", "--grid", "a=1", "--where", "a.real > 0"], "not allowed"),
         (["--cmd", "x {a}", "--grid", "a=1", "--resume"], "--run-name"),
         (["--cmd", "x {a}", "--grid", "a=1", "--parallel", "hosts:3"], "divide"),
     ],
-)  # fmt: skip
+)
 def test_sweep_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     res = cli(["sweep", "--local", "2", "--log-dir", str(tmp_path), *args], timeout=30)
     assert res.returncode == 2, res.stderr

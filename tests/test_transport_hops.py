@@ -74,8 +74,9 @@ def test_a_failed_or_lost_connection_is_not_handed_out_again() -> None:
             await asyncio.sleep(0)
             raise OSError("hop unreachable")
 
-        results = await asyncio.gather(*(pool.lease("k", failing) for _ in range(3)),
-                                       return_exceptions=True)  # fmt: skip
+        results = await asyncio.gather(
+            *(pool.lease("k", failing) for _ in range(3)), return_exceptions=True
+        )
         assert tries == 1  # all three got the one attempt's cause
         assert all(isinstance(r, OSError) and "hop unreachable" in str(r) for r in results)
 
@@ -102,8 +103,9 @@ def test_proxy_jump_values() -> None:
 
 
 def test_iap_hops_per_slice_and_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    fleet = Fleet.from_slices([[Host(f"s{s}w{w}", internal_address=f"10.0.{s}.{w}")
-                                for w in range(3)] for s in range(2)])  # fmt: skip
+    fleet = Fleet.from_slices(
+        [[Host(f"s{s}w{w}", internal_address=f"10.0.{s}.{w}") for w in range(3)] for s in range(2)]
+    )
     names = {0: "i0", 1: "i1", 2: "i2"}
     monkeypatch.setattr("multihost.sources.iap.hostnames", lambda *a, **k: names)
     hopped = through_iap(fleet, ["q-0", "q-1"], "p", "z")

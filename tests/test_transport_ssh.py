@@ -47,8 +47,9 @@ def test_burst_holds_writes_back_and_lets_them_all_go(ssh_fleet: loopback.Fleet)
         socks = [c._conn.get_extra_info("socket") for c in conns]
         try:
             shells = [await c.shell() for c in conns]
-            outputs = [aiter(s.stream("echo ready; read -r w; echo got $w\n", hold=True))
-                       for s in shells]  # fmt: skip
+            outputs = [
+                aiter(s.stream("echo ready; read -r w; echo got $w\n", hold=True)) for s in shells
+            ]
             for out in outputs:  # the script is in, and waits for its word
                 assert await anext(out) == b"ready\n"
             with burst(conns):

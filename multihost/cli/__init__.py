@@ -20,15 +20,29 @@ __all__ = ["COMMANDS", "build_parser", "command", "main", "parse", "subparser"]
 
 # Each command's module is imported only when that command runs (start-up time is CPU time).
 COMMANDS: dict[str, str] = {
-    "run": "cli.fleet", "hosts": "cli.fleet", "kill-stale": "cli.fleet", "forget": "cli.fleet",
+    "run": "cli.fleet",
+    "hosts": "cli.fleet",
+    "kill-stale": "cli.fleet",
+    "forget": "cli.fleet",
     "envs": "cli.fleet",
-    "attach": "cli.runs", "status": "cli.runs", "ls": "cli.runs", "logs": "cli.runs",
-    "kill": "cli.runs", "clean": "cli.runs", "sweep": "cli.sweep", "stack": "cli.diagnose",
+    "attach": "cli.runs",
+    "status": "cli.runs",
+    "ls": "cli.runs",
+    "logs": "cli.runs",
+    "kill": "cli.runs",
+    "clean": "cli.runs",
+    "sweep": "cli.sweep",
+    "stack": "cli.diagnose",
     "trace": "cli.trace",
-    "job": "cli.job", "config": "cli.config", "pull": "cli.pull",
-    "up": "cli.pods", "down": "cli.pods", "pods": "cli.pods", "gc": "cli.pods",
+    "job": "cli.job",
+    "config": "cli.config",
+    "pull": "cli.pull",
+    "up": "cli.pods",
+    "down": "cli.pods",
+    "pods": "cli.pods",
+    "gc": "cli.pods",
     "autodown": "cli.pods",
-}  # fmt: skip
+}
 
 
 def command(name: str) -> Callable[[argparse.Namespace, Console], int]:

@@ -27,17 +27,36 @@ def cmd_stack(args: argparse.Namespace, err: Console) -> int:
     options = record_options(record, args.log_dir, args.ssh_config)
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
     report, folder = blocking(
-        lambda: take(record.fleet.hosts, dirs, options.ssh, run_dir, native=args.native,
-                     all_threads=args.all, limit=options.connect_limit)
-    )  # fmt: skip
+        lambda: take(
+            record.fleet.hosts,
+            dirs,
+            options.ssh,
+            run_dir,
+            native=args.native,
+            all_threads=args.all,
+            limit=options.connect_limit,
+        )
+    )
     if args.json:
-        print(json.dumps({
-            "groups": [{"hosts": host_ranges(g.hosts), "size": g.size, "label": g.label,
-                        "frames": [asdict(f) for f in g.frames]} for g in report.groups],
-            "stragglers": host_ranges(report.stragglers),
-            "errors": {e.host.name: e.error for e in report.errors},
-            "saved": str(folder),
-        }, indent=1))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "groups": [
+                        {
+                            "hosts": host_ranges(g.hosts),
+                            "size": g.size,
+                            "label": g.label,
+                            "frames": [asdict(f) for f in g.frames],
+                        }
+                        for g in report.groups
+                    ],
+                    "stragglers": host_ranges(report.stragglers),
+                    "errors": {e.host.name: e.error for e in report.errors},
+                    "saved": str(folder),
+                },
+                indent=1,
+            )
+        )
     else:
         title = f"stacks of {args.run}: {len(record.hosts)} host(s), {len(report.groups)} group(s)"
         Console(highlight=False).print(stack_report(report, title=title))

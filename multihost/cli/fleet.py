@@ -91,16 +91,24 @@ def with_payload(args: argparse.Namespace) -> dict[str, object]:
     with --local, else python3)."""
     if args.payload is None:
         if args.args:
-            raise UsageError(f"unexpected arguments {shlex.join(args.args)}: only --payload "
-                             "takes arguments after --")  # fmt: skip
+            raise UsageError(
+                f"unexpected arguments {shlex.join(args.args)}: only --payload "
+                "takes arguments after --"
+            )
         return vars(args)
     configured = args.config.values.get("script-dir", (None,))[0] if args.config else None
     if args.script_dir not in (Path("."), configured):
-        raise UsageError("--payload stages the payloads that ship with multihost: leave out "
-                         "--script-dir, or run your own code with --cmd")  # fmt: skip
+        raise UsageError(
+            "--payload stages the payloads that ship with multihost: leave out "
+            "--script-dir, or run your own code with --cmd"
+        )
     python = args.python or (sys.executable if args.local is not None else "python3")
-    return {**vars(args), "script_dir": payloads_dir(), "jax_job": f"--payload {args.payload}",
-            "cmd": payload_command(args.payload, args.args, python)}  # fmt: skip
+    return {
+        **vars(args),
+        "script_dir": payloads_dir(),
+        "jax_job": f"--payload {args.payload}",
+        "cmd": payload_command(args.payload, args.args, python),
+    }
 
 
 def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
@@ -150,12 +158,24 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
         for r in table_rows:  # the host name says slice, worker and process
             for key in ("slice", "worker", "process"):
                 r.pop(key, None)
-        first = ["address", "error", "state", "python", "jax", "jaxlib", "libtpu", "disk_free",
-                 "coordinator_port"]  # fmt: skip
+        first = [
+            "address",
+            "error",
+            "state",
+            "python",
+            "jax",
+            "jaxlib",
+            "libtpu",
+            "disk_free",
+            "coordinator_port",
+        ]
         out.print(report.fleet_table(table_rows, flagged=differ, width=out.width, prefer=first))
         if differ:
-            err.print(f"multihost: versions differ across hosts: {', '.join(sorted(differ))}",
-                      style="bold red", markup=False)  # fmt: skip
+            err.print(
+                f"multihost: versions differ across hosts: {', '.join(sorted(differ))}",
+                style="bold red",
+                markup=False,
+            )
     return code
 
 
@@ -181,11 +201,15 @@ def cmd_envs(args: argparse.Namespace, err: Console) -> int:
         out.print(report.fleet_table(cells, width=out.width, prefer=first))
         held = [e for o in outcomes if o.value for e in o.value.envs]
         star = any(u.running for e in held for u in e.runs)
-        err.print(f"{len({e.key for e in held})} environment(s) on "
-                  f"{sum(1 for o in outcomes if o.value and o.value.envs)} host(s), "
-                  f"{size(sum(e.bytes for e in held))} in all"
-                  + (" (run*: still running or preparing)" if star else ""),
-                  style="dim", markup=False, highlight=False)  # fmt: skip
+        err.print(
+            f"{len({e.key for e in held})} environment(s) on "
+            f"{sum(1 for o in outcomes if o.value and o.value.envs)} host(s), "
+            f"{size(sum(e.bytes for e in held))} in all"
+            + (" (run*: still running or preparing)" if star else ""),
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
     return 0 if all(o.ok for o in outcomes) else 1
 
 

@@ -68,9 +68,13 @@ def cmd_job(args: argparse.Namespace, err: Console) -> int:
 
     gcloud = Gcloud.from_env()
     handlers: dict[str, Callable[[argparse.Namespace, Console, Gcloud], int]] = {
-        "submit": _submit, "watch": _watch, "status": _status, "logs": _logs,
-        "stop": _stop, "ls": _ls,
-    }  # fmt: skip
+        "submit": _submit,
+        "watch": _watch,
+        "status": _status,
+        "logs": _logs,
+        "stop": _stop,
+        "ls": _ls,
+    }
     return handlers[args.job_command](args, err, gcloud)
 
 
@@ -78,17 +82,32 @@ def _submit(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
     from multihost.job.submit import JobRequest, submit
 
     req = JobRequest(
-        name=args.name, bucket=args.bucket, tpu_type=args.tpu_type,
-        runtime_version=args.runtime_version, command=args.cmd, num_slices=args.num_slices,
-        project=args.project, zone=args.zone, capacity=args.capacity or "on-demand",
-        max_restarts=args.max_restarts, script_dir=args.script_dir,
-        excludes=tuple(args.exclude), env=tuple(args.env), log_interval=args.log_interval,
-        start_timeout=args.start_timeout, coordinator_port=args.coordinator_port,
-        megascale_port=args.megascale_port, secrets=tuple(args.secret),
-        sync=not args.no_sync, extras=tuple(args.extra), all_extras=args.all_extras,
-        groups=tuple(args.group), no_dev=args.no_dev, requirements=args.requirements,
+        name=args.name,
+        bucket=args.bucket,
+        tpu_type=args.tpu_type,
+        runtime_version=args.runtime_version,
+        command=args.cmd,
+        num_slices=args.num_slices,
+        project=args.project,
+        zone=args.zone,
+        capacity=args.capacity or "on-demand",
+        max_restarts=args.max_restarts,
+        script_dir=args.script_dir,
+        excludes=tuple(args.exclude),
+        env=tuple(args.env),
+        log_interval=args.log_interval,
+        start_timeout=args.start_timeout,
+        coordinator_port=args.coordinator_port,
+        megascale_port=args.megascale_port,
+        secrets=tuple(args.secret),
+        sync=not args.no_sync,
+        extras=tuple(args.extra),
+        all_extras=args.all_extras,
+        groups=tuple(args.group),
+        no_dev=args.no_dev,
+        requirements=args.requirements,
         env_wait=args.env_wait,
-    )  # fmt: skip
+    )
     display = _Display(err)
     done = submit(req, gcloud, display.note)
     display.note(
@@ -129,8 +148,9 @@ def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = No
         signal.signal(sig, _interrupt)
     try:
         with watching.marker(record.name):
-            watcher = Watcher(record, gcloud, display, keep=args.keep, poll=args.poll,
-                              resubmit=args.resubmit)  # fmt: skip
+            watcher = Watcher(
+                record, gcloud, display, keep=args.keep, poll=args.poll, resubmit=args.resubmit
+            )
             outcome = watcher.run(fresh=fresh)
     except KeyboardInterrupt:
         display.note(
@@ -140,8 +160,10 @@ def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = No
         )
         return 130
     style = "green" if outcome.exit_code == 0 else "red"
-    err.print(f"[{style}]job {outcome.record.name} {outcome.record.state.value}:[/] "
-              f"{escape(outcome.message)}")  # fmt: skip
+    err.print(
+        f"[{style}]job {outcome.record.name} {outcome.record.state.value}:[/] "
+        f"{escape(outcome.message)}"
+    )
     return outcome.exit_code
 
 
@@ -157,19 +179,34 @@ def _status(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
     watching = watchers(r.name)
     if args.json:
         data = {
-            "name": r.name, "state": r.state.value, "attempt": r.attempt,
-            "exit_code": r.exit_code, "message": r.message, "resource": r.resource,
-            "resource_state": st.resource_state, "bucket": r.bucket,
-            "hosts": [{"slice": h.slice_id, "worker": h.worker, "state": h.state,
-                       "exit_code": h.exit_code, "log_bytes": h.log_bytes} for h in st.hosts],
+            "name": r.name,
+            "state": r.state.value,
+            "attempt": r.attempt,
+            "exit_code": r.exit_code,
+            "message": r.message,
+            "resource": r.resource,
+            "resource_state": st.resource_state,
+            "bucket": r.bucket,
+            "hosts": [
+                {
+                    "slice": h.slice_id,
+                    "worker": h.worker,
+                    "state": h.state,
+                    "exit_code": h.exit_code,
+                    "log_bytes": h.log_bytes,
+                }
+                for h in st.hosts
+            ],
             "watchers": [{"pid": w.pid, "mode": w.mode, "since": w.since} for w in watching],
-        }  # fmt: skip
+        }
         print(json.dumps(data, indent=1))
         return 0
     out = Console(highlight=False)
-    out.print(f"job {r.name}: {r.state.value}, attempt {r.attempt} of at most "
-              f"{r.max_restarts + 1}; queued resource {r.resource}: "
-              f"{st.resource_state or 'gone'}")  # fmt: skip
+    out.print(
+        f"job {r.name}: {r.state.value}, attempt {r.attempt} of at most "
+        f"{r.max_restarts + 1}; queued resource {r.resource}: "
+        f"{st.resource_state or 'gone'}"
+    )
     if r.message:
         out.print(escape(r.message))
     for w in watching:
@@ -259,8 +296,14 @@ def _ls(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
         table = Table("job", "state", "attempt", "tpu", "bucket", "submitted")
         for r in records:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
-            table.add_row(r.name, r.state.value, str(r.attempt),
-                          f"{r.num_slices}x {r.tpu_type}", r.bucket, when)  # fmt: skip
+            table.add_row(
+                r.name,
+                r.state.value,
+                str(r.attempt),
+                f"{r.num_slices}x {r.tpu_type}",
+                r.bucket,
+                when,
+            )
         for u in unreadable:
             table.add_row(escape(u.name), "[red]unreadable[/]", "", "", "", "")
         Console(highlight=False).print(table)

@@ -57,25 +57,30 @@ def spec_of(args: argparse.Namespace, name: str) -> PodSpec:
     if args.autodown is not None and args.autodown != "off":
         plan.parse_duration(args.autodown)
     return PodSpec(
-        name=name, tpu_type=args.tpu_type, runtime_version=args.runtime_version,
-        zones=plan.zones_of(args.zone, args.zones), num_slices=args.num_slices,
-        capacity=args.capacity or "on-demand", project=args.project,
+        name=name,
+        tpu_type=args.tpu_type,
+        runtime_version=args.runtime_version,
+        zones=plan.zones_of(args.zone, args.zones),
+        num_slices=args.num_slices,
+        capacity=args.capacity or "on-demand",
+        project=args.project,
         queue_timeout=plan.parse_duration(args.queue_timeout),
-    )  # fmt: skip
+    )
 
 
 def _where(record: PodRecord) -> str:
     per_hour = prices.hourly(record.tpu_type, record.zone, record.capacity, record.num_slices)
-    return (f"{record.num_slices} x {record.tpu_type} in {record.zone} ({record.capacity}), "
-            f"{prices.money(per_hour, '/h')}")  # fmt: skip
+    return (
+        f"{record.num_slices} x {record.tpu_type} in {record.zone} ({record.capacity}), "
+        f"{prices.money(per_hour, '/h')}"
+    )
 
 
 def create(args: argparse.Namespace, name: str, err: Console) -> PodRecord:
     """``up``'s request loop: the pod ACTIVE and recorded, or a PodError naming each zone."""
     spec = spec_of(args, name)
     record, _ = lifecycle.up(spec, _gcloud(), _say(err), poll=wait_poll())
-    err.print(f"multihost: pod {escape(name)} is ACTIVE: {escape(_where(record))}",
-              highlight=False)  # fmt: skip
+    err.print(f"multihost: pod {escape(name)} is ACTIVE: {escape(_where(record))}", highlight=False)
     if args.autodown not in (None, "off"):
         record = record.evolve(autodown=plan.parse_duration(args.autodown))
         records.save(record)
@@ -98,8 +103,16 @@ def _reach(args: argparse.Namespace, record: PodRecord, err: Console, add_key: b
     from multihost.cli.parser import parse
     from multihost.cli.reaching import reach_args
 
-    base = parse(["hosts", "--prefix", record.name, "--zone", record.zone,
-                  *(["--project", record.project] if record.project else [])])  # fmt: skip
+    base = parse(
+        [
+            "hosts",
+            "--prefix",
+            record.name,
+            "--zone",
+            record.zone,
+            *(["--project", record.project] if record.project else []),
+        ]
+    )
     for key, value in vars(args).items():
         if hasattr(base, key) and key not in ("command", "zone", "project", "config"):
             setattr(base, key, value)
@@ -115,16 +128,23 @@ def _first_contact(args: argparse.Namespace, record: PodRecord, err: Console) ->
     outcomes = blocking(lambda: fleetops.check(where.fleet, where.ssh, D.remote_dir, 1))
     bad = [(h, o) for h, o in zip(where.fleet, outcomes, strict=True) if not o.ok]
     for h, o in bad:
-        err.print(f"multihost: {escape(h.name)}: {escape(o.error.message if o.error else '?')}",
-                  style="red", highlight=False)  # fmt: skip
+        err.print(
+            f"multihost: {escape(h.name)}: {escape(o.error.message if o.error else '?')}",
+            style="red",
+            highlight=False,
+        )
     n = len(outcomes)
     if bad:
-        err.print(f"multihost: pod {escape(record.name)} is up but {len(bad)}/{n} workers do not "
-                  f"accept SSH; it keeps costing: multihost down {escape(record.name)}",
-                  style="bold red", highlight=False)  # fmt: skip
+        err.print(
+            f"multihost: pod {escape(record.name)} is up but {len(bad)}/{n} workers do not "
+            f"accept SSH; it keeps costing: multihost down {escape(record.name)}",
+            style="bold red",
+            highlight=False,
+        )
         return 1
-    err.print(f"multihost: pod {escape(record.name)} is up: {n}/{n} workers accept SSH",
-              highlight=False)  # fmt: skip
+    err.print(
+        f"multihost: pod {escape(record.name)} is up: {n}/{n} workers accept SSH", highlight=False
+    )
     return 0
 
 
@@ -151,8 +171,9 @@ def _on_worker0(where: Reach, command: str, stdin: bytes | None = None) -> str:
     return out.value
 
 
-def _arm_autodown(args: argparse.Namespace, record: PodRecord, seconds: float | None,
-                  err: Console) -> int:  # fmt: skip
+def _arm_autodown(
+    args: argparse.Namespace, record: PodRecord, seconds: float | None, err: Console
+) -> int:
     """Start (or change, or stop with None) the daemon on worker 0 that deletes the idle pod."""
     from multihost.pods import autodown
 
@@ -163,12 +184,18 @@ def _arm_autodown(args: argparse.Namespace, record: PodRecord, seconds: float | 
     if seconds is None:
         err.print(f"multihost: autodown of pod {escape(record.name)} is off", highlight=False)
         return 0
-    err.print(f"multihost: pod {escape(record.name)} deletes itself once idle for "
-              f"{seconds:g} s (watched on {escape(host)})", highlight=False)  # fmt: skip
+    err.print(
+        f"multihost: pod {escape(record.name)} deletes itself once idle for "
+        f"{seconds:g} s (watched on {escape(host)})",
+        highlight=False,
+    )
     if "nocron" in said:
-        err.print(f"multihost: {escape(host)} has no crontab: after a reboot the pod is not "
-                  "watched until autodown is armed again", style="yellow",
-                  highlight=False)  # fmt: skip
+        err.print(
+            f"multihost: {escape(host)} has no crontab: after a reboot the pod is not "
+            "watched until autodown is armed again",
+            style="yellow",
+            highlight=False,
+        )
     return 0
 
 
@@ -199,11 +226,17 @@ def cmd_down(args: argparse.Namespace, err: Console) -> int:
     _signals()
     zones = (plan.check_zone(args.zone),) if args.zone else ()
     record, zone, sent = lifecycle.down(
-        _gcloud(), args.name, _say(err), wait=not args.no_wait, poll=wait_poll(), zones=zones,
+        _gcloud(),
+        args.name,
+        _say(err),
+        wait=not args.no_wait,
+        poll=wait_poll(),
+        zones=zones,
         project=args.project,
-    )  # fmt: skip
-    err.print(f"multihost: {down_line(args.name, zone, record, sent, not args.no_wait)}",
-              highlight=False)  # fmt: skip
+    )
+    err.print(
+        f"multihost: {down_line(args.name, zone, record, sent, not args.no_wait)}", highlight=False
+    )
     return 0
 
 
@@ -228,12 +261,20 @@ def _row(
     if r.autodown is not None:
         auto = _autodown_status(args, r, err) if s.state == "ACTIVE" else f"{r.autodown:g}s idle"
     return {
-        "name": r.name, "zone": r.zone, "tpu_type": r.tpu_type, "num_slices": r.num_slices,
-        "capacity": r.capacity, "state": s.state, "reason": s.reason,
-        "age_s": round(now - r.created_at), "up_for": ran, "price_per_hour": per_hour,
-        "cost_so_far": None if cost is None else round(cost, 2), "autodown": auto,
+        "name": r.name,
+        "zone": r.zone,
+        "tpu_type": r.tpu_type,
+        "num_slices": r.num_slices,
+        "capacity": r.capacity,
+        "state": s.state,
+        "reason": s.reason,
+        "age_s": round(now - r.created_at),
+        "up_for": ran,
+        "price_per_hour": per_hour,
+        "cost_so_far": None if cost is None else round(cost, 2),
+        "autodown": auto,
         "recorded": s.recorded,
-    }  # fmt: skip
+    }
 
 
 def _listed_zones(args: argparse.Namespace) -> tuple[str, ...]:
@@ -250,29 +291,38 @@ def cmd_pods(args: argparse.Namespace, err: Console) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    table = Table("pod", "zone", "type", "capacity", "state", "age", "$/h", "cost so far",
-                  "autodown")  # fmt: skip
+    table = Table(
+        "pod", "zone", "type", "capacity", "state", "age", "$/h", "cost so far", "autodown"
+    )
     for row in rows:
         state = str(row["state"]) + (f" ({row['reason']})" if row["reason"] else "")
         state += "" if row["recorded"] else " (no record here)"
         table.add_row(
-            str(row["name"]), str(row["zone"]), f"{row['num_slices']} x {row['tpu_type']}",
-            str(row["capacity"]), escape(state), f"{row['age_s']} s",
-            prices.money(row["price_per_hour"]), prices.money(row["cost_so_far"]),  # type: ignore[arg-type]
+            str(row["name"]),
+            str(row["zone"]),
+            f"{row['num_slices']} x {row['tpu_type']}",
+            str(row["capacity"]),
+            escape(state),
+            f"{row['age_s']} s",
+            prices.money(row["price_per_hour"]),
+            prices.money(row["cost_so_far"]),  # type: ignore[arg-type]
             str(row["autodown"] or "off"),
-        )  # fmt: skip
+        )
     Console(highlight=False, width=200).print(table)
     return 0
 
 
 def cmd_gc(args: argparse.Namespace, err: Console) -> int:
     zones = _listed_zones(args)
-    found = lifecycle.gc(_gcloud(), _say(err), dry_run=args.dry_run, zones=zones,
-                         project=args.project)  # fmt: skip
+    found = lifecycle.gc(
+        _gcloud(), _say(err), dry_run=args.dry_run, zones=zones, project=args.project
+    )
     verb = "would delete" if args.dry_run else "deleted"
     for s, why in found:
-        err.print(f"multihost: {verb} {escape(s.record.name)} in {escape(s.record.zone)}: "
-                  f"{escape(why)}", highlight=False)  # fmt: skip
+        err.print(
+            f"multihost: {verb} {escape(s.record.name)} in {escape(s.record.zone)}: {escape(why)}",
+            highlight=False,
+        )
     if not found:
         err.print("multihost: nothing to collect", highlight=False)
     return 0
@@ -317,12 +367,21 @@ def _down_after(args: argparse.Namespace, name: str, code: int, err: Console) ->
 
     zones = (args.zone,) if args.zone else ()
     try:
-        rec, zone, sent = lifecycle.down(_gcloud(), name, _say(err), wait=True, poll=wait_poll(),
-                                         zones=zones, project=args.project)  # fmt: skip
+        rec, zone, sent = lifecycle.down(
+            _gcloud(),
+            name,
+            _say(err),
+            wait=True,
+            poll=wait_poll(),
+            zones=zones,
+            project=args.project,
+        )
     except MultihostError as exc:
         text = f"run ended (exit {code}) but --down could not delete pod {name}: {exc}"
         err.print(f"multihost: {escape(text)}", style="bold red", highlight=False)
         return False
-    err.print(f"multihost: run ended (exit {code}): {down_line(name, zone, rec, sent, True)}",
-              highlight=False)  # fmt: skip
+    err.print(
+        f"multihost: run ended (exit {code}): {down_line(name, zone, rec, sent, True)}",
+        highlight=False,
+    )
     return True

@@ -16,47 +16,85 @@ NAME_HELP = "the pod's name: its queued resource (and its nodes' prefix), its re
 def request_flags(p: Parser, *, zone: bool) -> None:
     """What a pod is made of: the same names as ``job submit``."""
     cloud = p.at("cloud")
-    cloud.add_argument("--tpu-type", metavar="TYPE", help="accelerator type, e.g. v4-16, "
-                       "v5litepod-16 (default: none, required to create a pod)")  # fmt: skip
-    cloud.add_argument("--num-slices", type=positive(int), default=1, metavar="N",
-                       help="slices (multislice when 2 or more; default %(default)s)")  # fmt: skip
-    cloud.add_argument("--runtime-version", metavar="V", help="TPU VM software version, e.g. "
-                       "tpu-ubuntu2204-base (default: none, required to create a pod)")  # fmt: skip
+    cloud.add_argument(
+        "--tpu-type",
+        metavar="TYPE",
+        help="accelerator type, e.g. v4-16, v5litepod-16 (default: none, required to create a pod)",
+    )
+    cloud.add_argument(
+        "--num-slices",
+        type=positive(int),
+        default=1,
+        metavar="N",
+        help="slices (multislice when 2 or more; default %(default)s)",
+    )
+    cloud.add_argument(
+        "--runtime-version",
+        metavar="V",
+        help="TPU VM software version, e.g. "
+        "tpu-ubuntu2204-base (default: none, required to create a pod)",
+    )
     cap = cloud.add_mutually_exclusive_group()
     for flag in ("spot", "reserved", "best-effort"):
-        cap.add_argument(f"--{flag}", dest="capacity", action="store_const", const=flag,
-                         help=f"{flag} capacity (default: on-demand)")  # fmt: skip
+        cap.add_argument(
+            f"--{flag}",
+            dest="capacity",
+            action="store_const",
+            const=flag,
+            help=f"{flag} capacity (default: on-demand)",
+        )
     if zone:
         cloud.add_argument("--zone", help="the zone to ask in (default: none; or --zones)")
         cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
-    cloud.add_argument("--zones", metavar="A,B,C",
-                       help="zones to try in order (failover; default: --zone alone)")  # fmt: skip
-    cloud.add_argument("--queue-timeout", default=str(QUEUE_TIMEOUT), metavar="DURATION",
-                       help="how long one zone's request may wait for capacity before the next "
-                       "zone is tried; also the request's --valid-until-duration (default "
-                       f"{QUEUE_TIMEOUT:g}s)")  # fmt: skip
-    cloud.add_argument("--autodown", metavar="DURATION",
-                       help="the pod deletes itself once idle this long, e.g. 30m, 3600 "
-                       "(default: off)")  # fmt: skip
+    cloud.add_argument(
+        "--zones", metavar="A,B,C", help="zones to try in order (failover; default: --zone alone)"
+    )
+    cloud.add_argument(
+        "--queue-timeout",
+        default=str(QUEUE_TIMEOUT),
+        metavar="DURATION",
+        help="how long one zone's request may wait for capacity before the next "
+        "zone is tried; also the request's --valid-until-duration (default "
+        f"{QUEUE_TIMEOUT:g}s)",
+    )
+    cloud.add_argument(
+        "--autodown",
+        metavar="DURATION",
+        help="the pod deletes itself once idle this long, e.g. 30m, 3600 (default: off)",
+    )
 
 
 def labelled_flags(p: Parser) -> None:
     """``pods``/``gc``: look in zones for requests labelled by multihost (made from any
     machine), not only at the records kept here."""
     cloud = p.at("cloud")
-    cloud.add_argument("--zones", metavar="A,B", help="also list the requests labelled by "
-                       "multihost in these zones, made from any machine (default: only "
-                       "those recorded here)")  # fmt: skip
+    cloud.add_argument(
+        "--zones",
+        metavar="A,B",
+        help="also list the requests labelled by "
+        "multihost in these zones, made from any machine (default: only "
+        "those recorded here)",
+    )
     cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
 
 
 def add_pod_parsers(sub: Any) -> None:
-    up = command(sub, "up", "create a pod (a queued resource) and wait until every worker "
-                 "accepts SSH")  # fmt: skip
+    up = command(
+        sub, "up", "create a pod (a queued resource) and wait until every worker accepts SSH"
+    )
     up.add_argument("name", metavar="NAME", help=NAME_HELP)
     request_flags(up, zone=True)
-    add(up, s.IP, s.USER, s.SSH_CONFIG, s.HOST_KEYS, s.CONNECT_TIMEOUT, s.CONNECT_LIMIT,
-        s.TUNNEL_THROUGH_IAP, s.NO_ADD_KEY)  # fmt: skip
+    add(
+        up,
+        s.IP,
+        s.USER,
+        s.SSH_CONFIG,
+        s.HOST_KEYS,
+        s.CONNECT_TIMEOUT,
+        s.CONNECT_LIMIT,
+        s.TUNNEL_THROUGH_IAP,
+        s.NO_ADD_KEY,
+    )
 
     down = command(sub, "down", "delete a pod made by multihost (every slice)")
     down.add_argument("name", metavar="NAME", help=NAME_HELP)
@@ -67,8 +105,11 @@ def add_pod_parsers(sub: Any) -> None:
         action="store_true",
         help="send the delete and return (default: wait until it is gone)",
     )
-    cloud.add_argument("--zone", help="where to look for a pod with no record here, by its "
-                       "label (default: the record's zone)")  # fmt: skip
+    cloud.add_argument(
+        "--zone",
+        help="where to look for a pod with no record here, by its "
+        "label (default: the record's zone)",
+    )
     cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
 
     pods = command(sub, "pods", "the pods multihost made: state, price, cost so far, autodown")
@@ -92,10 +133,16 @@ def add_pod_parsers(sub: Any) -> None:
 def add_run_pod_flags(p: Parser) -> None:
     """``run``/``sweep --prefix NAME --up/--down``: one command, one ephemeral pod."""
     cloud = p.at("cloud")
-    cloud.add_argument("--up", action="store_true",
-                       help="with --prefix NAME: create the pod first when it does not exist "
-                       "(up's flags: --tpu-type, --runtime-version, --zones...)")  # fmt: skip
-    cloud.add_argument("--down", action="store_true",
-                       help="with --prefix NAME: delete the pod when the run ends (success, "
-                       "failure, Ctrl-C or SIGTERM)")  # fmt: skip
+    cloud.add_argument(
+        "--up",
+        action="store_true",
+        help="with --prefix NAME: create the pod first when it does not exist "
+        "(up's flags: --tpu-type, --runtime-version, --zones...)",
+    )
+    cloud.add_argument(
+        "--down",
+        action="store_true",
+        help="with --prefix NAME: delete the pod when the run ends (success, "
+        "failure, Ctrl-C or SIGTERM)",
+    )
     request_flags(p, zone=False)

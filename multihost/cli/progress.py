@@ -22,10 +22,13 @@ class TransferView:
     def __init__(self, label: str, hosts: int, *, per_host: bool = False) -> None:
         self.hosts, self.per_host = hosts, per_host
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(bar_width=24),
-            DownloadColumn(binary_units=True), TransferSpeedColumn(),
-            TextColumn("{task.fields[hosts]}"), auto_refresh=False,
-        )  # fmt: skip
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=24),
+            DownloadColumn(binary_units=True),
+            TransferSpeedColumn(),
+            TextColumn("{task.fields[hosts]}"),
+            auto_refresh=False,
+        )
         self._all = self.progress.add_task(label, total=None, hosts=f"0/{hosts} hosts")
         self._done: dict[int, int] = {}
         self._total: dict[int, int] = {}
@@ -44,9 +47,11 @@ class TransferView:
             self._finished.add(pid)
         total = sum(self._total.values())
         self.progress.update(
-            self._all, completed=sum(self._done.values()), total=total or None,
+            self._all,
+            completed=sum(self._done.values()),
+            total=total or None,
             hosts=f"{len(self._finished)}/{self.hosts} hosts",
-        )  # fmt: skip
+        )
         if not self.per_host:
             return
         row = self._rows.get(pid)

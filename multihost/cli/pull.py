@@ -33,9 +33,15 @@ def cmd_pull(args: argparse.Namespace, err: Console) -> int:
 
 
 def pull_and_report(
-    record: RunRecord, patterns: Sequence[str], dest: Path, ssh: SSHOptions, limit: int,
-    err: Console, *, json_out: bool = False,
-) -> int:  # fmt: skip
+    record: RunRecord,
+    patterns: Sequence[str],
+    dest: Path,
+    ssh: SSHOptions,
+    limit: int,
+    err: Console,
+    *,
+    json_out: bool = False,
+) -> int:
     """Pull with progress on a terminal (not with ``json_out``), then say what arrived;
     returns 1 if any host failed."""
     view = TransferView("pulling", len(record.fleet), per_host=True)
@@ -48,8 +54,14 @@ def pull_and_report(
         return await pull_run(record, patterns, dest, ssh, limit=limit, on_event=on_event)
 
     if err.is_terminal and not json_out:
-        with Live(get_renderable=view.renderable, console=err, refresh_per_second=4,
-                  transient=True, redirect_stdout=False, redirect_stderr=False):  # fmt: skip
+        with Live(
+            get_renderable=view.renderable,
+            console=err,
+            refresh_per_second=4,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        ):
             results = blocking(go)
     else:
         results = blocking(go)
@@ -63,6 +75,11 @@ def pull_and_report(
 
 def _row(r: PullResult) -> dict[str, object]:
     return {
-        "host": r.host.name, "dir": str(r.local_dir), "files": r.files, "skipped": r.skipped,
-        "bytes": r.bytes, "errors": list(r.errors), "ok": r.ok,
-    }  # fmt: skip
+        "host": r.host.name,
+        "dir": str(r.local_dir),
+        "files": r.files,
+        "skipped": r.skipped,
+        "bytes": r.bytes,
+        "errors": list(r.errors),
+        "ok": r.ok,
+    }

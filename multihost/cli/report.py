@@ -167,8 +167,9 @@ def _header(col: str, flagged: set[str] | None) -> str:
     return col.replace("_", " ") + (" ≠" if flagged and col in flagged else "")
 
 
-def _fit(columns: Sequence[str], natural: Sequence[int], first: Sequence[str], width: int | None
-         ) -> tuple[list[int], int | None]:  # fmt: skip
+def _fit(
+    columns: Sequence[str], natural: Sequence[int], first: Sequence[str], width: int | None
+) -> tuple[list[int], int | None]:
     """Indices of the columns that fit in ``width`` (3 cells of border and padding each) — the
     first column, then ``first`` in its order, then the rest — and the room for the last one."""
     if width is None or not columns:
@@ -205,8 +206,14 @@ def _age(seconds: float) -> str:
 def status_row(host: Host, status: HostStatus | None, error: str | None) -> dict[str, object]:
     """A row of ``multihost status`` from what the host said (or why it could not)."""
     if status is None:
-        return {"host": host.name, "address": host.target, "state": "unreachable",
-                "exit": "", "runtime": "", "last line": error or ""}  # fmt: skip
+        return {
+            "host": host.name,
+            "address": host.target,
+            "state": "unreachable",
+            "exit": "",
+            "runtime": "",
+            "last line": error or "",
+        }
     end = status.ended_at if status.ended_at is not None else time.time()
     runtime = "" if status.started_at is None else f"{end - status.started_at:.1f}s"
     exit_text = "" if status.exit_code is None else str(status.exit_code)
@@ -215,16 +222,28 @@ def status_row(host: Host, status: HostStatus | None, error: str | None) -> dict
     silent = ""
     if status.state is State.RUNNING and status.log_mtime is not None:
         silent = _age(max(0.0, time.time() - status.log_mtime))  # host clock: NTP-close
-    return {"host": host.name, "address": host.target, "state": str(status.state),
-            "exit": exit_text, "runtime": runtime, "silent": silent,
-            "last line": status.last_line}  # fmt: skip
+    return {
+        "host": host.name,
+        "address": host.target,
+        "state": str(status.state),
+        "exit": exit_text,
+        "runtime": runtime,
+        "silent": silent,
+        "last line": status.last_line,
+    }
 
 
 def record_row(h: HostRecord) -> dict[str, object]:
     """A row of ``multihost status`` from run.json alone: the host's own row."""
     name, address, state, outcome, runtime, _sent, why = host_row(h.result())
-    return {"host": name, "address": address, "state": state, "exit": outcome,
-            "runtime": runtime, "last line": why}  # fmt: skip
+    return {
+        "host": name,
+        "address": address,
+        "state": state,
+        "exit": outcome,
+        "runtime": runtime,
+        "last line": why,
+    }
 
 
 def ls_row(name: str, record: RunRecord) -> dict[str, object]:
@@ -233,9 +252,13 @@ def ls_row(name: str, record: RunRecord) -> dict[str, object]:
     for h in record.hosts:
         states[str(h.state)] = states.get(str(h.state), 0) + 1
     age = time.time() - (record.updated or time.time())
-    return {"run": name, "hosts": len(record.hosts),
-            "states": ", ".join(f"{n} {s}" for s, n in states.items()),
-            "updated": f"{_age(age)} ago", "command": record.job.command}  # fmt: skip
+    return {
+        "run": name,
+        "hosts": len(record.hosts),
+        "states": ", ".join(f"{n} {s}" for s, n in states.items()),
+        "updated": f"{_age(age)} ago",
+        "command": record.job.command,
+    }
 
 
 def env_rows(host: Host, store: EnvStore | None, error: str | None) -> list[dict[str, object]]:
@@ -246,24 +269,43 @@ def env_rows(host: Host, store: EnvStore | None, error: str | None) -> list[dict
         return [{**head, "state": "unreachable", "error": error or ""}]
     if not store.envs:
         return [{**head, "state": "none"}]
-    return [{**head, "key": e.key, "state": e.state, "size": e.size, "packed": e.packed,
-             "last_used": e.last_used, "age": e.age, "runs": [u.run for u in e.runs],
-             "running": [u.run for u in e.runs if u.running]}
-            for e in store.envs]  # fmt: skip
+    return [
+        {
+            **head,
+            "key": e.key,
+            "state": e.state,
+            "size": e.size,
+            "packed": e.packed,
+            "last_used": e.last_used,
+            "age": e.age,
+            "runs": [u.run for u in e.runs],
+            "running": [u.run for u in e.runs if u.running],
+        }
+        for e in store.envs
+    ]
 
 
 def env_cells(row: Mapping[str, Any]) -> dict[str, object]:
     """An ``env_rows`` row for the table: short key, sizes, age, runs (``*``: running)."""
     if "key" not in row:
-        return {"host": row["host"], "address": row["address"], "state": row["state"],
-                "error": row.get("error", "")}  # fmt: skip
+        return {
+            "host": row["host"],
+            "address": row["address"],
+            "state": row["state"],
+            "error": row.get("error", ""),
+        }
     running = set(row["running"])
     runs = ", ".join(f"{r}*" if r in running else r for r in row["runs"])
-    return {"host": row["host"], "address": row["address"], "key": str(row["key"])[:12],
-            "state": row["state"], "size": size(int(row["size"])),
-            "packed": size(int(row["packed"])) if row["packed"] else "",
-            "last use": "" if row["age"] is None else f"{_age(float(row['age']))} ago",
-            "runs": runs or "(none)"}  # fmt: skip
+    return {
+        "host": row["host"],
+        "address": row["address"],
+        "key": str(row["key"])[:12],
+        "state": row["state"],
+        "size": size(int(row["size"])),
+        "packed": size(int(row["packed"])) if row["packed"] else "",
+        "last use": "" if row["age"] is None else f"{_age(float(row['age']))} ago",
+        "runs": runs or "(none)",
+    }
 
 
 def record_line(done: int, total: int, record: Any, metric: str) -> Text:
@@ -303,8 +345,9 @@ def pull_lines(results: Sequence[PullResult], dest: Path, *, all_hosts: bool = T
     for r in results:
         if not all_hosts and r.ok:
             continue
-        got = f"{r.files} file(s), {size(r.bytes)}" + (f", {r.skipped} already there"
-                                                          if r.skipped else "")  # fmt: skip
+        got = f"{r.files} file(s), {size(r.bytes)}" + (
+            f", {r.skipped} already there" if r.skipped else ""
+        )
         lines.append(f"{r.host.name}  {got}" if r.ok else f"{r.host.name}  FAILED ({got})")
         lines += [f"  {safe_text(problem)}" for problem in r.errors]
     failed = sum(1 for r in results if not r.ok)

@@ -125,8 +125,10 @@ def cmd_ls(args: argparse.Namespace, err: Console) -> int:
 def cmd_logs(args: argparse.Namespace, err: Console) -> int:
     some = args.workers or args.exclude_workers
     if args.follow and (args.host or args.tail or args.grep or args.gather):
-        raise UsageError("--follow shows every host's new lines; it takes no --host, --tail, "
-                         "--grep or --gather (print those without --follow)")  # fmt: skip
+        raise UsageError(
+            "--follow shows every host's new lines; it takes no --host, --tail, "
+            "--grep or --gather (print those without --follow)"
+        )
     if args.gather and (args.host or args.all):
         raise UsageError("--gather compares every host's log: it takes no --host or --all")
     if args.json and not args.gather:
@@ -174,9 +176,12 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
 
 
 def _gather(
-    chosen: list[tuple[Host, Path]], limit: int, pattern: re.Pattern[str] | None, as_json: bool,
+    chosen: list[tuple[Host, Path]],
+    limit: int,
+    pattern: re.Pattern[str] | None,
+    as_json: bool,
     err: Console,
-) -> int:  # fmt: skip
+) -> int:
     """Every host's log (its last ``limit`` lines), identical output shown once with its
     hosts, differences per host group; says on stderr which hosts had more lines."""
     keep = None if pattern is None else (lambda line: pattern.search(line) is not None)
@@ -184,19 +189,36 @@ def _gather(
     segments = gather(outputs)
     cut = [o for o in outputs if o.truncated]
     if as_json:
-        print(json.dumps({
-            "lines_per_host": limit,
-            "truncated": {o.host.name: o.total for o in cut},
-            "groups": [{"hosts": host_ranges(s.hosts), "count": len(s.hosts),
-                        "host_names": [h.name for h in s.hosts], "depth": s.depth,
-                        "lines": list(s.lines)} for s in segments],
-        }, indent=1))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "lines_per_host": limit,
+                    "truncated": {o.host.name: o.total for o in cut},
+                    "groups": [
+                        {
+                            "hosts": host_ranges(s.hosts),
+                            "count": len(s.hosts),
+                            "host_names": [h.name for h in s.hosts],
+                            "depth": s.depth,
+                            "lines": list(s.lines),
+                        }
+                        for s in segments
+                    ],
+                },
+                indent=1,
+            )
+        )
         return 0
     if cut:
         most = max(o.total for o in cut)
-        err.print(f"multihost: the last {limit} lines of each log (--tail N for more); "
-                  f"{host_ranges([o.host for o in cut])} had more (up to {most})",
-                  style="dim", markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+        err.print(
+            f"multihost: the last {limit} lines of each log (--tail N for more); "
+            f"{host_ranges([o.host for o in cut])} had more (up to {most})",
+            style="dim",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for line in render(segments):
         sys.stdout.write(terminal.safe_text(line) + "\n")
     return 0

@@ -58,16 +58,27 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
 def reproduce(args: argparse.Namespace, command: str) -> str:
     """The ``multihost run`` line that runs one point again (in the same environment)."""
     parts = ["multihost", "run"]
-    for flag in ("hosts", "local", "prefix", "project", "zone", "ssh_config", "user",
-                 "requirements"):  # fmt: skip
+    for flag in (
+        "hosts",
+        "local",
+        "prefix",
+        "project",
+        "zone",
+        "ssh_config",
+        "user",
+        "requirements",
+    ):
         value = getattr(args, flag, None)
         if value is not None:
             parts += [f"--{flag.replace('_', '-')}", str(value)]
     for flag in ("env", "extra", "group"):
         for item in getattr(args, flag, None) or ():
             parts += [f"--{flag}", item]
-    parts += [f"--{f.replace('_', '-')}" for f in ("all_extras", "no_dev", "no_sync")
-              if getattr(args, f, False)]  # fmt: skip
+    parts += [
+        f"--{f.replace('_', '-')}"
+        for f in ("all_extras", "no_dev", "no_sync")
+        if getattr(args, f, False)
+    ]
     if getattr(args, "stage_via", D.stage_via) != D.stage_via:
         parts += ["--stage-via", args.stage_via]
     if getattr(args, "stage_bucket", D.stage_bucket):
@@ -120,14 +131,23 @@ def _sweep(args: argparse.Namespace, err: Console) -> int:
         done += 1
         err.print(report.record_line(done, total, record, spec.metric))
 
-    sweep = Sweep(run.fleet, spec, run.job, run.options, on_record, trial_notes(err),
-                  lambda staging: err.print(report.staging_line(staging)))  # fmt: skip
+    sweep = Sweep(
+        run.fleet,
+        spec,
+        run.job,
+        run.options,
+        on_record,
+        trial_notes(err),
+        lambda staging: err.print(report.staging_line(staging)),
+    )
     groups = len(sweep.groups)
     todo = total = len(sweep.todo())
     err.print(
         f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
-        f"{todo} to run on {groups} group(s); results in {sweep.dir}", style="dim", markup=False,
-    )  # fmt: skip
+        f"{todo} to run on {groups} group(s); results in {sweep.dir}",
+        style="dim",
+        markup=False,
+    )
     kill = kill_line("RUN", run.options.log_dir)
     behind = (
         f"its trials may still be running on the hosts (stop each with: {kill}; RUN as "
@@ -137,27 +157,37 @@ def _sweep(args: argparse.Namespace, err: Console) -> int:
     records = blocking(sweep.execute, stop)
     if sweep.env_failure is not None:
         left = sum(1 for r in records if r.status.startswith("not run"))
-        err.print(f"multihost: the sweep stopped: {sweep.env_failure}; {left} trial(s) not run",
-                  style="bold red", markup=False, highlight=False)  # fmt: skip
+        err.print(
+            f"multihost: the sweep stopped: {sweep.env_failure}; {left} trial(s) not run",
+            style="bold red",
+            markup=False,
+            highlight=False,
+        )
     rows = sweep.store.load()
     if not rows:  # interrupted (or stopped) before any point finished: there is nothing to show
-        err.print(f"multihost: no point finished: no results in {sweep.dir}",
-                  style="bold red" if not sweep.interrupted else "", markup=False,
-                  highlight=False)  # fmt: skip
+        err.print(
+            f"multihost: no point finished: no results in {sweep.dir}",
+            style="bold red" if not sweep.interrupted else "",
+            markup=False,
+            highlight=False,
+        )
         return 130 if sweep.interrupted else 1
     sweep.store.write_csv(latest(rows), list(spec.grid_names))
     summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
     Console(highlight=False).print(report.sweep_table(summary, spec.metric, spec.grid_names))
-    problem = write_chart(sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names,
-                          spec.higher_is_better)  # fmt: skip
+    problem = write_chart(
+        sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names, spec.higher_is_better
+    )
     if problem:
         err.print(terminal.warning(f"no sweep.png: {problem}"))
     top = summary[0] if summary and summary[0]["best"] else None
     if top is not None:
         print(f"best: {top['label']}  {spec.metric}={top['metric']}")
         print(f"reproduce: {reproduce(args, top['command'])}")
-    print(f"results: {sweep.store.path}, {sweep.store.csv_path}"
-          + ("" if problem else f", {sweep.dir / 'sweep.png'}"))  # fmt: skip
+    print(
+        f"results: {sweep.store.path}, {sweep.store.csv_path}"
+        + ("" if problem else f", {sweep.dir / 'sweep.png'}")
+    )
     if sweep.interrupted:
         return 130
     return 0 if all(row["status"] == "ok" for row in summary) else 1

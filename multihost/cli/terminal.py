@@ -16,8 +16,20 @@ from multihost.model import Host
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
 
-COLORS = ("cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan",
-          "bright_magenta", "bright_green", "bright_yellow", "bright_blue", "red")  # fmt: skip
+COLORS = (
+    "cyan",
+    "magenta",
+    "green",
+    "yellow",
+    "blue",
+    "bright_red",
+    "bright_cyan",
+    "bright_magenta",
+    "bright_green",
+    "bright_yellow",
+    "bright_blue",
+    "red",
+)
 
 
 # What a host's line may carry to the user's terminal: colour (SGR, ``ESC[...m``) and tabs.

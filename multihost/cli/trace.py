@@ -33,8 +33,12 @@ def _seconds(value: float | None) -> str:
 def table(data: dict[str, Any]) -> Table:
     """The per-host table of one capture (its :func:`summary` data)."""
     hosts = data["hosts"]
-    t = Table(title=f"trace {data['capture']}: {data['seconds']:g} s on {len(hosts)} host(s)",
-              title_justify="left", box=None, pad_edge=False)  # fmt: skip
+    t = Table(
+        title=f"trace {data['capture']}: {data['seconds']:g} s on {len(hosts)} host(s)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     t.add_column("host")
     for name in ("span", "steps", "median step", "XLA busy"):
         t.add_column(name, justify="right")
@@ -46,8 +50,14 @@ def table(data: dict[str, Any]) -> Table:
             note = Text(f"{len(r['skipped'])} process(es) without jax skipped", style="dim")
         if r.get("cut") and not r["error"]:  # summaries of older captures have no "cut"
             note = Text(f"the job ended {r['traced_s']:.1f} s in", style="yellow")
-        t.add_row(r["host"], _seconds(r["span_s"]), str(r["steps"]),
-                  _seconds(r["median_step_s"]), busy, note)  # fmt: skip
+        t.add_row(
+            r["host"],
+            _seconds(r["span_s"]),
+            str(r["steps"]),
+            _seconds(r["median_step_s"]),
+            busy,
+            note,
+        )
     return t
 
 
@@ -56,8 +66,9 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines = []
     worst = data.get("slowest")
     if worst:
-        lines.append(f"slowest: {worst['host']}, median step {worst['gap']:.0%} over the "
-                     "hosts' median")  # fmt: skip
+        lines.append(
+            f"slowest: {worst['host']}, median step {worst['gap']:.0%} over the hosts' median"
+        )
     lines.append(OPEN_HINT.format(folder=data["folder"]))
     return lines
 
@@ -85,10 +96,21 @@ def cmd_trace(args: argparse.Namespace, err: Console) -> int:
         raise UsageError(f"run {args.run} is {record.state}: there is nothing to trace")
     options = record_options(record, args.log_dir, args.ssh_config)
     dirs = {pid: paths.run for pid, paths in runs.record_paths(record).items()}
-    err.print(f"tracing {len(record.hosts)} host(s) for {args.seconds:g} s…", style="dim",
-              markup=False, highlight=False)  # fmt: skip
+    err.print(
+        f"tracing {len(record.hosts)} host(s) for {args.seconds:g} s…",
+        style="dim",
+        markup=False,
+        highlight=False,
+    )
     result = blocking(
-        lambda: capture(record.fleet.hosts, dirs, run_dir, seconds=args.seconds, name=args.name,
-                        ssh=options.ssh, limit=options.connect_limit)
-    )  # fmt: skip
+        lambda: capture(
+            record.fleet.hosts,
+            dirs,
+            run_dir,
+            seconds=args.seconds,
+            name=args.name,
+            ssh=options.ssh,
+            limit=options.connect_limit,
+        )
+    )
     return report(result, args.json, err)

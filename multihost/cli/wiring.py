@@ -43,8 +43,7 @@ def plan_args(settings: Mapping[str, Any], err: Console) -> Plan:
 
 def progress(err: Console) -> Callable[[str], None]:
     """Where a --wait says how it goes."""
-    return lambda text: err.print(f"multihost: {text}", style="dim", markup=False,
-                                  highlight=False)  # fmt: skip
+    return lambda text: err.print(f"multihost: {text}", style="dim", markup=False, highlight=False)
 
 
 def note(err: Console, notes: tuple[str, ...]) -> None:
@@ -110,8 +109,13 @@ class Display:
         elif isinstance(event, Note):
             style = "bold red" if event.level == "error" else "dim"
             console = self.live.console if self.live is not None else self.err
-            console.print(f"multihost: {event.text}", style=style, markup=False, highlight=False,
-                          soft_wrap=False)  # fmt: skip
+            console.print(
+                f"multihost: {event.text}",
+                style=style,
+                markup=False,
+                highlight=False,
+                soft_wrap=False,
+            )
 
     def _host_line(self, event: Line) -> None:
         if self.quiet or self.stream == "none":
@@ -147,9 +151,10 @@ class Display:
         """The live status line; while code is being staged, the staging progress above it."""
         now = time.monotonic()
         silent = {
-            self.hosts[pid]: now - t for pid, t in self.heard.items()
+            self.hosts[pid]: now - t
+            for pid, t in self.heard.items()
             if self.states[pid] is State.RUNNING and now - t >= SILENT_AFTER
-        }  # fmt: skip
+        }
         line = report.status_line(self.run_name, self.states, now - self.started, silent)
         if self.pulling.started:
             return Group(self.pulling.renderable(), line)
@@ -179,9 +184,14 @@ def execute_run(
     async def go() -> RunResult:
         console = display.live_console
         if console is not None:
-            with Live(get_renderable=display.status, console=console, refresh_per_second=4,
-                      redirect_stdout=False, redirect_stderr=False,
-                      transient=True) as live:  # fmt: skip
+            with Live(
+                get_renderable=display.status,
+                console=console,
+                refresh_per_second=4,
+                redirect_stdout=False,
+                redirect_stderr=False,
+                transient=True,
+            ) as live:
                 display.live = live
                 try:
                     return await run.execute()
@@ -189,10 +199,16 @@ def execute_run(
                     display.live = None
         return await run.execute()
 
-    left = ("jobs may still be running on the hosts (stop them with: "
-            f"{kill_line(display.run_name, run.log_dir.parent)})")  # fmt: skip
-    return blocking(go, signals(display.err, None if detach else run.interrupt, what,
-                                run.request_stacks, left=left))  # fmt: skip
+    left = (
+        "jobs may still be running on the hosts (stop them with: "
+        f"{kill_line(display.run_name, run.log_dir.parent)})"
+    )
+    return blocking(
+        go,
+        signals(
+            display.err, None if detach else run.interrupt, what, run.request_stacks, left=left
+        ),
+    )
 
 
 def kill_line(run_name: str, logs: Path) -> str:
@@ -225,11 +241,14 @@ def signals(
     what that does; no ``stop``: detach), a second one exits at once (``left`` says what it
     leaves behind), Ctrl-\\ takes stacks."""
     return Interrupt(
-        stop, what, say=lambda text: err.print(text, style="bold red", markup=False,
-                                               soft_wrap=True),
-        signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP), exit_at_second=True,
-        stacks=stacks, **({} if left is None else {"left": left}),
-    )  # fmt: skip
+        stop,
+        what,
+        say=lambda text: err.print(text, style="bold red", markup=False, soft_wrap=True),
+        signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP),
+        exit_at_second=True,
+        stacks=stacks,
+        **({} if left is None else {"left": left}),
+    )
 
 
 def record_options(

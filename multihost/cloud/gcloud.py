@@ -57,9 +57,13 @@ def run(
     full = [gcloud or binary(), *argv]
     try:
         return subprocess.run(
-            full, input=input, stdin=None if input is not None else subprocess.DEVNULL,
-            capture_output=True, timeout=timeout, check=False,
-        )  # fmt: skip
+            full,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
     except FileNotFoundError:
         raise GcloudMissing(f"{full[0]!r} not found: install the Google Cloud CLI") from None
     except subprocess.TimeoutExpired:
@@ -80,9 +84,11 @@ async def run_async(
     full = [gcloud or binary(), *argv]
     try:
         proc = await asyncio.create_subprocess_exec(
-            *full, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            *full,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
     except FileNotFoundError:
         raise GcloudMissing(f"{full[0]!r} not found: install the Google Cloud CLI") from None
     except OSError as exc:
@@ -129,10 +135,16 @@ _UNAVAILABLE = re.compile(
 )
 # google.rpc.Code, for an error that comes as {code, message} (a queued resource's failedData)
 _CODES: dict[int, type[CloudError]] = {
-    3: CloudInvalidArgument, 5: CloudNotFound, 6: CloudAlreadyExists, 7: CloudPermissionDenied,
-    16: CloudPermissionDenied, 4: CloudUnavailable, 10: CloudUnavailable, 13: CloudUnavailable,
+    3: CloudInvalidArgument,
+    5: CloudNotFound,
+    6: CloudAlreadyExists,
+    7: CloudPermissionDenied,
+    16: CloudPermissionDenied,
+    4: CloudUnavailable,
+    10: CloudUnavailable,
+    13: CloudUnavailable,
     14: CloudUnavailable,
-}  # fmt: skip
+}
 
 
 def error_class(message: str, code: int | None = None) -> type[CloudError]:
@@ -140,13 +152,18 @@ def error_class(message: str, code: int | None = None) -> type[CloudError]:
     google.rpc code where one is given (8 and 9 with capacity words are a stockout)."""
     if _CAPACITY.search(message):
         return CloudNoCapacity
-    quota = _QUOTA.search(message) and ("RESOURCE_EXHAUSTED" in message or code == 8
-                                         or "exceeded" in message.lower())  # fmt: skip
+    quota = _QUOTA.search(message) and (
+        "RESOURCE_EXHAUSTED" in message or code == 8 or "exceeded" in message.lower()
+    )
     if quota and not _RATE.search(message):
         return CloudQuotaExhausted
-    for pattern, kind in ((_DENIED, CloudPermissionDenied), (_INVALID, CloudInvalidArgument),
-                          (_EXISTS, CloudAlreadyExists), (_NOT_FOUND, CloudNotFound),
-                          (_UNAVAILABLE, CloudUnavailable)):  # fmt: skip
+    for pattern, kind in (
+        (_DENIED, CloudPermissionDenied),
+        (_INVALID, CloudInvalidArgument),
+        (_EXISTS, CloudAlreadyExists),
+        (_NOT_FOUND, CloudNotFound),
+        (_UNAVAILABLE, CloudUnavailable),
+    ):
         if pattern.search(message):
             return kind
     return _CODES.get(code, CloudError) if code is not None else CloudError

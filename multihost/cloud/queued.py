@@ -56,8 +56,16 @@ def create_argv(
     if capacity not in CAPACITIES:
         raise ValueError(f"capacity must be one of {', '.join(CAPACITIES)}, not {capacity!r}")
     track = ["alpha"] if capacity in ALPHA_ONLY else []
-    argv = [*track, *QR, "create", name, "--accelerator-type", accelerator_type,
-            "--runtime-version", runtime_version]  # fmt: skip
+    argv = [
+        *track,
+        *QR,
+        "create",
+        name,
+        "--accelerator-type",
+        accelerator_type,
+        "--runtime-version",
+        runtime_version,
+    ]
     if node_count > 1:
         argv += ["--node-count", str(node_count), "--node-prefix", node_prefix or name]
     else:
@@ -91,5 +99,11 @@ def describe_argv(name: str, project: str | None, zone: str | None) -> list[str]
 def list_argv(project: str | None, zone: str | None, filter: str | None = None) -> list[str]:
     """``queued-resources list --format json`` (``--filter`` in gcloud's filter syntax, e.g.
     ``labels.multihost-pod=NAME``)."""
-    return [*QR, "list", "--format", "json", *(["--filter", filter] if filter else []),
-            *where(project, zone)]  # fmt: skip
+    return [
+        *QR,
+        "list",
+        "--format",
+        "json",
+        *(["--filter", filter] if filter else []),
+        *where(project, zone),
+    ]

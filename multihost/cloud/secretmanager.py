@@ -5,5 +5,12 @@ from __future__ import annotations
 
 def access_argv(name: str, project: str | None = None) -> list[str]:
     """The secret's latest version, printed on stdout."""
-    return ["secrets", "versions", "access", "latest", "--secret", name,
-            *(["--project", project] if project else [])]  # fmt: skip
+    return [
+        "secrets",
+        "versions",
+        "access",
+        "latest",
+        "--secret",
+        name,
+        *(["--project", project] if project else []),
+    ]

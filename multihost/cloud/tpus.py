@@ -26,30 +26,65 @@ def update_metadata_argv(
     CLI (never ``--metadata-from-file``, which replaces the whole map); a value with commas
     goes with gcloud's ``^DELIM^`` prefix so it stays one value."""
     scope = ([f"--zone={zone}"] if zone else []) + ([f"--project={project}"] if project else [])
-    return [*TPU_VM, "update", node, *scope, "--update-metadata", dict_flag({key: value}),
-            "--quiet", "--format=json"]  # fmt: skip
+    return [
+        *TPU_VM,
+        "update",
+        node,
+        *scope,
+        "--update-metadata",
+        dict_flag({key: value}),
+        "--quiet",
+        "--format=json",
+    ]
 
 
 def iap_tunnel_argv(gcloud: str, instance: str, project: str, zone: str) -> tuple[str, ...]:
     """The ProxyCommand that reaches a worker through IAP (``%p`` left for ssh to fill in), as
     ``gcloud alpha compute tpus tpu-vm ssh --tunnel-through-iap`` builds it; ssh runs it."""
-    return (gcloud, "alpha", "compute", "start-iap-tunnel", instance, "%p", "--listen-on-stdin",
-            f"--project={project}", f"--zone={zone}", "--verbosity=warning")  # fmt: skip
+    return (
+        gcloud,
+        "alpha",
+        "compute",
+        "start-iap-tunnel",
+        instance,
+        "%p",
+        "--listen-on-stdin",
+        f"--project={project}",
+        f"--zone={zone}",
+        "--verbosity=warning",
+    )
 
 
 def project_info_argv(project: str | None) -> list[str]:
     """``compute project-info describe``: the project's ``commonInstanceMetadata``."""
-    return ["compute", "project-info", "describe", "--format=json",
-            *([f"--project={project}"] if project else [])]  # fmt: skip
+    return [
+        "compute",
+        "project-info",
+        "describe",
+        "--format=json",
+        *([f"--project={project}"] if project else []),
+    ]
 
 
 def oslogin_profile_argv(project: str | None) -> list[str]:
     """``compute os-login describe-profile``: the user's POSIX accounts and keys."""
-    return ["compute", "os-login", "describe-profile",
-            *([f"--project={project}"] if project else []), "--format=json"]  # fmt: skip
+    return [
+        "compute",
+        "os-login",
+        "describe-profile",
+        *([f"--project={project}"] if project else []),
+        "--format=json",
+    ]
 
 
 def oslogin_add_key_argv(public_file: str, project: str | None) -> list[str]:
     """``compute os-login ssh-keys add --key-file FILE``: the key into the OS Login profile."""
-    return ["compute", "os-login", "ssh-keys", "add", f"--key-file={public_file}",
-            *([f"--project={project}"] if project else []), "--format=json"]  # fmt: skip
+    return [
+        "compute",
+        "os-login",
+        "ssh-keys",
+        "add",
+        f"--key-file={public_file}",
+        *([f"--project={project}"] if project else []),
+        "--format=json",
+    ]

@@ -44,9 +44,14 @@ class Attach:
                 record, hosts=tuple(h for h in record.hosts if h.host.process_id in only)
             )
         self.sup = sup = Supervisor(
-            part.fleet, record.job, options, on_event, code_hash=record.code_hash,
-            observe_only=observe, stop_signal=stop_signal,
-        )  # fmt: skip
+            part.fleet,
+            record.job,
+            options,
+            on_event,
+            code_hash=record.code_hash,
+            observe_only=observe,
+            stop_signal=stop_signal,
+        )
         sup.first_failure = record.first_failure
         sup.env_names = record.env_names
         sup.recorded = record  # the whole run: the hosts not followed are kept as recorded
@@ -83,10 +88,12 @@ class Attach:
         with watch_lock(sup.log_dir):
             try:
                 await map_hosts(
-                    self._reattach_one, list(sup.fleet), limit=sup.options.connect_limit,
+                    self._reattach_one,
+                    list(sup.fleet),
+                    limit=sup.options.connect_limit,
                     timeout=sup.options.ssh.connect_timeout + DEFAULTS.connect_slack,
                     what="connect",
-                )  # fmt: skip
+                )
                 await watch_all(sup, started)
             finally:
                 await sup.close_all()

@@ -72,8 +72,9 @@ class EarlyLaunch:
         coordinator = first.internal_address or (conn0.peer_address if conn0 else None)
         if coordinator is None:
             return
-        plan = plan_host(host, sup.fleet, sup.job, sup.code_hash,
-                         {first.process_id: coordinator}, watch=True)  # fmt: skip
+        plan = plan_host(
+            host, sup.fleet, sup.job, sup.code_hash, {first.process_id: coordinator}, watch=True
+        )
         slot.early = asyncio.ensure_future(_launch_on(slot.conn, plan.launch, opening))
 
 

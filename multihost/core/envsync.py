@@ -62,10 +62,19 @@ class Probe:
     def parse(cls, host: Host, line: str) -> Probe:
         words = dict(w.split("=", 1) for w in line.split() if "=" in w)
         try:
-            return cls(host, words["key"], words["state"], words["python"], words["exe"],
-                       words["machine"], words["envs"], words["uv"] == "host",
-                       words.get("os", "linux"), words.get("libc", ""),
-                       words.get("zstd") == "yes")  # fmt: skip
+            return cls(
+                host,
+                words["key"],
+                words["state"],
+                words["python"],
+                words["exe"],
+                words["machine"],
+                words["envs"],
+                words["uv"] == "host",
+                words.get("os", "linux"),
+                words.get("libc", ""),
+                words.get("zstd") == "yes",
+            )
         except KeyError:
             raise RemoteError(host, f"environment check said {line!r}") from None
 
@@ -113,8 +122,13 @@ class EnvSummary:
 def probe_script(sup: Supervisor, host: Host, req: EnvRequest, uv: RunnerUv) -> str:
     """What ``host`` runs to say its key and what it has (remote.envsync.PROBE)."""
     where = sup.paths(host)
-    return script(PROBE, paths={"b": where.base, "r": where.run}, lock=req.lock_hash,
-                  ruv=uv.version, probe=python_source("env_probe"))  # fmt: skip
+    return script(
+        PROBE,
+        paths={"b": where.base, "r": where.run},
+        lock=req.lock_hash,
+        ruv=uv.version,
+        probe=python_source("env_probe"),
+    )
 
 
 def probe_said(host: Host, done: Completed) -> Probe:
@@ -209,21 +223,30 @@ async def _check_lock(sup: Supervisor, probes: Sequence[Probe], req: EnvRequest)
     checker = next((p for p in probes if p.has_uv), None)
     if checker is None:
         if any(p.state == "present" for p in probes):
-            sup.note("uv.lock not checked against pyproject.toml: no uv here nor on any host "
-                     "(a host that builds checks it)", "warning")  # fmt: skip
+            sup.note(
+                "uv.lock not checked against pyproject.toml: no uv here nor on any host "
+                "(a host that builds checks it)",
+                "warning",
+            )
         return
     host = checker.host
     conn = sup.slots[host.process_id].conn
     assert conn is not None
-    command = script(LOCK_CHECK, paths={"b": _base(sup, checker), "code": sup.paths(host).code},
-                     exe=checker.exe)  # fmt: skip
+    command = script(
+        LOCK_CHECK, paths={"b": _base(sup, checker), "code": sup.paths(host).code}, exe=checker.exe
+    )
     done = await conn.run(command)
     if done.exit_status == 5:
-        raise lock_problem(req.lock or "uv.lock", done.stderr.decode(errors="replace"),
-                           f"; checked on {host.name} ({host.target})")  # fmt: skip
+        raise lock_problem(
+            req.lock or "uv.lock",
+            done.stderr.decode(errors="replace"),
+            f"; checked on {host.name} ({host.target})",
+        )
     if done.exit_status != 0:
-        sup.note(f"{host.name}: cannot check uv.lock against pyproject.toml: "
-                 f"{_said(done.stderr)}", "warning")  # fmt: skip
+        sup.note(
+            f"{host.name}: cannot check uv.lock against pyproject.toml: {_said(done.stderr)}",
+            "warning",
+        )
 
 
 def pack_format(source: Probe, takers: Sequence[Probe], bucket: bool) -> tuple[str, str]:
@@ -244,9 +267,13 @@ def pack_format(source: Probe, takers: Sequence[Probe], bucket: bool) -> tuple[s
 
 
 async def _one_key(
-    sup: Supervisor, members: Sequence[Probe], uv: RunnerUv, req: EnvRequest,
-    summary: EnvSummary, errors: dict[int, HostError],
-) -> None:  # fmt: skip
+    sup: Supervisor,
+    members: Sequence[Probe],
+    uv: RunnerUv,
+    req: EnvRequest,
+    summary: EnvSummary,
+    errors: dict[int, HostError],
+) -> None:
     """One key: find or build it on one host, then install it on the others that lack it."""
     have = [p for p in members if p.state == "present"]
     need = [p for p in members if p.state != "present"]
@@ -294,10 +321,14 @@ async def _one_key(
     conn = sup.slots[source.host.process_id].conn
     assert conn is not None
     via, why = stagevia.choose_environment(
-        stagevia.parse(sup.options.stage_via), len(need), size,
-        threshold=stagevia.auto_threshold(), source=source.host,
-        address=stagevia.bind_address(source.host, conn), bucket=sup.options.stage_bucket,
-    )  # fmt: skip
+        stagevia.parse(sup.options.stage_via),
+        len(need),
+        size,
+        threshold=stagevia.auto_threshold(),
+        source=source.host,
+        address=stagevia.bind_address(source.host, conn),
+        bucket=sup.options.stage_bucket,
+    )
     if why:
         summary.via = f"{via} ({why})"
     if via.kind == "peer":
@@ -313,15 +344,27 @@ async def _one_key(
     archive = bytes(data)
     got = await asyncio.to_thread(lambda: hashlib.sha256(archive).hexdigest())
     if got != digest:  # changed on its host since it was packed: not handed on
-        raise RemoteError(source.host, f"environment archive: sha256 {got} is not the {digest} "
-                          "it was packed with; nothing sent")  # fmt: skip
+        raise RemoteError(
+            source.host,
+            f"environment archive: sha256 {got} is not the {digest} "
+            "it was packed with; nothing sent",
+        )
 
     async def install(host: Host) -> None:
         p = next(m for m in need if m.host is host)
         c = sup.slots[host.process_id].conn
         assert c is not None
-        command = script(INSTALL, paths={"b": _base(sup, p)}, key=key, fmt=fmt, digest=digest,
-                         how="stdin", url="", fetch="", timeout=0)  # fmt: skip
+        command = script(
+            INSTALL,
+            paths={"b": _base(sup, p)},
+            key=key,
+            fmt=fmt,
+            digest=digest,
+            how="stdin",
+            url="",
+            fetch="",
+            timeout=0,
+        )
         res, _sent = await c.offer(command, b"absent", archive)
         if res.exit_status != 0:
             raise EnvFailed(host, f"environment install failed: {_said(res.stderr)}")
@@ -329,17 +372,27 @@ async def _one_key(
         summary.repaired += p.state == "damaged"
         summary.runner_bytes += len(archive)
 
-    outcomes = await map_hosts(install, [p.host for p in need], timeout=sup.options.stage_timeout,
-                               what="environment install")  # fmt: skip
+    outcomes = await map_hosts(
+        install,
+        [p.host for p in need],
+        timeout=sup.options.stage_timeout,
+        what="environment install",
+    )
     for o in outcomes:
         if o.error is not None:
             errors[o.host.process_id] = o.error
 
 
 async def _from_peer(
-    sup: Supervisor, source: Probe, need: list[Probe], key: str, fmt: str, digest: str,
-    summary: EnvSummary, errors: dict[int, HostError],
-) -> list[Probe]:  # fmt: skip
+    sup: Supervisor,
+    source: Probe,
+    need: list[Probe],
+    key: str,
+    fmt: str,
+    digest: str,
+    summary: EnvSummary,
+    errors: dict[int, HostError],
+) -> list[Probe]:
     """``--stage-via peer``: the source serves the pack to the others (token on stdin); returns
     the hosts whose fetch failed (the runner then sends them the pack itself). A host lost
     meanwhile (or whose fetch timed out) goes into ``errors``."""
@@ -347,19 +400,33 @@ async def _from_peer(
     assert conn is not None
     addr = stagevia.bind_address(source.host, conn)
     if not stagevia.private_address(addr):  # never a seed on a public address
-        sup.note(f"{source.host.name}: its internal address {addr or '?'} is not private, so it "
-                 "serves no environment there: the runner sends it", "warning")  # fmt: skip
+        sup.note(
+            f"{source.host.name}: its internal address {addr or '?'} is not private, so it "
+            "serves no environment there: the runner sends it",
+            "warning",
+        )
         return need
     token = secrets.token_urlsafe(32)
     lifetime = sup.options.stage_timeout + stagevia.FETCH_TIMEOUT
-    command = script(SERVE, paths={"b": _base(sup, source)}, key=key, fmt=fmt,
-                     serve=python_source("seed_serve"), addr=addr, lifetime=f"{lifetime:g}",
-                     fetches=len(need), name=f"/{digest}.tar.{fmt}")  # fmt: skip
+    command = script(
+        SERVE,
+        paths={"b": _base(sup, source)},
+        key=key,
+        fmt=fmt,
+        serve=python_source("seed_serve"),
+        addr=addr,
+        lifetime=f"{lifetime:g}",
+        fetches=len(need),
+        name=f"/{digest}.tar.{fmt}",
+    )
     res = await conn.run(command, stdin=(token + "\n").encode())
     word, _, rest = res.stdout.decode(errors="replace").strip().partition(" ")
     if res.exit_status != 0 or word != "serving":
-        sup.note(f"{source.host.name}: cannot serve the environment ({rest or _said(res.stderr)});"
-                 " the runner sends it", "warning")  # fmt: skip
+        sup.note(
+            f"{source.host.name}: cannot serve the environment ({rest or _said(res.stderr)});"
+            " the runner sends it",
+            "warning",
+        )
         return need
     port, pid, folder = rest.split(" ", 2)
     host_part = f"[{addr}]" if ":" in addr else addr
@@ -371,9 +438,17 @@ async def _from_peer(
         p = next(m for m in need if m.host is host)
         c = sup.slots[host.process_id].conn
         assert c is not None
-        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, fmt=fmt, digest=digest,
-                      how="peer", url=url, fetch=python_source("seed_fetch"),
-                      timeout=f"{stagevia.FETCH_TIMEOUT:g}")  # fmt: skip
+        text = script(
+            INSTALL,
+            paths={"b": _base(sup, p)},
+            key=key,
+            fmt=fmt,
+            digest=digest,
+            how="peer",
+            url=url,
+            fetch=python_source("seed_fetch"),
+            timeout=f"{stagevia.FETCH_TIMEOUT:g}",
+        )
         done = await c.run(text, stdin=(token + "\n").encode())
         if done.exit_status != 0:
             failed.append(p)
@@ -383,9 +458,12 @@ async def _from_peer(
         summary.repaired += p.state == "damaged"
 
     try:
-        fetched = await map_hosts(fetch, [p.host for p in need],
-                                  timeout=sup.options.stage_timeout,
-                                  what="environment fetch")  # fmt: skip
+        fetched = await map_hosts(
+            fetch,
+            [p.host for p in need],
+            timeout=sup.options.stage_timeout,
+            what="environment fetch",
+        )
         errors.update({o.host.process_id: o.error for o in fetched if o.error is not None})
     finally:
         with contextlib.suppress(HostError, TimeoutError):
@@ -394,15 +472,24 @@ async def _from_peer(
     done = {p.host.process_id for p in failed}
     if failed:
         first = why.get(failed[0].host.process_id, "")
-        sup.note(f"{len(failed)} host(s) get the environment from the runner after a failed "
-                 f"fetch; first: {first}", "warning")  # fmt: skip
+        sup.note(
+            f"{len(failed)} host(s) get the environment from the runner after a failed "
+            f"fetch; first: {first}",
+            "warning",
+        )
     return [p for p in need if p.host.process_id in done]
 
 
 async def _from_bucket(
-    sup: Supervisor, source: Probe, need: list[Probe], key: str, digest: str, bucket: str,
-    summary: EnvSummary, errors: dict[int, HostError],
-) -> list[Probe]:  # fmt: skip
+    sup: Supervisor,
+    source: Probe,
+    need: list[Probe],
+    key: str,
+    digest: str,
+    bucket: str,
+    summary: EnvSummary,
+    errors: dict[int, HostError],
+) -> list[Probe]:
     """``--stage-via gs://…``: the source puts the pack in the bucket under its content name
     (unless it is there), the others take it from there; returns the hosts whose fetch failed
     (the runner then sends them the pack itself); a host lost meanwhile goes into ``errors``."""
@@ -421,17 +508,24 @@ async def _from_bucket(
         assert conn is not None
         res = await conn.run(script(UPLOAD, paths={"b": _base(sup, source)}, key=key, url=url))
         if res.exit_status != 0:
-            sup.note(f"{source.host.name}: cannot put the environment in {bucket} "
-                     f"({_said(res.stderr)}); the runner sends it", "warning")  # fmt: skip
+            sup.note(
+                f"{source.host.name}: cannot put the environment in {bucket} "
+                f"({_said(res.stderr)}); the runner sends it",
+                "warning",
+            )
             return need
         summary.uploaded.append(bucket)
     return await _fetch_bucket(sup, need, key, digest, url, bucket, summary, errors)
 
 
 async def _cached(
-    sup: Supervisor, need: list[Probe], key: str, bucket: str, summary: EnvSummary,
+    sup: Supervisor,
+    need: list[Probe],
+    key: str,
+    bucket: str,
+    summary: EnvSummary,
     errors: dict[int, HostError],
-) -> list[Probe]:  # fmt: skip
+) -> list[Probe]:
     """``--stage-via gs://…`` and no host has ``key``: a pack of it already in the bucket (a
     job's, an earlier run's) is taken from there and nothing is built; returns the hosts still
     without it."""
@@ -450,9 +544,15 @@ async def _cached(
 
 
 async def _fetch_bucket(
-    sup: Supervisor, need: list[Probe], key: str, digest: str, url: str, bucket: str,
-    summary: EnvSummary, errors: dict[int, HostError],
-) -> list[Probe]:  # fmt: skip
+    sup: Supervisor,
+    need: list[Probe],
+    key: str,
+    digest: str,
+    url: str,
+    bucket: str,
+    summary: EnvSummary,
+    errors: dict[int, HostError],
+) -> list[Probe]:
     """Each host of ``need`` takes the pack ``url`` (sha256 ``digest``) with its own gcloud;
     returns those whose fetch failed; a host lost meanwhile goes into ``errors``."""
     failed: list[Probe] = []
@@ -461,19 +561,32 @@ async def _fetch_bucket(
         p = next(m for m in need if m.host is host)
         c = sup.slots[host.process_id].conn
         assert c is not None
-        text = script(INSTALL, paths={"b": _base(sup, p)}, key=key, fmt="gz", digest=digest,
-                      how="gs", url=url, fetch="", timeout=0)  # fmt: skip
+        text = script(
+            INSTALL,
+            paths={"b": _base(sup, p)},
+            key=key,
+            fmt="gz",
+            digest=digest,
+            how="gs",
+            url=url,
+            fetch="",
+            timeout=0,
+        )
         done = await c.run(text)
         if done.exit_status != 0:
-            sup.note(f"{host.name}: environment fetch from {bucket} failed "
-                     f"({_said(done.stderr)}); the runner sends it", "warning")  # fmt: skip
+            sup.note(
+                f"{host.name}: environment fetch from {bucket} failed "
+                f"({_said(done.stderr)}); the runner sends it",
+                "warning",
+            )
             failed.append(p)
             return
         summary.installed += 1
         summary.repaired += p.state == "damaged"
 
-    fetched = await map_hosts(fetch, [p.host for p in need], timeout=sup.options.stage_timeout,
-                              what="environment fetch")  # fmt: skip
+    fetched = await map_hosts(
+        fetch, [p.host for p in need], timeout=sup.options.stage_timeout, what="environment fetch"
+    )
     errors.update({o.host.process_id: o.error for o in fetched if o.error is not None})
     done = {p.host.process_id for p in failed}
     return [p for p in need if p.host.process_id in done]
@@ -494,16 +607,26 @@ async def _build(
         stdin += binary
     code = sup.paths(p.host).code
     command = script(
-        BUILD, paths={"b": _base(sup, p), "code": code}, key=key, fmt=fmt, exe=p.exe,
-        sel=" ".join(req.selection.flags()), req=len(req.requirements), ship=ship,
-        uvv=uv.version, unwheel=python_source("uv_wheel"),
-    )  # fmt: skip
+        BUILD,
+        paths={"b": _base(sup, p), "code": code},
+        key=key,
+        fmt=fmt,
+        exe=p.exe,
+        sel=" ".join(req.selection.flags()),
+        req=len(req.requirements),
+        ship=ship,
+        uvv=uv.version,
+        unwheel=python_source("uv_wheel"),
+    )
     conn = sup.slots[p.host.process_id].conn
     assert conn is not None
     res = await conn.run(command, stdin=stdin or None)
     if res.exit_status == 5:
-        raise StaleLock(p.host, f"uv.lock does not match pyproject.toml: {_said(res.stderr, 6)}",
-                        res.stderr.decode(errors="replace"))  # fmt: skip
+        raise StaleLock(
+            p.host,
+            f"uv.lock does not match pyproject.toml: {_said(res.stderr, 6)}",
+            res.stderr.decode(errors="replace"),
+        )
     if res.exit_status != 0:
         raise EnvFailed(p.host, f"environment build failed: {_said(res.stderr, 6)}")
     return res.stdout.decode(errors="replace")
@@ -523,8 +646,11 @@ def _packed(sup: Supervisor, host: Host, said: str) -> tuple[int, str]:
     it no longer matched its sha256 is said as a warning."""
     for line in said.splitlines():
         if line.startswith("repacked: "):
-            sup.note(f"{host.name}: {line.removeprefix('repacked: ')}: packed again from the "
-                     "environment, the altered pack was not handed on", "warning")  # fmt: skip
+            sup.note(
+                f"{host.name}: {line.removeprefix('repacked: ')}: packed again from the "
+                "environment, the altered pack was not handed on",
+                "warning",
+            )
         if line.startswith("packed "):
             _, size, digest = line.split()
             return int(size), digest

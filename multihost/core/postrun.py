@@ -21,8 +21,10 @@ def check_pull(options: RunOptions, run_name: str) -> None:
     if not options.pull:
         return
     if options.detach:
-        raise UsageError("--pull copies files back after the run ends; with --detach it does "
-                         "not end here (use multihost pull RUN PATH later)")  # fmt: skip
+        raise UsageError(
+            "--pull copies files back after the run ends; with --detach it does "
+            "not end here (use multihost pull RUN PATH later)"
+        )
     from multihost.copyback import check_dest, check_patterns
 
     check_patterns(options.pull)
@@ -71,7 +73,8 @@ async def after_run(
 
         _, record = find_run(options.log_dir, result.run_name)
         dest = pull_dest(options, result.run_name)
-        pulled = await pull_run(record, options.pull, dest, options.ssh,
-                                limit=DEFAULTS.pull_limit, on_event=emit)  # fmt: skip
+        pulled = await pull_run(
+            record, options.pull, dest, options.ssh, limit=DEFAULTS.pull_limit, on_event=emit
+        )
         result = replace(result, pulled=tuple(pulled))
     return result

@@ -136,16 +136,21 @@ class Prepare:
         """``--stage-via``: the way the code goes, before the seeds' addresses are known."""
         opts = self.sup.options
         self.via, self.why = stagevia.choose(
-            stagevia.parse(opts.stage_via), list(self.sup.fleet), len(self.archive.data),
-            threshold=stagevia.auto_threshold(), bucket=opts.stage_bucket,
-        )  # fmt: skip
+            stagevia.parse(opts.stage_via),
+            list(self.sup.fleet),
+            len(self.archive.data),
+            threshold=stagevia.auto_threshold(),
+            bucket=opts.stage_bucket,
+        )
 
     async def _connect_all(self) -> list[Outcome[None]]:
         opts = self.sup.options
         return await self.sup.phase(
-            self._connect_one, opts.connect_limit,
-            opts.ssh.connect_timeout + DEFAULTS.connect_slack, "connect",
-        )  # fmt: skip
+            self._connect_one,
+            opts.connect_limit,
+            opts.ssh.connect_timeout + DEFAULTS.connect_slack,
+            "connect",
+        )
 
     async def _phased(self, stale: bool) -> list[Outcome[None]]:
         """Each step on every host before the next."""
@@ -171,8 +176,9 @@ class Prepare:
         if claimed and (sup.interrupted or not all(o.ok for o in outcomes)):
             conns = sup.connections  # a step failed, or Ctrl-C: no host keeps the directory
             paths = {h.process_id: sup.paths(h) for h in sup.fleet}
-            await release([h for h in sup.fleet if h.process_id in conns], conns, paths,
-                          opts.launch_timeout)  # fmt: skip
+            await release(
+                [h for h in sup.fleet if h.process_id in conns], conns, paths, opts.launch_timeout
+            )
         return outcomes
 
     async def _pipelined(self) -> list[Outcome[None]]:
@@ -217,8 +223,9 @@ class Prepare:
         claimed = [o.host for o in outcomes if not isinstance(o.error, unclaimed)]
         conns = sup.connections
         paths = {h.process_id: sup.paths(h) for h in sup.fleet}
-        await release([h for h in claimed if h.process_id in conns], conns, paths,
-                      opts.launch_timeout)  # fmt: skip
+        await release(
+            [h for h in claimed if h.process_id in conns], conns, paths, opts.launch_timeout
+        )
         if taken:
             for slot in sup.slots.values():
                 sup.set_state(slot, State.ERROR, "not started: the run name is taken")
@@ -244,8 +251,12 @@ class Prepare:
             if not outcomes or sup.interrupted or not all(o.ok for o in outcomes):
                 conns = sup.connections
                 paths = {h.process_id: sup.paths(h) for h in sup.fleet}
-                await release([h for h in sup.fleet if h.process_id in conns], conns, paths,
-                              sup.options.launch_timeout)  # fmt: skip
+                await release(
+                    [h for h in sup.fleet if h.process_id in conns],
+                    conns,
+                    paths,
+                    sup.options.launch_timeout,
+                )
         return outcomes
 
     async def _check_on_the_way(self, req: EnvRequest) -> None:
@@ -332,8 +343,11 @@ class Prepare:
     def _finished(self) -> list[stagevia.Staged]:
         """How each host whose staging finished got the code: a host never reached, or
         whose staging failed, is no "had it"."""
-        return [stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
-                for pid, s in self.sup.slots.items() if pid in self.stage_done]  # fmt: skip
+        return [
+            stagevia.Staged("sent" if s.bytes_sent else "present", s.bytes_sent)
+            for pid, s in self.sup.slots.items()
+            if pid in self.stage_done
+        ]
 
     async def _stage_all(self) -> list[Outcome[None]]:
         """The code on every host: from the runner to each, or ``--stage-via`` a seed per
@@ -341,12 +355,18 @@ class Prepare:
         sup = self.sup
         conns = sup.connections
         if self.why and self.via.kind == "peer":  # auto: can every seed serve privately?
-            seeds = {h.process_id: stagevia.bind_address(h, conns[h.process_id])
-                     for h in sup.fleet if h.process_id in conns}  # fmt: skip
+            seeds = {
+                h.process_id: stagevia.bind_address(h, conns[h.process_id])
+                for h in sup.fleet
+                if h.process_id in conns
+            }
             self.via, self.why = stagevia.choose(
-                stagevia.StageVia("auto"), list(sup.fleet), len(self.archive.data),
-                threshold=stagevia.auto_threshold(), seed_addresses=seeds,
-            )  # fmt: skip
+                stagevia.StageVia("auto"),
+                list(sup.fleet),
+                len(self.archive.data),
+                threshold=stagevia.auto_threshold(),
+                seed_addresses=seeds,
+            )
         if self.why:
             sup.note(f"code via {self.via} ({self.why})")
         via = self.via
@@ -360,10 +380,17 @@ class Prepare:
                 sup.set_state(slot, State.STAGING)
             paths = {h.process_id: sup.paths(h) for h in sup.fleet}
             results, uploaded = await sup.unless_interrupted(
-                stagevia.stage_fleet(via, list(sup.fleet), conns, self.archive, paths,
-                                     timeout=sup.options.stage_timeout, note=sup.note),
+                stagevia.stage_fleet(
+                    via,
+                    list(sup.fleet),
+                    conns,
+                    self.archive,
+                    paths,
+                    timeout=sup.options.stage_timeout,
+                    note=sup.note,
+                ),
                 ([Outcome[stagevia.Staged](h) for h in sup.fleet], 0),
-            )  # fmt: skip
+            )
             staged = [o.value for o in results if o.value is not None]
             for o in results:
                 sup.slots[o.host.process_id].bytes_sent = o.value.sent if o.value else 0
@@ -390,8 +417,9 @@ class Prepare:
         conns = sup.connections
         paths = {h.process_id: sup.paths(h) for h in sup.fleet}
         try:
-            return await claim(list(sup.fleet), conns, paths, sup.options.launch_timeout,
-                               self.check, self.checked)  # fmt: skip
+            return await claim(
+                list(sup.fleet), conns, paths, sup.options.launch_timeout, self.check, self.checked
+            )
         except UsageError:
             for slot in sup.slots.values():
                 sup.set_state(slot, State.ERROR, "not started: the run name is taken")

@@ -38,8 +38,9 @@ async def run_setup(sup: Supervisor, command: str) -> list[Outcome[None]]:
         paths = sup.paths(host)
         env = sup.extra_env.get(host.process_id, {})
         prelude = "".join(f"export {k}={_quote(v)}\n" for k, v in env.items())
-        text = prelude + script(SETUP, paths={"b": paths.base, "c": paths.code}, key=key,
-                                cmd=command)  # fmt: skip
+        text = prelude + script(
+            SETUP, paths={"b": paths.base, "c": paths.code}, key=key, cmd=command
+        )
         res = await slot.conn.run(text)
         out = res.stdout.decode(errors="replace")
         word, _, output = out.partition("\n")
@@ -56,8 +57,7 @@ async def run_setup(sup: Supervisor, command: str) -> list[Outcome[None]]:
     ran = sum(1 for w in said.values() if w == "ran")
     skipped = sum(1 for w in said.values() if w == "skipped")
     if skipped and not ran:
-        sup.note(f"setup: skipped on all {skipped} host(s) (done before for this code and "
-                 "command)")  # fmt: skip
+        sup.note(f"setup: skipped on all {skipped} host(s) (done before for this code and command)")
     else:
         sup.note(f"setup: ran on {ran} host(s)" + (f", skipped on {skipped}" if skipped else ""))
     return outcomes

@@ -98,9 +98,11 @@ async def start_gated(sup: Supervisor, scripts: Mapping[int, str]) -> None:
         for gate in ready.values():
             gate.hold()
         await map_hosts(
-            lambda h: ready[h.process_id].drain(), [g.host for g in ready.values()],
-            timeout=timeout, what="launch",
-        )  # fmt: skip
+            lambda h: ready[h.process_id].drain(),
+            [g.host for g in ready.values()],
+            timeout=timeout,
+            what="launch",
+        )
         for o in failed:
             sup.fail(o.host, State.ERROR, o.error.message if o.error else "failed")
         why = f"{failed[0].host.name} could not be launched" if failed else unread

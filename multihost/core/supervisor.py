@@ -179,9 +179,11 @@ class Supervisor:
             return await stop(slot.conn, slot.paths, self.stop_signal, self.options.grace)
 
         await map_hosts(
-            stop_one, [s.host for s in targets],
-            timeout=self.options.grace + DEFAULTS.stop_slack, what="stop",
-        )  # fmt: skip
+            stop_one,
+            [s.host for s in targets],
+            timeout=self.options.grace + DEFAULTS.stop_slack,
+            what="stop",
+        )
 
     async def hold_early(self) -> None:
         """The launches sent while preparing (core.prepare) that the start never took: each
@@ -271,13 +273,18 @@ class Supervisor:
         if was is not None:
             whole = len(record.hosts) == len(was.hosts)  # else some hosts (--workers): not all
             record = replace(
-                record, code_hash=was.code_hash,
-                script_dir=was.script_dir, fail_fast=was.fail_fast, grace=was.grace, ssh=was.ssh,
-                staging=was.staging, timed_out=was.timed_out or record.timed_out,
+                record,
+                code_hash=was.code_hash,
+                script_dir=was.script_dir,
+                fail_fast=was.fail_fast,
+                grace=was.grace,
+                ssh=was.ssh,
+                staging=was.staging,
+                timed_out=was.timed_out or record.timed_out,
                 interrupted=was.interrupted or (record.interrupted and whole),
                 first_failure=was.first_failure or record.first_failure,
                 hosts=_merged(was.hosts, record.hosts),
-            )  # fmt: skip
+            )
         write_record(self.log_dir, record)
 
 

@@ -37,11 +37,13 @@ async def watch_all(sup: Supervisor, started: float) -> None:
         dog.cancel()
         if tracer is not None and not tracing.is_set():
             tracer.cancel()  # a capture under way ends by itself, bounded; else none is taken
-            sup.note("trace: none taken, the run ended before every JAX process had "
-                     "completed its first step (annotated with jax.profiler."
-                     "StepTraceAnnotation): run more steps, or for a program that annotates "
-                     "none, --trace-after S traces S s after its first JAX computation",
-                     "warning")  # fmt: skip
+            sup.note(
+                "trace: none taken, the run ended before every JAX process had "
+                "completed its first step (annotated with jax.profiler."
+                "StepTraceAnnotation): run more steps, or for a program that annotates "
+                "none, --trace-after S traces S s after its first JAX computation",
+                "warning",
+            )
 
 
 async def watch_one(sup: Supervisor, slot: Slot) -> None:
@@ -53,10 +55,16 @@ async def watch_one(sup: Supervisor, slot: Slot) -> None:
         sup.set_state(slot, state, detail)
 
     follower = Follower(
-        slot.host, slot.paths, slot.sink, sup.options.ssh, conn=slot.conn,
-        reconnect_timeout=sup.options.reconnect_timeout, on_state=on_state,
-        give_up=lambda: sup.stop_reason() is not None, started=slot.started,
-    )  # fmt: skip
+        slot.host,
+        slot.paths,
+        slot.sink,
+        sup.options.ssh,
+        conn=slot.conn,
+        reconnect_timeout=sup.options.reconnect_timeout,
+        on_state=on_state,
+        give_up=lambda: sup.stop_reason() is not None,
+        started=slot.started,
+    )
     slot.started = None
     try:
         slot.exit = await follower.follow()
@@ -75,8 +83,9 @@ async def watch_one(sup: Supervisor, slot: Slot) -> None:
     if slot.exit.escaped:
         sup.note(
             f"{slot.host.name}: stopped {slot.exit.escaped} process(es) that had left the "
-            "job's process group (setsid, daemons)", "warning",
-        )  # fmt: skip
+            "job's process group (setsid, daemons)",
+            "warning",
+        )
     if slot.exit.reason:
         slot.error = slot.exit.reason
         sup.fail(slot.host, state, slot.exit.reason)
@@ -205,8 +214,10 @@ async def _tracer(sup: Supervisor, slots: list[Slot], tracing: asyncio.Event) ->
     if not await when_stepping(hosts, conns, dirs, sup.options.trace_after):
         return
     tracing.set()
-    sup.note(f"trace: every JAX process has completed its first step; tracing {seconds:g} s "
-             "on every host")  # fmt: skip
+    sup.note(
+        f"trace: every JAX process has completed its first step; tracing {seconds:g} s "
+        "on every host"
+    )
     try:
         result = await capture(hosts, dirs, sup.log_dir, seconds=seconds, conns=conns)
         save_rows(result)

@@ -191,14 +191,22 @@ async def capture(
 
     async def one(host: Host) -> HostCapture:
         if conns is not None:
-            return await _one(conns[host.process_id], host, run_dirs[host.process_id],
-                              chosen, folder, start_at, seconds)  # fmt: skip
+            return await _one(
+                conns[host.process_id],
+                host,
+                run_dirs[host.process_id],
+                chosen,
+                folder,
+                start_at,
+                seconds,
+            )
         assert ssh is not None
         async with gate:
             conn = await connect(host, ssh)
         try:
-            return await _one(conn, host, run_dirs[host.process_id], chosen, folder, start_at,
-                              seconds)  # fmt: skip
+            return await _one(
+                conn, host, run_dirs[host.process_id], chosen, folder, start_at, seconds
+            )
         finally:
             await conn.close()
 
@@ -214,8 +222,15 @@ async def capture(
     return Capture(chosen, folder, seconds, tuple(rows))
 
 
-async def _one(conn: Connection, host: Host, run_dir: str, chosen: str, folder: Path,
-               start_at: float, seconds: float) -> HostCapture:  # fmt: skip
+async def _one(
+    conn: Connection,
+    host: Host,
+    run_dir: str,
+    chosen: str,
+    folder: Path,
+    start_at: float,
+    seconds: float,
+) -> HostCapture:
     res = await conn.run(trace_command(run_dir, chosen, start_at, seconds))
     processes, error = parse_answer(res.stdout.decode(errors="replace"))
     answer = HostCapture(host, processes, error)
@@ -248,8 +263,9 @@ async def when_stepping(
         return ready_ago(res.stdout.decode(errors="replace"), after)
 
     while True:
-        outcomes = await map_hosts(ask, list(hosts), timeout=DEFAULTS.command_timeout,
-                                   what="trace readiness")  # fmt: skip
+        outcomes = await map_hosts(
+            ask, list(hosts), timeout=DEFAULTS.command_timeout, what="trace readiness"
+        )
         ages = [o.value for o in outcomes if o.value is not None]
         if len(ages) == len(hosts):
             if all(math.isinf(a) for a in ages):

@@ -96,9 +96,11 @@ def host_error(capture: HostCapture) -> str | None:
         return capture.error
     if any(p.state == "done" for p in capture.processes):
         return None
-    reasons = [f"pid {p.pid} {GONE if p.state == 'gone' else p.state}"
-               f"{': ' + p.detail if p.detail else ''}"
-               for p in capture.processes if p.state != "nojax"]  # fmt: skip
+    reasons = [
+        f"pid {p.pid} {GONE if p.state == 'gone' else p.state}{': ' + p.detail if p.detail else ''}"
+        for p in capture.processes
+        if p.state != "nojax"
+    ]
     return "; ".join(reasons) or "no process traced"
 
 
@@ -115,13 +117,17 @@ def in_words(result: Capture) -> tuple[str, str]:
     cut = [w[0] for h in hosts for p in h.processes if (w := p.traced()) is not None and w[1]]
     if cut:
         got = min(cut)
-        line += (f"; the job ended {got:.1f} s into the {result.seconds:g} s capture (kept what "
-                 f"ran until then): for a whole window, trace less (--trace {max(got, 0.1):.1f})"
-                 " or run more steps")  # fmt: skip
+        line += (
+            f"; the job ended {got:.1f} s into the {result.seconds:g} s capture (kept what "
+            f"ran until then): for a whole window, trace less (--trace {max(got, 0.1):.1f})"
+            " or run more steps"
+        )
         level = "warning"
     elif traced < len(hosts) and any("finished" in (h.error or "") for h in hosts):
-        line += ("; the job ended before the capture began: run more steps, or start sooner "
-                 "(a smaller --trace-after)")  # fmt: skip
+        line += (
+            "; the job ended before the capture began: run more steps, or start sooner "
+            "(a smaller --trace-after)"
+        )
     return line, level
 
 
@@ -155,27 +161,34 @@ def rows(result: Capture) -> list[dict[str, object]]:
         row = h.row
         stats = row.stats if row is not None else None
         windows = [w for p in h.processes if (w := p.traced()) is not None]
-        out.append({
-            "host": h.host.name,
-            "ok": stats is not None,
-            "traced_s": max((s for s, _ in windows), default=None),
-            "cut": any(cut for _, cut in windows),  # the job ended during the capture
-            "span_s": stats.span_s if stats else None,
-            "step_name": stats.step_name if stats else None,
-            "steps": stats.steps if stats else 0,
-            "median_step_s": stats.median_step_s if stats else None,
-            "xla_busy": stats.busy if stats else None,
-            "files": list(row.files) if row else [],
-            "error": row.error if row else h.error,
-            "skipped": [{"pid": p.pid, "command": p.detail}
-                        for p in h.processes if p.state == "nojax"],
-        })  # fmt: skip
+        out.append(
+            {
+                "host": h.host.name,
+                "ok": stats is not None,
+                "traced_s": max((s for s, _ in windows), default=None),
+                "cut": any(cut for _, cut in windows),  # the job ended during the capture
+                "span_s": stats.span_s if stats else None,
+                "step_name": stats.step_name if stats else None,
+                "steps": stats.steps if stats else 0,
+                "median_step_s": stats.median_step_s if stats else None,
+                "xla_busy": stats.busy if stats else None,
+                "files": list(row.files) if row else [],
+                "error": row.error if row else h.error,
+                "skipped": [
+                    {"pid": p.pid, "command": p.detail} for p in h.processes if p.state == "nojax"
+                ],
+            }
+        )
     return out
 
 
 def summary(result: Capture) -> dict[str, Any]:
     """The capture as data (``--json``, ``summary.json``)."""
     worst = slowest([h.row for h in result.hosts if h.row is not None])
-    return {"capture": result.name, "folder": str(result.folder), "seconds": result.seconds,
-            "hosts": rows(result),
-            "slowest": {"host": worst[0], "gap": worst[1]} if worst else None}  # fmt: skip
+    return {
+        "capture": result.name,
+        "folder": str(result.folder),
+        "seconds": result.seconds,
+        "hosts": rows(result),
+        "slowest": {"host": worst[0], "gap": worst[1]} if worst else None,
+    }

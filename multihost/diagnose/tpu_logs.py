@@ -53,8 +53,9 @@ def unpack(data: bytes, folder: Path) -> tuple[int, int]:
                 name = "CUT.txt"  # "SIZE NAME" of each file cut to its tail
             else:
                 files += 1
-            fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                         0o600)  # fmt: skip
+            fd = os.open(
+                folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600
+            )
             with os.fdopen(fd, "wb") as f:
                 f.write(body)
     return files, cut
@@ -89,8 +90,13 @@ async def fetch_tpu_logs(
             out.append(o.value)
         else:
             err: HostError | None = o.error
-            out.append(TpuLogs(o.host, run_dir / "tpu_logs" / o.host.file_stem,
-                               problem=err.message if err else "failed"))  # fmt: skip
+            out.append(
+                TpuLogs(
+                    o.host,
+                    run_dir / "tpu_logs" / o.host.file_stem,
+                    problem=err.message if err else "failed",
+                )
+            )
     return out
 
 
@@ -102,7 +108,9 @@ def summary(logs: Sequence[TpuLogs], run_dir: Path) -> list[str]:
         cut = sum(t.cut for t in got)
         note = f"; {cut} cut to their last {FILE_BYTES >> 20} MiB" if cut else ""
         hosts = ", ".join(t.host.name for t in got)
-        lines.append(f"TPU runtime logs of {hosts}: {run_dir / 'tpu_logs'}/ "
-                     f"({sum(t.files for t in got)} files{note})")  # fmt: skip
+        lines.append(
+            f"TPU runtime logs of {hosts}: {run_dir / 'tpu_logs'}/ "
+            f"({sum(t.files for t in got)} files{note})"
+        )
     lines += [f"TPU runtime logs of {t.host.name}: {t.problem}" for t in logs if t.problem]
     return lines

@@ -134,8 +134,11 @@ def host_trace(host: str, folder: Path, error: str | None = None) -> HostTrace:
 def slowest(rows: Sequence[HostTrace]) -> tuple[str, float] | None:
     """The host whose median step is furthest over the median of the hosts' medians, with that
     gap as a fraction, when it is more than SLOW_GAP; else None."""
-    medians = [(r.host, r.stats.median_step_s) for r in rows
-               if r.stats is not None and r.stats.median_step_s is not None]  # fmt: skip
+    medians = [
+        (r.host, r.stats.median_step_s)
+        for r in rows
+        if r.stats is not None and r.stats.median_step_s is not None
+    ]
     if len(medians) < 2:
         return None
     middle = statistics.median(m for _, m in medians)

@@ -90,8 +90,9 @@ def request(
     lock, project = script_dir / "uv.lock", script_dir / "pyproject.toml"
     has_lock = project.is_file() and lock.is_file() and not lock_excluded
     if requirements is not None:
-        return _from_requirements(requirements, sync=sync, lock=has_lock, script_dir=script_dir,
-                                  selection=selection)  # fmt: skip
+        return _from_requirements(
+            requirements, sync=sync, lock=has_lock, script_dir=script_dir, selection=selection
+        )
     if not sync or not project.is_file():
         return None
     if not has_lock:
@@ -129,8 +130,10 @@ def _from_requirements(
             "staged code with --exclude uv.lock"
         )
     if selection != Selection():
-        raise UsageError("--extra/--all-extras/--group/--no-dev select from a uv.lock: not with "
-                         "--requirements (the file is installed exactly as it is)")  # fmt: skip
+        raise UsageError(
+            "--extra/--all-extras/--group/--no-dev select from a uv.lock: not with "
+            "--requirements (the file is installed exactly as it is)"
+        )
     pinned = read(path.expanduser())
     digest = hashlib.sha256(b"requirements\0" + pinned.content).hexdigest()
     versions = tuple((n, v) for n in WATCHED if (v := pinned.version(n)))
@@ -173,9 +176,13 @@ def check_lock(script_dir: Path) -> None:
     env.pop("VIRTUAL_ENV", None)
     try:
         res = subprocess.run(
-            [uv, "lock", "--check", "--offline"], cwd=script_dir, env=env,
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [uv, "lock", "--check", "--offline"],
+            cwd=script_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise UsageError(f"cannot check {script_dir / 'uv.lock'}: {exc}") from None
     if res.returncode == 0:
@@ -217,10 +224,15 @@ def satisfies(version: str, spec: str) -> bool:
         n = max(len(have), len(want))
         a, b = have + (0,) * (n - len(have)), want + (0,) * (n - len(want))
         ok = {
-            "==": a == b, "===": a == b, "!=": a != b, "<=": a <= b, ">=": a >= b,
-            "<": a < b, ">": a > b,
+            "==": a == b,
+            "===": a == b,
+            "!=": a != b,
+            "<=": a <= b,
+            ">=": a >= b,
+            "<": a < b,
+            ">": a > b,
             "~=": a >= b and have[: len(want) - 1] == want[: len(want) - 1],
-        }[op]  # fmt: skip
+        }[op]
         if not ok:
             return False
     return True

@@ -89,8 +89,10 @@ def _check(line: str) -> tuple[str, str] | None:
         word, _, value = line.replace("=", " ", 1).partition(" ")
         if (word in _ALONE and not value.strip()) or (word in _WHERE and _one_word(value)):
             return None
-        raise ValueError(f"{line!r}: only name==version lines (with --hash) and --index-url, "
-                         "--extra-index-url, --find-links, --no-index are allowed")  # fmt: skip
+        raise ValueError(
+            f"{line!r}: only name==version lines (with --hash) and --index-url, "
+            "--extra-index-url, --find-links, --no-index are allowed"
+        )
     words = line.replace("--hash ", "--hash=").split()
     hashes = [w for w in words if w.startswith("--")]
     if any(not _HASH.match(h) for h in hashes):

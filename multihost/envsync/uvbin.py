@@ -13,8 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-_ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x03: "i686", 0x28: "armv7l", 0xF3: "riscv64",
-                 0x15: "ppc64le", 0x16: "s390x"}  # fmt: skip
+_ELF_MACHINES = {
+    0x3E: "x86_64",
+    0xB7: "aarch64",
+    0x03: "i686",
+    0x28: "armv7l",
+    0xF3: "riscv64",
+    0x15: "ppc64le",
+    0x16: "s390x",
+}
 _MACHO_CPUS = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
 _ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "x64": "x86_64"}
 PT_INTERP = 3

@@ -43,27 +43,34 @@ def first_contact(
         logins.setdefault(names[h.slice_id], []).append(named[h.process_id] or default_user())
     slices = {h.slice_id for h in fleet}  # the chosen hosts' slices: no other node is touched
     nodes = [n for i, n in enumerate(where.nodes) if i in slices]
-    added = add_key(nodes, project=where.project, zone=where.zone, user=user,
-                    logins=logins, gcloud=where.gcloud)  # fmt: skip
+    added = add_key(
+        nodes, project=where.project, zone=where.zone, user=user, logins=logins, gcloud=where.gcloud
+    )
     if added.user is not None:  # OS Login: its POSIX name, unless --user said otherwise
         fleet = Fleet(tuple(h.with_user(h.user or added.user) for h in fleet))
     else:  # the name the line was written for, also where nothing named one
-        fleet = Fleet(tuple(h.with_user(named[h.process_id] or default_user())
-                            for h in fleet))  # fmt: skip
+        fleet = Fleet(tuple(h.with_user(named[h.process_id] or default_user()) for h in fleet))
     notes: tuple[str, ...] = ()
     if added.nodes or added.profile:
         n = len(added.nodes)
-        say(f"adding your key to {n} node{'s' * (n != 1)}…" if n else
-            "adding your key to your OS Login profile…")  # fmt: skip
+        say(
+            f"adding your key to {n} node{'s' * (n != 1)}…"
+            if n
+            else "adding your key to your OS Login profile…"
+        )
         reached = wait(fleet, seconds)
         if reached.refused:
             raise refused(reached, seconds, added)
         if n:
-            notes = (f"your key ({GOOGLE_KEY}.pub) was added to the metadata of "
-                     f"{', '.join(added.nodes)} for {', '.join(added.users)}",)  # fmt: skip
+            notes = (
+                f"your key ({GOOGLE_KEY}.pub) was added to the metadata of "
+                f"{', '.join(added.nodes)} for {', '.join(added.users)}",
+            )
     if added.oslogin:
-        notes += (f"OS Login: your key is in your profile"
-                  f"{'' if added.user is None else f'; logging in as {added.user}'}",)  # fmt: skip
+        notes += (
+            f"OS Login: your key is in your profile"
+            f"{'' if added.user is None else f'; logging in as {added.user}'}",
+        )
     return fleet, notes
 
 
@@ -72,13 +79,18 @@ def refused(reached: Reached, waited: float, added: KeyAdded) -> KeyRefused:
     hosts = [h for h, _ in reached.refused]
     shown = ", ".join(f"{h.name} ({h.target})" for h in hosts[:4])
     shown += f" and {len(hosts) - 4} more" if len(hosts) > 4 else ""
-    where = (f"the metadata of {', '.join(added.nodes)} for {', '.join(added.users)}"
-             if added.nodes else "your OS Login profile")  # fmt: skip
-    text = (f"your key is still refused after {waited:.0f} s by {shown} "
-            f"({reached.refused[0][1].message}): it was added to {where}, and the workers' "
-            "guest agent has not installed it for the user they are logged into; nothing "
-            "started (a slow guest agent: wait longer with MULTIHOST_KEY_WAIT=SECONDS; "
-            "else check the nodes' ssh-keys metadata and your ssh config's User)")  # fmt: skip
+    where = (
+        f"the metadata of {', '.join(added.nodes)} for {', '.join(added.users)}"
+        if added.nodes
+        else "your OS Login profile"
+    )
+    text = (
+        f"your key is still refused after {waited:.0f} s by {shown} "
+        f"({reached.refused[0][1].message}): it was added to {where}, and the workers' "
+        "guest agent has not installed it for the user they are logged into; nothing "
+        "started (a slow guest agent: wait longer with MULTIHOST_KEY_WAIT=SECONDS; "
+        "else check the nodes' ssh-keys metadata and your ssh config's User)"
+    )
     silent = [(h, e) for h, e in reached.failed if h not in hosts]
     if silent:
         text += f"; {host_ranges([h for h, _ in silent])} did not answer: {silent[0][1].message}"
@@ -93,8 +105,7 @@ def pin_host_keys(
     from multihost.sources.tpuhostkeys import pin
     from multihost.transport.hostkeys import record_pins
 
-    pins = pin(fleet, [node_name(n) for n in where.nodes], where.project, where.zone,
-               where.gcloud)  # fmt: skip
+    pins = pin(fleet, [node_name(n) for n in where.nodes], where.project, where.zone, where.gcloud)
     ports = {h.address: h.port for h in fleet}
     record_pins([(a, ports.get(a), k) for a, k in pins.keys], ssh.trust_file)
     return replace(ssh, pinned=pins.keys), pins.unpublished

@@ -76,9 +76,15 @@ def store_command(base: str, mode: str = "list", age: float = 0.0, gone: Iterabl
     ``dry``: say which ``prune`` would remove. ``gone``: run names to count as removed."""
     if mode not in MODES:
         raise ValueError(f"not a mode: {mode!r}")
-    return script(STORE, paths={"b": base}, mode=mode, age=f"{max(age, 0.0):g}",
-                  gone="\n".join(gone), store=python_source("env_store"),
-                  probe=python_source("env_probe"))  # fmt: skip
+    return script(
+        STORE,
+        paths={"b": base},
+        mode=mode,
+        age=f"{max(age, 0.0):g}",
+        gone="\n".join(gone),
+        store=python_source("env_store"),
+        probe=python_source("env_probe"),
+    )
 
 
 def parse_store(host: Host, text: str) -> EnvStore:
@@ -88,14 +94,16 @@ def parse_store(host: Host, text: str) -> EnvStore:
         now = float(data["now"])
         envs = tuple(
             HeldEnv(
-                key=str(e["key"]), state=str(e["state"]), size=int(e["bytes"]),
+                key=str(e["key"]),
+                state=str(e["state"]),
+                size=int(e["bytes"]),
                 packed=int(e["packed"]),
                 last_used=None if e["used"] is None else float(e["used"]),
                 age=None if e["used"] is None else max(0.0, now - float(e["used"])),
                 runs=tuple(EnvUser(str(r), bool(running)) for r, running in e["runs"]),
             )
             for e in data["envs"]
-        )  # fmt: skip
+        )
         return EnvStore(envs, tuple(str(k) for k in data["removed"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise RemoteError(
@@ -103,8 +111,9 @@ def parse_store(host: Host, text: str) -> EnvStore:
         ) from None
 
 
-async def store_on(conn: Connection, base: str, mode: str = "list", age: float = 0.0,
-                   gone: Iterable[str] = ()) -> EnvStore:  # fmt: skip
+async def store_on(
+    conn: Connection, base: str, mode: str = "list", age: float = 0.0, gone: Iterable[str] = ()
+) -> EnvStore:
     """Run the store script on one host."""
     res = await conn.run(store_command(base, mode, age, gone))
     if res.exit_status != 0:

@@ -66,8 +66,9 @@ def port_command(port: int) -> str:
 
 def check_command(base: str, port: int | None) -> str:
     """Prints ``key=value`` lines: Python and package versions, free disk, port state."""
-    return script(PREFLIGHT, paths={"d": base}, port=int(port or 0), packages=",".join(PACKAGES),
-                  probe=_PROBE)  # fmt: skip
+    return script(
+        PREFLIGHT, paths={"d": base}, port=int(port or 0), packages=",".join(PACKAGES), probe=_PROBE
+    )
 
 
 def parse_check(output: str) -> dict[str, str]:

@@ -57,8 +57,10 @@ def unanswered(hosts: list[Host], seconds: float) -> list[str]:
     lines = []
     for hint, group in by_hint.items():
         shown = ", ".join(h.address for h in group[:4]) + (", …" if len(group) > 4 else "")
-        lines.append(f"{host_ranges(group)} ({shown}) do not answer; {hint} "
-                     f"(still waiting, up to {seconds:.0f} s)")  # fmt: skip
+        lines.append(
+            f"{host_ranges(group)} ({shown}) do not answer; {hint} "
+            f"(still waiting, up to {seconds:.0f} s)"
+        )
     return lines
 
 

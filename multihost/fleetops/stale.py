@@ -38,8 +38,14 @@ def stale_command(
     """A POSIX sh script (for `sh -c`) reporting, and with kill stopping, accelerator holders."""
     if not (math.isfinite(grace) and grace >= 0):
         raise ValueError(f"grace must be a finite number of seconds >= 0, not {grace!r}")
-    return script(STALE, body=STALE_BODY.text, devglob=device_glob or DEFAULT_DEVICE_GLOB,
-                  lock=lockfile, kill=1 if kill else 0, ticks=math.ceil(grace * 10))  # fmt: skip
+    return script(
+        STALE,
+        body=STALE_BODY.text,
+        devglob=device_glob or DEFAULT_DEVICE_GLOB,
+        lock=lockfile,
+        kill=1 if kill else 0,
+        ticks=math.ceil(grace * 10),
+    )
 
 
 @dataclass(frozen=True)

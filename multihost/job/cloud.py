@@ -15,11 +15,15 @@ GONE_STATES = ("SUSPENDING", "SUSPENDED", "FAILED")
 def create_argv(record: JobRecord, script: str) -> list[str]:
     """``queued-resources create`` for the record's current attempt; ``script``: a file."""
     return queued.create_argv(
-        record.resource, accelerator_type=record.tpu_type,
-        runtime_version=record.runtime_version, project=record.project, zone=record.zone,
-        node_count=record.num_slices, capacity=record.capacity,
+        record.resource,
+        accelerator_type=record.tpu_type,
+        runtime_version=record.runtime_version,
+        project=record.project,
+        zone=record.zone,
+        node_count=record.num_slices,
+        capacity=record.capacity,
         metadata_files={"startup-script": script},
-    )  # fmt: skip
+    )
 
 
 def describe_argv(record: JobRecord) -> list[str]:

@@ -181,14 +181,34 @@ def _pair(item: Any) -> tuple[str, str]:
 
 
 _TYPES: dict[str, type | tuple[type, ...]] = {
-    "name": str, "bucket": str, "tpu_type": str, "num_slices": int, "runtime_version": str,
-    "command": str, "code_hash": str, "project": (str, type(None)), "zone": (str, type(None)),
-    "capacity": str, "max_restarts": int, "log_interval": int, "start_timeout": (int, float),
-    "coordinator_port": int, "megascale_port": int, "attempt": int, "resubmits": int,
-    "exit_code": (int, type(None)), "message": str, "created_at": (int, float),
-    "env_lock": str, "env_select": str, "env_requirements": str, "env_wait": (int, float),
-    "uv_url": str, "uv_sha256": str, "uv_version": str,
-}  # fmt: skip
+    "name": str,
+    "bucket": str,
+    "tpu_type": str,
+    "num_slices": int,
+    "runtime_version": str,
+    "command": str,
+    "code_hash": str,
+    "project": (str, type(None)),
+    "zone": (str, type(None)),
+    "capacity": str,
+    "max_restarts": int,
+    "log_interval": int,
+    "start_timeout": (int, float),
+    "coordinator_port": int,
+    "megascale_port": int,
+    "attempt": int,
+    "resubmits": int,
+    "exit_code": (int, type(None)),
+    "message": str,
+    "created_at": (int, float),
+    "env_lock": str,
+    "env_select": str,
+    "env_requirements": str,
+    "env_wait": (int, float),
+    "uv_url": str,
+    "uv_sha256": str,
+    "uv_version": str,
+}
 
 
 def _check_types(record: JobRecord) -> None:

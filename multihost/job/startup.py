@@ -408,8 +408,12 @@ def render(values: StartupValues) -> str:
     # backquotes in them are meant literally
     code = {"hook": hook_text()}
     if e.lock:
-        code |= {"env_probe": python_source("env_probe"), "env_build": BUILD.text,
-                 "env_install": INSTALL.text, "env_upload": UPLOAD.text}  # fmt: skip
+        code |= {
+            "env_probe": python_source("env_probe"),
+            "env_build": BUILD.text,
+            "env_install": INSTALL.text,
+            "env_upload": UPLOAD.text,
+        }
     else:
         code |= dict.fromkeys(("env_probe", "env_build", "env_install", "env_upload"), "")
     block += "".join(

@@ -58,9 +58,14 @@ def startup_script(record: JobRecord) -> str:
     env = None
     if record.env_lock:
         env = startup.EnvValues(
-            record.env_lock, record.env_select, record.env_requirements, record.env_wait,
-            uv_url=record.uv_url, uv_sha256=record.uv_sha256, uv_version=record.uv_version,
-        )  # fmt: skip
+            record.env_lock,
+            record.env_select,
+            record.env_requirements,
+            record.env_wait,
+            uv_url=record.uv_url,
+            uv_sha256=record.uv_sha256,
+            uv_version=record.uv_version,
+        )
     return startup.render(
         startup.StartupValues(
             job=record.name,
@@ -139,27 +144,47 @@ def submit(
     env = tuple(parse_env(list(req.env)).items())
     secrets = parse_secrets(req.secrets)
     environment = request(
-        req.script_dir, sync=req.sync, extras=req.extras, all_extras=req.all_extras,
-        groups=req.groups, no_dev=req.no_dev, requirements=req.requirements,
+        req.script_dir,
+        sync=req.sync,
+        extras=req.extras,
+        all_extras=req.all_extras,
+        groups=req.groups,
+        no_dev=req.no_dev,
+        requirements=req.requirements,
         lock_excluded=excluded("uv.lock", req.excludes),
-    )  # fmt: skip
+    )
     archive = pack(req.script_dir, req.excludes)
     uv = _uv(req.bucket) if environment else None
     record = JobRecord(
-        name=req.name, bucket=req.bucket, tpu_type=req.tpu_type, num_slices=req.num_slices,
-        runtime_version=req.runtime_version, command=req.command, code_hash=archive.digest,
-        project=req.project, zone=req.zone, capacity=req.capacity, env=env, secrets=secrets,
-        max_restarts=req.max_restarts, log_interval=req.log_interval,
-        start_timeout=req.start_timeout, coordinator_port=req.coordinator_port,
-        megascale_port=req.megascale_port, created_at=time.time(),
-    )  # fmt: skip
+        name=req.name,
+        bucket=req.bucket,
+        tpu_type=req.tpu_type,
+        num_slices=req.num_slices,
+        runtime_version=req.runtime_version,
+        command=req.command,
+        code_hash=archive.digest,
+        project=req.project,
+        zone=req.zone,
+        capacity=req.capacity,
+        env=env,
+        secrets=secrets,
+        max_restarts=req.max_restarts,
+        log_interval=req.log_interval,
+        start_timeout=req.start_timeout,
+        coordinator_port=req.coordinator_port,
+        megascale_port=req.megascale_port,
+        created_at=time.time(),
+    )
     if environment:
         record = record.evolve(
-            env_lock=environment.lock_hash, env_select=" ".join(environment.selection.flags()),
-            env_requirements=environment.requirements.decode(), env_wait=req.env_wait,
-            uv_url=uv.url if uv else "", uv_sha256=uv.digest if uv else "",
+            env_lock=environment.lock_hash,
+            env_select=" ".join(environment.selection.flags()),
+            env_requirements=environment.requirements.decode(),
+            env_wait=req.env_wait,
+            uv_url=uv.url if uv else "",
+            uv_sha256=uv.digest if uv else "",
             uv_version=uv.version if uv else "",
-        )  # fmt: skip
+        )
     url = code_url(req.bucket, archive.digest)
     there = gcloud.existing(record.record_url, url, *([uv.url] if uv else []))
     if record.record_url in there:
@@ -180,8 +205,10 @@ def submit(
             gcloud.put_bytes(uv.data, uv.url)
         saved.result()
     if environment:
-        note(f"{environment.header}: process 0 builds it (or finds it) and caches it in "
-             f"{env_prefix(req.bucket, '<key>')}; the other hosts and later attempts take it "
-             "from there")  # fmt: skip
+        note(
+            f"{environment.header}: process 0 builds it (or finds it) and caches it in "
+            f"{env_prefix(req.bucket, '<key>')}; the other hosts and later attempts take it "
+            "from there"
+        )
     cloud.create(gcloud, record, startup_script(record))
     return Submitted(record, uploaded, len(archive.data))

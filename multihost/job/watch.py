@@ -156,10 +156,12 @@ class Watcher:
                 begun = self.clock()
                 snap = self._snapshot(pool)
                 verdict, host = decide(
-                    snap, active_since=self._active_since,
-                    start_timeout=self.record.start_timeout, now=self.clock(),
+                    snap,
+                    active_since=self._active_since,
+                    start_timeout=self.record.start_timeout,
+                    now=self.clock(),
                     seen_active=self._active_since is not None,
-                )  # fmt: skip
+                )
                 if verdict is Verdict.CONTINUE:
                     time.sleep(max(0.0, self.poll - (self.clock() - begun)))
                     continue
@@ -261,8 +263,10 @@ class Watcher:
             message = f"every worker exited 0{kept}"
             if self.keep:
                 return self._finish(JobState.SUCCEEDED, 0, message)
-            return _both(lambda: cloud.delete(self.gcloud, r),
-                         lambda: self._finish(JobState.SUCCEEDED, 0, message))[1]  # fmt: skip
+            return _both(
+                lambda: cloud.delete(self.gcloud, r),
+                lambda: self._finish(JobState.SUCCEEDED, 0, message),
+            )[1]
         if verdict is Verdict.FAILED and host is not None:
             tail = _both(lambda: cloud.delete(self.gcloud, r), lambda: self._tail(host))[1]
             code = host.exit_code if host.exit_code and 0 < host.exit_code < 256 else 1

@@ -92,9 +92,13 @@ def detach(name: str, argv: Sequence[str], *, wait: float = 20.0) -> tuple[int, 
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "multihost", "job", "watch", name, *argv],
-            stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
-            env=os.environ | {DETACHED_ENV: "1"}, close_fds=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,
+            env=os.environ | {DETACHED_ENV: "1"},
+            close_fds=True,
+        )
     finally:
         os.close(fd)
     deadline = time.monotonic() + wait

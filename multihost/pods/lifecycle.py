@@ -98,8 +98,10 @@ def up(spec: PodSpec, gcloud: Runner, say: Say, *, poll: float) -> tuple[PodReco
     zone's reason when none worked; then nothing is left anywhere."""
     existing = records.find(spec.name)
     if existing is not None:
-        raise UsageError(f"pod {spec.name!r} exists already (zone {existing.zone}, "
-                         f"{existing.state}): multihost down {spec.name} first")  # fmt: skip
+        raise UsageError(
+            f"pod {spec.name!r} exists already (zone {existing.zone}, "
+            f"{existing.state}): multihost down {spec.name} first"
+        )
     attempts: list[Attempt] = []
     refused: set[str] = set()  # regions that refused this capacity type for quota
     for zone in spec.zones:
@@ -123,11 +125,12 @@ def up(spec: PodSpec, gcloud: Runner, say: Say, *, poll: float) -> tuple[PodReco
         records.forget(spec.name)
         if attempt.outcome == "quota":
             refused.add(region_of(zone))
-        say(f"{attempt.line()}; trying the next zone" if zone != spec.zones[-1] else
-            attempt.line())  # fmt: skip
+        say(f"{attempt.line()}; trying the next zone" if zone != spec.zones[-1] else attempt.line())
     lines = "\n".join(f"  {a.line()}" for a in attempts)
-    raise PodError(f"no zone could give {spec.name} ({spec.num_slices} x {spec.tpu_type}, "
-                   f"{spec.capacity}); nothing is left behind:\n{lines}")  # fmt: skip
+    raise PodError(
+        f"no zone could give {spec.name} ({spec.num_slices} x {spec.tpu_type}, "
+        f"{spec.capacity}); nothing is left behind:\n{lines}"
+    )
 
 
 def _try_zone(
@@ -144,8 +147,10 @@ def _try_zone(
                 return Attempt(zone, "error", one_line(text)), record
         else:
             return Attempt(zone, kind, one_line(text)), record
-    say(f"requested {spec.name} in {zone} ({spec.num_slices} x {spec.tpu_type}, "
-        f"{spec.capacity}); waiting at most {spec.queue_timeout:.0f} s for capacity")  # fmt: skip
+    say(
+        f"requested {spec.name} in {zone} ({spec.num_slices} x {spec.tpu_type}, "
+        f"{spec.capacity}); waiting at most {spec.queue_timeout:.0f} s for capacity"
+    )
     last = ""
     while True:
         qr = describe(gcloud, spec.name, zone, spec.project)
@@ -167,8 +172,9 @@ def _try_zone(
         if time.time() > record.valid_until + max(10.0, 3 * poll):  # the service's own
             # valid-until should have FAILED it by now: a backstop, not the usual way
             delete_and_wait(gcloud, spec.name, zone, spec.project, poll)
-            return Attempt(zone, "timeout", f"still {state} after {spec.queue_timeout:.0f} s; "
-                           "request deleted"), record  # fmt: skip
+            return Attempt(
+                zone, "timeout", f"still {state} after {spec.queue_timeout:.0f} s; request deleted"
+            ), record
         time.sleep(poll)
 
 
@@ -183,9 +189,15 @@ def find_zone(gcloud: Runner, name: str, zones: tuple[str, ...], project: str | 
 
 
 def down(
-    gcloud: Runner, name: str, say: Say, *, wait: bool, poll: float,
-    zones: tuple[str, ...] = (), project: str | None = None,
-) -> tuple[PodRecord | None, str, bool]:  # fmt: skip
+    gcloud: Runner,
+    name: str,
+    say: Say,
+    *,
+    wait: bool,
+    poll: float,
+    zones: tuple[str, ...] = (),
+    project: str | None = None,
+) -> tuple[PodRecord | None, str, bool]:
     """Delete the pod (every slice). Returns (its record if any, its zone, whether a delete
     was sent). The zone comes from multihost's record, else from a labelled request in one of
     ``zones``; neither: UsageError (exit 2)."""
@@ -248,8 +260,9 @@ def standings(
     """Every pod recorded here, then every labelled request in ``zones`` with no record here."""
     mine = [standing(gcloud, r) for r in records.all_records()]
     known = {(s.record.name, s.record.zone) for s in mine}
-    others = [s for s in labelled(gcloud, zones, project)
-              if (s.record.name, s.record.zone) not in known]  # fmt: skip
+    others = [
+        s for s in labelled(gcloud, zones, project) if (s.record.name, s.record.zone) not in known
+    ]
     return mine + others
 
 
@@ -265,9 +278,13 @@ def dead_reason(s: Standing, now: float) -> str | None:
 
 
 def gc(
-    gcloud: Runner, say: Say, *, dry_run: bool, zones: tuple[str, ...] = (),
+    gcloud: Runner,
+    say: Say,
+    *,
+    dry_run: bool,
+    zones: tuple[str, ...] = (),
     project: str | None = None,
-) -> list[tuple[Standing, str]]:  # fmt: skip
+) -> list[tuple[Standing, str]]:
     """Delete the requests multihost made that can never run again (those recorded here, and
     those labelled in ``zones``); their records go too."""
     found = []

@@ -102,21 +102,33 @@ class PodSpec:
 
     def record(self, zone: str, now: float) -> PodRecord:
         return PodRecord(
-            name=self.name, tpu_type=self.tpu_type, num_slices=self.num_slices,
-            runtime_version=self.runtime_version, capacity=self.capacity, zone=zone,
-            project=self.project, zones=self.zones, created_at=now,
+            name=self.name,
+            tpu_type=self.tpu_type,
+            num_slices=self.num_slices,
+            runtime_version=self.runtime_version,
+            capacity=self.capacity,
+            zone=zone,
+            project=self.project,
+            zones=self.zones,
+            created_at=now,
             queue_timeout=self.queue_timeout,
-        )  # fmt: skip
+        )
 
 
 def create_argv(spec: PodSpec, zone: str) -> list[str]:
     """``queued-resources create`` for one zone: labelled, valid for the queue timeout (the
     seam's builder; best-effort capacity goes through gcloud's alpha track)."""
     return queued.create_argv(
-        spec.name, accelerator_type=spec.tpu_type, runtime_version=spec.runtime_version,
-        project=spec.project, zone=zone, node_count=spec.num_slices, capacity=spec.capacity,
-        labels={LABEL: spec.name}, valid_until=gcloud_duration(spec.queue_timeout),
-    )  # fmt: skip
+        spec.name,
+        accelerator_type=spec.tpu_type,
+        runtime_version=spec.runtime_version,
+        project=spec.project,
+        zone=zone,
+        node_count=spec.num_slices,
+        capacity=spec.capacity,
+        labels={LABEL: spec.name},
+        valid_until=gcloud_duration(spec.queue_timeout),
+    )
 
 
 def describe_argv(name: str, zone: str, project: str | None = None) -> list[str]:
@@ -146,12 +158,20 @@ def record_of(qr: dict[str, Any], zone: str, project: str | None) -> PodRecord |
     if name is None or not isinstance(node, dict):
         return None
     slices = int((spec.get("multisliceParams") or {}).get("nodeCount", 0)) or len(specs)
-    capacity = ("spot" if "spot" in qr else "best-effort" if "bestEffort" in qr
-                else "reserved" if qr.get("reservationName") else "on-demand")  # fmt: skip
+    capacity = (
+        "spot"
+        if "spot" in qr
+        else "best-effort"
+        if "bestEffort" in qr
+        else "reserved"
+        if qr.get("reservationName")
+        else "on-demand"
+    )
     created: float
     try:
-        created = calendar.timegm(time.strptime(str(qr.get("createTime", ""))[:19],
-                                                "%Y-%m-%dT%H:%M:%S"))  # fmt: skip
+        created = calendar.timegm(
+            time.strptime(str(qr.get("createTime", ""))[:19], "%Y-%m-%dT%H:%M:%S")
+        )
     except ValueError:
         created = time.time()
     valid = str((qr.get("queueingPolicy") or {}).get("validUntilDuration", ""))
@@ -160,10 +180,17 @@ def record_of(qr: dict[str, Any], zone: str, project: str | None) -> PodRecord |
     except ValueError:
         timeout = float("inf")
     return PodRecord(
-        name=name, tpu_type=str(node.get("acceleratorType", "?")), num_slices=slices,
-        runtime_version=str(node.get("runtimeVersion", "")), capacity=capacity, zone=zone,
-        project=project, state="unrecorded", created_at=float(created), queue_timeout=timeout,
-    )  # fmt: skip
+        name=name,
+        tpu_type=str(node.get("acceleratorType", "?")),
+        num_slices=slices,
+        runtime_version=str(node.get("runtimeVersion", "")),
+        capacity=capacity,
+        zone=zone,
+        project=project,
+        state="unrecorded",
+        created_at=float(created),
+        queue_timeout=timeout,
+    )
 
 
 def skip_after_quota(zones: Sequence[str], refused: set[str]) -> list[str]:
@@ -176,8 +203,11 @@ def classify(stderr: str) -> str:
     ``quota`` (skip the region for this capacity type), ``capacity`` (this zone has none now),
     ``exists`` or ``error``."""
     kind = error_class(one_line(stderr))
-    kinds = {CloudQuotaExhausted: "quota", CloudNoCapacity: "capacity",
-             CloudAlreadyExists: "exists"}  # fmt: skip
+    kinds = {
+        CloudQuotaExhausted: "quota",
+        CloudNoCapacity: "capacity",
+        CloudAlreadyExists: "exists",
+    }
     return kinds.get(kind, "error")
 
 

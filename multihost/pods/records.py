@@ -76,11 +76,20 @@ class PodRecord:
 
 
 _TYPES: dict[str, type | tuple[type, ...]] = {
-    "name": str, "tpu_type": str, "num_slices": int, "runtime_version": str, "capacity": str,
-    "zone": str, "project": (str, type(None)), "state": str, "created_at": (int, float),
-    "active_at": (int, float, type(None)), "queue_timeout": (int, float),
-    "autodown": (int, float, type(None)), "message": str,
-}  # fmt: skip
+    "name": str,
+    "tpu_type": str,
+    "num_slices": int,
+    "runtime_version": str,
+    "capacity": str,
+    "zone": str,
+    "project": (str, type(None)),
+    "state": str,
+    "created_at": (int, float),
+    "active_at": (int, float, type(None)),
+    "queue_timeout": (int, float),
+    "autodown": (int, float, type(None)),
+    "message": str,
+}
 
 
 def _check(record: PodRecord) -> None:

@@ -107,19 +107,29 @@ def holdings(
         env = os.path.join(envs, key)
         archives = [a for a in (env + ".tar.zst", env + ".tar.gz") if os.path.isfile(a)]
         found = state(env)
-        out.append({
-            "key": key,
-            "state": {"present": "complete", "absent": "missing"}.get(found, found),
-            "bytes": tree_bytes(env) if os.path.isdir(env) else 0,
-            "packed": sum(os.path.getsize(a) for a in archives),
-            "used": mtime(env + ".used", os.path.join(env, MARKER), env, *archives),
-            "runs": sorted(used_by.get(key, [])),
-        })  # fmt: skip
+        out.append(
+            {
+                "key": key,
+                "state": {"present": "complete", "absent": "missing"}.get(found, found),
+                "bytes": tree_bytes(env) if os.path.isdir(env) else 0,
+                "packed": sum(os.path.getsize(a) for a in archives),
+                "used": mtime(env + ".used", os.path.join(env, MARKER), env, *archives),
+                "runs": sorted(used_by.get(key, [])),
+            }
+        )
     for n in names:
         if n.startswith((".build.", ".incoming.")):
             path = os.path.join(envs, n)
-            out.append({"key": n, "state": "partial", "bytes": tree_bytes(path), "packed": 0,
-                        "used": mtime(path), "runs": []})  # fmt: skip
+            out.append(
+                {
+                    "key": n,
+                    "state": "partial",
+                    "bytes": tree_bytes(path),
+                    "packed": 0,
+                    "used": mtime(path),
+                    "runs": [],
+                }
+            )
     return out
 
 

@@ -246,8 +246,15 @@ SECRET = Flag(
     group="environment",
 )
 RUN_ONLY: Group = (
-    STREAM, FAIL_FAST, TIMEOUT, RECONNECT_TIMEOUT, STAGE_VIA, STAGE_BUCKET, PYTHON, SECRET,
-)  # fmt: skip
+    STREAM,
+    FAIL_FAST,
+    TIMEOUT,
+    RECONNECT_TIMEOUT,
+    STAGE_VIA,
+    STAGE_BUCKET,
+    PYTHON,
+    SECRET,
+)
 
 # -- flags that are no settings: what a command does, not how --------------------------------
 CMD = Flag(

@@ -111,8 +111,10 @@ SOURCES: dict[str, Source] = {
 def resolve(spec: FleetSpec) -> Found:
     """The fleet a spec names, numbered slice-major, with ``user`` applied to every host."""
     if spec.tunnel_through_iap and spec.source != "prefix":
-        raise UsageError("--tunnel-through-iap goes with --prefix (for other hosts, put a "
-                         "ProxyCommand or ProxyJump in your ssh config)")  # fmt: skip
+        raise UsageError(
+            "--tunnel-through-iap goes with --prefix (for other hosts, put a "
+            "ProxyCommand or ProxyJump in your ssh config)"
+        )
     if spec.iap_per_host and not spec.tunnel_through_iap:
         raise UsageError("--iap-per-host goes with --tunnel-through-iap")
     if spec.source == "prefix" and not (spec.prefix or "").strip():

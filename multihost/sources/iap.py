@@ -62,9 +62,11 @@ def hostnames(
     return {
         int(r.get("worker_id", 0)): str(r["value"])
         for r in rows
-        if isinstance(r, dict) and r.get("namespace") == "deviceInfo"
-        and r.get("key") == "hostname" and r.get("value")
-    }  # fmt: skip
+        if isinstance(r, dict)
+        and r.get("namespace") == "deviceInfo"
+        and r.get("key") == "hostname"
+        and r.get("value")
+    }
 
 
 def through_iap(

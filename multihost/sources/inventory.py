@@ -42,15 +42,17 @@ def split_host_list(text: str) -> list[str]:
         depth += {"[": 1, "]": -1}.get(ch, 0)
         if depth < 0:
             item = text[start:].split(",", 1)[0].strip()
-            raise InventoryError(f"unbalanced bracket in the host list: {item!r} has a ']' "
-                                 "without its '['")  # fmt: skip
+            raise InventoryError(
+                f"unbalanced bracket in the host list: {item!r} has a ']' without its '['"
+            )
         if ch == "," and depth == 0:
             items.append(text[start:i].strip())
             start = i + 1
     if depth > 0:
         item = text[start:].strip()
-        raise InventoryError(f"unbalanced bracket in the host list: {item!r} has a '[' "
-                             "without its ']'")  # fmt: skip
+        raise InventoryError(
+            f"unbalanced bracket in the host list: {item!r} has a '[' without its ']'"
+        )
     if all(not t for t in items):
         raise InventoryError("the host list is empty")
     if "" in items:

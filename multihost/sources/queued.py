@@ -126,8 +126,9 @@ def not_ready(
 
     def ours(n: Mapping[str, Any]) -> bool:
         short = str(n.get("name", "")).rsplit("/", 1)[-1]
-        return short == prefix or (short.startswith(prefix + "-") and short[len(prefix) + 1 :]
-                                   .isdigit())  # fmt: skip
+        return short == prefix or (
+            short.startswith(prefix + "-") and short[len(prefix) + 1 :].isdigit()
+        )
 
     matching = [n for n in nodes if ours(n)]
     paths = {str(n["queuedResource"]) for n in matching if n.get("queuedResource")}

@@ -56,13 +56,21 @@ def ensure_key(private: str = GOOGLE_KEY) -> str:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         proc = subprocess.run(
             ["ssh-keygen", "-t", "rsa", "-N", "", "-f", str(path), "-C", getpass.getuser()],
-            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
         if proc.returncode != 0:
             raise DiscoveryError(f"ssh-keygen could not create {path}: {proc.stderr.strip()}")
     if not pub.is_file():
-        proc = subprocess.run(["ssh-keygen", "-y", "-f", str(path)], capture_output=True,
-                              text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.run(
+            ["ssh-keygen", "-y", "-f", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
         if proc.returncode != 0:
             raise DiscoveryError(f"cannot read the public half of {path}: {proc.stderr.strip()}")
         pub.write_text(proc.stdout)
@@ -156,12 +164,18 @@ def oslogin_user(
     it is not there (``os-login ssh-keys add``); and whether it was added."""
     profile = _profile(gcloud, project)
     keys = profile.get("sshPublicKeys")
-    known = [str(k.get("key", "")) for k in (keys.values() if isinstance(keys, dict) else ())
-             if isinstance(k, dict)]  # fmt: skip
+    known = [
+        str(k.get("key", ""))
+        for k in (keys.values() if isinstance(keys, dict) else ())
+        if isinstance(k, dict)
+    ]
     added = not any(public in k for k in known)
     if added:
-        _gcloud(gcloud, tpus.oslogin_add_key_argv(str(public_file), project),
-                "add your key to your OS Login profile")  # fmt: skip
+        _gcloud(
+            gcloud,
+            tpus.oslogin_add_key_argv(str(public_file), project),
+            "add your key to your OS Login profile",
+        )
         profile = _profile(gcloud, project) or profile
     accounts = profile.get("posixAccounts")
     accounts = [a for a in accounts or () if isinstance(a, dict) and a.get("username")]
@@ -199,16 +213,20 @@ def add_key(
     login name stays the caller's under OS Login too."""
     public = ensure_key(private)
     wanted = {
-        _node_name(n): tuple(dict.fromkeys((logins or {}).get(_node_name(n)) or
-                                           (user or default_user(),)))
+        _node_name(n): tuple(
+            dict.fromkeys((logins or {}).get(_node_name(n)) or (user or default_user(),))
+        )
         for n in nodes
-    }  # fmt: skip
+    }
     lines = {name: [key_line(u, public) for u in users] for name, users in wanted.items()}
 
     def lacking(node: Mapping[str, Any], project_keys: object = None) -> list[str]:
         have = _metadata(node).get(SSH_KEYS)
-        return [ln for ln in lines[_node_name(node)]
-                if not has_key(have, ln) and not has_key(project_keys, ln)]  # fmt: skip
+        return [
+            ln
+            for ln in lines[_node_name(node)]
+            if not has_key(have, ln) and not has_key(project_keys, ln)
+        ]
 
     missing = [n for n in nodes if lacking(n)]
     node_oslogin = any(oslogin_on(n, None) for n in nodes)
@@ -228,8 +246,11 @@ def add_key(
         value = str(_metadata(node).get(SSH_KEYS) or "")
         for line in needed:
             value = merged(value, line)
-        _gcloud(gcloud, tpus.update_metadata_argv(name, zone, project, SSH_KEYS, value),
-                f"add your key to node {name}'s metadata")  # fmt: skip
+        _gcloud(
+            gcloud,
+            tpus.update_metadata_argv(name, zone, project, SSH_KEYS, value),
+            f"add your key to node {name}'s metadata",
+        )
         added.append(name)
         users += [ln.split(":", 1)[0] for ln in needed]
     return KeyAdded(nodes=tuple(added), users=tuple(dict.fromkeys(users)))

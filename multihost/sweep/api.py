@@ -99,11 +99,17 @@ def run_sweep(
     given = {"stream": "none", **options, "run_name": name}
     plan = plan_run("", {**given, **SWEEP_SETTINGS}, "run_sweep", (*SWEEP_OPTIONS, "on_record"))
     spec = SweepSpec(
-        name=name, template=template,
+        name=name,
+        template=template,
         points=tuple(expand(axes, Where.compile(where, list(axes)) if where else None)),
-        grid_names=tuple(axes), metric=metric, higher_is_better=not minimize, repeat=repeat,
-        point_timeout=point_timeout, resume=resume, parallel=parallel,
-    )  # fmt: skip
+        grid_names=tuple(axes),
+        metric=metric,
+        higher_is_better=not minimize,
+        repeat=repeat,
+        point_timeout=point_timeout,
+        resume=resume,
+        parallel=parallel,
+    )
 
     def said(record: Record) -> None:
         values = " ".join(f"{k}={v}" for k, v in record.values.items())
@@ -116,10 +122,18 @@ def run_sweep(
     rows = sweep.store.load()
     sweep.store.write_csv(latest(rows), list(spec.grid_names))
     summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
-    problem = write_chart(sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names,
-                          spec.higher_is_better)  # fmt: skip
+    problem = write_chart(
+        sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names, spec.higher_is_better
+    )
     return SweepResult(
-        name=name, dir=sweep.dir, metric=metric, grid_names=spec.grid_names,
-        summary=tuple(summary), records=tuple(records), interrupted=sweep.interrupted,
-        chart_problem=problem, staging=sweep.staging, env_failure=sweep.env_failure,
-    )  # fmt: skip
+        name=name,
+        dir=sweep.dir,
+        metric=metric,
+        grid_names=spec.grid_names,
+        summary=tuple(summary),
+        records=tuple(records),
+        interrupted=sweep.interrupted,
+        chart_problem=problem,
+        staging=sweep.staging,
+        env_failure=sweep.env_failure,
+    )

@@ -208,27 +208,61 @@ def _pow(base: int | float, exp: int | float) -> int | float:
 
 
 _BINOPS: dict[type[ast.operator], tuple[str, Callable[[Any, Any], Any]]] = {
-    ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
-    ast.Div: ("/", operator.truediv), ast.FloorDiv: ("//", operator.floordiv),
-    ast.Mod: ("%", operator.mod), ast.Pow: ("**", _pow),
-}  # fmt: skip
+    ast.Add: ("+", operator.add),
+    ast.Sub: ("-", operator.sub),
+    ast.Mult: ("*", operator.mul),
+    ast.Div: ("/", operator.truediv),
+    ast.FloorDiv: ("//", operator.floordiv),
+    ast.Mod: ("%", operator.mod),
+    ast.Pow: ("**", _pow),
+}
 _UNARY: dict[type[ast.unaryop], str] = {ast.UAdd: "+", ast.USub: "-", ast.Not: "not"}
 _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge,
-}  # fmt: skip
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 # The whole whitelist: a node of any other type (operators included) is refused.
 _ALLOWED = (
-    ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.And, ast.Or,
-    ast.Compare, *_BINOPS, *_UNARY, *_COMPARE,
-)  # fmt: skip
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.Compare,
+    *_BINOPS,
+    *_UNARY,
+    *_COMPARE,
+)
 _WHAT = {  # how a refused node is named; others show their lowercased class name
-    "Call": "function calls", "Attribute": "attribute access", "Subscript": "subscripts",
-    "NamedExpr": ":=", "JoinedStr": "f-strings", "IfExp": "if/else", "ListComp": "comprehensions",
-    "SetComp": "comprehensions", "DictComp": "comprehensions", "GeneratorExp": "comprehensions",
-    "BitAnd": "&", "BitOr": "|", "BitXor": "^", "LShift": "<<", "RShift": ">>", "MatMult": "@",
-    "Invert": "~", "Is": "is", "IsNot": "is not", "In": "in", "NotIn": "not in",
-}  # fmt: skip
+    "Call": "function calls",
+    "Attribute": "attribute access",
+    "Subscript": "subscripts",
+    "NamedExpr": ":=",
+    "JoinedStr": "f-strings",
+    "IfExp": "if/else",
+    "ListComp": "comprehensions",
+    "SetComp": "comprehensions",
+    "DictComp": "comprehensions",
+    "GeneratorExp": "comprehensions",
+    "BitAnd": "&",
+    "BitOr": "|",
+    "BitXor": "^",
+    "LShift": "<<",
+    "RShift": ">>",
+    "MatMult": "@",
+    "Invert": "~",
+    "Is": "is",
+    "IsNot": "is not",
+    "In": "in",
+    "NotIn": "not in",
+}
 
 
 def _check(node: ast.AST, names: Sequence[str], depth: int = 0) -> None:

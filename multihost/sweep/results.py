@@ -225,8 +225,15 @@ def sweep_rows(
     for row in summary:
         rank = "" if row.get("rank") is None else str(row["rank"])
         values = (str(row["values"].get(n, "")) for n in names)
-        rows.append((rank, *values, metric_text(row.get("metric")), f"{row['n_ok']}/{row['n']}",
-                     str(row["status"])))  # fmt: skip
+        rows.append(
+            (
+                rank,
+                *values,
+                metric_text(row.get("metric")),
+                f"{row['n_ok']}/{row['n']}",
+                str(row["status"]),
+            )
+        )
     return rows
 
 

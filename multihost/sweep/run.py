@@ -130,10 +130,16 @@ class Sweep:
                     tg.create_task(self._worker(index, group, archive, queue, records))
             while self.stopped is not None and not queue.empty():
                 point, repeat = queue.get_nowait()
-                self._record(Record(
-                    point=point.id, repeat=repeat, values=point.as_dict(),
-                    status=f"not run: {self.stopped}", command=point.command(self.spec.template),
-                ), records)  # fmt: skip
+                self._record(
+                    Record(
+                        point=point.id,
+                        repeat=repeat,
+                        values=point.as_dict(),
+                        status=f"not run: {self.stopped}",
+                        command=point.command(self.spec.template),
+                    ),
+                    records,
+                )
             return records
         finally:
             await asyncio.gather(*(c.close() for c in self._conns.values()), return_exceptions=True)

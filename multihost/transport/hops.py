@@ -149,7 +149,11 @@ def jump_host(spec: str) -> Host:
             port = tail.removeprefix(":") or None
         elif rest.count(":") == 1:
             address, port = rest.split(":")
-        jump = Host(address, user=user or None, port=int(port) if port and port.isdigit() else None,
-                    jump=jump)  # fmt: skip
+        jump = Host(
+            address,
+            user=user or None,
+            port=int(port) if port and port.isdigit() else None,
+            jump=jump,
+        )
     assert jump is not None  # split always yields at least one part
     return jump

@@ -137,11 +137,14 @@ async def _output(
 async def _spawn(command: str, *, stdin: bool) -> asyncio.subprocess.Process:
     """``sh -c command`` in its own session (so that its whole group can be killed)."""
     return await asyncio.create_subprocess_exec(
-        "sh", "-c", command,
+        "sh",
+        "-c",
+        command,
         stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
-    )  # fmt: skip
+    )
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:

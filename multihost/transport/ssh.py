@@ -261,9 +261,13 @@ def _fingerprints(keys: Sequence[str]) -> str:
 # AES-GCM costs asyncssh far less CPU per packet than chacha20-poly1305 (its default first
 # choice); the same set of ciphers, only the preference changes, and a configured Ciphers wins.
 _CIPHERS = (
-    "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
-    "aes256-ctr", "aes192-ctr", "aes128-ctr",
-)  # fmt: skip
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+)
 
 
 _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -271,11 +275,24 @@ _DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # Config keywords that connect_ssh applies itself, or that an option it always passes
 # overrides (timeouts, keepalives, host-key checking): a host whose config says nothing else
 # is reached without asyncssh parsing the config and loading its key once per connection.
-_APPLIED = frozenset({
-    "host", "hostname", "port", "user", "identityfile", "identitiesonly",
-    "userknownhostsfile", "globalknownhostsfile", "stricthostkeychecking", "batchmode",
-    "connecttimeout", "loglevel", "serveraliveinterval", "serveralivecountmax",
-})  # fmt: skip
+_APPLIED = frozenset(
+    {
+        "host",
+        "hostname",
+        "port",
+        "user",
+        "identityfile",
+        "identitiesonly",
+        "userknownhostsfile",
+        "globalknownhostsfile",
+        "stricthostkeychecking",
+        "batchmode",
+        "connecttimeout",
+        "loglevel",
+        "serveraliveinterval",
+        "serveralivecountmax",
+    }
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -304,8 +321,9 @@ def _direct(options: SSHOptions, host: Host, identity: str | None) -> dict[str, 
         return None
     if os.environ.get("SSH_AUTH_SOCK") and first.get("identitiesonly", "").lower() != "yes":
         return None  # agent keys come first in OpenSSH's order: leave that to asyncssh
-    path = identity or (sshconfig.expand_path(first["identityfile"])
-                        if "identityfile" in first else None)  # fmt: skip
+    path = identity or (
+        sshconfig.expand_path(first["identityfile"]) if "identityfile" in first else None
+    )
     if not path or not first.get("port", "22").isdigit():
         return None
     try:
@@ -424,8 +442,9 @@ async def connect_ssh(
     try:
         key = _reach(host, options)
         if key in through:  # waiting for itself would never end
-            raise ConnectError(host, "its ProxyJump chain comes back to itself (a loop in the "
-                               "ssh config)")  # fmt: skip
+            raise ConnectError(
+                host, "its ProxyJump chain comes back to itself (a loop in the ssh config)"
+            )
         lease = await hops.pool().lease(key, lambda: _open(host, options, (*through, key)))
     except HostError as exc:
         if exc.host is host:
@@ -553,15 +572,17 @@ async def _handshake(
     except asyncssh.HostKeyNotVerifiable as exc:
         if pin is not None and pinned:
             raise HostKeyError(
-                host, f"host key differs from the one its TPU node publishes (guest attributes "
+                host,
+                f"host key differs from the one its TPU node publishes (guest attributes "
                 f"hostkeys/*): expected {_fingerprints(pinned)}, presented "
                 f"{pin.presented or 'an unreadable key'}; refused",
-            ) from None  # fmt: skip
+            ) from None
         if tofu is not None and tofu.changed_in is not None:
             raise HostKeyError(
-                host, f"host key CHANGED since it was recorded in {tofu.changed_in} ({exc}); "
+                host,
+                f"host key CHANGED since it was recorded in {tofu.changed_in} ({exc}); "
                 f"if the VM was re-created, {_forget_advice(host, tofu, options)}",
-            ) from None  # fmt: skip
+            ) from None
         raise HostKeyError(
             host,
             f"host key not verified ({exc}); add it to known_hosts, "

@@ -70,9 +70,11 @@ def _blocks(path: str, mtime_ns: int) -> _Parsed | None:
             for p in dict.fromkeys(patterns):
                 by_name.setdefault(p, []).append(i)
     return _Parsed(
-        "".join(head), tuple((p, "".join(lines)) for p, lines in blocks),
-        {k: tuple(v) for k, v in by_name.items()}, tuple(wild),
-    )  # fmt: skip
+        "".join(head),
+        tuple((p, "".join(lines)) for p, lines in blocks),
+        {k: tuple(v) for k, v in by_name.items()},
+        tuple(wild),
+    )
 
 
 def _matches(alias: str, patterns: tuple[str, ...]) -> bool:

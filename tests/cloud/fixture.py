@@ -150,8 +150,9 @@ def _launcher(  # type: ignore[no-untyped-def]
         env = gcloud_env(f"{scratch}/gcloud", tpu[0].endpoint, storage, secrets.endpoint)
         env.pop("CLOUDSDK_CONFIG")
         env["GCE_METADATA_HOST"] = worker.metadata.host
-        run_ssh(str(fleet.ssh_config), host.alias, ssh_launch_command(env, scratch),
-                qr.startup_script)  # fmt: skip
+        run_ssh(
+            str(fleet.ssh_config), host.alias, ssh_launch_command(env, scratch), qr.startup_script
+        )
 
     return launch
 

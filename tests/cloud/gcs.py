@@ -37,11 +37,26 @@ class FakeGcs:
         self.root.mkdir(parents=True)
         binary = wrapper._server._get_binary_path()
         self.proc = subprocess.Popen(
-            [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
-             "-backend", "filesystem", "-filesystem-root", str(self.root),
-             "-public-host", f"127.0.0.1:{self.port}", "-log-level", "error"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                str(binary),
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-backend",
+                "filesystem",
+                "-filesystem-root",
+                str(self.root),
+                "-public-host",
+                f"127.0.0.1:{self.port}",
+                "-log-level",
+                "error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -54,9 +69,11 @@ class FakeGcs:
     def create_bucket(self, name: str) -> None:
         body = json.dumps({"name": name}).encode()
         req = urllib.request.Request(
-            f"{self.url}/storage/v1/b?project=p", data=body, method="POST",
+            f"{self.url}/storage/v1/b?project=p",
+            data=body,
+            method="POST",
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         urllib.request.urlopen(req, timeout=10).read()
 
     def objects(self, bucket: str, prefix: str = "") -> dict[str, int]:

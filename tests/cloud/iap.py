@@ -80,18 +80,24 @@ def _tls_context() -> ssl.SSLContext:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=1))
         .sign(key, hashes.SHA256())
-    )  # fmt: skip
+    )
     d = Path(tempfile.mkdtemp(prefix="multihost-iap-"))
     (d / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "key.pem").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ))  # fmt: skip
+    (d / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(d / "cert.pem", d / "key.pem")
     return ctx
@@ -150,16 +156,20 @@ class IapRelay:
             head += chunk
         lines = head.split(b"\r\n\r\n", 1)[0].decode().split("\r\n")
         path = lines[0].split()[1]
-        headers = {k.strip().lower(): v.strip() for k, v in
-                   (line.split(":", 1) for line in lines[1:] if ":" in line)}  # fmt: skip
+        headers = {
+            k.strip().lower(): v.strip()
+            for k, v in (line.split(":", 1) for line in lines[1:] if ":" in line)
+        }
         query = parse_qs(urlsplit(path).query)
         accept = base64.b64encode(
             hashlib.sha1((headers["sec-websocket-key"] + GUID).encode()).digest()
         ).decode()
-        ws.sendall((
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Protocol: {SUBPROTOCOL}\r\n\r\n"
-        ).encode())  # fmt: skip
+        ws.sendall(
+            (
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Accept: {accept}\r\nSec-WebSocket-Protocol: {SUBPROTOCOL}\r\n\r\n"
+            ).encode()
+        )
         instance, port = query.get("instance", [""])[0], int(query.get("port", ["22"])[0])
         address = self.resolve(instance)
         if address is None or not urlsplit(path).path.endswith("/connect"):

@@ -30,10 +30,13 @@ class SecretManager:
                     self._send(404, {"error": error})
                     return
                 server.accessed.append(m[2])
-                self._send(200, {
-                    "name": f"projects/{m[1]}/secrets/{m[2]}/versions/1",
-                    "payload": {"data": base64.b64encode(value).decode()},
-                })  # fmt: skip
+                self._send(
+                    200,
+                    {
+                        "name": f"projects/{m[1]}/secrets/{m[2]}/versions/1",
+                        "payload": {"data": base64.b64encode(value).decode()},
+                    },
+                )
 
             def _send(self, code: int, reply: dict[str, Any]) -> None:
                 data = json.dumps(reply).encode()

@@ -252,8 +252,9 @@ class TpuApi:
             ctype = capacity_type(body)
             if (region_of(zone), ctype) in self.capacity.quota:
                 kind = str(body["tpu"]["nodeSpec"][0]["node"].get("acceleratorType", "v4-8"))
-                return _error(429, quota_message(region_of(zone), ctype, kind),
-                              "RESOURCE_EXHAUSTED")  # fmt: skip
+                return _error(
+                    429, quota_message(region_of(zone), ctype, kind), "RESOURCE_EXHAUSTED"
+                )
             for spec in body.get("tpu", {}).get("nodeSpec", []):  # v2alpha1's name for it
                 if "multiNodeParams" in spec:
                     spec["multisliceParams"] = spec.pop("multiNodeParams")
@@ -313,10 +314,14 @@ class TpuApi:
         for k, h in enumerate(hosts):
             s, w = divmod(k, per_slice)
             values = worker_values(
-                worker=w, slice_id=s, num_slices=qr.num_slices, node=nodes[s],
+                worker=w,
+                slice_id=s,
+                num_slices=qr.num_slices,
+                node=nodes[s],
                 accelerator_type=qr.accelerator_type,
-                slice_ips=ips[s * per_slice : (s + 1) * per_slice], coordinator_ip=ips[0],
-            )  # fmt: skip
+                slice_ips=ips[s * per_slice : (s + 1) * per_slice],
+                coordinator_ip=ips[0],
+            )
             values |= vm_values(qr, s, w)
             workers.append(Worker(h, s, w, MetadataServer(values)))
         with self.lock:
@@ -408,14 +413,21 @@ class TpuApi:
         return items
 
     def _nodes(
-        self, method: str, project: str, zone: str, name: str | None, verb: str | None,
-        body: dict[str, Any] | None, query: dict[str, list[str]] | None = None,
-    ) -> tuple[int, dict[str, Any]]:  # fmt: skip
+        self,
+        method: str,
+        project: str,
+        zone: str,
+        name: str | None,
+        verb: str | None,
+        body: dict[str, Any] | None,
+        query: dict[str, list[str]] | None = None,
+    ) -> tuple[int, dict[str, Any]]:
         found = [
-            (qr, s) for qr in self.resources.values()
+            (qr, s)
+            for qr in self.resources.values()
             if qr.project == project and qr.zone == zone and qr.state in ("PROVISIONING", "ACTIVE")
             for s in range(qr.num_slices)
-        ]  # fmt: skip
+        ]
         if name is None:
             return 200, {"nodes": [self.node_json(qr, s) for qr, s in found]}
         picked = [(qr, s) for qr, s in found if qr.node_names()[s] == name]
@@ -428,10 +440,15 @@ class TpuApi:
             return self._patch(qr, s, body or {}, (query or {}).get("updateMask", [""])[0])
         if method == "POST" and verb == ":getGuestAttributes":
             workers = [w for w in qr.workers if w.slice_id == s] if qr.state == "ACTIVE" else []
-            return 200, {"guestAttributes": [
-                {"queryPath": (body or {}).get("queryPath", ""),
-                 "queryValue": {"items": self.guest_attributes(qr, w)}} for w in workers
-            ]}  # fmt: skip
+            return 200, {
+                "guestAttributes": [
+                    {
+                        "queryPath": (body or {}).get("queryPath", ""),
+                        "queryValue": {"items": self.guest_attributes(qr, w)},
+                    }
+                    for w in workers
+                ]
+            }
         return _error(405, f"{method} {verb or ''} not supported on nodes")
 
     def _patch(
@@ -477,9 +494,14 @@ class TpuApi:
         self.held_provisioning.discard(name)
 
     def add(
-        self, name: str, accelerator_type: str = "v4-16", slices: int = 1, *,
-        hold: str | None = None, internal_only: bool = False,
-    ) -> QueuedResource:  # fmt: skip
+        self,
+        name: str,
+        accelerator_type: str = "v4-16",
+        slices: int = 1,
+        *,
+        hold: str | None = None,
+        internal_only: bool = False,
+    ) -> QueuedResource:
         """A queued resource as ``queued-resources create`` makes it; ``hold``: "ACCEPTED" or
         "PROVISIONING" to keep it there (``release`` lets a PROVISIONING one go on)."""
         if hold == "ACCEPTED":
@@ -495,9 +517,11 @@ class TpuApi:
         else:
             spec["nodeId"] = name
         code, reply = self._route(
-            "POST", f"/v2/projects/p/locations/{_ZONE}/queuedResources",
-            {"queuedResourceId": [name]}, {"tpu": {"nodeSpec": [spec]}},
-        )  # fmt: skip
+            "POST",
+            f"/v2/projects/p/locations/{_ZONE}/queuedResources",
+            {"queuedResourceId": [name]},
+            {"tpu": {"nodeSpec": [spec]}},
+        )
         assert code == 200, reply
         return self.resources[name]
 
@@ -574,14 +598,16 @@ def vm_values(qr: QueuedResource, slice_id: int, worker: int) -> dict[str, str]:
     """What every TPU VM's metadata server serves besides the TPU attributes."""
     token = worker_token(qr, slice_id, worker)
     return {
-        "instance/attributes/queued-resource-name":
-            f"projects/{PROJECT_NUMBER}/locations/{qr.zone}/queuedResources/{qr.name}",
+        "instance/attributes/queued-resource-name": (
+            f"projects/{PROJECT_NUMBER}/locations/{qr.zone}/queuedResources/{qr.name}"
+        ),
         "instance/zone": f"projects/{PROJECT_NUMBER}/zones/{qr.zone}",
         "project/project-id": qr.project,
         "project/numeric-project-id": PROJECT_NUMBER,
-        "instance/service-accounts/default/token":
-            json.dumps({"access_token": token, "expires_in": 3599, "token_type": "Bearer"}),
-    }  # fmt: skip
+        "instance/service-accounts/default/token": json.dumps(
+            {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}
+        ),
+    }
 
 
 def _operation(name: str) -> dict[str, Any]:
@@ -607,5 +633,8 @@ def ssh_launch_command(env: dict[str, str], scratch: str) -> str:
 def run_ssh(ssh_config: str, alias: str, command: str, stdin: str) -> None:
     subprocess.run(
         ["ssh", "-F", ssh_config, alias, command],
-        input=stdin.encode(), check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+        input=stdin.encode(),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )

@@ -96,8 +96,20 @@ class Vpc:
         conf = self.dir / f"h{i}.sshd_config"
         conf.write_text(text)
         self._pidfile(i).unlink(missing_ok=True)
-        subprocess.run(["ip", "netns", "exec", self.ns, loopback.SSHD, "-f", str(conf),
-                        "-E", str(self.dir / f"h{i}.log")], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.ns,
+                loopback.SSHD,
+                "-f",
+                str(conf),
+                "-E",
+                str(self.dir / f"h{i}.log"),
+            ],
+            check=True,
+        )
         deadline = time.monotonic() + loopback.START_TIMEOUT
         while not self._pidfile(i).exists():
             if time.monotonic() > deadline:

@@ -25,8 +25,22 @@ class Where:
         self, code: Path, logs: Path, run: str, cmd: str, *extra: str, n: int = 2
     ) -> list[str]:
         if self.kind == "local":
-            return ["run", "--local", str(n), "--script-dir", str(code), "--log-dir", str(logs),
-                    "--run-name", run, "--grace", "2", *extra, "--cmd", cmd]  # fmt: skip
+            return [
+                "run",
+                "--local",
+                str(n),
+                "--script-dir",
+                str(code),
+                "--log-dir",
+                str(logs),
+                "--run-name",
+                run,
+                "--grace",
+                "2",
+                *extra,
+                "--cmd",
+                cmd,
+            ]
         return fleet_run_args(self.fleet, code, logs, run, cmd, n, *extra)
 
     def run_dir(self, i: int, run: str) -> Path:
@@ -75,8 +89,9 @@ def small_disk(tmp_path: Path) -> Any:
 
     def mount(where: Path, size: str = "64k") -> Path:
         where.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True
+        )
         mounted.append(where)
         return where
 

@@ -27,14 +27,18 @@ def run_measured(
 ) -> Outcome:
     """``python -m multihost ARGS``, its peak memory read from /proc (the kernel's high-water
     mark of the runner process itself, sampled until it exits)."""
-    out_path, err_path = (Path(os.environ.get("TMPDIR", "/tmp")) / f"mh-{os.getpid()}-{n}"
-                          for n in ("out", "err"))  # fmt: skip
+    out_path, err_path = (
+        Path(os.environ.get("TMPDIR", "/tmp")) / f"mh-{os.getpid()}-{n}" for n in ("out", "err")
+    )
     started = time.monotonic()
     with out_path.open("w+") as out, err_path.open("w+") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "multihost", *args], stdout=out, stderr=err,
-            stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200", **(env or {})},
-        )  # fmt: skip
+            [sys.executable, "-m", "multihost", *args],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "COLUMNS": "200", **(env or {})},
+        )
         deadline = started + timeout
         peak_kb = 0
         while proc.poll() is None:

@@ -31,9 +31,21 @@ def _advice(stderr: str) -> list[str]:
 def test_changed_key_in_trust_file_advice_works(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     config = _config(ssh_fleet, tmp_path, tmp_path / "empty_known")
     env = {"XDG_STATE_HOME": str(tmp_path / "state")}
-    base = ["run", "--hosts", "tofu", "--ssh-config", str(config), "--script-dir", str(code),
-            "--log-dir", str(tmp_path / "logs"), "--host-keys", "accept-new",
-            "--cmd", "true"]  # fmt: skip
+    base = [
+        "run",
+        "--hosts",
+        "tofu",
+        "--ssh-config",
+        str(config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--host-keys",
+        "accept-new",
+        "--cmd",
+        "true",
+    ]
     assert cli([*base, "--run-name", "a1"], **env).returncode == 0
     trust = tmp_path / "state" / "multihost" / "known_hosts"
     wrong = " ".join((ssh_fleet.dir / "wrong_key.pub").read_text().split()[:2])
@@ -58,9 +70,21 @@ def test_changed_key_in_users_known_hosts_advice_works(
     known.write_text(f"[{h0.address}]:{h0.port} {wrong}\n")
     config = _config(ssh_fleet, tmp_path, known)
     env = {"XDG_STATE_HOME": str(tmp_path / "state")}
-    base = ["run", "--hosts", "tofu", "--ssh-config", str(config), "--script-dir", str(code),
-            "--log-dir", str(tmp_path / "logs"), "--host-keys", "accept-new",
-            "--cmd", "true"]  # fmt: skip
+    base = [
+        "run",
+        "--hosts",
+        "tofu",
+        "--ssh-config",
+        str(config),
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--host-keys",
+        "accept-new",
+        "--cmd",
+        "true",
+    ]
     changed = cli([*base, "--run-name", "u1"], **env)
     assert changed.returncode == 1
     advice = _advice(changed.stderr)

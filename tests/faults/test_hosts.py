@@ -24,8 +24,9 @@ def test_frozen_sshd_noticed_within_bounds(ssh_fleet, code: Path, tmp_path: Path
     """sshd SIGSTOPped mid-run (a hung host): keepalives notice it within 15 s, reconnecting
     gives up on time (--reconnect-timeout 3), and fail-fast stops the others."""
     logs = tmp_path / "logs"
-    args = fleet_run_args(ssh_fleet, code, logs, "frozen", "echo up; sleep 120", N,
-                          "--reconnect-timeout", "3")  # fmt: skip
+    args = fleet_run_args(
+        ssh_fleet, code, logs, "frozen", "echo up; sleep 120", N, "--reconnect-timeout", "3"
+    )
     proc = spawn(args)
     try:
         wait_for(lambda: _started(logs, "frozen"), 60, "every host to start")
@@ -51,9 +52,23 @@ def test_refused_connection_starts_nothing(ssh_fleet, code: Path, tmp_path: Path
     logs = tmp_path / "logs"
     hosts = f"{ssh_fleet.aliases[0]},dead,{ssh_fleet.aliases[2]}"
     started = time.monotonic()
-    res = cli(["run", "--hosts", hosts, "--ssh-config", str(ssh_fleet.ssh_config),
-               "--script-dir", str(code), "--log-dir", str(logs), "--run-name", "refused",
-               "--cmd", "sleep 30"])  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--hosts",
+            hosts,
+            "--ssh-config",
+            str(ssh_fleet.ssh_config),
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "refused",
+            "--cmd",
+            "sleep 30",
+        ]
+    )
     assert res.returncode == 1
     assert time.monotonic() - started < 15
     assert "s0/w1" in res.stderr
@@ -71,9 +86,23 @@ def test_silent_tcp_times_out_and_starts_nothing(code: Path, tmp_path: Path) -> 
     logs = tmp_path / "logs"
     try:
         started = time.monotonic()
-        res = cli(["run", "--hosts", f"127.0.0.1:{port}", "--connect-timeout", "2",
-                   "--script-dir", str(code), "--log-dir", str(logs), "--run-name", "silent",
-                   "--cmd", "true"])  # fmt: skip
+        res = cli(
+            [
+                "run",
+                "--hosts",
+                f"127.0.0.1:{port}",
+                "--connect-timeout",
+                "2",
+                "--script-dir",
+                str(code),
+                "--log-dir",
+                str(logs),
+                "--run-name",
+                "silent",
+                "--cmd",
+                "true",
+            ]
+        )
         took = time.monotonic() - started
     finally:
         listener.close()

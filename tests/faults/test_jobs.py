@@ -57,8 +57,10 @@ def test_vanished_job_is_named_within_15_s(where: Where, code: Path, tmp_path: P
 def test_empty_exit_file_is_a_clear_error(where: Where, code: Path, tmp_path: Path) -> None:
     """An exit file the host could not fill (a full disk: /dev/full stands in for it)."""
     logs = tmp_path / "logs"
-    cmd = ('[ "$JAX_PROCESS_ID" = 1 ] || exec sleep 60; d=$MULTIHOST_RUN_DIR; '
-           ': > "$d/exit"; ln -s /dev/full "$d/exit.tmp"; exit 3')  # fmt: skip
+    cmd = (
+        '[ "$JAX_PROCESS_ID" = 1 ] || exec sleep 60; d=$MULTIHOST_RUN_DIR; '
+        ': > "$d/exit"; ln -s /dev/full "$d/exit.tmp"; exit 3'
+    )
     res = run_measured(where.args(code, logs, "empty", cmd), timeout=60)
     assert res.returncode == 1, res.stderr
     assert res.wall < 15
@@ -146,8 +148,10 @@ def test_unmarked_double_forked_daemon_stopped_by_kill(
         wait_for(lambda: len(_sleeping(n)) == 2, 30, "both daemons to run")
         # re-parented to their host's wrapper (the run's pid file names it), not to init
         wrappers = {int((where.run_dir(i, "unmk") / "pid").read_text()) for i in range(2)}
-        parents = {int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                   for p in _sleeping(n)}  # fmt: skip
+        parents = {
+            int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            for p in _sleeping(n)
+        }
         assert parents == wrappers
     finally:
         killed = cli(["kill", "unmk", "--log-dir", str(logs), "--grace", "2"])

@@ -16,9 +16,22 @@ def test_full_disk_at_launch_starts_nothing_anywhere(
     hosts = home / ".cache" / "multihost" / "local"
     small_disk(hosts / "w1" / "runs", "4k")  # the claim fits; the run's files (the hook) do not
     logs = tmp_path / "logs"
-    res = cli(["run", "--local", "3", "--script-dir", str(code), "--log-dir", str(logs),
-               "--run-name", "full", "--cmd", 'echo started > "$HOME"/started.$JAX_PROCESS_ID'],
-              HOME=str(home))  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--local",
+            "3",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "full",
+            "--cmd",
+            'echo started > "$HOME"/started.$JAX_PROCESS_ID',
+        ],
+        HOME=str(home),
+    )
     assert res.returncode == 1, res.stderr
     assert "Traceback" not in res.stderr
     record = manifest(logs, "full")["hosts"]

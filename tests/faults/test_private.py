@@ -20,9 +20,22 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run(code: Path, logs: Path, run: str, *extra: str) -> list[str]:
-    return ["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
-            "--run-name", run, "--env", f"HF_TOKEN={SECRET}", *extra,
-            "--cmd", 'test "${#HF_TOKEN}" = ' + str(len(SECRET))]  # fmt: skip
+    return [
+        "run",
+        "--local",
+        "2",
+        "--script-dir",
+        str(code),
+        "--log-dir",
+        str(logs),
+        "--run-name",
+        run,
+        "--env",
+        f"HF_TOKEN={SECRET}",
+        *extra,
+        "--cmd",
+        'test "${#HF_TOKEN}" = ' + str(len(SECRET)),
+    ]
 
 
 def _mode(path: Path) -> int:

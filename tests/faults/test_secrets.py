@@ -31,8 +31,9 @@ def secret_manager(tmp_path: Path) -> Iterator[tuple[SecretManager, dict[str, st
 
 def _holding(value: str, roots: list[Path]) -> list[str]:
     roots = [r for r in roots if r.exists()]
-    done = subprocess.run(["grep", "-rlsaF", "--", value, *map(str, roots)],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["grep", "-rlsaF", "--", value, *map(str, roots)], capture_output=True, text=True
+    )
     return done.stdout.splitlines()
 
 
@@ -46,8 +47,9 @@ def test_run_secret_reaches_the_job_and_no_disk(
     code.mkdir()
     logs = tmp_path / "logs"
     cmd = 'printf %s "$API_TOKEN" | sha256sum; env | grep -c "^API_TOKEN=" || :'
-    args = where.args(code, logs, "sec", cmd, "--secret", "API_TOKEN=api-token",
-                      "--env", "PLAIN=plain-value")  # fmt: skip
+    args = where.args(
+        code, logs, "sec", cmd, "--secret", "API_TOKEN=api-token", "--env", "PLAIN=plain-value"
+    )
     done = cli(args, **env)
     assert done.returncode == 0, done.stderr
     digest = hashlib.sha256(value.encode()).hexdigest()

@@ -14,8 +14,22 @@ def test_full_disk_while_staging(code: Path, tmp_path: Path, small_disk: Any) ->
     (code / "weights.bin").write_bytes(os.urandom(300_000))  # does not fit in 64 KiB
     worker1 = small_disk(home / ".cache" / "multihost" / "local" / "w1")
     logs = tmp_path / "logs"
-    res = cli(["run", "--local", "2", "--script-dir", str(code), "--log-dir", str(logs),
-               "--run-name", "full", "--cmd", "echo started"], HOME=str(home))  # fmt: skip
+    res = cli(
+        [
+            "run",
+            "--local",
+            "2",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "full",
+            "--cmd",
+            "echo started",
+        ],
+        HOME=str(home),
+    )
     assert res.returncode == 1
     hosts = manifest(logs, "full")["hosts"]
     assert hosts[1]["state"] == "error"
@@ -38,9 +52,25 @@ def test_staging_counts_only_hosts_whose_staging_finished(
     logs = tmp_path / "logs"
 
     def run(name: str) -> dict[str, Any]:
-        res = cli(["run", "--hosts", "h0,h1,dead", "--ssh-config", str(ssh_fleet.ssh_config),
-                   "--script-dir", str(code), "--log-dir", str(logs), "--run-name", name,
-                   "--connect-timeout", "3", "--cmd", "true"])  # fmt: skip
+        res = cli(
+            [
+                "run",
+                "--hosts",
+                "h0,h1,dead",
+                "--ssh-config",
+                str(ssh_fleet.ssh_config),
+                "--script-dir",
+                str(code),
+                "--log-dir",
+                str(logs),
+                "--run-name",
+                name,
+                "--connect-timeout",
+                "3",
+                "--cmd",
+                "true",
+            ]
+        )
         assert res.returncode == 1, res.stderr
         assert "had it" not in res.stderr or "2 had it" in res.stderr, res.stderr
         staging: dict[str, Any] = manifest(logs, name)["staging"]
