@@ -304,7 +304,7 @@ def cmd_pods(args: argparse.Namespace, err: Console) -> int:
             str(row["capacity"]),
             escape(state),
             f"{row['age_s']} s",
-            prices.money(row["price_per_hour"]),
+            prices.money(row["price_per_hour"]),  # type: ignore[arg-type]
             prices.money(row["cost_so_far"]),  # type: ignore[arg-type]
             str(row["autodown"] or "off"),
         )
