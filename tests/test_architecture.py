@@ -97,7 +97,6 @@ OVER_MAX = {
     "multihost/diagnose/hook.py": "the hook, staged as one sitecustomize.py",
     # their remote scripts were being moved into files at the same time as the splits; split
     # what remains once that has landed
-    "multihost/core/envsync.py": "scripts being moved to files",
     "multihost/job/startup.py": "scripts being moved to files",
 }
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.core.envsync import Probe, pack_format
+from multihost.core.envprobe import Probe, pack_format
 from multihost.envsync import Selection, request, satisfies
 from multihost.errors import SettingError
 from multihost.model import Host

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.core.envsync import Probe, RunnerUv
+from multihost.core.envprobe import Probe, RunnerUv
 from multihost.envsync import uv_binary
 from multihost.envsync.uvbin import Binary, inspect
 from multihost.model import Host

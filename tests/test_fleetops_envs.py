@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.core.envsync import Probe
+from multihost.core.envprobe import Probe
 from multihost.fleetops.envs import EnvStore, parse_store, store_command
 from multihost.model import Host
 from multihost.plan import Paths, claim_command, release_command

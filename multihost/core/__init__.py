@@ -4,6 +4,7 @@ the caller's handler (``on_event``).
 - :mod:`.supervisor` — ``Supervisor``: per-host slots (:mod:`.slot`), events, the stop
   policy, stopping, closing, ``run.json`` and the result. Every step acts through it.
 - :mod:`.prepare` — connect, port check, stage, stale check, claim, extra ``HostStep``\\ s.
+- :mod:`.steps` — the port and stale checks, ``HostStep`` and the steps a run takes.
 - :mod:`.start` — each host's launch: gated (all start together) or detached.
 - :mod:`.watch` — one worker per launched host to its exit, the hang watchdog, the police.
 - :mod:`.run` — ``Run``: a new run (prepare → start → watch → the work after it).
@@ -12,7 +13,7 @@ the caller's handler (``on_event``).
 """
 
 from multihost.core.attach import Attach, Stop
-from multihost.core.prepare import HostStep
 from multihost.core.run import Run
+from multihost.core.steps import HostStep
 
 __all__ = ["Attach", "HostStep", "Run", "Stop"]

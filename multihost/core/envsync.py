@@ -17,125 +17,33 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import re
-import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from multihost import stagevia
+from multihost.core.envprobe import (
+    PROBE_TIMEOUT,
+    EnvSummary,
+    Probe,
+    RunnerUv,
+    base_of,
+    last_lines,
+    pack_format,
+    probe_said,
+    probe_script,
+    runner_uv,
+)
+from multihost.core.envtransfer import cached, from_bucket, from_peer
 from multihost.core.supervisor import Supervisor
-from multihost.defaults import DEFAULTS
-from multihost.envsync import EnvRequest, lock_problem, satisfies, uv_binary, uv_version
-from multihost.envsync.uvbin import Binary, inspect
-from multihost.errors import CloudError, EnvFailed, HostError, RemoteError, StaleLock, UsageError
+from multihost.envsync import EnvRequest, lock_problem, satisfies
+from multihost.errors import EnvFailed, HostError, RemoteError, StaleLock, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
 from multihost.remote import script
-from multihost.remote.envsync import BUILD, INSTALL, LOCK_CHECK, PACK, PROBE, SERVE, UPLOAD
-from multihost.remote.staging import SEED_STOP, python_source
+from multihost.remote.envsync import BUILD, INSTALL, LOCK_CHECK, PACK
+from multihost.remote.staging import python_source
 from multihost.transport import Completed
-
-_PACK_NAME = re.compile(r"/[0-9a-f]{64}\.tar\.gz$")  # a pack in the bucket, by content
-PROBE_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What one host said about its environment."""
-
-    host: Host
-    key: str
-    state: str  # present, absent, damaged
-    python: str
-    exe: str
-    machine: str
-    envs: str
-    has_uv: bool
-    os: str = "linux"  # sys.platform
-    libc: str = ""  # glibc-2.35; anything else is not glibc
-    zstd: bool = False  # an executable zstd on its PATH
-
-    @classmethod
-    def parse(cls, host: Host, line: str) -> Probe:
-        words = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        try:
-            return cls(
-                host,
-                words["key"],
-                words["state"],
-                words["python"],
-                words["exe"],
-                words["machine"],
-                words["envs"],
-                words["uv"] == "host",
-                words.get("os", "linux"),
-                words.get("libc", ""),
-                words.get("zstd") == "yes",
-            )
-        except KeyError:
-            raise RemoteError(host, f"environment check said {line!r}") from None
-
-
-@dataclass(frozen=True)
-class RunnerUv:
-    """The uv a host without one gets: the runner's binary (when it has one and it fits the
-    host), or ``version`` fetched by the builder with its own pip."""
-
-    path: str | None
-    version: str  # the runner's, else DEFAULTS.uv_version: part of every uv-less host's key
-    binary: Binary
-    fetch: bool  # --host-uv fetch: never ship it
-
-    def ships_to(self, p: Probe) -> bool:
-        """Whether the runner's binary runs on ``p``'s host (else the builder fetches uv)."""
-        return (
-            not self.fetch and self.path is not None and self.binary.fits(p.os, p.machine, p.libc)
-        )
-
-
-async def runner_uv(host_uv: str) -> RunnerUv:
-    """The runner's uv: where, which version, what it runs on."""
-    path = uv_binary()
-    version = (await asyncio.to_thread(uv_version, path)) if path else ""
-    binary = await asyncio.to_thread(inspect, path) if path else Binary("unknown", "")
-    return RunnerUv(path, version or DEFAULTS.uv_version, binary, host_uv == "fetch")
-
-
-@dataclass
-class EnvSummary:
-    """What the phase did: built on, sent to, repaired, present."""
-
-    built: list[str] = field(default_factory=list)
-    fetched: list[str] = field(default_factory=list)  # builders that fetched uv with pip
-    installed: int = 0
-    repaired: int = 0
-    present: int = 0
-    runner_bytes: int = 0
-    uploaded: list[str] = field(default_factory=list)  # the buckets a pack was put in
-    via: str = ""  # how auto staged the pack, and why ("" when asked for)
-    gzip: str = ""  # why a pack was gzip though some of its hosts have zstd ("": none was)
-
-
-def probe_script(sup: Supervisor, host: Host, req: EnvRequest, uv: RunnerUv) -> str:
-    """What ``host`` runs to say its key and what it has (remote.envsync.PROBE)."""
-    where = sup.paths(host)
-    return script(
-        PROBE,
-        paths={"b": where.base, "r": where.run},
-        lock=req.lock_hash,
-        ruv=uv.version,
-        probe=python_source("env_probe"),
-    )
-
-
-def probe_said(host: Host, done: Completed) -> Probe:
-    """What ``host``'s probe (:func:`probe_script`) said, or the RemoteError of its failure."""
-    if done.exit_status != 0:
-        raise RemoteError(host, f"environment check failed: {_said(done.stderr)}")
-    return Probe.parse(host, done.stdout.decode(errors="replace").strip())
 
 
 async def sync_environment(
@@ -233,7 +141,9 @@ async def _check_lock(sup: Supervisor, probes: Sequence[Probe], req: EnvRequest)
     conn = sup.slots[host.process_id].conn
     assert conn is not None
     command = script(
-        LOCK_CHECK, paths={"b": _base(sup, checker), "code": sup.paths(host).code}, exe=checker.exe
+        LOCK_CHECK,
+        paths={"b": base_of(sup, checker), "code": sup.paths(host).code},
+        exe=checker.exe,
     )
     done = await conn.run(command)
     if done.exit_status == 5:
@@ -244,26 +154,9 @@ async def _check_lock(sup: Supervisor, probes: Sequence[Probe], req: EnvRequest)
         )
     if done.exit_status != 0:
         sup.note(
-            f"{host.name}: cannot check uv.lock against pyproject.toml: {_said(done.stderr)}",
+            f"{host.name}: cannot check uv.lock against pyproject.toml: {last_lines(done.stderr)}",
             "warning",
         )
-
-
-def pack_format(source: Probe, takers: Sequence[Probe], bucket: bool) -> tuple[str, str]:
-    """The pack's format for a transfer from ``source`` to ``takers`` (``zst`` or ``gz``, its
-    suffix), and why gzip when some of them have zstd (else ``""``). zstd only when every one
-    of them has it, and never when the pack may go through a bucket (``bucket``: whoever takes
-    it from there was not probed)."""
-    hosts = [source, *takers]
-    lacking = [p for p in hosts if not p.zstd]
-    if not lacking and not bucket:
-        return "zst", ""
-    if len(lacking) == len(hosts):
-        return "gz", ""
-    if bucket:
-        return "gz", "the pack may go through a bucket"
-    more = f" (and {len(lacking) - 1} more host(s))" if len(lacking) > 1 else ""
-    return "gz", f"no zstd on {lacking[0].host.name}{more}"
 
 
 async def _one_key(
@@ -283,7 +176,7 @@ async def _one_key(
     key = members[0].key
     requested = stagevia.parse(sup.options.stage_via)
     if not have and requested.kind == "gs":
-        need = await _cached(sup, need, key, requested.url, summary, errors)
+        need = await cached(sup, need, key, requested.url, summary, errors)
         if not need:
             return
     bucket = requested.kind == "gs" or (requested.kind == "auto" and bool(sup.options.stage_bucket))
@@ -296,7 +189,7 @@ async def _one_key(
             packed = await _run(
                 sup,
                 source.host,
-                script(PACK, paths={"b": _base(sup, source)}, key=key, fmt=fmt),
+                script(PACK, paths={"b": base_of(sup, source)}, key=key, fmt=fmt),
                 "environment pack",
             )
         else:
@@ -332,9 +225,9 @@ async def _one_key(
     if why:
         summary.via = f"{via} ({why})"
     if via.kind == "peer":
-        need = await _from_peer(sup, source, need, key, fmt, digest, summary, errors)
+        need = await from_peer(sup, source, need, key, fmt, digest, summary, errors)
     elif via.kind == "gs":
-        need = await _from_bucket(sup, source, need, key, digest, via.url, summary, errors)
+        need = await from_bucket(sup, source, need, key, digest, via.url, summary, errors)
     if not need:
         return
     data = bytearray()
@@ -356,7 +249,7 @@ async def _one_key(
         assert c is not None
         command = script(
             INSTALL,
-            paths={"b": _base(sup, p)},
+            paths={"b": base_of(sup, p)},
             key=key,
             fmt=fmt,
             digest=digest,
@@ -367,7 +260,7 @@ async def _one_key(
         )
         res, _sent = await c.offer(command, b"absent", archive)
         if res.exit_status != 0:
-            raise EnvFailed(host, f"environment install failed: {_said(res.stderr)}")
+            raise EnvFailed(host, f"environment install failed: {last_lines(res.stderr)}")
         summary.installed += 1
         summary.repaired += p.state == "damaged"
         summary.runner_bytes += len(archive)
@@ -381,215 +274,6 @@ async def _one_key(
     for o in outcomes:
         if o.error is not None:
             errors[o.host.process_id] = o.error
-
-
-async def _from_peer(
-    sup: Supervisor,
-    source: Probe,
-    need: list[Probe],
-    key: str,
-    fmt: str,
-    digest: str,
-    summary: EnvSummary,
-    errors: dict[int, HostError],
-) -> list[Probe]:
-    """``--stage-via peer``: the source serves the pack to the others (token on stdin); returns
-    the hosts whose fetch failed (the runner then sends them the pack itself). A host lost
-    meanwhile (or whose fetch timed out) goes into ``errors``."""
-    conn = sup.slots[source.host.process_id].conn
-    assert conn is not None
-    addr = stagevia.bind_address(source.host, conn)
-    if not stagevia.private_address(addr):  # never a seed on a public address
-        sup.note(
-            f"{source.host.name}: its internal address {addr or '?'} is not private, so it "
-            "serves no environment there: the runner sends it",
-            "warning",
-        )
-        return need
-    token = secrets.token_urlsafe(32)
-    lifetime = sup.options.stage_timeout + stagevia.FETCH_TIMEOUT
-    command = script(
-        SERVE,
-        paths={"b": _base(sup, source)},
-        key=key,
-        fmt=fmt,
-        serve=python_source("seed_serve"),
-        addr=addr,
-        lifetime=f"{lifetime:g}",
-        fetches=len(need),
-        name=f"/{digest}.tar.{fmt}",
-    )
-    res = await conn.run(command, stdin=(token + "\n").encode())
-    word, _, rest = res.stdout.decode(errors="replace").strip().partition(" ")
-    if res.exit_status != 0 or word != "serving":
-        sup.note(
-            f"{source.host.name}: cannot serve the environment ({rest or _said(res.stderr)});"
-            " the runner sends it",
-            "warning",
-        )
-        return need
-    port, pid, folder = rest.split(" ", 2)
-    host_part = f"[{addr}]" if ":" in addr else addr
-    url = f"http://{host_part}:{port}/{digest}.tar.{fmt}"
-    failed: list[Probe] = []
-    why: dict[int, str] = {}
-
-    async def fetch(host: Host) -> None:
-        p = next(m for m in need if m.host is host)
-        c = sup.slots[host.process_id].conn
-        assert c is not None
-        text = script(
-            INSTALL,
-            paths={"b": _base(sup, p)},
-            key=key,
-            fmt=fmt,
-            digest=digest,
-            how="peer",
-            url=url,
-            fetch=python_source("seed_fetch"),
-            timeout=f"{stagevia.FETCH_TIMEOUT:g}",
-        )
-        done = await c.run(text, stdin=(token + "\n").encode())
-        if done.exit_status != 0:
-            failed.append(p)
-            why.setdefault(host.process_id, f"{host.name}: {_said(done.stderr, 1)}")
-            return
-        summary.installed += 1
-        summary.repaired += p.state == "damaged"
-
-    try:
-        fetched = await map_hosts(
-            fetch,
-            [p.host for p in need],
-            timeout=sup.options.stage_timeout,
-            what="environment fetch",
-        )
-        errors.update({o.host.process_id: o.error for o in fetched if o.error is not None})
-    finally:
-        with contextlib.suppress(HostError, TimeoutError):
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                await conn.run(script(SEED_STOP, p=pid, s=folder))
-    done = {p.host.process_id for p in failed}
-    if failed:
-        first = why.get(failed[0].host.process_id, "")
-        sup.note(
-            f"{len(failed)} host(s) get the environment from the runner after a failed "
-            f"fetch; first: {first}",
-            "warning",
-        )
-    return [p for p in need if p.host.process_id in done]
-
-
-async def _from_bucket(
-    sup: Supervisor,
-    source: Probe,
-    need: list[Probe],
-    key: str,
-    digest: str,
-    bucket: str,
-    summary: EnvSummary,
-    errors: dict[int, HostError],
-) -> list[Probe]:
-    """``--stage-via gs://…``: the source puts the pack in the bucket under its content name
-    (unless it is there), the others take it from there; returns the hosts whose fetch failed
-    (the runner then sends them the pack itself); a host lost meanwhile goes into ``errors``."""
-    from multihost.cloud.bucket import env_url  # a bucket named: the cloud modules
-
-    url = env_url(bucket, key, digest)
-    try:
-        there = await asyncio.to_thread(stagevia.in_bucket, url)
-    except CloudError as exc:
-        sup.note(f"--stage-via {bucket}: {exc}; the runner sends the environment", "warning")
-        return need
-    if there:
-        sup.note(f"environment {key[:12]} is already in {bucket}: nothing to upload", "info")
-    else:
-        conn = sup.slots[source.host.process_id].conn
-        assert conn is not None
-        res = await conn.run(script(UPLOAD, paths={"b": _base(sup, source)}, key=key, url=url))
-        if res.exit_status != 0:
-            sup.note(
-                f"{source.host.name}: cannot put the environment in {bucket} "
-                f"({_said(res.stderr)}); the runner sends it",
-                "warning",
-            )
-            return need
-        summary.uploaded.append(bucket)
-    return await _fetch_bucket(sup, need, key, digest, url, bucket, summary, errors)
-
-
-async def _cached(
-    sup: Supervisor,
-    need: list[Probe],
-    key: str,
-    bucket: str,
-    summary: EnvSummary,
-    errors: dict[int, HostError],
-) -> list[Probe]:
-    """``--stage-via gs://…`` and no host has ``key``: a pack of it already in the bucket (a
-    job's, an earlier run's) is taken from there and nothing is built; returns the hosts still
-    without it."""
-    from multihost.cloud.bucket import env_prefix
-
-    try:
-        found = await asyncio.to_thread(stagevia.listed, env_prefix(bucket, key))
-    except CloudError:
-        return need  # the build's upload says what is wrong with the bucket
-    packs = sorted(u for u in found if _PACK_NAME.search(u))
-    if not packs:
-        return need
-    digest = packs[0].rsplit("/", 1)[1].removesuffix(".tar.gz")
-    sup.note(f"environment {key[:12]} found in {bucket}: taken from there, nothing built", "info")
-    return await _fetch_bucket(sup, need, key, digest, packs[0], bucket, summary, errors)
-
-
-async def _fetch_bucket(
-    sup: Supervisor,
-    need: list[Probe],
-    key: str,
-    digest: str,
-    url: str,
-    bucket: str,
-    summary: EnvSummary,
-    errors: dict[int, HostError],
-) -> list[Probe]:
-    """Each host of ``need`` takes the pack ``url`` (sha256 ``digest``) with its own gcloud;
-    returns those whose fetch failed; a host lost meanwhile goes into ``errors``."""
-    failed: list[Probe] = []
-
-    async def fetch(host: Host) -> None:
-        p = next(m for m in need if m.host is host)
-        c = sup.slots[host.process_id].conn
-        assert c is not None
-        text = script(
-            INSTALL,
-            paths={"b": _base(sup, p)},
-            key=key,
-            fmt="gz",
-            digest=digest,
-            how="gs",
-            url=url,
-            fetch="",
-            timeout=0,
-        )
-        done = await c.run(text)
-        if done.exit_status != 0:
-            sup.note(
-                f"{host.name}: environment fetch from {bucket} failed "
-                f"({_said(done.stderr)}); the runner sends it",
-                "warning",
-            )
-            failed.append(p)
-            return
-        summary.installed += 1
-        summary.repaired += p.state == "damaged"
-
-    fetched = await map_hosts(
-        fetch, [p.host for p in need], timeout=sup.options.stage_timeout, what="environment fetch"
-    )
-    errors.update({o.host.process_id: o.error for o in fetched if o.error is not None})
-    done = {p.host.process_id for p in failed}
-    return [p for p in need if p.host.process_id in done]
 
 
 async def _build(
@@ -608,7 +292,7 @@ async def _build(
     code = sup.paths(p.host).code
     command = script(
         BUILD,
-        paths={"b": _base(sup, p), "code": code},
+        paths={"b": base_of(sup, p), "code": code},
         key=key,
         fmt=fmt,
         exe=p.exe,
@@ -624,11 +308,11 @@ async def _build(
     if res.exit_status == 5:
         raise StaleLock(
             p.host,
-            f"uv.lock does not match pyproject.toml: {_said(res.stderr, 6)}",
+            f"uv.lock does not match pyproject.toml: {last_lines(res.stderr, 6)}",
             res.stderr.decode(errors="replace"),
         )
     if res.exit_status != 0:
-        raise EnvFailed(p.host, f"environment build failed: {_said(res.stderr, 6)}")
+        raise EnvFailed(p.host, f"environment build failed: {last_lines(res.stderr, 6)}")
     return res.stdout.decode(errors="replace")
 
 
@@ -637,7 +321,7 @@ async def _run(sup: Supervisor, host: Host, command: str, what: str) -> str:
     assert conn is not None
     res = await conn.run(command)
     if res.exit_status != 0:
-        raise EnvFailed(host, f"{what} failed: {_said(res.stderr)}")
+        raise EnvFailed(host, f"{what} failed: {last_lines(res.stderr)}")
     return res.stdout.decode(errors="replace")
 
 
@@ -655,13 +339,3 @@ def _packed(sup: Supervisor, host: Host, said: str) -> tuple[int, str]:
             _, size, digest = line.split()
             return int(size), digest
     raise RemoteError(host, f"environment pack said {said.strip()[-200:]!r}")
-
-
-def _base(sup: Supervisor, p: Probe) -> str:
-    return sup.paths(p.host).base
-
-
-def _said(data: bytes, lines: int = 3) -> str:
-    """A command's last non-empty error lines, joined."""
-    kept = [ln.strip() for ln in data.decode(errors="replace").splitlines() if ln.strip()]
-    return "; ".join(kept[-lines:]) or "no error output"

@@ -6,23 +6,19 @@ Two shapes, the same steps: *pipelined* (the default: each host goes through all
 soon as it is connected) and *phased* (each step on every host before the next: a sweep's
 shared session, ``--stage-via``, a stale check).
 
-**Adding a per-host step** (an environment sync, a first-contact check): write
-``async def my_step(sup: Supervisor, host: Host) -> None`` that uses
-``sup.slots[host.process_id].conn`` and ``sup.paths(host)`` and raises a ``HostError`` on
-failure, and append ``HostStep("my step", my_step, timeout)`` in :func:`host_steps` when its
-option is on. It runs on each host once the code is there and the run's directory is claimed;
-a failure (or its timeout) names the host and nothing starts anywhere.
+The port and stale checks and the extra per-host steps (:class:`~multihost.core.steps.HostStep`,
+and how to add one) are in :mod:`.steps`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from multihost import stagevia
 from multihost.core.early import EarlyLaunch
+from multihost.core.steps import HostStep, port_free, stale_check
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.errors import (
@@ -35,32 +31,16 @@ from multihost.errors import (
     UsageError,
 )
 from multihost.fanout import Outcome
-from multihost.fleetops import port_busy, stale_on
 from multihost.launch import claim, name_taken, release
 from multihost.model import Host, State
 from multihost.plan import Paths
-from multihost.runstate import RunOptions, Transfer
+from multihost.runstate import Transfer
 from multihost.stage import Archive, stage_then
 from multihost.transport import Completed, connect
 
 if TYPE_CHECKING:
-    from multihost.core.envsync import RunnerUv
+    from multihost.core.envprobe import RunnerUv
     from multihost.envsync import EnvRequest
-
-
-@dataclass(frozen=True)
-class HostStep:
-    """An extra per-host preparation step, after the code is staged and before any launch."""
-
-    name: str  # says what timed out: "<name> timed out after <timeout> s"
-    run: Callable[[Supervisor, Host], Awaitable[None]]
-    timeout: float = DEFAULTS.command_timeout
-
-
-def host_steps(options: RunOptions) -> tuple[HostStep, ...]:
-    """The extra per-host steps a run with ``options`` takes, in order: none yet. Add one
-    here, keyed on its option (``if options.X: steps.append(HostStep(...))``)."""
-    return ()
 
 
 class Prepare:
@@ -264,7 +244,7 @@ class Prepare:
         directory is claimed (pipelined: the one that claims it and stages the code; phased:
         the claim's): a warm run's check costs no round trip of its own. The environment
         phase reads what they said."""
-        from multihost.core.envsync import probe_script, runner_uv
+        from multihost.core.envprobe import probe_script, runner_uv
 
         uv = self.uv = await runner_uv(self.sup.options.host_uv)
         self.check = lambda host: probe_script(self.sup, host, req, uv)
@@ -272,6 +252,12 @@ class Prepare:
     # -- the steps, one host each --------------------------------------------------------------
     def _step(self, step: HostStep) -> Callable[[Host], Awaitable[None]]:
         return lambda host: step.run(self.sup, host)
+
+    async def _port_free(self, host: Host) -> None:
+        await port_free(self.sup, host)
+
+    async def _stale_one(self, host: Host) -> None:
+        await stale_check(self.sup, host)
 
     async def _timed(self, step: HostStep, host: Host) -> None:
         try:
@@ -294,14 +280,6 @@ class Prepare:
         """Whether host 0's coordinator port is checked before anything starts (over SSH; a
         ``--local`` run picked a free one; a sweep's runs share a session that checked)."""
         return not self.sup.fleet.local and not self.sup.shared and not self.sup.job.workers
-
-    async def _port_free(self, host: Host) -> None:
-        """Raises PortBusy when ``host`` is host 0 and cannot bind the coordinator port."""
-        slot = self.sup.slots[host.process_id]
-        if host.process_id != 0 or slot.conn is None:
-            return
-        if why := await port_busy(slot.conn, self.sup.job.coordinator_port):
-            raise PortBusy(host, why)
 
     async def _stage_checking_port(self, host: Host) -> None:
         """Claim and stage; on host 0, check the coordinator port meanwhile on a second
@@ -400,16 +378,6 @@ class Prepare:
             via, self.archive, staged, sent, int(uploaded > 0), self.why
         )
         return outcomes
-
-    async def _stale_one(self, host: Host) -> None:
-        sup = self.sup
-        slot = sup.slots[host.process_id]
-        assert slot.conn is not None
-        kill = sup.options.stale == "kill"
-        found = await stale_on(slot.conn, kill=kill, device_glob=sup.options.device_glob)
-        if found.holders or found.lockfile:
-            hint = "" if kill else " (--kill-stale stops them)"
-            sup.note(f"{host.name}: {found.summary()}{hint}", "warning")
 
     async def _claim_all(self) -> list[Outcome[None]]:
         """The run's directory on every host before any job starts (see launch.claim)."""

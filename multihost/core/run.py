@@ -11,8 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from multihost.core.postrun import after_run, check_pull
-from multihost.core.prepare import HostStep, Prepare, host_steps
+from multihost.core.prepare import Prepare
 from multihost.core.start import start_all
+from multihost.core.steps import HostStep, host_steps
 from multihost.core.supervisor import Supervisor
 from multihost.core.watch import watch_all
 from multihost.errors import EnvFailed, PortBusy, UsageError
@@ -40,7 +41,7 @@ class Run:
     ) -> None:
         """``connections`` (by process id) and ``staged`` code let several runs share one
         session (a sweep): those hosts are neither connected nor staged again, nor closed.
-        ``steps``: extra per-host preparation steps (default: ``prepare.host_steps``)."""
+        ``steps``: extra per-host preparation steps (default: ``steps.host_steps``)."""
         self.sup = Supervisor(fleet, job, options, on_event)
         self._staged = staged
         self._steps = host_steps(options) if steps is None else tuple(steps)
