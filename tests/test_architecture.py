@@ -98,7 +98,6 @@ OVER_MAX = {
     # their remote scripts were being moved into files at the same time as the splits; split
     # what remains once that has landed
     "multihost/core/envsync.py": "scripts being moved to files",
-    "multihost/job/startup.py": "scripts being moved to files",
 }
 
 
