@@ -131,10 +131,20 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+TRACE_BODY = "# hook_text: the staged hook gets everything below this line\n"
+HOOK_END = 'if __name__ == "sitecustomize":'
+
+
 @functools.cache
 def hook_text() -> str:
-    """The stack hook staged into each run (``multihost stack``; see diagnose/hook.py)."""
-    return (Path(__file__).parent / "diagnose" / "hook.py").read_text()
+    """The hook staged into each run as ONE self-contained ``sitecustomize.py`` (``multihost
+    stack``, ``multihost trace``): diagnose/hook.py with the tracer's body from
+    diagnose/hooktrace.py put in before its closing ``if __name__ == "sitecustomize":`` block."""
+    folder = Path(__file__).parent / "diagnose"
+    hook = (folder / "hook.py").read_text()
+    trace = (folder / "hooktrace.py").read_text().split(TRACE_BODY, 1)[1].lstrip("\n")
+    at = hook.rindex(HOOK_END)
+    return f"{hook[:at]}{trace}\n\n{hook[at:]}"
 
 
 def stage_command(paths: Paths, *, claim: bool = False) -> str:

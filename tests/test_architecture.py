@@ -92,12 +92,6 @@ MAX_LINES = 400  # a module is read whole: past this, split it by what it holds
 OVER_MAX = {
     # asyncssh's one seam: connections, channels, hops, keys and their errors, kept together
     "multihost/transport/ssh.py": "the SSH transport",
-    # staged to every host as ONE file (sitecustomize.py, plan.hook_text) that must run with
-    # nothing of multihost installed there, and copied whole by the stack and trace tests
-    "multihost/diagnose/hook.py": "the hook, staged as one sitecustomize.py",
-    # their remote scripts were being moved into files at the same time as the splits; split
-    # what remains once that has landed
-    "multihost/job/startup.py": "scripts being moved to files",
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.diagnose import hook
+from multihost.plan import hook_text
 from tests.clitools import cli, host_logs
 from tests.helpers import free_port
 
@@ -43,7 +43,7 @@ def _python(code: str, hook_dir: Path | None, **env: str) -> list[str]:
 
 @pytest.fixture
 def hook_dir(tmp_path: Path) -> Path:
-    (tmp_path / "sitecustomize.py").write_text(Path(hook.__file__).read_text())
+    (tmp_path / "sitecustomize.py").write_text(hook_text())
     return tmp_path
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import multihost.diagnose
 from multihost import remote
 from multihost.diagnose.collect import collect_command, parse_collect
 from multihost.diagnose.stacks import (
@@ -22,9 +21,9 @@ from multihost.diagnose.stacks import (
 )
 from multihost.gather import host_ranges
 from multihost.model import Host
+from multihost.plan import hook_text
 from tests.helpers import wait_for
 
-HOOK = Path(multihost.diagnose.__file__).parent / "hook.py"
 PROGRAM = """\
 import threading, time
 def loader():
@@ -55,7 +54,7 @@ def _hooked(tmp_path: Path, program: str, user_site: Path | None = None) -> subp
     """``program`` as train.py, started with the hook in ``tmp_path/hook`` (a run's layout)."""
     hook_dir = tmp_path / "hook"
     hook_dir.mkdir(exist_ok=True)
-    (hook_dir / "sitecustomize.py").write_text(HOOK.read_text())
+    (hook_dir / "sitecustomize.py").write_text(hook_text())
     (tmp_path / "train.py").write_text(program)
     path = [str(hook_dir), *([str(user_site)] if user_site else [])]
     env = {**os.environ, "MULTIHOST_STACK_DIR": str(hook_dir), "PYTHONPATH": ":".join(path)}
@@ -97,7 +96,7 @@ def test_hook_chains_the_users_sitecustomize(tmp_path: Path) -> None:
 
 
 def test_hook_is_inert_without_a_stack_dir(tmp_path: Path) -> None:
-    (tmp_path / "sitecustomize.py").write_text(HOOK.read_text())
+    (tmp_path / "sitecustomize.py").write_text(hook_text())
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "MULTIHOST_STACK_DIR": str(tmp_path / "no")}
     res = subprocess.run(
         [sys.executable, "-c", "print('ran')"], env=env, capture_output=True, text=True, check=True

@@ -17,10 +17,10 @@ import pytest
 
 from multihost.cloud.bucket import check_bucket, parse_host_object
 from multihost.errors import UsageError
-from multihost.job import cloud, startup
+from multihost.job import cloud, startup, startup_template
 from multihost.job.record import JobRecord, JobState, check_name, workers_per_slice
 from multihost.job.submit import startup_script
-from multihost.job.watch import HostView, Snapshot, Verdict, decide
+from multihost.job.verdict import HostView, Snapshot, Verdict, decide
 from multihost.remote.envsync import BUILD, INSTALL
 
 REC = JobRecord(
@@ -160,9 +160,9 @@ ENV_REC = REC.evolve(
 def test_startup_script_is_clean_sh(rec: JobRecord, tmp_path: Path) -> None:
     text = startup_script(rec)
     assert "command='python payloads/train.py --x '\"'\"'a b'\"'\"''" in text
-    assert startup.TEMPLATE.count(startup.VALUES_MARK) == 1
-    assert f"report_exit {startup.FETCH_FAILED}" in startup.TEMPLATE
-    assert f"report_exit {startup.ENV_FAILED}" in startup.TEMPLATE
+    assert startup_template.TEMPLATE.count(startup_template.VALUES_MARK) == 1
+    assert f"report_exit {startup.FETCH_FAILED}" in startup_template.TEMPLATE
+    assert f"report_exit {startup.ENV_FAILED}" in startup_template.TEMPLATE
     if rec.env_lock:  # every value quoted once; the run path's own templates, whole
         assert "env_requirements='a==1\nb'\"'\"'c==2 $x\n'\n" in text
         assert "env_requirements_bytes=15\n" in text

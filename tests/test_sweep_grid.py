@@ -9,10 +9,8 @@ import pytest
 
 from multihost.errors import UsageError
 from multihost.sweep.grid import (
-    MAX_WHERE_CHARS,
     GridFile,
     Point,
-    Where,
     check_template,
     expand,
     load_grid_file,
@@ -22,6 +20,7 @@ from multihost.sweep.grid import (
     parse_value,
     placeholders,
 )
+from multihost.sweep.where import MAX_WHERE_CHARS, Where
 
 GRID = {"fsdp": ("1", "2", "4", "8"), "tp": ("1", "2", "4", "8"), "b": ("4096", "16384")}
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

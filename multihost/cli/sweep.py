@@ -17,7 +17,6 @@ from multihost.errors import UsageError
 from multihost.plan import check_run_name
 from multihost.runstate import Event, Note, default_run_name
 from multihost.sweep.grid import (
-    Where,
     check_template,
     expand,
     load_grid_file,
@@ -26,6 +25,7 @@ from multihost.sweep.grid import (
 )
 from multihost.sweep.results import Record, latest, summarize, write_chart
 from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec
+from multihost.sweep.where import Where
 
 
 def sweep_spec(args: argparse.Namespace) -> SweepSpec:

@@ -14,9 +14,10 @@ from multihost.keywords import events_of, plan_run
 from multihost.plan import check_run_name
 from multihost.result import Staging, aligned
 from multihost.runstate import default_run_name
-from multihost.sweep.grid import Where, _check_axis, check_template, expand
+from multihost.sweep.grid import _check_axis, check_template, expand
 from multihost.sweep.results import Record, Row, latest, summarize, sweep_rows, write_chart
 from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec
+from multihost.sweep.where import Where
 
 SWEEP_OPTIONS = ("where", "metric", "minimize", "repeat", "point_timeout", "parallel", "resume")
 

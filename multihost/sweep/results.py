@@ -14,7 +14,8 @@ from typing import Any
 
 from multihost.record import private_dir
 from multihost.result import RESULT_MARKER
-from multihost.sweep.grid import RESERVED, Value
+from multihost.sweep.grid import RESERVED
+from multihost.sweep.where import Value
 
 NO_RESULT = f"no {RESULT_MARKER} line from process 0"
 PLOT_MISSING = "matplotlib not installed: pip install 'multihost[plot]' for sweep.png"

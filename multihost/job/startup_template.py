@@ -1,0 +1,321 @@
+"""The startup script every TPU VM worker of a job runs: a constant POSIX sh template.
+
+The values come first, as one block of quoted assignments (multihost.job.startup ``render``
+puts them at ``VALUES_MARK``); the body below never changes. Per worker, it reads the metadata
+server, fetches and verifies the code (bounded retries), gets the locked environment when the
+job has one (below), runs the command with the environment ``multihost run`` gives, ships its
+log to the bucket every ``log_interval`` seconds and at exit, and at exit writes the exit code
+there.
+
+The locked environment: each worker works out its key as ``run`` does
+(``env_probe.py``); one that has it complete does nothing. Else it looks in the job's bucket
+(``…/multihost/envs/<key>/<sha256>.tar.gz``) and takes the pack from there, sha256-checked,
+with the run path's own INSTALL (gzip, as every bucket's pack). Process 0 (slice 0, worker 0)
+that finds none builds it with the run path's BUILD (fetching the job's uv when its host has
+none) and puts the pack there with UPLOAD; the other workers wait for it, at most ``env_wait``
+seconds, and stop at once when process 0 leaves a ``failed-<job>-<attempt>`` marker beside it.
+A later attempt after a preemption finds the pack in the bucket: it never touches the package index.
+"""
+
+from __future__ import annotations
+
+from multihost.remote.staging import GS
+
+VALUES_MARK = "# @VALUES@\n"
+
+TEMPLATE = (
+    r"""#!/bin/sh
+# multihost job startup script (rendered by multihost; values first, body fixed)
+# @VALUES@
+set -u
+umask 077
+PATH=$PATH:/usr/local/bin:/usr/bin:/bin:/snap/bin
+export PATH
+md_host=${GCE_METADATA_HOST:-metadata.google.internal}
+
+md() {
+  curl -sf --retry 5 --retry-delay 1 --retry-connrefused \
+    -H 'Metadata-Flavor: Google' "http://$md_host/computeMetadata/v1/instance/$1"
+}
+
+tpu_env_value() {
+  printf '%s\n' "$tpu_env" | sed -n "s/^$1: *'\{0,1\}\([^']*\)'\{0,1\} *\$/\1/p" | head -n 1
+}
+
+worker=$(md attributes/agent-worker-number) || worker=
+tpu_env=$(md attributes/tpu-env) || tpu_env=
+endpoints=$(md attributes/worker-network-endpoints) || endpoints=
+case $worker in
+  '' | *[!0-9]*) echo "multihost: no agent-worker-number from the metadata server" >&2; exit 1 ;;
+esac
+slice=$(tpu_env_value MEGASCALE_SLICE_ID)
+slice=${slice:-0}
+num_slices=$(tpu_env_value MEGASCALE_NUM_SLICES)
+num_slices=${num_slices:-1}
+workers=$(printf '%s\n' "$endpoints" | tr ',' '\n' | grep -c .)
+coordinator=$(printf '%s\n' "$endpoints" | cut -d, -f1 | awk -F: '{print $NF}')
+if [ "$num_slices" -gt 1 ]; then
+  coordinator=$(tpu_env_value MEGASCALE_COORDINATOR_ADDRESS)
+  coordinator=${coordinator%:*}
+fi
+case $coordinator in
+  *:*) coordinator="[$coordinator]" ;;
+esac
+
+base=${MULTIHOST_WORK_DIR:-/var/tmp/multihost-$(id -u)}
+dir=$base/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
+code=$base/code/$code_hash
+remote=$bucket/multihost/jobs/$job/attempt-$attempt/slice-$slice-worker-$worker
+# The work directory is created private, or used only if it is a directory (not a link) of
+# this user's, which this user then makes private: never trusted because it exists.
+mkdir -m 700 "$base" 2>/dev/null
+refused=
+if [ -L "$base" ] || [ ! -d "$base" ]; then
+  refused="$base is not a directory"
+elif [ "$(stat -c %u "$base")" != "$(id -u)" ]; then
+  refused="$base belongs to uid $(stat -c %u "$base"), not to $(id -u)"
+else
+  chmod 700 "$base" && [ "$(stat -c %a "$base")" = 700 ] || refused="$base cannot be made 0700"
+fi
+if [ -n "$refused" ]; then
+  dir=$(mktemp -d) || exit 1  # only to report the refusal from
+fi
+rm -rf "$dir"  # a job of the same name that ran here before left its files
+mkdir -p "$dir" || exit 1
+[ -n "$refused" ] || mkdir -p "$base/code" || exit 1
+log=$dir/log
+: > "$log"
+
+note() {
+  echo "[multihost] $*" >> "$log"
+}
+
+put() {
+  gcloud storage cp "$1" "$2" >> "$dir/gcloud.log" 2>&1
+}
+
+# The final log and the exit code go up in one gcloud call (each call costs ~1 s of CPU).
+report_exit() {
+  out=$dir/out
+  rm -rf "$out" && mkdir -p "$out" || exit "$1"
+  cp "$log" "$out/slice-$slice-worker-$worker.log"
+  echo "$1" > "$out/slice-$slice-worker-$worker.exit"
+  gcloud storage cp "$out/slice-$slice-worker-$worker.log" \
+    "$out/slice-$slice-worker-$worker.exit" "${remote%/*}/" >> "$dir/gcloud.log" 2>&1
+  exit "$1"
+}
+
+fetch() {
+  test -e "$code/.multihost-complete" && return 0
+  tries=0
+  while [ "$tries" -lt "$fetch_tries" ]; do
+    tries=$((tries + 1))
+    rm -f "$dir/code.tar.gz"
+    if gcloud storage cp "$bucket/multihost/code/$code_hash.tar.gz" "$dir/code.tar.gz" \
+      >> "$dir/gcloud.log" 2>&1; then
+      got=$(sha256sum "$dir/code.tar.gz" | cut -d' ' -f1)
+      if [ "$got" = "$code_hash" ]; then
+        incoming=$base/code/.incoming.$$
+        rm -rf "$incoming"
+        mkdir -p "$incoming" && tar -xzf "$dir/code.tar.gz" -C "$incoming" || return 1
+        : > "$incoming/.multihost-complete"
+        mv "$incoming" "$code" 2>/dev/null || rm -rf "$incoming"
+        rm -f "$dir/code.tar.gz"
+        return 0
+      fi
+      note "code fetch $tries/$fetch_tries: sha256 $got, expected $code_hash"
+    else
+      note "code fetch $tries/$fetch_tries failed: $(tail -n 1 "$dir/gcloud.log")"
+    fi
+    [ "$tries" -lt "$fetch_tries" ] && sleep $((tries * 2))
+  done
+  return 1
+}
+
+"""
+    + GS
+    + r"""
+# The locked environment (see the module's docstring). Sets env_dir; says why not in the log.
+env_dir=
+sync_env() {
+  envs=$base/envs
+  uv=$(command -v uv 2>/dev/null) || uv=
+  if [ -z "$uv" ] && [ -x "$base/bin/uv" ]; then uv=$base/bin/uv; fi
+  said=$(python3 -c "$env_probe" "$envs" "$env_lock" "$uv_version" "$uv" 2>> "$log") || {
+    note "environment: the check failed (no python3?)"
+    return 1
+  }
+  key='' state='' exe=''
+  for w in $said; do
+    case $w in
+      key=*) key=${w#key=} ;;
+      state=*) state=${w#state=} ;;
+      exe=*) exe=${w#exe=} ;;
+    esac
+  done
+  env_dir=$envs/$key
+  if [ "$state" = present ]; then
+    note "environment $key: present"
+    return 0
+  fi
+  prefix=$bucket/multihost/envs/$key/
+  waited=0
+  while :; do
+    listed=$(gcloud storage ls "$prefix" 2>/dev/null) || listed=
+    pack=$(printf '%s
+' "$listed" | grep '/[0-9a-f]*\.tar\.gz$' | head -n 1)
+    if [ -n "$pack" ]; then
+      digest=${pack##*/}
+      digest=${digest%.tar.gz}
+      if sh -c "$env_install" env_install "$base" "$key" gz "$digest" gs "$pack" '' 0 \
+        > /dev/null 2>> "$log"; then
+        note "environment $key: taken from $pack"
+        return 0
+      fi
+      note "environment $key: could not take $pack (above)"
+      return 1
+    fi
+    case $listed in
+      *"/failed-$job-$attempt"*)
+        note "environment $key: process 0 could not build it (see its log)"
+        return 1
+        ;;
+    esac
+    if [ "$slice" = 0 ] && [ "$worker" = 0 ]; then
+      build_env && return 0
+      echo "$job $attempt" > "$dir/env.failed"
+      gs_cp "$dir/env.failed" "${prefix}failed-$job-$attempt" 2>> "$log" || :
+      return 1
+    fi
+    if [ "$waited" -ge "$env_wait" ]; then
+      note "environment $key: not in $prefix after ${waited}s of waiting for process 0 to" \
+        "build it (a worker whose Python or platform differs from process 0's has another key)"
+      return 1
+    fi
+    sleep "$env_poll"
+    waited=$((waited + env_poll))
+  done
+}
+
+# Process 0 builds the environment with uv (the job's own when the host has none) and puts
+# the pack in the bucket, under its content name.
+build_env() {
+  if [ -z "$uv" ]; then
+    if [ -z "$uv_url" ]; then
+      note "environment $key: no uv on this host and none in the job (install uv here)"
+      return 1
+    fi
+    mkdir -p "$base/bin" || return 1
+    gs_cp "$uv_url" "$base/bin/uv.part" 2>> "$log" || {
+      note "environment $key: could not fetch uv from $uv_url"
+      return 1
+    }
+    got=$(sha256sum "$base/bin/uv.part" | cut -d' ' -f1)
+    if [ "$got" != "$uv_sha256" ]; then
+      rm -f "$base/bin/uv.part"
+      note "environment $key: uv from $uv_url has sha256 $got, expected $uv_sha256"
+      return 1
+    fi
+    chmod 755 "$base/bin/uv.part" && mv -f "$base/bin/uv.part" "$base/bin/uv" || return 1
+  fi
+  note "environment $key: building it with uv (process 0; nothing in $prefix)"
+  packed=$(printf '%s' "$env_requirements" | HOME=${HOME:-$base} sh -c "$env_build" env_build \
+    "$base" "$key" gz "$code" "$exe" "$env_select" "$env_requirements_bytes" 0 '' '' \
+    2>> "$log") || {
+    note "environment $key: the build failed (uv's error above)"
+    return 1
+  }
+  digest=${packed##* }
+  sh -c "$env_upload" env_upload "$base" "$key" "$prefix$digest.tar.gz" > /dev/null 2>> "$log" || {
+    note "environment $key: could not put it in $prefix (above)"
+    return 1
+  }
+  note "environment $key: built, and put in $prefix$digest.tar.gz"
+}
+
+note "job $job attempt $attempt: slice $slice worker $worker of $num_slices x $workers"
+if [ -n "$refused" ]; then
+  note "refusing the work directory: $refused (set MULTIHOST_WORK_DIR, or remove it)"
+  report_exit 122
+fi
+if ! fetch; then
+  note "could not fetch $bucket/multihost/code/$code_hash.tar.gz: giving up"
+  report_exit 125
+fi
+if [ -n "$env_lock" ]; then
+  sync_env || report_exit 121
+  VIRTUAL_ENV=$env_dir
+  MULTIHOST_ENV=$env_dir
+  PATH=$env_dir/bin:$PATH
+  export VIRTUAL_ENV MULTIHOST_ENV PATH
+fi
+
+JAX_COORDINATOR_ADDRESS=$coordinator:$coordinator_port
+JAX_PROCESS_ID=$((slice * workers + worker))
+JAX_PROCESS_COUNT=$((num_slices * workers))
+MULTIHOST_RUN=$job
+MULTIHOST_SLICE_ID=$slice
+MULTIHOST_WORKER_ID=$worker
+MULTIHOST_NUM_SLICES=$num_slices
+MULTIHOST_JOB=$job
+MULTIHOST_ATTEMPT=$attempt
+export JAX_COORDINATOR_ADDRESS JAX_PROCESS_ID JAX_PROCESS_COUNT MULTIHOST_RUN \
+  MULTIHOST_SLICE_ID MULTIHOST_WORKER_ID MULTIHOST_NUM_SLICES MULTIHOST_JOB MULTIHOST_ATTEMPT
+if [ "$num_slices" -gt 1 ]; then
+  MEGASCALE_COORDINATOR_ADDRESS=$coordinator:$megascale_port
+  MEGASCALE_PORT=$megascale_port
+  MEGASCALE_NUM_SLICES=$num_slices
+  MEGASCALE_SLICE_ID=$slice
+  export MEGASCALE_COORDINATOR_ADDRESS MEGASCALE_PORT MEGASCALE_NUM_SLICES MEGASCALE_SLICE_ID
+fi
+# multihost's hook first on the path, as with run: a bare jax.distributed.initialize() finds
+# the job from the JAX_* variables above; SIGUSR2 dumps every thread's stack into hook/
+mkdir -p "$dir/hook" && printf '%s' "$hook" > "$dir/hook/sitecustomize.py"
+MULTIHOST_STACK_DIR=$dir/hook
+PYTHONPATH=$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}
+export MULTIHOST_STACK_DIR PYTHONPATH
+eval "$user_env"
+
+# --secret KEY=NAME: each value read from Secret Manager into the job's shell only (a pipe
+# into a variable: no file, no command line, no log); the job's processes alone inherit it.
+read_secrets() {
+  for s in $secrets; do
+    v=$(gcloud secrets versions access latest --secret "${s#*=}" \
+      ${project:+--project "$project"}) || {
+      note "could not read secret ${s#*=} from Secret Manager (for ${s%%=*})"
+      return 1
+    }
+    export "${s%%=*}=$v"
+  done
+}
+
+(cd "$code" && { read_secrets || exit 123; } && exec sh -c "$command") \
+  < /dev/null >> "$log" 2>&1 &
+pid=$!
+echo "$workers $num_slices $(date +%s)" > "$dir/started"
+put "$dir/started" "$remote.started"
+
+upload_loop() {
+  last=-1
+  while [ ! -e "$dir/stop-uploads" ]; do
+    i=0
+    while [ "$i" -lt "$log_interval" ] && [ ! -e "$dir/stop-uploads" ]; do
+      sleep 1
+      i=$((i + 1))
+    done
+    size=$(wc -c < "$log")
+    if [ "$size" != "$last" ]; then
+      put "$log" "$remote.log" && last=$size
+    fi
+  done
+}
+rm -f "$dir/stop-uploads"
+upload_loop &
+uploader=$!
+wait "$pid"
+rc=$?
+: > "$dir/stop-uploads"
+wait "$uploader"
+report_exit "$rc"
+"""
+)
