@@ -202,7 +202,7 @@ def test_logs_follow_ls_and_clean(ssh_fleet, code: Path, tmp_path: Path) -> None
     staged = {d.name for d in code_dirs.iterdir()}
     assert manifest(logs, "fol")["code_hash"] in staged
     in_use = code_dirs / "f00dfeedf00dfeed"  # a staged dir another (still present) run uses
-    in_use.mkdir()
+    in_use.mkdir(exist_ok=True)  # (a run of this test killed midway leaves it)
     other = ssh_fleet.hosts[1].home / ".multihost" / "runs" / "other"
     other.mkdir(parents=True)
     (other / "job.sh").write_text(f"cd {in_use} || exit 126\n")
