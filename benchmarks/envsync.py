@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import multihost
 from benchmarks.results import markers, write_section
 from multihost.envsync import uv_binary
-from multihost.runstate import Note
+from multihost.events import Note
 from tests import fleet as loopback
 from tests.pyindex import Index
 

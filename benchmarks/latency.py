@@ -179,7 +179,7 @@ def phases_worker(argv: Sequence[str]) -> int:
     fleet_json, n, src, out, root = argv
     sys.path.insert(0, root)  # that checkout's multihost, not this one's (ROOT)
     import multihost.api as api
-    from multihost.runstate import HostEvent
+    from multihost.events import HostEvent
 
     fleet = loopback.Fleet.from_json(Path(fleet_json).read_text()).head(int(n))
     where = {h.alias: f"{h.address}:{h.port}" for h in fleet.hosts}

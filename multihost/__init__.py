@@ -83,10 +83,10 @@ _WHERE = {
         "multihost.errors",
     ),
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
-    **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.result"),
-    "HostStatus": "multihost.runs",
+    **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.runresult"),
+    "HostStatus": "multihost.pastruns",
     "StackReport": "multihost.diagnose.stacks",
-    "RunOptions": "multihost.runstate",
+    "RunOptions": "multihost.options",
     "SSHOptions": "multihost.transport",
 }
 
@@ -118,10 +118,10 @@ if TYPE_CHECKING:
         UsageError,
     )
     from multihost.model import Fleet, Host, Job, State
+    from multihost.options import RunOptions
+    from multihost.pastruns import HostStatus
     from multihost.remote_call import CallResult, call
-    from multihost.result import HostResult, PullResult, RunResult
-    from multihost.runs import HostStatus
-    from multihost.runstate import RunOptions
+    from multihost.runresult import HostResult, PullResult, RunResult
     from multihost.sweep.api import SweepResult, run_sweep
     from multihost.transport import SSHOptions
 

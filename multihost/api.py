@@ -21,8 +21,8 @@ from multihost.errors import UsageError
 from multihost.keywords import OnOutput, Stream, check_options, events_of, output_events
 from multihost.keywords import plan_run as plan_run
 from multihost.model import Fleet
-from multihost.result import RunResult
-from multihost.runs import (
+from multihost.options import default_log_dir
+from multihost.pastruns import (
     HostStatus,
     find_run,
     host_statuses,
@@ -31,12 +31,12 @@ from multihost.runs import (
     record_paths,
     sync_logs,
 )
-from multihost.runstate import default_log_dir
+from multihost.runresult import RunResult
 from multihost.sources import FleetSpec, resolve
 
 if TYPE_CHECKING:
     from multihost.diagnose.stacks import StackReport
-    from multihost.result import PullResult
+    from multihost.runresult import PullResult
 
 
 def make_fleet(

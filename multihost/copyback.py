@@ -21,12 +21,12 @@ from pathlib import Path
 from multihost import remote
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, HostLost, RemoteError, UsageError
+from multihost.events import Event, Transfer
 from multihost.fanout import map_hosts
 from multihost.model import Host
-from multihost.record import RunRecord
-from multihost.result import PullResult
-from multihost.runs import record_paths
-from multihost.runstate import Event, Transfer
+from multihost.pastruns import record_paths
+from multihost.runrecord import RunRecord
+from multihost.runresult import PullResult
 from multihost.transport import Connection, SSHOptions, connect
 
 

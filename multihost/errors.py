@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from multihost.model import Host
-    from multihost.result import RunResult
+    from multihost.runresult import RunResult
 
 
 class MultihostError(Exception):

@@ -10,8 +10,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
+from multihost.events import Event, Note
+from multihost.options import RunOptions
 from multihost.planner import Plan, Settings, plan
-from multihost.runstate import Event, Note, RunOptions
 from multihost.sources import spec_fields
 from multihost.stream import Line
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from multihost.commands import Paths, claim_command, kill_command, release_command
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
-from multihost.plan import Paths, claim_command, kill_command, release_command
 from multihost.stage import and_then, what_then_did
 from multihost.transport import Completed, Connection, Shell
 

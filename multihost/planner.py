@@ -18,12 +18,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from multihost.commands import JOIN_ENV, check_run_name
 from multihost.defaults import DEFAULTS as D
 from multihost.defaults import GOOGLE_KEY
 from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet, Job
-from multihost.plan import JOIN_ENV, check_run_name
-from multihost.plancheck import (
+from multihost.options import RunOptions, default_run_name
+from multihost.settings.checks import (
     check_code_dir,
     check_log_dir,
     check_port,
@@ -34,7 +35,6 @@ from multihost.plancheck import (
     ssh_config,
     utf8,
 )
-from multihost.runstate import RunOptions, default_run_name
 from multihost.sources import CloudFound, FleetSpec, Found, resolve, workers
 from multihost.transport import HostKeyPolicy, SSHOptions
 

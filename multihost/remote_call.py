@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from multihost.bridge import blocking, ctrl_c
+from multihost.commands import Paths, shell_path
 from multihost.core import Run
 from multihost.errors import RemoteCallError, SettingError
 from multihost.fanout import on_every_host
 from multihost.keywords import check_options, events_of, plan_run
 from multihost.model import Host
-from multihost.plan import Paths, shell_path
+from multihost.options import default_run_name
 from multihost.planner import Plan
-from multihost.result import RunResult
-from multihost.runstate import default_run_name
+from multihost.runresult import RunResult
 from multihost.transport import Connection
 
 SCRIPT = "_multihost_call.py"

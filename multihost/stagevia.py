@@ -28,13 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from multihost.commands import COMPLETE, Paths, stage_command
 from multihost.errors import CloudError, HostError, RemoteError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
-from multihost.plan import COMPLETE, Paths, stage_command
 from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
-from multihost.result import Staging
+from multihost.runresult import Staging
 from multihost.stage import Archive, _cause, stage
 from multihost.stagechoice import AUTO_THRESHOLD as AUTO_THRESHOLD
 from multihost.stagechoice import THRESHOLD_ENV as THRESHOLD_ENV

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from multihost.commands import Paths, finish_command, watch_command
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, HostLost, RemoteError, RunDirGone
 from multihost.launch import Started
 from multihost.model import Host, State
-from multihost.plan import Paths, finish_command, watch_command
-from multihost.result import RESULT_MARKER
+from multihost.runresult import RESULT_MARKER
 from multihost.transport import Connection, SSHOptions, connect
 
 MAX_LINE = 16 * 1024  # bytes of one line passed on as an event; the log file keeps them all

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.record import SCHEMA, RecordError, from_json, read_record, to_json
+from multihost.runrecord import SCHEMA, RecordError, from_json, read_record, to_json
 from tests.clitools import cli, host_logs, manifest, spawn
 from tests.helpers import wait_for
 
@@ -200,10 +200,10 @@ def test_a_host_step_runs_before_the_launch_and_its_failure_starts_nothing(
     import asyncio
 
     from multihost.api import plan_run
+    from multihost.commands import shell_path
     from multihost.core import HostStep, Run
     from multihost.core.supervisor import Supervisor
     from multihost.errors import RemoteError
-    from multihost.plan import shell_path
 
     seen: dict[int, str] = {}
 
@@ -247,7 +247,7 @@ def test_ctrl_c_at_the_launch_gate_starts_nothing(home: Path, code: Path, tmp_pa
 
     from multihost.api import plan_run
     from multihost.core import Run
-    from multihost.runstate import HostEvent
+    from multihost.events import HostEvent
 
     plan = plan_run(
         'echo ran > "$HOME"/ran.$JAX_PROCESS_ID',

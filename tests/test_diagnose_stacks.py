@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from multihost import remote
+from multihost.commands import hook_text
 from multihost.diagnose.collect import collect_command, parse_collect
 from multihost.diagnose.stacks import (
     Frame,
@@ -21,7 +22,6 @@ from multihost.diagnose.stacks import (
 )
 from multihost.gather import host_ranges
 from multihost.model import Host
-from multihost.plan import hook_text
 from tests.helpers import wait_for
 
 PROGRAM = """\

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from multihost.commands import Paths
 from multihost.errors import RunNameTaken, UsageError
 from multihost.launch import claim
 from multihost.model import Host
-from multihost.plan import Paths
 from multihost.remote import env_probe, script
 from multihost.remote.envsync import PROBE
 from multihost.remote.staging import python_source

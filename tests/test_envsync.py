@@ -19,11 +19,11 @@ import multihost
 from multihost.core.envprobe import Probe, pack_format
 from multihost.envsync import Selection, request, satisfies
 from multihost.errors import SettingError
+from multihost.events import Note
 from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import INSTALL, PACK, PROBE, SERVE
 from multihost.remote.staging import SEED_STOP, python_source
-from multihost.runstate import Note
 from tests.clitools import cli
 from tests.pyindex import Index, tinyab, uv_project
 

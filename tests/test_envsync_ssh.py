@@ -23,10 +23,10 @@ import pytest
 import multihost
 from multihost.envsync import uv_binary
 from multihost.errors import UsageError
+from multihost.events import Note
 from multihost.remote import script
 from multihost.remote.envsync import PROBE
-from multihost.result import RunResult
-from multihost.runstate import Note
+from multihost.runresult import RunResult
 from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes, spawn
 from tests.cloud.fixture import bucket_for_hosts

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import multihost
+from multihost.commands import Paths, claim_command, release_command
 from multihost.core.envprobe import Probe
 from multihost.fleetops.envs import EnvStore, parse_store, store_command
 from multihost.model import Host
-from multihost.plan import Paths, claim_command, release_command
 from multihost.remote import script
 from multihost.remote.envsync import PROBE
 from multihost.remote.staging import python_source

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from multihost.commands import JOIN_ENV
 from multihost.diagnose.hook import JOIN, joins
-from multihost.plan import JOIN_ENV
 from multihost.planner import Settings, plan
 from tests.clitools import cli, fleet_run_args, host_logs, no_processes, wait_for
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from multihost.model import Host, State
-from multihost.result import HostResult, RunResult, payload_lines
+from multihost.runresult import HostResult, RunResult, payload_lines
 
 try:
     from tests.test_payload_shardings import (

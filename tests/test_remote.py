@@ -13,10 +13,7 @@ from pathlib import Path
 import pytest
 
 from multihost import remote
-from multihost.fleetops.preflight import check_command
-from multihost.fleetops.stale import stale_command
-from multihost.model import Job
-from multihost.plan import (
+from multihost.commands import (
     Paths,
     claim_command,
     clean_command,
@@ -28,6 +25,9 @@ from multihost.plan import (
     status_command,
     watch_command,
 )
+from multihost.fleetops.preflight import check_command
+from multihost.fleetops.stale import stale_command
+from multihost.model import Job
 from multihost.stream import parse_exit, parse_watch_end
 from tests.helpers import wait_for
 

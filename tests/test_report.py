@@ -13,7 +13,7 @@ from rich.console import Console
 from multihost.cli import report, terminal
 from multihost.errors import UsageError
 from multihost.model import Host, State
-from multihost.result import HostResult, RunResult
+from multihost.runresult import HostResult, RunResult
 from multihost.stage import list_files
 from multihost.sweep.results import PLOT_MISSING
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 import multihost
+from multihost.commands import COMPLETE, Paths, stage_command
 from multihost.errors import UsageError
 from multihost.model import Host
-from multihost.plan import COMPLETE, Paths, stage_command
-from multihost.record import read_record
 from multihost.remote import script
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
+from multihost.runrecord import read_record
 from multihost.stage import pack
 from multihost.stagevia import StageVia, choose, choose_environment, parse
 from multihost.sweep.results import NO_RESULT

@@ -22,15 +22,15 @@ from multihost.cli.wiring import (
     plan_args,
     raise_nofile_limit,
 )
+from multihost.commands import job_script, plan_host
 from multihost.core import Run
 from multihost.core.postrun import pull_dest
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import Fleet, Job, State
-from multihost.plan import job_script, plan_host
-from multihost.plancheck import device_glob
-from multihost.result import RunResult, size
-from multihost.runstate import RunOptions
+from multihost.options import RunOptions
+from multihost.runresult import RunResult, size
+from multihost.settings.checks import device_glob
 from multihost.stage import pack
 from multihost.transport import forget
 

@@ -12,7 +12,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from multihost.runstate import Transfer
+from multihost.events import Transfer
 
 
 class TransferView:

@@ -1,5 +1,5 @@
 """Rich renderables as pure functions of state; the Console is always passed in. A run's
-table and verdict format the records' own row and verdict (``multihost.result``)."""
+table and verdict format the records' own row and verdict (``multihost.runresult``)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from rich.text import Text
 
 from multihost.cli.terminal import safe_text
 from multihost.model import Host, State
-from multihost.result import COLUMNS, HostResult, PullResult, RunResult, Staging, host_row, size
-from multihost.result import verdict as run_verdict
+from multihost.runresult import COLUMNS, HostResult, PullResult, RunResult, Staging, host_row, size
+from multihost.runresult import verdict as run_verdict
 
 if TYPE_CHECKING:
     from multihost.fleetops.envs import EnvStore
-    from multihost.record import HostRecord, RunRecord
-    from multihost.runs import HostStatus
+    from multihost.pastruns import HostStatus
+    from multihost.runrecord import HostRecord, RunRecord
 
 STATE_STYLE = {
     State.DONE: "green",

@@ -15,18 +15,19 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 
-from multihost import runs
+from multihost import pastruns
 from multihost.bridge import Interrupt, blocking
 from multihost.cli import report, terminal
 from multihost.cli.output import stdout
 from multihost.cli.progress import TransferView
 from multihost.core import Attach, Run
+from multihost.events import Event, HostEvent, Note, Transfer
 from multihost.model import Fleet, Host, State
-from multihost.plancheck import log_dir, ssh_config
+from multihost.options import RunOptions
 from multihost.planner import Plan, plan
-from multihost.record import RunRecord
-from multihost.result import RESULT_MARKER, RunResult, payload_lines
-from multihost.runstate import Event, HostEvent, Note, RunOptions, Transfer
+from multihost.runrecord import RunRecord
+from multihost.runresult import RESULT_MARKER, RunResult, payload_lines
+from multihost.settings.checks import log_dir, ssh_config
 from multihost.sources import workers
 from multihost.stream import Line
 
@@ -255,7 +256,7 @@ def record_options(
     record: RunRecord, logs: str | Path | None, config: str | Path | None, **kw: object
 ) -> RunOptions:
     """A recorded run's options: its log dir (``--log-dir``), ``--ssh-config`` over its own."""
-    opts = runs.options_from_record(record, log_dir(logs), **kw)
+    opts = pastruns.options_from_record(record, log_dir(logs), **kw)
     if config is not None:
         opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(config)))
     return opts

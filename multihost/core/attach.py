@@ -12,11 +12,12 @@ from multihost.core.supervisor import Supervisor
 from multihost.core.watch import watch_all
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError
+from multihost.events import Event
 from multihost.fanout import map_hosts
 from multihost.model import Host, State
-from multihost.record import RunRecord, watch_lock
-from multihost.result import RunResult
-from multihost.runstate import Event, RunOptions
+from multihost.options import RunOptions
+from multihost.runrecord import RunRecord, watch_lock
+from multihost.runresult import RunResult
 from multihost.stream import LogSink
 from multihost.transport import Connection, connect
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
-from multihost.result import RunResult
-from multihost.runstate import Event, Note, RunOptions
+from multihost.events import Event, Note
+from multihost.options import RunOptions
+from multihost.runresult import RunResult
 
 
 def check_pull(options: RunOptions, run_name: str) -> None:
@@ -69,7 +70,7 @@ async def after_run(
             result = replace(result, tpu_logs=tuple(got))
     if options.pull:
         from multihost.copyback import pull_run
-        from multihost.runs import find_run
+        from multihost.pastruns import find_run
 
         _, record = find_run(options.log_dir, result.run_name)
         dest = pull_dest(options, result.run_name)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from multihost import stagevia
+from multihost.commands import Paths
 from multihost.core.early import EarlyLaunch
 from multihost.core.steps import HostStep, port_free, stale_check
 from multihost.core.supervisor import Supervisor
@@ -30,11 +31,10 @@ from multihost.errors import (
     RunNameTaken,
     UsageError,
 )
+from multihost.events import Transfer
 from multihost.fanout import Outcome
 from multihost.launch import claim, name_taken, release
 from multihost.model import Host, State
-from multihost.plan import Paths
-from multihost.runstate import Transfer
 from multihost.stage import Archive, stage_then
 from multihost.transport import Completed, connect
 

@@ -17,10 +17,11 @@ from multihost.core.steps import HostStep, host_steps
 from multihost.core.supervisor import Supervisor
 from multihost.core.watch import watch_all
 from multihost.errors import EnvFailed, PortBusy, UsageError
+from multihost.events import Event
 from multihost.model import Fleet, Job
-from multihost.record import MANIFEST, private_dir, watch_lock
-from multihost.result import RunResult
-from multihost.runstate import Event, RunOptions
+from multihost.options import RunOptions
+from multihost.runrecord import MANIFEST, private_dir, watch_lock
+from multihost.runresult import RunResult
 from multihost.stage import Archive, pack
 from multihost.transport import Connection
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from multihost.commands import plan_hosts
 from multihost.core.supervisor import Supervisor
 from multihost.errors import MultihostError
 from multihost.fanout import map_hosts
 from multihost.launch import Ready, launch, launch_ready
 from multihost.model import Host, State
-from multihost.plan import plan_hosts
 from multihost.stream import LogSink
 from multihost.transport import burst
 

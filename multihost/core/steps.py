@@ -22,7 +22,7 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import PortBusy
 from multihost.fleetops import port_busy, stale_on
 from multihost.model import Host
-from multihost.runstate import RunOptions
+from multihost.options import RunOptions
 
 
 @dataclass(frozen=True)

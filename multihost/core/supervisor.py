@@ -16,16 +16,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from multihost.core.slot import Slot
+from multihost.commands import Paths
+from multihost.core.livehost import LiveHost
 from multihost.defaults import DEFAULTS
 from multihost.errors import EnvFailed, HostError, UsageError
+from multihost.events import Event, HostEvent, Note
 from multihost.fanout import Outcome, map_hosts
 from multihost.launch import stop
 from multihost.model import Fleet, Host, Job, State
-from multihost.plan import Paths
-from multihost.record import HostRecord, RunRecord, SSHRecord, write_record
-from multihost.result import RunResult, Staging
-from multihost.runstate import Event, HostEvent, Note, RunOptions
+from multihost.options import RunOptions
+from multihost.runrecord import HostRecord, RunRecord, SSHRecord, write_record
+from multihost.runresult import RunResult, Staging
 from multihost.transport import Connection
 
 T = TypeVar("T")
@@ -51,7 +52,7 @@ class Supervisor:
         self.fleet, self.job, self.options = fleet, job, options
         self.log_dir = options.log_dir / job.run_name
         self.emit: Callable[[Event], None] = on_event or (lambda _e: None)
-        self.slots = {h.process_id: Slot(h) for h in fleet}
+        self.slots = {h.process_id: LiveHost(h) for h in fleet}
         self.shared: set[int] = set()  # connections owned by the caller: never closed here
         self.wake = asyncio.Event()  # something changed: a host ended, Ctrl-C, a hang
         self.interrupted = False
@@ -107,7 +108,7 @@ class Supervisor:
         return None
 
     # -- the hosts' states ----------------------------------------------------------------
-    def set_state(self, slot: Slot, state: State, detail: str = "") -> None:
+    def set_state(self, slot: LiveHost, state: State, detail: str = "") -> None:
         """``slot`` is now in ``state``: tell the handler; a final state is recorded."""
         slot.state = state
         self.emit(HostEvent(slot.host, state, detail))
@@ -246,7 +247,7 @@ class Supervisor:
         elif not opts.record_env and job.env:  # values may be secrets: names only
             job, hidden = replace(job, env={}), (*hidden, *job.env)
 
-        def env(slot: Slot) -> dict[str, str] | None:
+        def env(slot: LiveHost) -> dict[str, str] | None:
             if slot.env is None:
                 return None
             return {k: v for k, v in slot.env.items() if k not in hidden}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from multihost.core.slot import Slot
+from multihost.core.livehost import LiveHost
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, RunDirGone
@@ -46,7 +46,7 @@ async def watch_all(sup: Supervisor, started: float) -> None:
             )
 
 
-async def watch_one(sup: Supervisor, slot: Slot) -> None:
+async def watch_one(sup: Supervisor, slot: LiveHost) -> None:
     """One host's worker: follow its log to the exit, then say how it ended."""
     assert slot.paths is not None
     assert slot.sink is not None
@@ -98,7 +98,7 @@ async def watch_one(sup: Supervisor, slot: Slot) -> None:
         sup.fail(slot.host, state, slot.result().reason)
 
 
-async def _run_dir_gone(sup: Supervisor, slot: Slot, exc: RunDirGone) -> None:
+async def _run_dir_gone(sup: Supervisor, slot: LiveHost, exc: RunDirGone) -> None:
     """The run's directory was removed under its job. Stopping: the job's processes are found
     by the MULTIHOST_RUN_DIR in their environment and stopped; else the host is lost."""
     if sup.stop_reason() is None or slot.conn is None or slot.paths is None:
@@ -116,7 +116,7 @@ async def _run_dir_gone(sup: Supervisor, slot: Slot, exc: RunDirGone) -> None:
 async def _police(
     sup: Supervisor,
     tg: asyncio.TaskGroup,
-    workers: Mapping[asyncio.Task[None], Slot],
+    workers: Mapping[asyncio.Task[None], LiveHost],
     started: float,
 ) -> None:
     """Wait for the workers; start stopping everyone on a failure, timeout or interrupt;
@@ -186,7 +186,7 @@ async def _watchdog(sup: Supervisor) -> None:
             return
 
 
-async def _take_stacks(sup: Supervisor, slots: list[Slot], why: str) -> StackReport:
+async def _take_stacks(sup: Supervisor, slots: list[LiveHost], why: str) -> StackReport:
     from multihost.diagnose.collect import collect_over, save  # only when stacks are taken
     from multihost.diagnose.stacks import group, summary_lines
 
@@ -200,7 +200,7 @@ async def _take_stacks(sup: Supervisor, slots: list[Slot], why: str) -> StackRep
     return report
 
 
-async def _tracer(sup: Supervisor, slots: list[Slot], tracing: asyncio.Event) -> None:
+async def _tracer(sup: Supervisor, slots: list[LiveHost], tracing: asyncio.Event) -> None:
     """``run --trace``: once every JAX process of the run steps, one capture over the run's
     connections; its rows go to ``traces/<capture>/summary.json`` for the CLI's table."""
     from multihost.diagnose.capture import capture, when_stepping

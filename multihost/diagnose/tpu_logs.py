@@ -14,7 +14,7 @@ from multihost import remote
 from multihost.errors import HostError, RemoteError
 from multihost.fanout import map_hosts
 from multihost.model import Host, State
-from multihost.result import HostResult, TpuLogs
+from multihost.runresult import HostResult, TpuLogs
 from multihost.transport import SSHOptions, connect
 
 REMOTE_DIR = "/tmp/tpu_logs"  # libtpu's default log dir on a TPU VM

@@ -15,7 +15,7 @@ from typing import Any
 from multihost.cloud import bucket as layout
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
-from multihost.record import private_dir
+from multihost.runrecord import private_dir
 
 SCHEMA = 1
 CAPACITIES = ("on-demand", "spot", "reserved", "best-effort")
@@ -25,7 +25,7 @@ _TPU_TYPE = re.compile(r"^v[0-9][a-z0-9]*-[0-9]+$")
 
 class JobRecordError(UsageError):
     """A job record that cannot be read (torn, foreign, edited by hand, not a file): exit 2,
-    as for a run.json (``multihost.record.RecordError``)."""
+    as for a run.json (``multihost.runrecord.RecordError``)."""
 
 
 class JobState(enum.Enum):

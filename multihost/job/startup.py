@@ -11,9 +11,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from multihost.commands import hook_text
 from multihost.defaults import DEFAULTS
 from multihost.job.startup_template import TEMPLATE, VALUES_MARK
-from multihost.plan import hook_text
 from multihost.remote.envsync import BUILD, INSTALL, UPLOAD
 from multihost.remote.staging import python_source
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from multihost.cloud.bucket import check_bucket, code_url, env_prefix, uv_binary_url
 from multihost.cloud.gcloud import Gcloud
+from multihost.commands import parse_env
 from multihost.defaults import DEFAULTS
 from multihost.envsync import request, uv_binary, uv_version
 from multihost.errors import UsageError
 from multihost.job import cloud, startup
 from multihost.job.record import CAPACITIES, JobRecord, check_name, check_tpu_type
-from multihost.plan import parse_env
 from multihost.secrets import parse_secrets
 from multihost.stage import excluded, pack
 

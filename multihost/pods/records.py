@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from multihost.errors import UsageError
-from multihost.record import private_dir
+from multihost.runrecord import private_dir
 
 SCHEMA = 1
 FILE = "pod.json"

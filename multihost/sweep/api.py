@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from multihost.bridge import blocking, ctrl_c
+from multihost.commands import check_run_name
 from multihost.errors import EnvFailed, UsageError
 from multihost.keywords import events_of, plan_run
-from multihost.plan import check_run_name
-from multihost.result import Staging, aligned
-from multihost.runstate import default_run_name
+from multihost.options import default_run_name
+from multihost.runresult import Staging, aligned
 from multihost.sweep.grid import _check_axis, check_template, expand
 from multihost.sweep.results import Record, Row, latest, summarize, sweep_rows, write_chart
 from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec

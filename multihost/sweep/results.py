@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multihost.record import private_dir
-from multihost.result import RESULT_MARKER
+from multihost.runrecord import private_dir
+from multihost.runresult import RESULT_MARKER
 from multihost.sweep.grid import RESERVED
 from multihost.sweep.where import Value
 

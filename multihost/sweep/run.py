@@ -17,10 +17,11 @@ from multihost.core import Run
 from multihost.core.prepare import Prepare
 from multihost.core.supervisor import Supervisor
 from multihost.errors import EnvFailed, UsageError
+from multihost.events import Event
 from multihost.model import Fleet, Host, Job
-from multihost.record import MANIFEST, private_dir, write_json_atomic
-from multihost.result import Staging
-from multihost.runstate import Event, RunOptions
+from multihost.options import RunOptions
+from multihost.runrecord import MANIFEST, private_dir, write_json_atomic
+from multihost.runresult import Staging
 from multihost.stage import Archive, pack
 from multihost.sweep.grid import Point
 from multihost.sweep.results import Record, ResultsStore, point_status

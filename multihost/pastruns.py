@@ -9,13 +9,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from multihost.commands import Paths, clean_command, status_command
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, on_every_host
 from multihost.fleetops.envs import EnvStore, store_on
 from multihost.model import Host, State
-from multihost.plan import Paths, clean_command, status_command
-from multihost.record import (
+from multihost.options import RunOptions
+from multihost.runrecord import (
     MANIFEST,
     HostRecord,
     RecordError,
@@ -24,8 +25,7 @@ from multihost.record import (
     watch_lock,
     write_record,
 )
-from multihost.result import size
-from multihost.runstate import RunOptions
+from multihost.runresult import size
 from multihost.stream import classify, fetch_rest, parse_exit
 from multihost.transport import Connection, HostKeyPolicy, SSHOptions
 

@@ -10,11 +10,11 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from multihost.commands import parse_env
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet
-from multihost.plan import parse_env
-from multihost.runstate import default_log_dir
+from multihost.options import default_log_dir
 
 
 def check_port(name: str, value: object) -> None:

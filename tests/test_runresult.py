@@ -10,7 +10,7 @@ from rich.console import Console
 
 from multihost.cli import report
 from multihost.model import Host, State
-from multihost.result import COLUMNS, HostResult, RunResult, host_row, read_result, verdict
+from multihost.runresult import COLUMNS, HostResult, RunResult, host_row, read_result, verdict
 from multihost.stream import LogSink
 
 HOST = Host("10.0.0.1", user="me", port=2222)
@@ -76,7 +76,7 @@ def _payload_run(*steps: float, **first: object) -> RunResult:
 
 
 def test_a_payload_run_in_words() -> None:
-    from multihost.result import payload_lines
+    from multihost.runresult import payload_lines
 
     run = _payload_run(
         0.5, 0.51, 0.5, timings_s=[1, 1, 1], tflops_per_device=2.0, device_kind="cpu"

@@ -23,7 +23,7 @@ from typing import Any
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job, State
-from multihost.result import HostResult, Staging
+from multihost.runresult import HostResult, Staging
 
 MANIFEST = "run.json"
 SCHEMA = 2  # 1: the untyped record of multihost 0.1 (read as well)

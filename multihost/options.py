@@ -1,5 +1,5 @@
-"""What a run is told (its options) and what it tells (events); the run core keeps its per-host
-bookkeeping in ``multihost.core.slot``."""
+"""What a run is told: its options (``RunOptions``), its default log dir and run name. What it
+tells as it goes is in ``multihost.events``; how it ended in ``multihost.runresult``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from pathlib import Path
 
 from multihost.defaults import DEFAULTS
 from multihost.envsync import EnvRequest
-from multihost.model import Host, State
-from multihost.stream import Line
 from multihost.transport import SSHOptions
 
 
@@ -59,36 +57,3 @@ class RunOptions:
     environment: EnvRequest | None = None  # the locked env on every host (uv.lock)
     host_uv: str = DEFAULTS.host_uv  # a builder without uv: "auto" or "fetch" (envsync.uvbin)
     setup: str | None = None  # --setup CMD on every host before the gate
-
-
-@dataclass(frozen=True)
-class HostEvent:
-    """A host changed state."""
-
-    host: Host
-    state: State
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class Note:
-    """A message about the run as a whole."""
-
-    text: str
-    level: str = "info"
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """Bytes moving between this machine and a host (staging code, pulling files): ``done`` of
-    ``total`` so far; ``finished`` once that host's transfer is over (``total`` 0: it needed
-    nothing)."""
-
-    host: Host
-    what: str  # "stage" or "pull"
-    done: int
-    total: int
-    finished: bool = False
-
-
-Event = HostEvent | Line | Note | Transfer

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.errors import UsageError
-from multihost.model import Fleet, Host, Job
-from multihost.plan import (
+from multihost.commands import (
     Paths,
     check_run_name,
     host_env,
@@ -20,6 +18,8 @@ from multihost.plan import (
     shell_path,
     watch_command,
 )
+from multihost.errors import UsageError
+from multihost.model import Fleet, Host, Job
 from multihost.sources.inventory import parse_host_list
 from multihost.stream import Exit, parse_watch_end
 

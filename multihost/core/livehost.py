@@ -7,10 +7,10 @@ import asyncio
 import signal as signals
 from dataclasses import dataclass
 
+from multihost.commands import Paths
 from multihost.launch import Ready, Started
 from multihost.model import Host, State
-from multihost.plan import Paths
-from multihost.result import HostResult, read_result
+from multihost.runresult import HostResult, read_result
 from multihost.stream import Exit, LogSink
 from multihost.transport import Connection, Shell
 
@@ -18,7 +18,7 @@ _SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signals.Signals)
 
 
 @dataclass
-class Slot:
+class LiveHost:
     """A run's mutable bookkeeping for one host (results are frozen from it at the end)."""
 
     host: Host
