@@ -1,6 +1,16 @@
 """multihost: run one command on every host of a multi-host accelerator job, all at once.
 
-The names below are imported on first use, so ``import multihost`` stays cheap (no asyncssh,
+The public API is what this package exports (``__all__``), and only that:
+
+- run: ``run``, ``run_async``, ``call``, ``run_sweep``, ``make_fleet``;
+- runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``;
+- results: ``RunResult``, ``HostResult``, ``HostStatus``, ``PullResult``, ``StackReport``,
+  ``CallResult``, ``SweepResult``;
+- the fleet and the run: ``Fleet``, ``Host``, ``Job``, ``State``, ``RunOptions``, ``SSHOptions``;
+- errors: ``MultihostError`` and the tree under it.
+
+The modules inside the package are private: import from ``multihost``, not from them (they
+move). The names are imported on first use, so ``import multihost`` stays cheap (no asyncssh,
 no rich) until the API is actually called.
 """
 

@@ -116,3 +116,26 @@ def test_no_issue_numbers_in_the_code() -> None:
         files += [p for p in tree if p.suffix in {"", ".py", ".sh", ".md"} and p.is_file()]
     found = _tickets(files)
     assert not found, found
+
+
+def test_what_users_read_imports_only_the_public_names() -> None:
+    """The README, the site's user pages, the payloads and the notebook examples import from
+    ``multihost`` itself (its ``__all__``), never from a module inside it: those are private,
+    free to move, as httpx's ``_client`` is. The architecture page is about the modules."""
+    import multihost
+
+    places = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    places += sorted((ROOT / "payloads").rglob("*.py"))
+    private = re.compile(r"^\s*(?:from|import)\s+multihost\.(?!payloads\b)[\w.]+", re.M)
+    found = [
+        f"{p.relative_to(ROOT)}: {m.group(0).strip()}"
+        for p in places
+        if p.name != "architecture.md"
+        for m in private.finditer(p.read_text())
+    ]
+    assert not found, found
+    named = re.compile(r"^\s*from\s+multihost\s+import\s+\(?([\w, \n]+)\)?", re.M)
+    for p in places:
+        for m in named.finditer(p.read_text()):
+            names = {n.strip() for n in m.group(1).replace("\n", ",").split(",") if n.strip()}
+            assert names <= set(multihost.__all__), (p.name, names - set(multihost.__all__))
