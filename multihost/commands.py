@@ -33,6 +33,8 @@ def check_run_name(name: str, *, nested: bool = False) -> str:
     limit = DEFAULTS.run_name_max
     if len(name) > limit:
         raise UsageError(f"run name too long ({len(name)} characters, at most {limit})")
+    if name == "last":
+        raise UsageError("'last' is not a run name: `multihost status last` means the latest run")
     if "/" in name and not nested:
         raise UsageError(f"bad run name {name!r}: no '/' (use letters, digits, '.', '_', '-')")
     if not _RUN_NAME.match(name) or ".." in name.split("/"):

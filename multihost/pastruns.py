@@ -31,7 +31,10 @@ from multihost.transport import Connection, HostKeyPolicy, SSHOptions
 
 
 def find_run(log_dir: Path, name: str) -> tuple[Path, RunRecord]:
-    """A run's local directory and record; a usage error when there is none."""
+    """A run's local directory and record; a usage error when there is none. ``last``: the
+    latest run (:func:`latest_run`)."""
+    if name == LATEST and not (log_dir / name).is_dir():
+        name = latest_run(log_dir)
     run_dir = log_dir / name
     try:
         return run_dir, read_record(run_dir)
@@ -39,6 +42,18 @@ def find_run(log_dir: Path, name: str) -> tuple[Path, RunRecord]:
         raise UsageError(f"no run {name!r} in {log_dir} (see multihost ls)") from None
     except RecordError as exc:
         raise UsageError(f"{run_dir / MANIFEST} is unreadable: {exc}") from None
+
+
+LATEST = "last"  # RUN for the run most recently written to (a run may not take this name)
+
+
+def latest_run(log_dir: Path) -> str:
+    """The name of the run whose record was written last: the one running now, or else the one
+    that ended last (sweep points included); a usage error when there is none."""
+    runs = all_runs(log_dir)
+    if not runs:
+        raise UsageError(f"no runs in {log_dir} yet")
+    return runs[0][0]
 
 
 def all_runs(log_dir: Path) -> list[tuple[str, RunRecord]]:

@@ -204,3 +204,30 @@ def test_rewriting_run_json_keeps_every_recorded_field(
             for key in ("host", "log", "env", "bytes_sent"):  # state and times are theirs
                 assert new[key] == old[key], (args, key)
     assert [h["state"] for h in manifest(logs, "rt")["hosts"]] == ["killed", "killed"]
+
+
+def test_run_left_out_or_last_is_the_latest_run(home: Path, code: Path, tmp_path: Path) -> None:
+    """``status``/``logs`` without RUN, and ``last`` anywhere, name the run written last; kill
+    still wants it said; ``last`` is no run name; no runs at all is one line, exit 2."""
+    logs = tmp_path / "logs"
+    empty = cli(["status", "--log-dir", str(logs)])
+    assert empty.returncode == 2
+    assert empty.stderr.strip() == f"multihost: error: no runs in {logs} yet"
+    for name in ("first", "second"):
+        res = cli([*_run(code, logs, "--run-name", name), "--cmd", f"echo I am {name}"])
+        assert res.returncode == 0, res.stderr
+    status = cli(["status", "--log-dir", str(logs), "--json"])
+    assert status.returncode == 0, status.stderr
+    assert "the latest run: second" in status.stderr
+    assert [r["state"] for r in json.loads(status.stdout)] == ["done", "done"]
+    out = cli(["logs", "last", "--log-dir", str(logs)])
+    assert out.returncode == 0
+    assert "I am second" in out.stdout
+    assert "I am first" not in out.stdout
+    kill = cli(["kill", "--log-dir", str(logs)])
+    assert kill.returncode == 2
+    assert "RUN" in kill.stderr
+    taken = cli([*_run(code, logs, "--run-name", "last"), "--cmd", "true"])
+    assert taken.returncode == 2
+    assert "'last' is not a run name" in taken.stderr
+    assert not (logs / "last").exists()

@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
         err = Console(stderr=True, highlight=False, emoji=False)  # text as given: no :name: codes
         err.soft_wrap = not err.is_terminal  # a log file or a pipe gets whole lines
+        _latest(args, err)
         code = command(args.command)(args, err)
     except UsageError as exc:
         print(f"multihost: error: {exc}", file=sys.stderr)
@@ -76,6 +77,20 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = 0
     _flush_quietly()
     sys.exit(code)
+
+
+def _latest(args: argparse.Namespace, err: Console) -> None:
+    """RUN ``last`` (or left out) on a command about one run: the latest run, said once."""
+    if getattr(args, "run", None) != "last" or not hasattr(args, "log_dir"):
+        return
+    from multihost.pastruns import latest_run
+    from multihost.settings.checks import log_dir
+
+    logs = log_dir(args.log_dir)
+    if (logs / "last").is_dir():  # a run recorded under that name before it was reserved
+        return
+    args.run = latest_run(logs)
+    err.print(f"multihost: the latest run: {args.run}")
 
 
 def check_text(argv: Sequence[str]) -> None:

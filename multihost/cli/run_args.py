@@ -17,10 +17,22 @@ SOME_HELP = (
 )
 
 
-def run_command(sub: Any, name: str, help: str, *, some: bool = False) -> Parser:
-    """A command on one recorded run; ``some``: it may act on some of its hosts only."""
+def run_command(
+    sub: Any, name: str, help: str, *, some: bool = False, latest: bool = True
+) -> Parser:
+    """A command on one recorded run; ``some``: it may act on some of its hosts only;
+    ``latest``: RUN may be left out (the latest run). ``last`` names the latest run anywhere."""
     p = command(sub, name, help)
-    p.add_argument("run", metavar="RUN", help="run name (see multihost ls)")
+    if latest:
+        p.add_argument(
+            "run",
+            metavar="RUN",
+            nargs="?",
+            default="last",
+            help="run name (see multihost ls; default: last, the latest run)",
+        )
+    else:
+        p.add_argument("run", metavar="RUN", help="run name (see multihost ls; last: the latest)")
     if some:
         add(p, s.WORKERS.but(help=SOME_HELP), s.EXCLUDE_WORKERS)
     add(p, s.LOG_DIR, s.SSH_CONFIG.but(help="override the run's ssh config (default: the run's)"))
@@ -41,7 +53,8 @@ def add_run_commands(sub: Any) -> None:
     )
     add(status, s.JSON)
     _logs(run_command(sub, "logs", "bring a run's local logs up to date and print them", some=True))
-    _pull(run_command(sub, "pull", "copy files or globs back from every host of a run", some=True))
+    pull = "copy files or globs back from every host of a run"
+    _pull(run_command(sub, "pull", pull, some=True, latest=False))  # RUN, then the paths
     stack = run_command(sub, "stack", "every host's Python stacks right now, grouped", some=True)
     out = stack.at("output")
     out.add_argument("--all", action="store_true", help="every thread, not only the main one")
@@ -66,7 +79,9 @@ def add_run_commands(sub: Any) -> None:
         help="the capture's folder under the run's traces/ (default: the time)",
     )
     add(trace, s.JSON.but(help="the per-host rows as JSON"))
-    kill = run_command(sub, "kill", "stop a run on every host (or on --workers)", some=True)
+    kill = run_command(
+        sub, "kill", "stop a run on every host (or on --workers)", some=True, latest=False
+    )
     kill.at("launch").add_argument(
         "--signal",
         default="TERM",
