@@ -21,6 +21,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -138,6 +139,12 @@ def up(hosts: int, state: Path) -> int:
         raise Refused(f"sandbox: already up ({state}); `python -m tests.sandbox down` first")
     if not 1 <= hosts <= 64:
         raise Refused(f"sandbox: --hosts must be 1..64, not {hosts}")
+    taken = _taken_addresses(hosts)
+    if taken:
+        raise Refused(
+            f"sandbox: {taken[0]} is taken (by another loopback fleet? `python tests/fleet.py "
+            "down` stops the tests' own; MULTIHOST_FLEET_PORT=N puts the sandbox on another port)"
+        )
     shutil.rmtree(state, ignore_errors=True)  # what a killed one left
     shutil.rmtree(fleet_dir_of(state), ignore_errors=True)
     state.mkdir(mode=0o700, parents=True)
@@ -175,6 +182,20 @@ def up(hosts: int, state: Path) -> int:
     print(f"sandbox: up, {hosts} hosts (state in {state}); in your shell:", file=sys.stderr)
     print('  eval "$(python -m tests.sandbox env)"', file=sys.stderr)
     return 0
+
+
+def _taken_addresses(hosts: int) -> list[str]:
+    """The hosts' ADDRESS:PORT that something already listens on (their sshd could not)."""
+    taken = []
+    for i in range(hosts):
+        where = (loopback.address(i), loopback.PORT)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # only a listener blocks it
+            try:
+                s.bind(where)
+            except OSError:
+                taken.append(f"{where[0]}:{where[1]}")
+    return taken
 
 
 def env(state: Path) -> int:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import pwd
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -202,6 +203,21 @@ def test_not_root_is_one_line(sandbox_env: dict[str, str]) -> None:
     assert res.returncode == 2, res.stderr
     assert res.stderr == "sandbox: needs root (it makes one Unix user and one sshd per host)\n"
     assert not Path(sandbox_env["MULTIHOST_SANDBOX_DIR"]).exists()
+
+
+def test_a_taken_address_is_one_line_and_nothing_starts(sandbox_env: dict[str, str]) -> None:
+    """Another fleet (the tests', a benchmark's) on the sandbox's first host address and port:
+    ``up`` says so and how to get out of it, starts nothing, leaves no state dir."""
+    port = int(sandbox_env["MULTIHOST_FLEET_PORT"])
+    with socket.socket() as other:
+        other.bind(("127.0.0.2", port))
+        other.listen()
+        res = sandbox(sandbox_env, "up", "--hosts", "2")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"sandbox: 127.0.0.2:{port} is taken (by another loopback fleet?")
+    assert len(res.stderr.splitlines()) == 1
+    assert not Path(sandbox_env["MULTIHOST_SANDBOX_DIR"]).exists()
+    assert not mentioning(sandbox_env["MULTIHOST_SANDBOX_DIR"])
 
 
 def test_down_after_the_background_process_was_killed(sandbox_env: dict[str, str]) -> None:
