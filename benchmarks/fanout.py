@@ -479,6 +479,46 @@ def verdict(rows: Sequence[Row]) -> str:
     return ("Targets: " + "; ".join(out) + ".") if out else "Targets: not measured."
 
 
+def fit(rows: Sequence[Row], method: str) -> tuple[float, float] | None:
+    """Least squares of a method's runner CPU (s, the median trial's) against N over the sizes
+    measured: (s per added host, fixed s); None below two sizes."""
+    points = [(r.n, r.cpu_ms_per_host * r.n / 1000) for r in rows if r.method == method]
+    if len({n for n, _ in points}) < 2:
+        return None
+    mean_n = sum(n for n, _ in points) / len(points)
+    mean_c = sum(c for _, c in points) / len(points)
+    slope = sum((n - mean_n) * (c - mean_c) for n, c in points) / sum(
+        (n - mean_n) ** 2 for n, _ in points
+    )
+    return slope, mean_c - slope * mean_n
+
+
+def fit_lines(rows: Sequence[Row]) -> list[str]:
+    """Runner CPU = fixed + per added host × N, fitted per method over the sizes; the loopback
+    targets: multihost's per added host ≤ 1.15× parallel-ssh's, its fixed part ≤ bare
+    asyncssh's + 0.1 s."""
+    fits = {m: f for m in ("multihost", "parallel-ssh", "asyncssh") if (f := fit(rows, m))}
+    if "multihost" not in fits:
+        return []
+    parts = [
+        f"{m}: {1000 * slope:.2f} ms per added host, fixed {fixed:.3f} s"
+        for m, (slope, fixed) in fits.items()
+    ]
+    out = ["", "Runner CPU fitted over the sizes (least squares): " + "; ".join(parts) + "."]
+    mh_slope, mh_fixed = fits["multihost"]
+    targets = []
+    if "parallel-ssh" in fits:
+        ratio = mh_slope / fits["parallel-ssh"][0]
+        ok = _met(ratio <= 1.15)
+        targets.append(f"per added host {ratio:.2f}× parallel-ssh's (≤ 1.15: {ok})")
+    if "asyncssh" in fits:
+        more = mh_fixed - fits["asyncssh"][1]
+        targets.append(f"fixed {more:+.3f} s over bare asyncssh's (≤ +0.1: {_met(more <= 0.1)})")
+    if targets:
+        out.append("Loopback targets: " + "; ".join(targets) + ".")
+    return out
+
+
 def code_size(kib: int) -> str:
     """How the section names the trials' code dir."""
     return f"~5 KB + {kib} KiB (incompressible)" if kib else "~5 KB"
@@ -558,6 +598,7 @@ def section(rows: Sequence[Row], args: argparse.Namespace) -> str:
             *notes,
             *([""] if notes else []),
             verdict(rows),
+            *fit_lines(rows),
             *(before_lines(rows, args.before) if args.before else []),
             end,
         ]
