@@ -1,25 +1,20 @@
-"""One environment on every host from the project's ``uv.lock``.
-
-The planner asks :func:`request` (pure, before anything starts): a staged code dir with
-``pyproject.toml`` and ``uv.lock`` gets an :class:`EnvRequest` unless ``--no-sync``; a lock out
-of date with ``pyproject.toml`` is a usage error (exit 2) that says to run ``uv lock``. A
-fully pinned ``--requirements FILE`` (``envsync.requirements``) stands in for a lock. The run's
-preparation then calls :func:`multihost.core.envsync.sync_environment` once the code is on
-every host: each host reports its key (lock, selection, Python, platform, uv), one host per
-missing key builds it with uv, and the others get the packed environment from there.
-"""
+"""What a run asks for: the environment of a staged code dir (:func:`request`, pure, before
+anything starts), from its ``uv.lock`` or a fully pinned ``--requirements FILE``
+(:mod:`.requirements`); the lock checked against ``pyproject.toml`` (:func:`check_lock`: out of
+date is a usage error, exit 2, that says to run ``uv lock``); ``requires-python`` checked against
+each host's Python (:func:`satisfies`)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from multihost.envsync.uvbin import uv_binary
 from multihost.errors import SettingError, UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -138,33 +133,6 @@ def _from_requirements(
     digest = hashlib.sha256(b"requirements\0" + pinned.content).hexdigest()
     versions = tuple((n, v) for n in WATCHED if (v := pinned.version(n)))
     return EnvRequest(digest, selection, "", versions, pinned.content, path.name)
-
-
-def uv_binary() -> str | None:
-    """The runner's uv: on PATH, else the one the ``uv`` package installed."""
-    found = shutil.which("uv")
-    if found:
-        return os.path.realpath(found) if not _is_shim(found) else _package_uv() or found
-    return _package_uv()
-
-
-def _is_shim(path: str) -> bool:
-    return "/shims/" in path
-
-
-def _package_uv() -> str | None:
-    try:
-        import uv
-
-        return str(uv.find_uv_bin())
-    except (ImportError, FileNotFoundError):
-        return None
-
-
-def uv_version(binary: str) -> str:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
-    words = out.stdout.split()
-    return words[1] if out.returncode == 0 and len(words) > 1 else ""
 
 
 def check_lock(script_dir: Path) -> None:
