@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import multihost
 from benchmarks.results import markers, write_section
-from multihost.envsync import uv_binary
+from multihost.envsync.uvbin import uv_binary
 from multihost.events import Note
 from tests import fleet as loopback
 from tests.pyindex import Index

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS
-from multihost.envsync import EnvRequest
+from multihost.envsync.request import EnvRequest
 from multihost.transport import SSHOptions
 
 

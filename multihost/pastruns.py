@@ -11,9 +11,9 @@ from typing import Any
 
 from multihost.commands import Paths, clean_command, status_command
 from multihost.defaults import DEFAULTS
+from multihost.envsync.store import EnvStore, store_on
 from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, on_every_host
-from multihost.fleetops.envs import EnvStore, store_on
 from multihost.model import Host, State
 from multihost.options import RunOptions
 from multihost.runrecord import (
@@ -206,7 +206,7 @@ async def clean(
 ) -> list[str]:
     """Remove finished runs older than ``older_than`` s, on the hosts and locally, then on those
     hosts the staged code and the environments that no remaining run uses and that were last
-    used longer ago than that (``multihost.fleetops.envs``); says what. ``dry_run``: asks the
+    used longer ago than that (``multihost.envsync.store``); says what. ``dry_run``: asks the
     hosts which environments would go, removes nothing."""
     said: list[str] = []
     now = time.time()

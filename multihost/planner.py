@@ -284,7 +284,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     logs = log_dir(s.log_dir)
     check_log_dir(logs)
     script_dir = Path(s.script_dir).expanduser()
-    from multihost.envsync import request as environment
+    from multihost.envsync.request import request as environment
     from multihost.stage import excluded, outputs_excluded
 
     pulled = Path("multihost-pull")  # where pulls land by default (made by an earlier pull)

@@ -24,7 +24,7 @@ import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from multihost.envsync import uv_binary
+from multihost.envsync.uvbin import uv_binary
 
 
 def build_wheel(

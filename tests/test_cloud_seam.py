@@ -50,7 +50,8 @@ SPAWNERS = {
 }
 # Every module outside the seam that starts a process, and what it starts (none is gcloud).
 SPAWNING = {
-    "envsync/__init__.py": "uv (--version, lock)",
+    "envsync/request.py": "uv (lock --check)",
+    "envsync/uvbin.py": "uv (--version)",
     "job/watching.py": "multihost itself (a detached job watch)",
     "remote/env_probe.py": "uv on the host (runs there, not here)",
     "sources/tpukeys.py": "ssh-keygen (gcloud's key, created as gcloud does)",

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.core.envprobe import Probe, pack_format
-from multihost.envsync import Selection, request, satisfies
+from multihost.envsync.probe import Probe, pack_format
+from multihost.envsync.request import Selection, request, satisfies
 from multihost.errors import SettingError
 from multihost.events import Note
 from multihost.model import Host

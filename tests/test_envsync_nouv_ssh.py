@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from multihost.defaults import DEFAULTS
-from multihost.envsync import uv_binary
+from multihost.envsync.uvbin import uv_binary
 from tests import fleet as loopback
 from tests.clitools import no_processes
 from tests.helpers import wait_for
@@ -118,7 +118,7 @@ def runner(ssh_fleet: loopback.Fleet, tmp_path: Path) -> Iterator[Runner]:
     python = python_without_uv(tmp_path / "nouv")
     env = {"PATH": PATH, "HOME": str(tmp_path / "home"), "COLUMNS": "300"}
     probe = subprocess.run(
-        [python, "-c", "from multihost.envsync import uv_binary; print(uv_binary())"],
+        [python, "-c", "from multihost.envsync.uvbin import uv_binary; print(uv_binary())"],
         env=env,
         capture_output=True,
         text=True,

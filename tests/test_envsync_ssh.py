@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import multihost
-from multihost.envsync import uv_binary
+from multihost.envsync.uvbin import uv_binary
 from multihost.errors import UsageError
 from multihost.events import Note
 from multihost.remote import script

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from multihost.core.envprobe import Probe, RunnerUv
-from multihost.envsync import uv_binary
-from multihost.envsync.uvbin import Binary, inspect
+from multihost.envsync.probe import Probe, RunnerUv
+from multihost.envsync.uvbin import Binary, inspect, uv_binary
 from multihost.model import Host
 
 GLIBC = ("linux", "x86_64", "glibc-2.35")

@@ -15,8 +15,8 @@ import pytest
 
 import multihost
 from multihost.commands import Paths, claim_command, release_command
-from multihost.core.envprobe import Probe
-from multihost.fleetops.envs import EnvStore, parse_store, store_command
+from multihost.envsync.probe import Probe
+from multihost.envsync.store import EnvStore, parse_store, store_command
 from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import PROBE

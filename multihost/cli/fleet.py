@@ -181,7 +181,7 @@ def cmd_hosts(args: argparse.Namespace, err: Console) -> int:
 
 def cmd_envs(args: argparse.Namespace, err: Console) -> int:
     """Per host, each locked environment it holds; exit 1 when a host could not be asked."""
-    from multihost.fleetops.envs import held_envs
+    from multihost.envsync.store import held_envs
 
     where = reach_args(args, err)
     outcomes = blocking(

@@ -17,7 +17,7 @@ from multihost.runresult import COLUMNS, HostResult, PullResult, RunResult, Stag
 from multihost.runresult import verdict as run_verdict
 
 if TYPE_CHECKING:
-    from multihost.fleetops.envs import EnvStore
+    from multihost.envsync.store import EnvStore
     from multihost.pastruns import HostStatus
     from multihost.runrecord import HostRecord, RunRecord
 

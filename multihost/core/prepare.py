@@ -39,8 +39,8 @@ from multihost.stage import Archive, stage_then
 from multihost.transport import Completed, connect
 
 if TYPE_CHECKING:
-    from multihost.core.envprobe import RunnerUv
-    from multihost.envsync import EnvRequest
+    from multihost.envsync.probe import RunnerUv
+    from multihost.envsync.request import EnvRequest
 
 
 class Prepare:
@@ -217,8 +217,8 @@ class Prepare:
         """The locked environment on every host (multihost.envsync), then ``--setup``
         (multihost.core.setup); on a failure or a usage error (a Python that does not satisfy
         requires-python) every claim is released."""
-        from multihost.core.envsync import sync_environment
         from multihost.core.setup import run_setup
+        from multihost.envsync.phase import sync_environment
 
         sup, opts = self.sup, self.sup.options
         outcomes: list[Outcome[None]] = []
@@ -244,7 +244,7 @@ class Prepare:
         directory is claimed (pipelined: the one that claims it and stages the code; phased:
         the claim's): a warm run's check costs no round trip of its own. The environment
         phase reads what they said."""
-        from multihost.core.envprobe import probe_script, runner_uv
+        from multihost.envsync.probe import probe_script, runner_uv
 
         uv = self.uv = await runner_uv(self.sup.options.host_uv)
         self.check = lambda host: probe_script(self.sup, host, req, uv)

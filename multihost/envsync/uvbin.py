@@ -1,5 +1,6 @@
-"""Whether the runner's uv binary runs on a host: its OS, machine and C library, read from the
-binary's own header (ELF, Mach-O, PE), never from ``uv --version`` (a packaged uv may not say).
+"""The runner's uv binary: where it is (:func:`uv_binary`), its version (:func:`uv_version`),
+and whether it runs on a host: its OS, machine and C library, read from the binary's own header
+(ELF, Mach-O, PE), never from ``uv --version`` (a packaged uv may not say).
 
 A Linux uv is either dynamically linked against glibc (the ``manylinux`` wheels, uv's ``-gnu``
 builds), against musl, or static (uv's ``-musl`` builds are static): a static one runs on any
@@ -8,7 +9,10 @@ Linux of its machine, a glibc one only where the host's ``libc`` is glibc.
 
 from __future__ import annotations
 
+import os
+import shutil
 import struct
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -25,6 +29,33 @@ _ELF_MACHINES = {
 _MACHO_CPUS = {0x01000007: "x86_64", 0x0100000C: "aarch64"}
 _ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "x64": "x86_64"}
 PT_INTERP = 3
+
+
+def uv_binary() -> str | None:
+    """The runner's uv: on PATH, else the one the ``uv`` package installed."""
+    found = shutil.which("uv")
+    if found:
+        return os.path.realpath(found) if not _is_shim(found) else _package_uv() or found
+    return _package_uv()
+
+
+def _is_shim(path: str) -> bool:
+    return "/shims/" in path
+
+
+def _package_uv() -> str | None:
+    try:
+        import uv
+
+        return str(uv.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return None
+
+
+def uv_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    words = out.stdout.split()
+    return words[1] if out.returncode == 0 and len(words) > 1 else ""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from multihost.cloud.bucket import check_bucket, code_url, env_prefix, uv_binary
 from multihost.cloud.gcloud import Gcloud
 from multihost.commands import parse_env
 from multihost.defaults import DEFAULTS
-from multihost.envsync import request, uv_binary, uv_version
+from multihost.envsync.request import request
+from multihost.envsync.uvbin import uv_binary, uv_version
 from multihost.errors import UsageError
 from multihost.job import cloud, startup
 from multihost.job.record import CAPACITIES, JobRecord, check_name, check_tpu_type

@@ -4,7 +4,7 @@
 2. A host whose Python does not satisfy ``requires-python``: exit 2 naming it, nothing started.
 3. Per key some host lacks: the source is a host that has it complete (it packs it once), or
    else the first host that lacks it builds it with uv. A builder without uv gets the runner's
-   binary when it runs there (machine, C library: ``envsync.uvbin``), else fetches
+   binary when it runs there (machine, C library: :mod:`.uvbin`), else fetches
    ``uv==<the runner's version>`` itself with its own pip (``--host-uv fetch``: always). Only
    the builder talks to the package index; the others only unpack (tar, sha256sum), no uv.
 4. The packed environment goes from the source to every other host that lacks it, checked by
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from multihost import stagevia
-from multihost.core.envprobe import (
+from multihost.envsync.probe import (
     PROBE_TIMEOUT,
     EnvSummary,
     Probe,
@@ -34,9 +34,9 @@ from multihost.core.envprobe import (
     probe_script,
     runner_uv,
 )
-from multihost.core.envtransfer import cached, from_bucket, from_peer
-from multihost.core.supervisor import Supervisor
-from multihost.envsync import EnvRequest, lock_problem, satisfies
+from multihost.envsync.request import EnvRequest, lock_problem, satisfies
+from multihost.envsync.run import EnvRun
+from multihost.envsync.transfer import cached, from_bucket, from_peer
 from multihost.errors import EnvFailed, HostError, RemoteError, StaleLock, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
@@ -47,7 +47,7 @@ from multihost.transport import Completed
 
 
 async def sync_environment(
-    sup: Supervisor,
+    sup: EnvRun,
     req: EnvRequest,
     uv: RunnerUv | None = None,
     checked: Mapping[int, Completed] | None = None,
@@ -124,7 +124,7 @@ async def sync_environment(
     return [Outcome(p.host, error=errors.get(p.host.process_id)) for p in probes]
 
 
-async def _check_lock(sup: Supervisor, probes: Sequence[Probe], req: EnvRequest) -> None:
+async def _check_lock(sup: EnvRun, probes: Sequence[Probe], req: EnvRequest) -> None:
     """uv.lock against pyproject.toml on a host with uv, for a runner without one: a warm run
     builds nothing (the key is the lock's), so no builder would check it. A lock out of date
     is bad input (exit 2, nothing started)."""
@@ -160,7 +160,7 @@ async def _check_lock(sup: Supervisor, probes: Sequence[Probe], req: EnvRequest)
 
 
 async def _one_key(
-    sup: Supervisor,
+    sup: EnvRun,
     members: Sequence[Probe],
     uv: RunnerUv,
     req: EnvRequest,
@@ -276,9 +276,7 @@ async def _one_key(
             errors[o.host.process_id] = o.error
 
 
-async def _build(
-    sup: Supervisor, p: Probe, key: str, fmt: str, uv: RunnerUv, req: EnvRequest
-) -> str:
+async def _build(sup: EnvRun, p: Probe, key: str, fmt: str, uv: RunnerUv, req: EnvRequest) -> str:
     """Build ``key`` on ``p``'s host with uv: its own, else the runner's when that runs there
     (shipped), else fetched there with its own pip (``uv==`` the runner's version); packed in
     ``fmt``."""
@@ -316,7 +314,7 @@ async def _build(
     return res.stdout.decode(errors="replace")
 
 
-async def _run(sup: Supervisor, host: Host, command: str, what: str) -> str:
+async def _run(sup: EnvRun, host: Host, command: str, what: str) -> str:
     conn = sup.slots[host.process_id].conn
     assert conn is not None
     res = await conn.run(command)
@@ -325,7 +323,7 @@ async def _run(sup: Supervisor, host: Host, command: str, what: str) -> str:
     return res.stdout.decode(errors="replace")
 
 
-def _packed(sup: Supervisor, host: Host, said: str) -> tuple[int, str]:
+def _packed(sup: EnvRun, host: Host, said: str) -> tuple[int, str]:
     """The pack's size and sha256 from PACK's words; a kept pack that was packed again because
     it no longer matched its sha256 is said as a warning."""
     for line in said.splitlines():

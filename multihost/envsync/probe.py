@@ -1,4 +1,4 @@
-"""What the environment phase (:mod:`multihost.core.envsync`) knows of each host and of the
+"""What the environment phase (:mod:`.phase`) knows of each host and of the
 runner: a host's probe (its key, what it has, its Python, uv, zstd) and the script that asks
 for it, the runner's uv, the phase's summary, the pack's format, and the small helpers the
 phase's modules share."""
@@ -9,10 +9,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
-from multihost.envsync import EnvRequest, uv_binary, uv_version
-from multihost.envsync.uvbin import Binary, inspect
+from multihost.envsync.request import EnvRequest
+from multihost.envsync.run import EnvRun
+from multihost.envsync.uvbin import Binary, inspect, uv_binary, uv_version
 from multihost.errors import RemoteError
 from multihost.model import Host
 from multihost.remote import script
@@ -100,7 +100,7 @@ class EnvSummary:
     gzip: str = ""  # why a pack was gzip though some of its hosts have zstd ("": none was)
 
 
-def probe_script(sup: Supervisor, host: Host, req: EnvRequest, uv: RunnerUv) -> str:
+def probe_script(sup: EnvRun, host: Host, req: EnvRequest, uv: RunnerUv) -> str:
     """What ``host`` runs to say its key and what it has (remote.envsync.PROBE)."""
     where = sup.paths(host)
     return script(
@@ -136,7 +136,7 @@ def pack_format(source: Probe, takers: Sequence[Probe], bucket: bool) -> tuple[s
     return "gz", f"no zstd on {lacking[0].host.name}{more}"
 
 
-def base_of(sup: Supervisor, p: Probe) -> str:
+def base_of(sup: EnvRun, p: Probe) -> str:
     """The base directory of ``p``'s host."""
     return sup.paths(p.host).base
 

@@ -1,8 +1,8 @@
 """How a packed environment reaches the hosts that lack it other than from the runner
-(:mod:`multihost.core.envsync`): ``--stage-via peer`` (the source serves it on its private
-address, the others fetch it) and ``--stage-via gs://…`` (the source puts it in the bucket
-once, or a pack already there is taken, and each host fetches it with its own gcloud). Each
-returns the hosts whose fetch failed; the runner then sends them the pack itself."""
+(:mod:`.phase`): ``--stage-via peer`` (the source serves it on its private address, the others
+fetch it) and ``--stage-via gs://…`` (the source puts it in the bucket once, or a pack already
+there is taken, and each host fetches it with its own gcloud). Each returns the hosts whose
+fetch failed; the runner then sends them the pack itself."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import re
 import secrets
 
 from multihost import stagevia
-from multihost.core.envprobe import PROBE_TIMEOUT, EnvSummary, Probe, base_of, last_lines
-from multihost.core.supervisor import Supervisor
+from multihost.envsync.probe import PROBE_TIMEOUT, EnvSummary, Probe, base_of, last_lines
+from multihost.envsync.run import EnvRun
 from multihost.errors import CloudError, HostError
 from multihost.fanout import map_hosts
 from multihost.model import Host
@@ -25,7 +25,7 @@ _PACK_NAME = re.compile(r"/[0-9a-f]{64}\.tar\.gz$")  # a pack in the bucket, by 
 
 
 async def from_peer(
-    sup: Supervisor,
+    sup: EnvRun,
     source: Probe,
     need: list[Probe],
     key: str,
@@ -122,7 +122,7 @@ async def from_peer(
 
 
 async def from_bucket(
-    sup: Supervisor,
+    sup: EnvRun,
     source: Probe,
     need: list[Probe],
     key: str,
@@ -160,7 +160,7 @@ async def from_bucket(
 
 
 async def cached(
-    sup: Supervisor,
+    sup: EnvRun,
     need: list[Probe],
     key: str,
     bucket: str,
@@ -185,7 +185,7 @@ async def cached(
 
 
 async def _fetch_bucket(
-    sup: Supervisor,
+    sup: EnvRun,
     need: list[Probe],
     key: str,
     digest: str,
