@@ -21,7 +21,6 @@ __all__ = [
     "HostKeyError",
     "HostLost",
     "HostResult",
-    "HostStatus",
     "InventoryError",
     "Job",
     "MultihostError",
@@ -84,7 +83,6 @@ _WHERE = {
     ),
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
     **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.runresult"),
-    "HostStatus": "multihost.pastruns",
     "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.options",
     "SSHOptions": "multihost.transport",
@@ -119,7 +117,6 @@ if TYPE_CHECKING:
     )
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
-    from multihost.pastruns import HostStatus
     from multihost.remote_call import CallResult, call
     from multihost.runresult import HostResult, PullResult, RunResult
     from multihost.sweep.api import SweepResult, run_sweep

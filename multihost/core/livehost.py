@@ -1,25 +1,25 @@
 """One host's mutable bookkeeping in a run: its state, connection, paths, log and exit; the
-host's frozen ``HostResult`` is read from it."""
+host's frozen ``HostResult`` is read from it (``LiveHost.result``, the one conversion)."""
 
 from __future__ import annotations
 
 import asyncio
-import signal as signals
 from dataclasses import dataclass
 
 from multihost.commands import Paths
 from multihost.launch import Ready, Started
 from multihost.model import Host, State
 from multihost.runresult import HostResult, read_result
-from multihost.stream import Exit, LogSink
+from multihost.stream import Exit, LogSink, code_and_signal
 from multihost.transport import Connection, Shell
-
-_SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signals.Signals)
 
 
 @dataclass
 class LiveHost:
-    """A run's mutable bookkeeping for one host (results are frozen from it at the end)."""
+    """One host's live state during a run, changed in place as the run goes on: its connection,
+    log sink, launch and exit, besides the outcome's own fields. Not an outcome: the outcome is
+    the frozen ``HostResult`` read from it by ``result()`` (for the run's record while it runs,
+    and for the run's result at its end); nothing converts back."""
 
     host: Host
     state: State = State.PENDING
@@ -37,13 +37,7 @@ class LiveHost:
 
     def result(self, *, final: bool = False) -> HostResult:
         """The host's result so far; ``final``: with the result line read from its log."""
-        code = self.exit.code if self.exit and not self.exit.problem else None
-        signal = None
-        if self.exit and self.state is State.KILLED:
-            stopped = self.exit.stopped_by
-            signal = signals.Signals[f"SIG{stopped}"].value if stopped in _SIGNALS else None
-            if signal is None and code is not None and code > 128:
-                signal = code - 128
+        code, signal = code_and_signal(self.exit, self.state) if self.exit else (None, None)
         return HostResult(
             host=self.host,
             state=self.state,
