@@ -43,17 +43,17 @@ def read_result(path: Path) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class HostResult:
     """One host's outcome in a run: how its part ended, or how it stands while it runs. Every
-    host yields one; none raises. The one shape wherever the outcome comes from, each source
-    filling what it knows and leaving the rest at its default:
+    host yields one; none raises. The one shape of it, wherever it comes from; each source
+    fills what it knows and leaves the rest at its default:
 
-    - the run that watched it (``RunResult.hosts``): ``log`` and, at the end, ``reported``;
-    - the run's record (``run.json``, ``multihost.runrecord``): ``log`` (under the run's
-      directory) and ``env``; the record is these, written while the run goes on;
-    - the host's own state files, asked later (``multihost.status``, ``multihost status``):
-      ``log_bytes`` and ``log_mtime``; ``error`` then also says why a host could not be asked
-      (its other fields are the record's).
+    - the run that watched the host (``RunResult.hosts``): ``log``, and ``reported`` at the end;
+    - the run's record (``RunRecord.hosts`` in ``run.json``, rewritten while the run goes on):
+      ``env``, and ``log`` once read back (under the run's directory);
+    - the host's state files, asked later (``multihost.status``, ``multihost status``):
+      ``log_bytes`` and ``log_mtime``. A host that could not be asked is its recorded
+      outcome with ``error`` saying why.
 
-    The live bookkeeping it is read from during a run is ``multihost.core.livehost.LiveHost``.
+    During a run it is read from the host's mutable ``core.livehost.LiveHost``.
     """
 
     host: Host
@@ -68,8 +68,8 @@ class HostResult:
     log: Path | None = field(default=None, compare=False)  # the local copy of its output
     # its last MULTIHOST_RESULT object, read from ``log`` when the run's results are collected
     reported: Mapping[str, Any] | None = field(default=None, compare=False)
-    # the record's: the environment it was launched with (the values of --env names kept off
-    # the record left out), None before it was planned
+    # the record's: the environment it was launched with, less the --env values the record
+    # keeps only the names of (RunRecord.env_names); None before it was planned
     env: Mapping[str, str] | None = field(default=None, compare=False)
     # asked of the host: its log's size there, and when it last grew (the host's clock)
     log_bytes: int | None = field(default=None, compare=False)

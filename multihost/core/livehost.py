@@ -4,6 +4,7 @@ host's frozen ``HostResult`` is read from it (``LiveHost.result``, the one conve
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from multihost.commands import Paths
@@ -35,8 +36,9 @@ class LiveHost:
     # a launch sent while preparing, right behind the code (core.prepare), until start takes it
     early: asyncio.Task[Ready] | None = None
 
-    def result(self, *, final: bool = False) -> HostResult:
-        """The host's result so far; ``final``: with the result line read from its log."""
+    def result(self, *, final: bool = False, env: Mapping[str, str] | None = None) -> HostResult:
+        """The host's result so far; ``final``: with the result line read from its log;
+        ``env``: the environment the run's record keeps for it."""
         code, signal = code_and_signal(self.exit, self.state) if self.exit else (None, None)
         return HostResult(
             host=self.host,
@@ -49,6 +51,7 @@ class LiveHost:
             bytes_sent=self.bytes_sent,
             last_line=self.sink.last_line if self.sink else "",
             log=self.sink.path if self.sink else None,
+            env=env,
             reported=read_result(self.sink.path)
             if final and self.sink and self.sink.may_have_result
             else None,

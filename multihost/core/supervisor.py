@@ -256,7 +256,7 @@ class Supervisor:
             run_name=self.job.run_name,
             job=job,
             env_names=hidden,
-            hosts=tuple(replace(s.result(), env=env(s)) for s in self.slots.values()),
+            hosts=tuple(s.result(env=env(s)) for s in self.slots.values()),
             code_hash=self.code_hash,
             script_dir=str(opts.script_dir.resolve()),
             fail_fast=opts.fail_fast,
