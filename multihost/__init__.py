@@ -4,7 +4,7 @@ The public API is what this package exports (``__all__``), and only that:
 
 - run: ``run``, ``run_async``, ``call``, ``run_sweep``, ``make_fleet``;
 - runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``;
-- results: ``RunResult``, ``HostResult``, ``HostStatus``, ``PullResult``, ``StackReport``,
+- results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``,
   ``CallResult``, ``SweepResult``;
 - the fleet and the run: ``Fleet``, ``Host``, ``Job``, ``State``, ``RunOptions``, ``SSHOptions``;
 - errors: ``MultihostError`` and the tree under it.
@@ -31,7 +31,6 @@ __all__ = [
     "HostKeyError",
     "HostLost",
     "HostResult",
-    "HostStatus",
     "InventoryError",
     "Job",
     "MultihostError",
@@ -94,7 +93,6 @@ _WHERE = {
     ),
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
     **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.runresult"),
-    "HostStatus": "multihost.pastruns",
     "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.options",
     "SSHOptions": "multihost.transport",
@@ -129,7 +127,6 @@ if TYPE_CHECKING:
     )
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
-    from multihost.pastruns import HostStatus
     from multihost.remote_call import CallResult, call
     from multihost.runresult import HostResult, PullResult, RunResult
     from multihost.sweep.api import SweepResult, run_sweep

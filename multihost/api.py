@@ -23,7 +23,6 @@ from multihost.keywords import plan_run as plan_run
 from multihost.model import Fleet
 from multihost.options import default_log_dir
 from multihost.pastruns import (
-    HostStatus,
     find_run,
     host_statuses,
     mark_states,
@@ -31,7 +30,7 @@ from multihost.pastruns import (
     record_paths,
     sync_logs,
 )
-from multihost.runresult import RunResult
+from multihost.runresult import HostResult, RunResult
 from multihost.sources import FleetSpec, resolve
 
 if TYPE_CHECKING:
@@ -94,13 +93,14 @@ def _record(run_name: str, log_dir: str | Path | None) -> tuple[Path, Path, Any]
 
 def status(
     run_name: str, *, log_dir: str | Path | None = None, refresh: bool | None = None
-) -> list[HostStatus]:
-    """Every host's state: asked of the hosts while the run is running (or ``refresh=True``),
-    else from its run.json. A host that cannot be asked keeps its last recorded state, with
-    ``error`` saying why."""
+) -> list[HostResult]:
+    """Every host's outcome so far: asked of the hosts while the run is running (or
+    ``refresh=True``: then each also has ``log_bytes`` and ``log_mtime``), else from its
+    run.json. A host that cannot be asked keeps its recorded outcome, with ``error`` saying
+    why (after the error it had, if any)."""
     logs, run_dir, record = _record(run_name, log_dir)
     if not (refresh or (refresh is None and record.state == "running")):
-        return [HostStatus.of_record(h) for h in record.hosts]
+        return list(record.hosts)
     ssh = options_from_record(record, logs).ssh
     statuses = blocking(lambda: host_statuses(record, ssh))
     mark_states(run_dir, record, statuses)
@@ -109,7 +109,8 @@ def status(
         if o.value is not None:
             out.append(o.value)
         else:
-            out.append(replace(HostStatus.of_record(h), error=o.error.message if o.error else "?"))
+            why = o.error.message if o.error else "?"
+            out.append(replace(h, error=f"{h.error}; {why}" if h.error else why))
     return out
 
 
@@ -151,7 +152,8 @@ def pull_logs(run_name: str, *, log_dir: str | Path | None = None) -> dict[str, 
     for o in blocking(lambda: sync_logs(run_dir, record, ssh)):
         if o.error:
             print(f"multihost: {o.host.name}: {o.error.message}", file=sys.stderr, flush=True)
-    return {h.host.name: run_dir / h.log for h in record.hosts}
+    logs = record.logs(run_dir)
+    return {h.host.name: logs[h.host.process_id] for h in record.hosts}
 
 
 def pull(

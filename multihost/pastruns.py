@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +18,14 @@ from multihost.model import Host, State
 from multihost.options import RunOptions
 from multihost.runrecord import (
     MANIFEST,
-    HostRecord,
     RecordError,
     RunRecord,
     read_record,
     watch_lock,
     write_record,
 )
-from multihost.runresult import size
-from multihost.stream import classify, fetch_rest, parse_exit
+from multihost.runresult import HostResult, size
+from multihost.stream import classify, code_and_signal, fetch_rest, parse_exit
 from multihost.transport import Connection, HostKeyPolicy, SSHOptions
 
 
@@ -99,52 +98,32 @@ def record_paths(record: RunRecord) -> dict[int, Paths]:
     return {h.process_id: Paths.for_host(h, record.job, record.code_hash) for h in record.fleet}
 
 
-@dataclass(frozen=True)
-class HostStatus:
-    """What a host's state files say right now (``state`` in the one State vocabulary)."""
-
-    host: Host
-    state: State
-    exit_code: int | None
-    started_at: float | None
-    ended_at: float | None
-    stopped_by: str | None
-    log_bytes: int
-    last_line: str
-    log_mtime: float | None = None  # when the log last grew (host clock)
-    error: str | None = None  # why the host could not be asked (its state is then the record's)
-
-    @classmethod
-    def of_record(cls, h: HostRecord) -> HostStatus:
-        """What run.json last recorded for a host."""
-        return cls(
-            h.host, h.state, h.exit_code, h.started_at, h.ended_at, None, 0, h.error or h.last_line
-        )
-
-
-def parse_status(host: Host, text: str) -> HostStatus:
-    """Parse ``status_command`` output."""
+def parse_status(host: Host, text: str) -> HostResult:
+    """A host's outcome as its state files say now (``status_command``'s output), with what
+    only the host knows: its log's size and when it last grew."""
     header, _, last = text.partition("\n")
     if header.strip() == "missing":
-        return HostStatus(host, State.MISSING, None, None, None, None, 0, "")
-    code, started, ended, stopped, _, alive, size, mtime, escaped = (header.split() + ["-"] * 9)[:9]
+        return HostResult(host, State.MISSING, log_bytes=0)
+    code, started, ended, stopped, _, alive, kept, mtime, escaped = (header.split() + ["-"] * 9)[:9]
     exit_info = parse_exit(" ".join((code, started, ended, stopped, escaped)))
-    silent_since = _float(mtime)
+    exit_code = signal = ended_at = None
+    started_at = _float(started)
     if exit_info is None:
         state = State.RUNNING if alive == "yes" else State.VANISHED
-        return HostStatus(
-            host, state, None, _float(started), None, None, _int(size), last.strip(), silent_since
-        )
-    return HostStatus(
+    else:
+        state = classify(exit_info)
+        exit_code, signal = code_and_signal(exit_info, state)
+        started_at, ended_at = exit_info.started_at, exit_info.ended_at
+    return HostResult(
         host,
-        classify(exit_info),
-        None if exit_info.problem else exit_info.code,
-        exit_info.started_at,
-        exit_info.ended_at,
-        exit_info.stopped_by,
-        _int(size),
-        last.strip(),
-        silent_since,
+        state,
+        exit_code=exit_code,
+        signal=signal,
+        started_at=started_at,
+        ended_at=ended_at,
+        last_line=last.strip(),
+        log_bytes=_int(kept),
+        log_mtime=_float(mtime),
     )
 
 
@@ -159,11 +138,11 @@ def _int(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
-async def host_statuses(record: RunRecord, ssh: SSHOptions) -> list[Outcome[HostStatus]]:
+async def host_statuses(record: RunRecord, ssh: SSHOptions) -> list[Outcome[HostResult]]:
     """Ask every host of a run for its state files (unreachable hosts come back as errors)."""
     paths = record_paths(record)
 
-    async def one(conn: Connection) -> HostStatus:
+    async def one(conn: Connection) -> HostResult:
         res = await conn.run(status_command(paths[conn.host.process_id]))
         return parse_status(conn.host, res.stdout.decode(errors="replace"))
 
@@ -175,7 +154,7 @@ async def host_statuses(record: RunRecord, ssh: SSHOptions) -> list[Outcome[Host
 async def sync_logs(run_dir: Path, record: RunRecord, ssh: SSHOptions) -> list[Outcome[int]]:
     """Append to each local log what the host has beyond it; returns bytes fetched per host."""
     paths = record_paths(record)
-    logs = {h.host.process_id: run_dir / h.log for h in record.hosts}
+    logs = record.logs(run_dir)
 
     async def one(conn: Connection) -> int:
         local = logs[conn.host.process_id]
@@ -282,8 +261,9 @@ def _env_lines(stores: list[Outcome[EnvStore]], *, dry: bool) -> list[str]:
     return lines
 
 
-def mark_states(run_dir: Path, record: RunRecord, statuses: list[Outcome[HostStatus]]) -> None:
-    """Record what a refresh learned about finished hosts in run.json."""
+def mark_states(run_dir: Path, record: RunRecord, statuses: list[Outcome[HostResult]]) -> None:
+    """Record what a refresh learned about finished hosts in run.json: how each one that the
+    record still shows running ended, as its state files say."""
     by_pid = {o.host.process_id: o.value for o in statuses if o.value is not None}
     hosts = []
     for h in record.hosts:
@@ -293,6 +273,7 @@ def mark_states(run_dir: Path, record: RunRecord, statuses: list[Outcome[HostSta
                 h,
                 state=st.state,
                 exit_code=st.exit_code,
+                signal=st.signal,
                 started_at=st.started_at,
                 ended_at=st.ended_at,
             )

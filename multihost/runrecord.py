@@ -1,8 +1,10 @@
 """``run.json``: the persisted record of a run — typed, versioned, written atomically.
 
 One pair of functions converts a :class:`RunRecord` to and from JSON; nothing else reads or
-writes the file's dicts. A record from a newer multihost (a higher ``schema``) is refused with
-a message saying so, never half-read.
+writes the file's dicts. Each host's entry is its ``HostResult`` (the one shape of a host's
+outcome) with the record's own two facts: the environment it was launched with and its log's
+file name in the run's directory. A record from a newer multihost (a higher ``schema``) is
+refused with a message saying so, never half-read.
 """
 
 from __future__ import annotations
@@ -43,59 +45,14 @@ class SSHRecord:
 
 
 @dataclass(frozen=True)
-class HostRecord:
-    """One host's part of a run: who it is, where its log is, and how it stands."""
-
-    host: Host
-    state: State
-    log: str
-    env: Mapping[str, str] | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    error: str | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    bytes_sent: int = 0
-    last_line: str = ""
-
-    @classmethod
-    def of(cls, result: HostResult, env: Mapping[str, str] | None) -> HostRecord:
-        """The record of a host's (possibly still running) result."""
-        return cls(
-            host=result.host,
-            state=result.state,
-            log=f"{result.host.file_stem}.log",
-            env=dict(env) if env is not None else None,
-            exit_code=result.exit_code,
-            signal=result.signal,
-            error=result.error,
-            started_at=result.started_at,
-            ended_at=result.ended_at,
-            bytes_sent=result.bytes_sent,
-            last_line=result.last_line,
-        )
-
-    def result(self) -> HostResult:
-        return HostResult(
-            host=self.host,
-            state=self.state,
-            exit_code=self.exit_code,
-            signal=self.signal,
-            error=self.error,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-            bytes_sent=self.bytes_sent,
-            last_line=self.last_line,
-        )
-
-
-@dataclass(frozen=True)
 class RunRecord:
-    """Everything ``attach``, ``status``, ``logs``, ``kill`` and ``clean`` need about a run."""
+    """Everything ``attach``, ``status``, ``logs``, ``kill`` and ``clean`` need about a run.
+    ``hosts``: each host's outcome so far, as the run last wrote it; read back, each one's
+    ``log`` is its local log (under the run's directory) and ``env`` what it was launched with."""
 
     run_name: str
     job: Job
-    hosts: tuple[HostRecord, ...]
+    hosts: tuple[HostResult, ...]
     code_hash: str = ""
     script_dir: str = ""
     fail_fast: bool = True
@@ -125,8 +82,17 @@ class RunRecord:
             return "done"
         return "killed" if all(s is State.KILLED for s in states) else "failed"
 
-    def host(self, process_id: int) -> HostRecord:
+    def host(self, process_id: int) -> HostResult:
         return next(h for h in self.hosts if h.host.process_id == process_id)
+
+    def logs(self, run_dir: Path) -> dict[int, Path]:
+        """Each host's local log by process id: where the record says, in ``run_dir``."""
+        return {h.host.process_id: run_dir / log_name(h) for h in self.hosts}
+
+
+def log_name(h: HostResult) -> str:
+    """The file name of a host's local log in its run's directory."""
+    return h.log.name if h.log is not None else f"{h.host.file_stem}.log"
 
 
 # -- JSON ------------------------------------------------------------------------------------
@@ -141,15 +107,7 @@ def to_json(record: RunRecord) -> dict[str, Any]:
         "fail_fast": record.fail_fast,
         "grace": record.grace,
         "ssh": {**dataclasses.asdict(record.ssh), "config": list(record.ssh.config)},
-        "hosts": [
-            {
-                **{f.name: getattr(h, f.name) for f in dataclasses.fields(HostRecord)},
-                "host": _host_json(h.host),
-                "state": str(h.state),
-                "env": dict(h.env) if h.env is not None else None,
-            }
-            for h in record.hosts
-        ],
+        "hosts": [_host_entry(h) for h in record.hosts],
         "first_failure": record.first_failure,
         "interrupted": record.interrupted,
         "timed_out": record.timed_out,
@@ -157,6 +115,32 @@ def to_json(record: RunRecord) -> dict[str, Any]:
         "env_names": list(record.env_names),
         "staging": dataclasses.asdict(record.staging) if record.staging else None,
     }
+
+
+# A host's entry: who, how it stands, its log's file name and its env, then these fields of
+# its HostResult (the layout and key order every multihost so far writes and reads)
+_OUTCOME = ("exit_code", "signal", "error", "started_at", "ended_at", "bytes_sent", "last_line")
+
+
+def _host_entry(h: HostResult) -> dict[str, Any]:
+    return {
+        "host": _host_json(h.host),
+        "state": str(h.state),
+        "log": log_name(h),
+        "env": dict(h.env) if h.env is not None else None,
+        **{name: getattr(h, name) for name in _OUTCOME},
+    }
+
+
+def _host_of(entry: Mapping[str, Any], run_dir: Path) -> HostResult:
+    host = Host(**_known(Host, entry["host"]))
+    return HostResult(
+        host=host,
+        state=State(entry["state"]),
+        log=run_dir / (entry.get("log") or f"{host.file_stem}.log"),
+        env=entry.get("env"),
+        **{k: v for k, v in entry.items() if k in _OUTCOME},
+    )
 
 
 @functools.lru_cache(maxsize=65536)
@@ -179,8 +163,9 @@ def _known(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-def from_json(data: Mapping[str, Any]) -> RunRecord:
-    """A record from its JSON data; RecordError when it is not one this version can read."""
+def from_json(data: Mapping[str, Any], run_dir: Path = Path()) -> RunRecord:
+    """A record from its JSON data; RecordError when it is not one this version can read.
+    ``run_dir``: where the record was found (each host's ``log`` is there)."""
     schema = data.get("schema", data.get("version"))
     if not isinstance(schema, int):
         raise RecordError("not a multihost run record (no schema)")
@@ -190,17 +175,7 @@ def from_json(data: Mapping[str, Any]) -> RunRecord:
             f"{SCHEMA}): upgrade multihost to use it"
         )
     try:
-        hosts = tuple(
-            HostRecord(
-                **{
-                    **_known(HostRecord, h),
-                    "host": Host(**_known(Host, h["host"])),
-                    "state": State(h["state"]),
-                    "log": h.get("log") or f"{Host(**_known(Host, h['host'])).file_stem}.log",
-                }
-            )
-            for h in data["hosts"]
-        )
+        hosts = tuple(_host_of(h, run_dir) for h in data["hosts"])
         ssh = data.get("ssh") or {}
         return RunRecord(
             run_name=data["run_name"],
@@ -285,7 +260,7 @@ def read_record(run_dir: Path) -> RunRecord:
         raise RecordError(f"not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise RecordError("not a multihost run record")
-    return from_json(data)
+    return from_json(data, run_dir)
 
 
 def private_dir(path: Path) -> Path:

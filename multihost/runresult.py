@@ -42,7 +42,19 @@ def read_result(path: Path) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class HostResult:
-    """How one host's part of a run ended. Every host yields one; none raises."""
+    """One host's outcome in a run: how its part ended, or how it stands while it runs. Every
+    host yields one; none raises. The one shape of it, wherever it comes from; each source
+    fills what it knows and leaves the rest at its default:
+
+    - the run that watched the host (``RunResult.hosts``): ``log``, and ``reported`` at the end;
+    - the run's record (``RunRecord.hosts`` in ``run.json``, rewritten while the run goes on):
+      ``env``, and ``log`` once read back (under the run's directory);
+    - the host's state files, asked later (``multihost.status``, ``multihost status``):
+      ``log_bytes`` and ``log_mtime``. A host that could not be asked is its recorded
+      outcome with ``error`` saying why.
+
+    During a run it is read from the host's mutable ``core.livehost.LiveHost``.
+    """
 
     host: Host
     state: State
@@ -56,6 +68,12 @@ class HostResult:
     log: Path | None = field(default=None, compare=False)  # the local copy of its output
     # its last MULTIHOST_RESULT object, read from ``log`` when the run's results are collected
     reported: Mapping[str, Any] | None = field(default=None, compare=False)
+    # the record's: the environment it was launched with, less the --env values the record
+    # keeps only the names of (RunRecord.env_names); None before it was planned
+    env: Mapping[str, str] | None = field(default=None, compare=False)
+    # asked of the host: its log's size there, and when it last grew (the host's clock)
+    log_bytes: int | None = field(default=None, compare=False)
+    log_mtime: float | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal as signals
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -161,6 +162,23 @@ def classify(exit_info: Exit) -> State:
     if exit_info.stopped_by or 128 < exit_info.code <= 128 + 64:
         return State.KILLED
     return State.FAILED
+
+
+_SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signals.Signals)
+
+
+def code_and_signal(exit_info: Exit, state: State) -> tuple[int | None, int | None]:
+    """The exit code and the signal a host's result shows for its exit: no code when there is
+    none (a ``problem``); a signal only when the host was killed: the one it was stopped with,
+    else N of an exit code 128+N."""
+    code = None if exit_info.problem else exit_info.code
+    if state is not State.KILLED:
+        return code, None
+    stopped = exit_info.stopped_by
+    signal = signals.Signals[f"SIG{stopped}"].value if stopped in _SIGNALS else None
+    if signal is None and code is not None and code > 128:
+        signal = code - 128
+    return code, signal
 
 
 def _last_line(path: Path) -> str:

@@ -25,7 +25,6 @@ def test_exported_names() -> None:
         "HostKeyError",
         "HostLost",
         "HostResult",
-        "HostStatus",
         "InventoryError",
         "Job",
         "MultihostError",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.runrecord import SCHEMA, RecordError, from_json, read_record, to_json
+from multihost.runrecord import SCHEMA, RecordError, dumps, from_json, read_record, to_json
 from tests.clitools import cli, host_logs, manifest, spawn
 from tests.helpers import wait_for
 
@@ -188,6 +188,28 @@ def test_record_round_trip_and_newer_schema(home: Path, code: Path, tmp_path: Pa
     old = {**to_json(record), "version": 1}
     del old["schema"]
     assert dataclasses.replace(from_json(old), schema=record.schema) == record
+    back = from_json(to_json(record), tmp_path / "l" / "rt")
+    assert [h.env for h in back.hosts] == [h.env for h in record.hosts]  # env is not compared
+    assert [h.log for h in back.hosts] == [h.log for h in record.hosts]
+
+
+OLD = Path(__file__).parent / "fixtures" / "runrecord" / "old"  # written by multihost before
+# a host's entry in run.json was its HostResult (a failed host, two stopped by fail-fast)
+
+
+def test_a_record_of_the_previous_layout_reads_and_writes_back_the_same() -> None:
+    record = read_record(OLD)
+    assert record.state == "failed"
+    failed, killed = record.hosts[0], record.hosts[1]
+    assert failed.reason == "exited with code 3"
+    assert failed.last_line == "bad"
+    assert (killed.state, killed.exit_code, killed.signal) == (multihost.State.KILLED, 143, 15)
+    assert killed.error == "stopped by multihost (SIGTERM)"
+    assert killed.env is not None
+    assert killed.env["JAX_PROCESS_ID"] == "1"
+    assert killed.log == OLD / "slice_0000_worker_0001.log"
+    assert record.logs(OLD) == {h.host.process_id: h.log for h in record.hosts}
+    assert dumps(to_json(record)) == (OLD / "run.json").read_text()  # the layout, to the byte
 
 
 @pytest.mark.parametrize("via", ["direct", "peer"])

@@ -3,15 +3,18 @@ as the log streams in and read once when the run's results are collected."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
 from rich.console import Console
 
 from multihost.cli import report
+from multihost.core.livehost import LiveHost
 from multihost.model import Host, State
+from multihost.pastruns import parse_status
 from multihost.runresult import COLUMNS, HostResult, RunResult, host_row, read_result, verdict
-from multihost.stream import LogSink
+from multihost.stream import Exit, LogSink
 
 HOST = Host("10.0.0.1", user="me", port=2222)
 
@@ -127,3 +130,21 @@ def test_pull_totals_count_the_hosts_that_gave_files(tmp_path: Path) -> None:
         f"pulled 6 file(s), 18 B from 3 of 3 host(s) into {tmp_path}; "
         "3 host(s) had problems (above)"
     )
+
+
+def test_a_host_asked_later_is_the_same_outcome_as_one_watched() -> None:
+    """``multihost status`` reads the host's state files into a HostResult by the rule a watched
+    run uses (a killed host's signal: the one it was stopped with, else N of 128+N), with the
+    log's size and age that only the host knows."""
+    stopped = parse_status(HOST, "143 10.0 12.5 TERM 77 no 2048 12.0 0\nTerminated\n")
+    watched = LiveHost(HOST, State.KILLED, exit=Exit(143, 10.0, 12.5, "TERM")).result()
+    assert stopped == dataclasses.replace(watched, last_line="Terminated")
+    assert (stopped.signal, stopped.log_bytes, stopped.log_mtime) == (15, 2048, 12.0)
+    assert parse_status(HOST, "137 1.0 2.0 - 77 no 0 2.0 0\n\n").signal == 9
+    assert parse_status(HOST, "0 1.0 2.0 TERM 77 no 0 2.0 0\n\n").signal is None  # it ended well
+    running = parse_status(HOST, "- 5.0 - - 77 yes 10 6.0 0\nstep 3\n")
+    assert (running.state, running.started_at, running.last_line) == (State.RUNNING, 5.0, "step 3")
+    assert parse_status(HOST, "missing\n").state is State.MISSING
+    row = report.status_row(HOST, stopped, None)
+    assert (row["state"], row["exit"], row["runtime"]) == ("killed", "143 (SIGTERM)", "2.5s")
+    assert report.status_row(HOST, None, "connection refused")["state"] == "unreachable"

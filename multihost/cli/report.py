@@ -12,14 +12,13 @@ from rich.table import Table
 from rich.text import Text
 
 from multihost.cli.terminal import safe_text
-from multihost.model import Host, State
+from multihost.model import Host, State, signal_name
 from multihost.runresult import COLUMNS, HostResult, PullResult, RunResult, Staging, host_row, size
 from multihost.runresult import verdict as run_verdict
 
 if TYPE_CHECKING:
     from multihost.envsync.store import EnvStore
-    from multihost.pastruns import HostStatus
-    from multihost.runrecord import HostRecord, RunRecord
+    from multihost.runrecord import RunRecord
 
 STATE_STYLE = {
     State.DONE: "green",
@@ -203,8 +202,9 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def status_row(host: Host, status: HostStatus | None, error: str | None) -> dict[str, object]:
-    """A row of ``multihost status`` from what the host said (or why it could not)."""
+def status_row(host: Host, status: HostResult | None, error: str | None) -> dict[str, object]:
+    """A row of ``multihost status`` from what the host's state files said (or why it could not
+    be asked)."""
     if status is None:
         return {
             "host": host.name,
@@ -217,8 +217,8 @@ def status_row(host: Host, status: HostStatus | None, error: str | None) -> dict
     end = status.ended_at if status.ended_at is not None else time.time()
     runtime = "" if status.started_at is None else f"{end - status.started_at:.1f}s"
     exit_text = "" if status.exit_code is None else str(status.exit_code)
-    if status.stopped_by:
-        exit_text += f" (SIG{status.stopped_by})"
+    if status.signal is not None:
+        exit_text += f" ({signal_name(status.signal)})"
     silent = ""
     if status.state is State.RUNNING and status.log_mtime is not None:
         silent = _age(max(0.0, time.time() - status.log_mtime))  # host clock: NTP-close
@@ -233,9 +233,9 @@ def status_row(host: Host, status: HostStatus | None, error: str | None) -> dict
     }
 
 
-def record_row(h: HostRecord) -> dict[str, object]:
+def record_row(h: HostResult) -> dict[str, object]:
     """A row of ``multihost status`` from run.json alone: the host's own row."""
-    name, address, state, outcome, runtime, _sent, why = host_row(h.result())
+    name, address, state, outcome, runtime, _sent, why = host_row(h)
     return {
         "host": name,
         "address": address,

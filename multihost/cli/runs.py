@@ -152,7 +152,8 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
     for o in blocking(lambda: pastruns.sync_logs(run_dir, record, options.ssh)):
         if o.error:
             err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
-    hosts = {h.host.name: (h.host, run_dir / h.log) for h in record.hosts}
+    logs = record.logs(run_dir)
+    hosts = {h.host.name: (h.host, logs[h.host.process_id]) for h in record.hosts}
     if args.gather:
         return _gather(list(hosts.values()), args.tail or D.gather_lines, pattern, args.json, err)
     if args.all:

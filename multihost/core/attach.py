@@ -56,6 +56,7 @@ class Attach:
         sup.first_failure = record.first_failure
         sup.env_names = record.env_names
         sup.recorded = record  # the whole run: the hosts not followed are kept as recorded
+        logs = part.logs(sup.log_dir)
         for data, slot in zip(part.hosts, sup.slots.values(), strict=True):
             slot.paths = sup.paths(slot.host)
             slot.env = dict(data.env) if data.env is not None else None
@@ -63,7 +64,7 @@ class Attach:
             if data.state is State.ERROR:  # never launched: nothing to attach to
                 slot.state, slot.error = data.state, data.error
             else:
-                slot.sink = LogSink(slot.host, sup.log_dir / data.log, sup.emit)
+                slot.sink = LogSink(slot.host, logs[slot.host.process_id], sup.emit)
 
     @property
     def log_dir(self) -> Path:

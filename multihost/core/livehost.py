@@ -1,25 +1,26 @@
 """One host's mutable bookkeeping in a run: its state, connection, paths, log and exit; the
-host's frozen ``HostResult`` is read from it."""
+host's frozen ``HostResult`` is read from it (``LiveHost.result``, the one conversion)."""
 
 from __future__ import annotations
 
 import asyncio
-import signal as signals
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from multihost.commands import Paths
 from multihost.launch import Ready, Started
 from multihost.model import Host, State
 from multihost.runresult import HostResult, read_result
-from multihost.stream import Exit, LogSink
+from multihost.stream import Exit, LogSink, code_and_signal
 from multihost.transport import Connection, Shell
-
-_SIGNALS = frozenset(s.name.removeprefix("SIG") for s in signals.Signals)
 
 
 @dataclass
 class LiveHost:
-    """A run's mutable bookkeeping for one host (results are frozen from it at the end)."""
+    """One host's live state during a run, changed in place as the run goes on: its connection,
+    log sink, launch and exit, besides the outcome's own fields. Not an outcome: the outcome is
+    the frozen ``HostResult`` read from it by ``result()`` (for the run's record while it runs,
+    and for the run's result at its end); nothing converts back."""
 
     host: Host
     state: State = State.PENDING
@@ -35,15 +36,10 @@ class LiveHost:
     # a launch sent while preparing, right behind the code (core.prepare), until start takes it
     early: asyncio.Task[Ready] | None = None
 
-    def result(self, *, final: bool = False) -> HostResult:
-        """The host's result so far; ``final``: with the result line read from its log."""
-        code = self.exit.code if self.exit and not self.exit.problem else None
-        signal = None
-        if self.exit and self.state is State.KILLED:
-            stopped = self.exit.stopped_by
-            signal = signals.Signals[f"SIG{stopped}"].value if stopped in _SIGNALS else None
-            if signal is None and code is not None and code > 128:
-                signal = code - 128
+    def result(self, *, final: bool = False, env: Mapping[str, str] | None = None) -> HostResult:
+        """The host's result so far; ``final``: with the result line read from its log;
+        ``env``: the environment the run's record keeps for it."""
+        code, signal = code_and_signal(self.exit, self.state) if self.exit else (None, None)
         return HostResult(
             host=self.host,
             state=self.state,
@@ -55,6 +51,7 @@ class LiveHost:
             bytes_sent=self.bytes_sent,
             last_line=self.sink.last_line if self.sink else "",
             log=self.sink.path if self.sink else None,
+            env=env,
             reported=read_result(self.sink.path)
             if final and self.sink and self.sink.may_have_result
             else None,

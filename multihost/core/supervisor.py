@@ -25,8 +25,8 @@ from multihost.fanout import Outcome, map_hosts
 from multihost.launch import stop
 from multihost.model import Fleet, Host, Job, State
 from multihost.options import RunOptions
-from multihost.runrecord import HostRecord, RunRecord, SSHRecord, write_record
-from multihost.runresult import RunResult, Staging
+from multihost.runrecord import RunRecord, SSHRecord, write_record
+from multihost.runresult import HostResult, RunResult, Staging
 from multihost.transport import Connection
 
 T = TypeVar("T")
@@ -256,7 +256,7 @@ class Supervisor:
             run_name=self.job.run_name,
             job=job,
             env_names=hidden,
-            hosts=tuple(HostRecord.of(s.result(), env(s)) for s in self.slots.values()),
+            hosts=tuple(s.result(env=env(s)) for s in self.slots.values()),
             code_hash=self.code_hash,
             script_dir=str(opts.script_dir.resolve()),
             fail_fast=opts.fail_fast,
@@ -289,7 +289,7 @@ class Supervisor:
         write_record(self.log_dir, record)
 
 
-def _merged(was: tuple[HostRecord, ...], now: tuple[HostRecord, ...]) -> tuple[HostRecord, ...]:
+def _merged(was: tuple[HostResult, ...], now: tuple[HostResult, ...]) -> tuple[HostResult, ...]:
     """The run's hosts in its record's order: those followed now as they are now, the others
     (not followed: ``--workers``) as they were recorded."""
     mine = {h.host.process_id: h for h in now}
