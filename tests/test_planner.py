@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from multihost.cli import build_parser, parse, subparser
+from multihost.defaults import GOOGLE_KEY
 from multihost.errors import SettingError, UsageError
 from multihost.keywords import plan_run
-from multihost.planner import GOOGLE_KEY, Settings, plan
+from multihost.planner import Settings, plan
 from multihost.settings.schema import CONFIGURABLE, SETTINGS, flags_of
 
 
