@@ -4,10 +4,15 @@ A command's parser is built from these groups (``multihost.cli.parser``); the co
 keys are the settings of ``run`` (:data:`SETTINGS`, checked with each one's own type by
 ``multihost.settings.layers``); the API's keywords are their names with underscores.
 
-A new flag: declare a :class:`Flag` here (a fleet flag in ``multihost.settings.fleetflags``),
-put it in the group of the commands that take it (or a new group), and read it by its ``dest``
-in ``multihost.planner``. A flag that a config file may not set says ``setting=False``. Shown
-help differs per command? Use ``FLAG.but(help=...)``, never a second declaration.
+A new flag: declare a :class:`Flag` here (a fleet flag in ``multihost.settings.fleetflags``)
+with its default (or, when other code needs that value too, a field of
+``multihost.defaults.DEFAULTS`` under its ``dest``, which the flag reads by that name), and put
+it in the group of the commands that take it (or a new group). Then one more place, where it
+is read, by its ``dest``: a field of ``RunOptions`` (filled by name), of ``FleetSpec`` or
+``ReachSettings`` (the fleet), or of ``planner.Settings`` (the planner works something out of
+it). A setting only the API takes is a line of :data:`KEYWORDS`. A flag that a config file may
+not set says ``setting=False``. Shown help differs per command? Use ``FLAG.but(help=...)``,
+never a second declaration.
 """
 
 from __future__ import annotations
