@@ -121,9 +121,7 @@ def _not_default(flag: Flag) -> list[str]:
     return [flag.option, "true" if flag.name == "setup" else "7"]
 
 
-def test_a_run_option_is_a_setting_of_its_own_name_or_derived(
-    home: Path, tmp_path: Path
-) -> None:
+def test_a_run_option_is_a_setting_of_its_own_name_or_derived(home: Path, tmp_path: Path) -> None:
     """Schema + one place: a new setting that a run reads is a flag (or a keyword) in the
     schema and a field of RunOptions, filled by its name; only the few DERIVED are worked out
     by the planner."""
