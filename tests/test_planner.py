@@ -130,6 +130,7 @@ def test_a_run_option_is_a_setting_of_its_own_name_or_derived(home: Path, tmp_pa
     base = ["run", "--local", "1", "--cmd", "true", "--script-dir", str(tmp_path)]
     defaults = plan(vars(parse(base))).options
     keyword_defaults = plan_run("true", {"local": 1, "script_dir": tmp_path}).options
+    assert defaults == keyword_defaults  # the flags' defaults are the records' own
     for field in fields(RunOptions):
         if field.name in DERIVED:
             continue
