@@ -146,3 +146,17 @@ def test_a_run_option_is_a_setting_of_its_own_name_or_derived(home: Path, tmp_pa
         assert changed != getattr(defaults, field.name), f"{flag.option} did not reach the run"
         by_keyword = plan_run("true", {"local": 1, "script_dir": tmp_path, field.name: changed})
         assert getattr(by_keyword.options, field.name) == changed, f"{field.name}= did not"
+
+
+def test_a_flag_s_default_is_read_from_defaults_by_its_dest() -> None:
+    """One source of defaults: a flag whose dest names a field of DEFAULTS shows that value,
+    written nowhere else; the one that says ``default=None`` leaves it to the planner."""
+    from multihost.defaults import DEFAULTS
+
+    own = {f.name for f in fields(DEFAULTS)}
+    for dest, flag in RUN_FLAGS.items():
+        if dest in own and dest != "coordinator_port":  # the planner's: a free one with --local
+            assert flag.default == getattr(DEFAULTS, dest), flag.option
+    assert RUN_FLAGS["coordinator_port"].default is None
+    assert Flag("grace", help=None).default == DEFAULTS.grace
+    assert Flag("no-such-default", help=None).default is None
