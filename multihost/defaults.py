@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,10 @@ class Defaults:
 DEFAULTS = Defaults()
 IP_MODES: tuple[str, ...] = ("internal", "external", "auto")  # what --prefix connects to
 GOOGLE_KEY = "~/.ssh/google_compute_engine"  # gcloud's key: what a --prefix fleet's VMs take
+
+
+def given_fields(record: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``values`` named as fields of the dataclass ``record``: what a settings record is
+    made from by name. None is "not given": the field keeps the record's own default."""
+    names = {f.name for f in fields(record)}
+    return {k: v for k, v in values.items() if k in names and v is not None}

@@ -1,34 +1,33 @@
-"""The API's keywords: checked against what the functions accept, layered over a config
-profile, turned into a plan by the one planner; and where a run's events go (``stream=``,
-``on_output=``, ``on_event=``). Used by ``multihost.api``, ``run_sweep`` and ``call``."""
+"""The API's keywords: the schema's settings of ``run`` by their dests, checked, layered over
+a config profile, turned into a plan by the one planner; and where a run's events go
+(``stream=``, ``on_output=``, ``on_event=``). Used by ``multihost.api``, ``run_sweep`` and
+``call``."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
 from multihost.events import Event, Note
-from multihost.options import RunOptions
-from multihost.planner import Plan, Settings, plan
-from multihost.sources import spec_fields
+from multihost.planner import Plan, plan
+from multihost.settings.schema import KEYWORDS, RUN_COMMAND, flags_of
 from multihost.stream import Line
 
 Stream = Literal["all", "host0", "none"]
 OnOutput = Callable[[str, str], None]
 
-_FLEET = spec_fields()  # hosts, local, prefix, project, zone, ip, user
-_JOB = ("remote_dir", "coordinator_port", "megascale_port")
-_OPTIONS = tuple(f.name for f in fields(RunOptions))
-_SSH = ("host_keys", "connect_timeout")  # SSHOptions fields a keyword may set
 _EVENTS = ("on_event", "on_output", "stream")  # where a run's events go: not the plan's
-_OWN = ("env", "run_name", "ssh_config", "profile", *_EVENTS, *_SSH)
-# Every setting of the planner (every flag of `run`: --wait, --no-sync, ...) is a keyword too.
-_SETTINGS = tuple(f.name for f in fields(Settings) if f.name != "cmd")
-ACCEPTED: tuple[str, ...] = tuple(sorted({*_FLEET, *_JOB, *_OPTIONS, *_OWN, *_SETTINGS}))
 _ALIASES = {"excludes": "exclude"}  # a RunOptions field → its setting's name
+_NOT_KEYWORDS = ("cmd", "python")  # the command is run()'s argument; --payload's interpreter
+# Every flag of `run` is a keyword (by its dest: --wait, --no-sync, ...), and the API's own few.
+ACCEPTED: tuple[str, ...] = tuple(
+    sorted(
+        {f.dest for f in flags_of(RUN_COMMAND) if f.dest not in _NOT_KEYWORDS}
+        | {*KEYWORDS, *_EVENTS, *_ALIASES}
+    )
+)
 
 
 def check_options(function: str, given: Mapping[str, object], extra: tuple[str, ...] = ()) -> None:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
-from multihost.planner import Reach
+from multihost.fleetops.reach import Reach
 from multihost.pods import lifecycle, plan, prices, records
 from multihost.pods.plan import PodSpec
 from multihost.pods.records import PodRecord

@@ -8,13 +8,13 @@ import argparse
 from rich.console import Console
 
 from multihost.cli.wiring import note, progress, warn
-from multihost.planner import Reach, reach
+from multihost.fleetops.reach import Reach, reach
 
 
 def reach_args(args: argparse.Namespace, err: Console, *, add_key: bool = False) -> Reach:
     """The fleet the flags name and how to reach it, the source's warnings said; ``add_key``:
     a command that logs in (``hosts --check``) makes sure a --prefix fleet takes the key."""
-    found = reach({**vars(args), "progress": progress(err), "add_key": add_key})
+    found = reach({**vars(args), "progress": progress(err)}, add_key=add_key)
     warn(err, found.warnings)
     note(err, found.notes)
     return found

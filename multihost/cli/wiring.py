@@ -27,9 +27,10 @@ from multihost.options import RunOptions
 from multihost.planner import Plan, plan
 from multihost.runrecord import RunRecord
 from multihost.runresult import RESULT_MARKER, RunResult, payload_lines
-from multihost.settings.checks import log_dir, ssh_config
+from multihost.settings.checks import log_dir
 from multihost.sources import workers
 from multihost.stream import Line
+from multihost.transport.sshconfig import given_config
 
 RESULT_LINE = RESULT_MARKER + " "
 
@@ -258,7 +259,7 @@ def record_options(
     """A recorded run's options: its log dir (``--log-dir``), ``--ssh-config`` over its own."""
     opts = pastruns.options_from_record(record, log_dir(logs), **kw)
     if config is not None:
-        opts = replace(opts, ssh=replace(opts.ssh, config=ssh_config(config)))
+        opts = replace(opts, ssh=replace(opts.ssh, config=given_config(config)))
     return opts
 
 

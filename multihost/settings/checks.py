@@ -1,7 +1,8 @@
 """The planner's checks of single values, each refused in words before anything starts: ports,
-the job's env and text (UTF-8), the ssh config, the log dir and the code dir; and where the
+the job's env and text (UTF-8), the log dir and the code dir; and where the
 log dir and the held-device glob come from. ``multihost.planner`` applies them to a run's
-settings; the CLI reads the log dir and the ssh config through them too.
+settings; the CLI reads the log dir through them too (the ssh config is checked where it is
+read: ``multihost.transport.sshconfig``).
 """
 
 from __future__ import annotations
@@ -64,15 +65,6 @@ def coordinator_port(fleet: Fleet, port: int | None) -> int:
             "leave out --coordinator-port for a free one"
         )
     return port
-
-
-def ssh_config(path: str | Path) -> tuple[Path, ...]:
-    """The ssh config files to read: the one given, which must exist."""
-    found = Path(path).expanduser()
-    if not found.is_file():
-        why = "is a directory, not a file" if found.is_dir() else "does not exist"
-        raise SettingError(f"ssh config {path} {why}")
-    return (found,)
 
 
 def log_dir(given: str | Path | None) -> Path:

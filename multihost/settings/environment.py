@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from multihost.defaults import DEFAULTS as D
 from multihost.settings.flag import Flag, Group
 from multihost.settings.types import command_text
 
@@ -54,7 +53,6 @@ REQUIREMENTS = Flag(
 HOST_UV = Flag(
     "host-uv",
     choices=("auto", "fetch"),
-    default=D.host_uv,
     help="a builder host without uv: auto (the runner's uv binary when it fits the host's "
     "machine and C library, else fetched there), fetch (always fetched on the host with its "
     "own python3 -m pip download uv==VERSION, from the index its pip uses; nothing shipped) "

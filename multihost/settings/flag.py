@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from multihost.defaults import DEFAULTS
+
 Kind = Literal["value", "append", "switch", "bool", "optional"]
 
 GROUPS: dict[str, str] = {
@@ -23,6 +25,16 @@ GROUPS: dict[str, str] = {
 # switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
 
 
+class _ByDest:
+    def __repr__(self) -> str:
+        return "BY_DEST"
+
+
+BY_DEST: Any = _ByDest()
+"""A flag's default when none is given: ``multihost.defaults.DEFAULTS``' field of its dest, if
+there is one (else None); ``default=None`` says "none" even where that field exists."""
+
+
 @dataclass(frozen=True)
 class Flag:
     """One setting as a flag: ``--name``, its value type and default, and its help."""
@@ -30,13 +42,17 @@ class Flag:
     name: str  # the long option without dashes; also its config-file key
     help: str | None
     type: Callable[[str], Any] | None = None
-    default: Any = None
+    default: Any = BY_DEST  # the value in multihost.defaults under the dest's name, if any
     kind: Kind = "value"
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     setting: bool = True  # a key the config files may set (and `multihost config` shows)
     const: Any = None  # kind "optional": the value of the bare flag
     group: str = "launch"  # its heading in --help and the reference: a key of GROUPS
+
+    def __post_init__(self) -> None:
+        if self.default is BY_DEST:  # the one source of defaults, read by name
+            object.__setattr__(self, "default", getattr(DEFAULTS, self.dest, None))
 
     @property
     def option(self) -> str:

@@ -91,7 +91,6 @@ HOST_KEYS = Flag(
 CONNECT_TIMEOUT = Flag(
     "connect-timeout",
     type=positive(float),
-    default=D.connect_timeout,
     metavar="S",
     help="seconds per SSH handshake (default %(default)g s)",
     group="connection",
@@ -99,7 +98,6 @@ CONNECT_TIMEOUT = Flag(
 CONNECT_LIMIT = Flag(
     "connect-limit",
     type=positive(int),
-    default=D.connect_limit,
     metavar="N",
     help="handshakes in flight at once (default %(default)s)",
     group="connection",

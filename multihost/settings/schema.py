@@ -4,10 +4,15 @@ A command's parser is built from these groups (``multihost.cli.parser``); the co
 keys are the settings of ``run`` (:data:`SETTINGS`, checked with each one's own type by
 ``multihost.settings.layers``); the API's keywords are their names with underscores.
 
-A new flag: declare a :class:`Flag` here (a fleet flag in ``multihost.settings.fleetflags``),
-put it in the group of the commands that take it (or a new group), and read it by its ``dest``
-in ``multihost.planner``. A flag that a config file may not set says ``setting=False``. Shown
-help differs per command? Use ``FLAG.but(help=...)``, never a second declaration.
+A new flag: declare a :class:`Flag` here (a fleet flag in ``multihost.settings.fleetflags``)
+with its default (or, when other code needs that value too, a field of
+``multihost.defaults.DEFAULTS`` under its ``dest``, which the flag reads by that name), and put
+it in the group of the commands that take it (or a new group). Then one more place, where it
+is read, by its ``dest``: a field of ``RunOptions`` (filled by name), of ``FleetSpec`` or
+``ReachSettings`` (the fleet), or of ``planner.Settings`` (the planner works something out of
+it). A setting only the API takes is a line of :data:`KEYWORDS`. A flag that a config file may
+not set says ``setting=False``. Shown help differs per command? Use ``FLAG.but(help=...)``,
+never a second declaration.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from multihost.settings.flag import Flag, Group, OneOf
 
 # the fleet's flags, declared in fleetflags, re-exported: the schema stays the one place to look
 from multihost.settings.fleetflags import *  # noqa: F403
-from multihost.settings.fleetflags import fleet
+from multihost.settings.fleetflags import SUBSET, fleet
 from multihost.settings.types import (
     command_text,
     port,
@@ -52,7 +57,6 @@ EXCLUDE = Flag(
 MAX_STAGE_BYTES = Flag(
     "max-stage-bytes",
     type=size,
-    default=D.max_stage_bytes,
     metavar="BYTES",
     help=f"refuse a code dir bigger than this (K/M/G suffixes; default {D.max_stage_bytes >> 30}G)",
     group="staging",
@@ -74,7 +78,6 @@ LOG_DIR = Flag(
 REMOTE_DIR = Flag(
     "remote-dir",
     type=remote_dir,
-    default=D.remote_dir,
     metavar="DIR",
     help="staging base on each host (default %(default)s)",
     group="staging",
@@ -82,7 +85,6 @@ REMOTE_DIR = Flag(
 GRACE = Flag(
     "grace",
     type=positive(float),
-    default=D.grace,
     metavar="S",
     help="seconds between TERM and KILL when stopping (default %(default)g s)",
     group="launch",
@@ -90,6 +92,7 @@ GRACE = Flag(
 COORDINATOR_PORT = Flag(
     "coordinator-port",
     type=port,
+    default=None,  # the planner's: with --local a free port, else DEFAULTS.coordinator_port
     metavar="PORT",
     help=f"JAX coordinator port on host 0 (default {D.coordinator_port}; with --local a free port)",
     group="launch",
@@ -97,7 +100,6 @@ COORDINATOR_PORT = Flag(
 MEGASCALE_PORT = Flag(
     "megascale-port",
     type=port,
-    default=D.megascale_port,
     metavar="PORT",
     help="Megascale port with several slices (default %(default)s)",
     group="launch",
@@ -140,7 +142,6 @@ TRACE = Flag(
 TRACE_AFTER = Flag(
     "trace-after",
     type=seconds,
-    default=D.trace_after,
     metavar="S",
     help="with --trace: start S seconds after the last JAX process began its first step (its "
     "first StepTraceAnnotation; a process that annotates none: S s after its first JAX "
@@ -204,7 +205,6 @@ TIMEOUT = Flag(
 RECONNECT_TIMEOUT = Flag(
     "reconnect-timeout",
     type=positive(float),
-    default=D.reconnect_timeout,
     metavar="S",
     help="seconds to retry a lost host (default %(default)g s)",
     group="connection",
@@ -212,7 +212,6 @@ RECONNECT_TIMEOUT = Flag(
 STAGE_VIA = Flag(
     "stage-via",
     type=stage_via,
-    default=D.stage_via,
     metavar="HOW",
     help="how the code reaches the hosts: auto (direct or peer, by hosts × archive "
     "size), direct (from here to each), peer (once per slice to a seed host, the others "
@@ -223,7 +222,6 @@ STAGE_VIA = Flag(
 STAGE_BUCKET = Flag(
     "stage-bucket",
     type=stage_bucket,
-    default=D.stage_bucket,
     metavar="GS_URL",
     help="a bucket (gs://BUCKET[/PREFIX]) that --stage-via auto uses for an archive over "
     "its threshold, instead of peer staging (default: none)",
@@ -314,3 +312,30 @@ def flags_of(group: Group) -> tuple[Flag, ...]:
 CONFIGURABLE: Group = (*fleet(required=False), *RUN, *RUN_ONLY)  # `multihost config`'s flags
 SETTINGS: dict[str, Flag] = {f.name: f for f in flags_of(CONFIGURABLE) if f.setting}
 """The config files' keys, in the order `multihost config` shows them."""
+
+RUN_COMMAND: Group = (
+    *fleet(),
+    *SUBSET,
+    CMD,
+    *RUN,
+    RUN_NAME,
+    *RUN_ONLY,
+    DRY_RUN,
+    DETACH,
+    PULL,
+    PULL_TO,
+)
+"""Every flag of ``run`` declared here (its parser adds ``--payload`` and a pod's): what a run
+is planned from (``multihost.planner``); their dests are the API's keywords too."""
+
+KEYWORDS: dict[str, str] = {
+    "jax_job": "the command is a JAX job that needs every process: what it is (no --workers)",
+    "ssh": "an SSHOptions to start from (default: by the fleet)",
+    "progress": "a function told how a --wait goes, in words",
+    "stage_timeout": f"seconds to stage code on one host (default {D.stage_timeout:g})",
+    "launch_timeout": f"seconds to start the job on one host (default {D.launch_timeout:g})",
+    "lock_dir": "the project the staged uv.lock was copied from (call)",
+    "stale": "off, warn or kill: accelerator holders (default: by kill_stale and the fleet)",
+    "device_glob": "which device files count as held accelerators (default: by the host)",
+}
+"""The settings only the API takes (no flag: the CLI has no use for them), and what each is."""

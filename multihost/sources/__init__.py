@@ -8,7 +8,7 @@ the :class:`FleetSpec` field that selects it. A new source is a module here, a f
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from multihost.defaults import IP_MODES as IP_MODES  # what --prefix connects to
@@ -124,8 +124,3 @@ def resolve(spec: FleetSpec) -> Found:
         fleet = Fleet(tuple(h.with_user(spec.user) for h in found.fleet))
         found = replace(found, fleet=fleet)
     return found
-
-
-def spec_fields() -> tuple[str, ...]:
-    """The names of :class:`FleetSpec`'s fields (the CLI copies its flags by these names)."""
-    return tuple(f.name for f in fields(FleetSpec))

@@ -22,6 +22,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+
+def given_config(path: str | Path) -> tuple[Path, ...]:
+    """The ssh config files to read: the one given (``--ssh-config``), which must exist."""
+    from multihost.errors import SettingError
+
+    found = Path(path).expanduser()
+    if not found.is_file():
+        why = "is a directory, not a file" if found.is_dir() else "does not exist"
+        raise SettingError(f"ssh config {path} {why}")
+    return (found,)
+
+
 _UNSAFE = {"match", "include", "canonicalizehostname"}
 _PROXY_JUMP = re.compile(r"^\s*proxyjump\b", re.IGNORECASE | re.MULTILINE)
 
