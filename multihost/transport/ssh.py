@@ -22,12 +22,19 @@ from multihost.errors import (
     RemoteError,
 )
 from multihost.model import Host
-from multihost.transport import hops, quickauth, sshconfig
+from multihost.transport import hops, sshconfig
 from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions, write_chunks
 from multihost.transport.oqs import no_search_when_absent
 
 with no_search_when_absent():  # its import would otherwise start 7 processes (transport.oqs)
     import asyncssh
+
+try:  # it reaches into asyncssh: one laid out otherwise goes its own way (quickauth.READ)
+    from multihost.transport.quickauth import arm as _fewer_round_trips
+except ImportError:
+
+    def _fewer_round_trips(conn: asyncssh.SSHClientConnection) -> bool:
+        return False
 
 
 class SSHConnection:
@@ -203,7 +210,7 @@ class _Client(asyncssh.SSHClient):
     """Starts each connection's auth with fewer round trips (``transport.quickauth``)."""
 
     def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
-        quickauth.arm(conn)
+        _fewer_round_trips(conn)
 
 
 class _TrustOnFirstUse(_Client):
