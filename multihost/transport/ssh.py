@@ -1,4 +1,4 @@
-"""Hosts reached over SSH with asyncssh: the only module that imports asyncssh."""
+"""Hosts reached over SSH with asyncssh (its only user, with ``quickauth`` for the auth)."""
 
 from __future__ import annotations
 
