@@ -136,8 +136,7 @@ class _Early:
         if not _keys_first(conn):
             conn.try_next_auth()  # asyncssh's own course: "none" first
             return
-        # no key to sign with after all: "none" next, then as asyncssh goes on from there
-        conn._auth_methods = [_PUBLICKEY, _NONE]
+        conn._auth_methods = [_PUBLICKEY, _NONE]  # no key after all: asyncssh's course
         conn._auth = _SignedFirst(conn, _PUBLICKEY)
 
 
