@@ -1,12 +1,14 @@
 """Public-key auth in one round trip (transport.quickauth), on real sshds: counted through
 benchmarks/netdelay.py's relay, a connect takes 4 round trips (TCP, version, key exchange,
-auth) where asyncssh's own course takes 7; a refused key, an RSA key and a server that takes
-no keys at all end as they do with asyncssh's course, in the same words, without hanging."""
+auth) where asyncssh's own course takes 7 (an agent's key, offered before it is signed: 5); a
+refused key, an RSA key and a server that takes no keys at all end as they do with asyncssh's
+course, in the same words, without hanging."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -183,3 +185,28 @@ def test_a_server_without_key_auth_fails_alike_without_hanging(
     assert quick == stock
     assert quick is not None
     assert quick.startswith("authentication failed: Permission denied for user"), quick
+
+
+def test_an_agent_key_is_offered_before_it_is_signed(
+    ssh_fleet: loopback.Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key held by an agent is offered first (nothing is signed that the server would not
+    take: a confirmation or a touch could be asked for it), in the service request's flight:
+    one round trip more than a key file, two fewer than asyncssh's course."""
+    sock = tmp_path / "agent.sock"
+    with subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL) as agent:
+        try:
+            wait_for(sock.exists, what="the agent's socket")
+            env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+            subprocess.run(["ssh-add", "-q", str(ssh_fleet.key)], check=True, env=env)
+            monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+            options, port = _options(ssh_fleet, tmp_path, ssh_fleet.key)
+            config = options.config[0]  # the agent's key only: no key file, no IdentitiesOnly
+            text = config.read_text().split("Host *")[0]
+            config.write_text(text + "Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n")
+            monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/id_* beside the agent's
+            error, took = _connect(_host0(ssh_fleet), (options, port))
+        finally:
+            agent.terminate()
+    assert error is None
+    assert took == 5
