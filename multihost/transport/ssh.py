@@ -1,4 +1,4 @@
-"""Hosts reached over SSH with asyncssh: the only module that imports asyncssh."""
+"""Hosts reached over SSH with asyncssh (its only user, with ``quickauth`` for the auth)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,13 @@ from multihost.transport.oqs import no_search_when_absent
 
 with no_search_when_absent():  # its import would otherwise start 7 processes (transport.oqs)
     import asyncssh
+
+try:  # it reaches into asyncssh: one laid out otherwise goes its own way (quickauth.READ)
+    from multihost.transport.quickauth import arm as _fewer_round_trips
+except ImportError:
+
+    def _fewer_round_trips(conn: asyncssh.SSHClientConnection) -> bool:
+        return False
 
 
 class SSHConnection:
@@ -199,7 +206,14 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-class _TrustOnFirstUse(asyncssh.SSHClient):
+class _Client(asyncssh.SSHClient):
+    """Starts each connection's auth with fewer round trips (``transport.quickauth``)."""
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        _fewer_round_trips(conn)
+
+
+class _TrustOnFirstUse(_Client):
     """Records an unknown host key; refuses a key that differs from one already recorded."""
 
     def __init__(self, files: Sequence[str], trust_file: Path, alias: str) -> None:
@@ -234,7 +248,7 @@ class _TrustOnFirstUse(asyncssh.SSHClient):
         return True
 
 
-class _Pinned(asyncssh.SSHClient):
+class _Pinned(_Client):
     """Refuses any key but the pinned ones (those are in ``known_hosts``), noting the key
     the host presented so that the refusal can show both fingerprints."""
 
@@ -564,6 +578,8 @@ async def _handshake(
             f"host key not verified: known_hosts file {missing[0]} does not exist; create it, "
             "or use --host-keys accept-new to trust keys on first use",
         )
+    else:
+        kwargs["client_factory"] = _Client
     # Never None: to asyncssh that would mean "check nothing" (``UserKnownHostsFile none``).
     if pin is None:
         kwargs["known_hosts"] = _trusted(files)
