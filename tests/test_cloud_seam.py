@@ -51,7 +51,7 @@ SPAWNERS = {
 # Every module outside the seam that starts a process, and what it starts (none is gcloud).
 SPAWNING = {
     "envsync/__init__.py": "uv (--version, lock)",
-    "job/watching.py": "multihost itself (a detached job watch)",
+    "job/watch/watchers.py": "multihost itself (a detached job watch)",
     "remote/env_probe.py": "uv on the host (runs there, not here)",
     "sources/tpukeys.py": "ssh-keygen (gcloud's key, created as gcloud does)",
     "stage.py": "git (the files to pack)",

@@ -20,7 +20,7 @@ from multihost.errors import UsageError
 from multihost.job import cloud, startup
 from multihost.job.record import JobRecord, JobState, check_name, workers_per_slice
 from multihost.job.submit import startup_script
-from multihost.job.verdict import HostView, Snapshot, Verdict, decide
+from multihost.job.watch.verdict import HostView, Snapshot, Verdict, decide
 from multihost.remote.envsync import BUILD, INSTALL
 
 REC = JobRecord(
