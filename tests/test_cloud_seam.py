@@ -52,7 +52,7 @@ SPAWNERS = {
 SPAWNING = {
     "envsync/request.py": "uv (lock --check)",
     "envsync/uvbin.py": "uv (--version)",
-    "job/watching.py": "multihost itself (a detached job watch)",
+    "job/watch/watchers.py": "multihost itself (a detached job watch)",
     "remote/env_probe.py": "uv on the host (runs there, not here)",
     "sources/tpukeys.py": "ssh-keygen (gcloud's key, created as gcloud does)",
     "stage.py": "git (the files to pack)",

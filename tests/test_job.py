@@ -17,10 +17,10 @@ import pytest
 
 from multihost.cloud.bucket import check_bucket, parse_host_object
 from multihost.errors import UsageError
-from multihost.job import cloud, startup, startup_template
+from multihost.job import cloud, startup
 from multihost.job.record import JobRecord, JobState, check_name, workers_per_slice
 from multihost.job.submit import startup_script
-from multihost.job.verdict import HostView, Snapshot, Verdict, decide
+from multihost.job.watch.verdict import HostView, Snapshot, Verdict, decide
 from multihost.remote.envsync import BUILD, INSTALL
 
 REC = JobRecord(
@@ -156,20 +156,35 @@ ENV_REC = REC.evolve(
 )
 
 
+def _values(text: str) -> dict[str, str]:
+    """The startup script's values by name, as its shell sees them (``set --`` read by sh)."""
+    said = subprocess.run(
+        ["sh", "-c", text.removesuffix(startup.STARTUP.text) + 'printf "%s\\0" "$@"'],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return dict(zip(startup.STARTUP.args, said.split("\0")[:-1], strict=True))
+
+
 @pytest.mark.parametrize("rec", [REC, ENV_REC], ids=["plain", "locked-environment"])
 def test_startup_script_is_clean_sh(rec: JobRecord, tmp_path: Path) -> None:
     text = startup_script(rec)
-    assert "command='python payloads/train.py --x '\"'\"'a b'\"'\"''" in text
-    assert startup_template.TEMPLATE.count(startup_template.VALUES_MARK) == 1
-    assert f"report_exit {startup.FETCH_FAILED}" in startup_template.TEMPLATE
-    assert f"report_exit {startup.ENV_FAILED}" in startup_template.TEMPLATE
-    if rec.env_lock:  # every value quoted once; the run path's own templates, whole
-        assert "env_requirements='a==1\nb'\"'\"'c==2 $x\n'\n" in text
-        assert "env_requirements_bytes=15\n" in text
-        assert shlex.quote(BUILD.text) in text
-        assert shlex.quote(INSTALL.text) in text
+    # the script's own text after its values, given as its arguments, each quoted once
+    assert text.startswith(startup.HEAD + "set -- ")
+    assert text.endswith("\n" + startup.STARTUP.text)
+    assert shlex.quote("python payloads/train.py --x 'a b'") in text
+    assert f"report_exit {startup.FETCH_FAILED}" in startup.STARTUP.text
+    assert f"report_exit {startup.ENV_FAILED}" in startup.STARTUP.text
+    values = _values(text)
+    assert values["command"] == "python payloads/train.py --x 'a b'"
+    if rec.env_lock:  # the run path's own scripts, whole
+        assert values["env_requirements"] == "a==1\nb'c==2 $x\n"
+        assert values["env_requirements_bytes"] == "15"
+        assert values["env_build"] == BUILD.text
+        assert values["env_install"] == INSTALL.text
     else:
-        assert "env_lock=''\n" in text
+        assert values["env_lock"] == ""
+        assert values["env_build"] == ""
     path = tmp_path / "startup.sh"
     path.write_text(text)
     subprocess.run(["sh", "-n", str(path)], check=True)

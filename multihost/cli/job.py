@@ -120,11 +120,11 @@ def _submit(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
 
 
 def _detach(args: argparse.Namespace, err: Console) -> int:
-    from multihost.job import watching
+    from multihost.job.watch import watchers
 
     argv = ["--poll", str(args.poll), "--control-plane-timeout", str(args.control_plane_timeout)]
     argv += ["--keep"] * args.keep + ["--resubmit"] * args.resubmit
-    pid, log = watching.detach(args.name, argv)
+    pid, log = watchers.detach(args.name, argv)
     err.print(
         f"[bold]multihost:[/] watching job {escape(args.name)} in the background (pid {pid}); "
         f"its output: {escape(str(log))}; see it with: multihost job status {escape(args.name)}"
@@ -134,9 +134,9 @@ def _detach(args: argparse.Namespace, err: Console) -> int:
 
 def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = None) -> int:
     from multihost.cloud.retry import PatientGcloud
-    from multihost.job import watching
     from multihost.job.record import load_local
-    from multihost.job.watch import Watcher
+    from multihost.job.watch import watchers
+    from multihost.job.watch.follow import Watcher
 
     fresh = record is not None
     record = record or load_local(args.name)
@@ -147,7 +147,7 @@ def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = No
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     try:
-        with watching.marker(record.name):
+        with watchers.marker(record.name):
             watcher = Watcher(
                 record, gcloud, display, keep=args.keep, poll=args.poll, resubmit=args.resubmit
             )
@@ -172,7 +172,7 @@ def _status(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
 
     from multihost.job import ops
     from multihost.job.record import load_local
-    from multihost.job.watching import watchers
+    from multihost.job.watch.watchers import watchers
 
     st = ops.status(gcloud, load_local(args.name))
     r = st.record
@@ -236,7 +236,7 @@ def _logs(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
     from multihost.cloud.retry import PatientGcloud
     from multihost.job import cloud, ops
     from multihost.job.record import load_local
-    from multihost.job.watch import Watcher
+    from multihost.job.watch.follow import Watcher
 
     host = _parse_host(args.host)
     record = load_local(args.name)

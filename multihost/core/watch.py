@@ -3,6 +3,11 @@ reconnect and resume), a watchdog takes stacks on request or when every host fal
 the police loop applies the stop policy (failure, timeout, hang, interrupt) as hosts end.
 
 All of it runs in one ``asyncio.TaskGroup``: an error in a worker is never dropped.
+
+This watches a run multihost launched over SSH, live, through each host's connection. A
+production job (``multihost job``) is watched elsewhere, by polling its queued resource and
+its bucket from the runner (:mod:`multihost.job.watch`); the two share no code: nothing here
+reaches a bucket, nothing there an SSH connection.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """A job's startup script, rendered: the values one attempt's workers are told, and ``render``.
 
-The script's body is the constant template in multihost.job.startup_template (what each
-worker does, the locked environment included); ``render`` puts the values in front of it as one
-block of quoted assignments. The exit codes below are the ones that body reports.
+The script is the file ``multihost/remote/job_startup.sh`` (what each worker does, the locked
+environment included; its header says its arguments); ``render`` sends its values as its
+arguments, each quoted once, the way every script multihost runs on a host gets its values
+(:func:`multihost.remote.script`). The exit codes below are the ones that script reports.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from multihost.commands import hook_text
 from multihost.defaults import DEFAULTS
-from multihost.job.startup_template import TEMPLATE, VALUES_MARK
+from multihost.remote import load, script
 from multihost.remote.envsync import BUILD, INSTALL, UPLOAD
 from multihost.remote.staging import python_source
 
@@ -21,6 +22,16 @@ FETCH_FAILED = 125  # exit code a worker reports when it could not get the code
 SECRET_FAILED = 123  # ... when it could not read a --secret from Secret Manager
 WORK_DIR_REFUSED = 122  # ... when its work directory is not its own and private
 ENV_FAILED = 121  # ... when it could not get (or, process 0, build) the locked environment
+
+STARTUP = load("job_startup")
+# the first lines of the metadata's script; the values come next, then the body. The values are
+# text, not code: a '$' or a backquote in one (a requirements file, the hook, the run path's
+# scripts) is meant literally, so shellcheck's warning about single quotes does not apply
+HEAD = (
+    "#!/bin/sh\n"
+    "# multihost job startup script (rendered by multihost; values first, body fixed)\n"
+    "# shellcheck disable=SC2016\n"
+)
 
 
 @dataclass(frozen=True)
@@ -63,52 +74,37 @@ def user_env_text(env: Mapping[str, str] | tuple[tuple[str, str], ...]) -> str:
 
 
 def render(values: StartupValues) -> str:
-    """The script for one attempt: the template with its values block filled in."""
-    assigns = {
-        "job": values.job,
-        "attempt": str(values.attempt),
-        "bucket": values.bucket,
-        "code_hash": values.code_hash,
-        "command": values.command,
-        "user_env": user_env_text(values.env),
-        "secrets": " ".join(f"{k}={n}" for k, n in values.secrets),
-        "project": values.project or "",
-        "log_interval": str(values.log_interval),
-        "fetch_tries": str(values.fetch_tries),
-        "coordinator_port": str(values.coordinator_port),
-        "megascale_port": str(values.megascale_port),
-    }
+    """The script for one attempt: its values as its arguments, then its text."""
     e = values.environment or EnvValues("")
-    assigns |= {
-        "env_lock": e.lock,
-        "env_select": e.select,
-        "env_requirements": e.requirements,
-        "env_requirements_bytes": str(len(e.requirements.encode())),
-        "env_wait": str(int(e.wait)),
-        "env_poll": str(e.poll),
-        "uv_url": e.uv_url,
-        "uv_sha256": e.uv_sha256,
-        "uv_version": e.uv_version,
-    }
-    # a requirements file is text, not code: a '$' in it is meant literally
-    block = "".join(
-        ("# shellcheck disable=SC2016\n" if k == "env_requirements" else "")
-        + f"{k}={shlex.quote(v)}\n"
-        for k, v in assigns.items()
+    # the run path's scripts, run by this one as given; none without a locked environment
+    run_path = (python_source("env_probe"), BUILD.text, INSTALL.text, UPLOAD.text)
+    probe, build, install, upload = run_path if e.lock else ("", "", "", "")
+    return HEAD + script(
+        STARTUP,
+        job=values.job,
+        attempt=values.attempt,
+        bucket=values.bucket,
+        code_hash=values.code_hash,
+        command=values.command,
+        user_env=user_env_text(values.env),
+        secrets=" ".join(f"{k}={n}" for k, n in values.secrets),
+        project=values.project or "",
+        log_interval=values.log_interval,
+        fetch_tries=values.fetch_tries,
+        coordinator_port=values.coordinator_port,
+        megascale_port=values.megascale_port,
+        env_lock=e.lock,
+        env_select=e.select,
+        env_requirements=e.requirements,
+        env_requirements_bytes=len(e.requirements.encode()),
+        env_wait=int(e.wait),
+        env_poll=e.poll,
+        uv_url=e.uv_url,
+        uv_sha256=e.uv_sha256,
+        uv_version=e.uv_version,
+        hook=hook_text(),
+        env_probe=probe,
+        env_build=build,
+        env_install=install,
+        env_upload=upload,
     )
-    # the hook, the probe and the run path's templates are code, quoted whole: '$' and
-    # backquotes in them are meant literally
-    code = {"hook": hook_text()}
-    if e.lock:
-        code |= {
-            "env_probe": python_source("env_probe"),
-            "env_build": BUILD.text,
-            "env_install": INSTALL.text,
-            "env_upload": UPLOAD.text,
-        }
-    else:
-        code |= dict.fromkeys(("env_probe", "env_build", "env_install", "env_upload"), "")
-    block += "".join(
-        f"# shellcheck disable=SC2016\n{k}={shlex.quote(v)}\n" for k, v in code.items()
-    )
-    return TEMPLATE.replace(VALUES_MARK, block, 1)

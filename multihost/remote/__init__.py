@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 _SOURCE = re.compile(r"^\. \./(_[a-z_]+\.sh)\n", re.M)
-_ARG = re.compile(r"^([a-z_]+)=\$(?:([1-9])|\{([1-9][0-9])\})\n", re.M)
+_ARG = re.compile(r"^([a-z_][a-z0-9_]*)=\$(?:([1-9])|\{([1-9][0-9])\})\n", re.M)
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,6 @@ def load(name: str) -> Script:
         args.append(m[1])
         at = m.end()
     return Script(name, text, tuple(args))
-
-
-def fragment(name: str) -> str:
-    """The fragment ``_NAME.sh`` as put in place (the job's startup script embeds one)."""
-    return _body(_read(f"_{name}.sh"))
 
 
 STAGE = load("stage")  # b c done: "present", or "absent" and the archive unpacked from stdin

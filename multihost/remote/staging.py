@@ -10,14 +10,12 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from multihost.remote import fragment, load
+from multihost.remote import load
 
-# The seed (seed.sh), its stop (seed_stop.sh), a fetching host (fetch.sh); gs_cp (_gs.sh) as
-# the job's startup script embeds it (multihost.job.startup).
+# The seed (seed.sh), its stop (seed_stop.sh), a fetching host (fetch.sh).
 SEED = load("seed")
 SEED_STOP = load("seed_stop")
 FETCH = load("fetch")
-GS = fragment("gs")
 
 
 @functools.cache

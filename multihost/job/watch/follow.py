@@ -1,8 +1,8 @@
 """``job watch``: poll the queued resource and the bucket until the job's truth is known.
 
 Each poll reads the resource's state and the attempt's objects (two gcloud calls, side by
-side), then ``decide`` (multihost.job.verdict, pure) says what that means; the ``Watcher``
-acts on it: streams the followed log, deletes, resubmits, records the outcome.
+side), then ``decide`` (:mod:`multihost.job.watch.verdict`, pure) says what that means; the
+``Watcher`` acts on it: streams the followed log, deletes, resubmits, records the outcome.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from multihost.job.cloud import GONE_STATES
 from multihost.job.record import JobRecord, JobState
 from multihost.job.startup import ENV_FAILED, FETCH_FAILED, SECRET_FAILED, WORK_DIR_REFUSED
 from multihost.job.submit import startup_script
-from multihost.job.verdict import HostKey, HostView, Snapshot, Verdict, decide
+from multihost.job.watch.verdict import HostKey, HostView, Snapshot, Verdict, decide
 
 A = TypeVar("A")
 B = TypeVar("B")

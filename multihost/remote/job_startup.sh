@@ -1,32 +1,56 @@
-"""The startup script every TPU VM worker of a job runs: a constant POSIX sh template.
-
-The values come first, as one block of quoted assignments (multihost.job.startup ``render``
-puts them at ``VALUES_MARK``); the body below never changes. Per worker, it reads the metadata
-server, fetches and verifies the code (bounded retries), gets the locked environment when the
-job has one (below), runs the command with the environment ``multihost run`` gives, ships its
-log to the bucket every ``log_interval`` seconds and at exit, and at exit writes the exit code
-there.
-
-The locked environment: each worker works out its key as ``run`` does
-(``env_probe.py``); one that has it complete does nothing. Else it looks in the job's bucket
-(``…/multihost/envs/<key>/<sha256>.tar.gz``) and takes the pack from there, sha256-checked,
-with the run path's own INSTALL (gzip, as every bucket's pack). Process 0 (slice 0, worker 0)
-that finds none builds it with the run path's BUILD (fetching the job's uv when its host has
-none) and puts the pack there with UPLOAD; the other workers wait for it, at most ``env_wait``
-seconds, and stop at once when process 0 leaves a ``failed-<job>-<attempt>`` marker beside it.
-A later attempt after a preemption finds the pack in the bucket: it never touches the package index.
-"""
-
-from __future__ import annotations
-
-from multihost.remote.staging import GS
-
-VALUES_MARK = "# @VALUES@\n"
-
-TEMPLATE = (
-    r"""#!/bin/sh
-# multihost job startup script (rendered by multihost; values first, body fixed)
-# @VALUES@
+#!/bin/sh
+# shellcheck source-path=SCRIPTDIR
+# The startup script every TPU VM worker of a job runs (multihost.job.startup sends it as
+# instance metadata: a #!/bin/sh line, its values as arguments, each quoted once, then this text).
+# Arguments: JOB ATTEMPT BUCKET CODE_HASH COMMAND USER_ENV SECRETS PROJECT LOG_INTERVAL
+# FETCH_TRIES COORDINATOR_PORT MEGASCALE_PORT ENV_LOCK ENV_SELECT ENV_REQUIREMENTS
+# ENV_REQUIREMENTS_BYTES ENV_WAIT ENV_POLL UV_URL UV_SHA256 UV_VERSION HOOK ENV_PROBE ENV_BUILD
+# ENV_INSTALL ENV_UPLOAD (USER_ENV: ``export K=V`` lines, evaluated last; SECRETS: KEY=NAME
+# words; PROJECT: "" for gcloud's own; ENV_LOCK "": no locked environment, and the ENV_* and
+# UV_* arguments unused; ENV_REQUIREMENTS: a requirements file's text, "" to build from uv.lock;
+# HOOK: the sitecustomize.py text; ENV_PROBE: env_probe.py's source; ENV_BUILD, ENV_INSTALL,
+# ENV_UPLOAD: the run path's env_build.sh, env_install.sh and env_upload.sh as sent).
+# Per worker, it reads the metadata server, fetches and verifies the code (bounded retries), gets
+# the locked environment when the job has one (below), runs the command with the environment
+# ``multihost run`` gives, ships its log to the bucket every LOG_INTERVAL seconds and at exit,
+# and at exit writes the exit code there (besides the command's own: 122 the work directory
+# refused, 125 no code, 121 no environment, 123 a secret unreadable; multihost.job.startup names
+# them).
+# The locked environment: each worker works out its key as ``run`` does (ENV_PROBE); one that has
+# it complete does nothing. Else it looks in the job's bucket
+# (``.../multihost/envs/<key>/<sha256>.tar.gz``) and takes the pack from there, sha256-checked,
+# with the run path's own ENV_INSTALL (gzip, as every bucket's pack). Process 0 (slice 0, worker
+# 0) that finds none builds it with the run path's ENV_BUILD (fetching the job's uv when its host
+# has none) and puts the pack there with ENV_UPLOAD; the other workers wait for it, at most
+# ENV_WAIT seconds, and stop at once when process 0 leaves a ``failed-<job>-<attempt>`` marker
+# beside it. A later attempt after a preemption finds the pack in the bucket: it never touches
+# the package index.
+job=$1
+attempt=$2
+bucket=$3
+code_hash=$4
+command=$5
+user_env=$6
+secrets=$7
+project=$8
+log_interval=$9
+fetch_tries=${10}
+coordinator_port=${11}
+megascale_port=${12}
+env_lock=${13}
+env_select=${14}
+env_requirements=${15}
+env_requirements_bytes=${16}
+env_wait=${17}
+env_poll=${18}
+uv_url=${19}
+uv_sha256=${20}
+uv_version=${21}
+hook=${22}
+env_probe=${23}
+env_build=${24}
+env_install=${25}
+env_upload=${26}
 set -u
 umask 077
 PATH=$PATH:/usr/local/bin:/usr/bin:/bin:/snap/bin
@@ -132,9 +156,8 @@ fetch() {
   return 1
 }
 
-"""
-    + GS
-    + r"""
+. ./_gs.sh
+
 # The locked environment (see the module's docstring). Sets env_dir; says why not in the log.
 env_dir=
 sync_env() {
@@ -162,8 +185,7 @@ sync_env() {
   waited=0
   while :; do
     listed=$(gcloud storage ls "$prefix" 2>/dev/null) || listed=
-    pack=$(printf '%s
-' "$listed" | grep '/[0-9a-f]*\.tar\.gz$' | head -n 1)
+    pack=$(printf '%s\n' "$listed" | grep '/[0-9a-f]*\.tar\.gz$' | head -n 1)
     if [ -n "$pack" ]; then
       digest=${pack##*/}
       digest=${digest%.tar.gz}
@@ -317,5 +339,3 @@ rc=$?
 : > "$dir/stop-uploads"
 wait "$uploader"
 report_exit "$rc"
-"""
-)
