@@ -210,6 +210,9 @@ def test_a_taken_address_is_one_line_and_nothing_starts(sandbox_env: dict[str, s
     ``up`` says so and how to get out of it, starts nothing, leaves no state dir."""
     port = int(sandbox_env["MULTIHOST_FLEET_PORT"])
     with socket.socket() as other:
+        # an earlier test's connections to that port may linger in TIME_WAIT: only a listener
+        # is what this test is about
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         other.bind(("127.0.0.2", port))
         other.listen()
         res = sandbox(sandbox_env, "up", "--hosts", "2")
