@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -139,6 +140,13 @@ REMOTE_SITES = {
 
 
 def _remote_site(site: Path, packages: tuple[str, ...]) -> None:
+    """Made once for every session and test worker on this machine (one at a time)."""
+    with open(site.with_name(f"{site.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _make_site(site, packages)
+
+
+def _make_site(site: Path, packages: tuple[str, ...]) -> None:
     pins = [f"{name}=={metadata.version(name)}" for name in packages]
     stamp = site / ".multihost-pins"
     if not stamp.is_file() or stamp.read_text() != "\n".join(pins):

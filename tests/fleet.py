@@ -36,6 +36,13 @@ SSHD = "/usr/sbin/sshd"
 # port and user names.
 PORT = int(os.environ.get("MULTIHOST_FLEET_PORT", "2222"))
 USER_PREFIX = os.environ.get("MULTIHOST_FLEET_USER", "mhw")
+# Under pytest-xdist each worker process has a fleet of its own (a test kills every process of
+# its fleet's users): the dir, port and user names above, told apart by the worker's number.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if re.fullmatch(r"gw\d+", _WORKER):
+    DEFAULT_DIR = DEFAULT_DIR.with_name(f"{DEFAULT_DIR.name}-{_WORKER}")
+    PORT += 1000 * (int(_WORKER[2:]) + 1)
+    USER_PREFIX = f"{USER_PREFIX}{_WORKER[2:]}x"
 MAX_HOSTS = 1000
 PER_OCTET = 250  # hosts per /24 of 127.0.0.0/8 (.2 to .251)
 DEAD_ADDRESS = "127.0.0.254"
@@ -557,9 +564,11 @@ def up(n: int, d: Path = DEFAULT_DIR) -> Fleet:
 
 
 def _ensure_users(n: int) -> None:
-    for i in range(n):
-        _ensure_user(i)
-    _unlock_users({user(i) for i in range(n)})
+    # useradd refuses to run while another holds /etc/passwd: one fleet at a time adds users
+    with _locked(Path("/tmp/multihost-fleet-users")):
+        for i in range(n):
+            _ensure_user(i)
+        _unlock_users({user(i) for i in range(n)})
 
 
 def load(d: Path = DEFAULT_DIR) -> Fleet:

@@ -14,6 +14,7 @@ from multihost.commands import JOIN_ENV
 from multihost.diagnose.hook import JOIN, joins
 from multihost.planner import Settings, plan
 from tests.clitools import cli, fleet_run_args, host_logs, no_processes, wait_for
+from tests.helpers import free_port
 
 POD_SCRIPT = Path(__file__).parent / "fixtures" / "pod_script" / "shardings.py"
 SMALL = "-d 64 -b 8 -n 2"  # MaxText's defaults need ~43 GB: small sizes on CPU
@@ -161,6 +162,10 @@ def test_a_pod_script_runs_unmodified_on_a_fleet(  # type: ignore[no-untyped-def
         "JAX_PLATFORMS=cpu",
         "--env",
         "JAX_NUM_CPU_DEVICES=2",
+        # a port of its own: other fleets on this machine (another test worker's) share the
+        # loopback hosts' ports, and a run refuses a busy one
+        "--coordinator-port",
+        str(free_port()),
     ]
     args = fleet_run_args(ssh_fleet, pod_script, logs, "fpod", cmd, n, *env)
     res = cli(args, timeout=300)
