@@ -11,8 +11,9 @@ from multihost.job.record import JobRecord, JobState
 
 
 @dataclass(frozen=True)
-class HostStatus:
-    """One worker of one attempt, from the bucket."""
+class JobWorker:
+    """One worker of one attempt of a job, as its objects in the bucket say (a job's hosts are
+    not reached over SSH: this is not a ``HostResult``)."""
 
     slice_id: int
     worker: int
@@ -31,10 +32,10 @@ class HostStatus:
 class JobStatus:
     record: JobRecord
     resource_state: str | None
-    hosts: tuple[HostStatus, ...]
+    hosts: tuple[JobWorker, ...]
 
 
-def host_statuses(gcloud: Gcloud, record: JobRecord, attempt: int) -> tuple[HostStatus, ...]:
+def host_statuses(gcloud: Gcloud, record: JobRecord, attempt: int) -> tuple[JobWorker, ...]:
     objects = gcloud.objects(record.attempt_prefix(attempt))
     seen: dict[tuple[int, int], dict[str, int]] = {}
     for url, size in objects.items():
@@ -47,7 +48,7 @@ def host_statuses(gcloud: Gcloud, record: JobRecord, attempt: int) -> tuple[Host
     pairs = zip(exited, texts, strict=False)  # an exit object caught empty has no line yet
     codes = {k: int(t) if t.lstrip("-").isdigit() else 255 for k, t in pairs}
     return tuple(
-        HostStatus(s, w, "started" in kinds, codes.get((s, w)), kinds.get("log", 0))
+        JobWorker(s, w, "started" in kinds, codes.get((s, w)), kinds.get("log", 0))
         for (s, w), kinds in sorted(seen.items())
     )
 
