@@ -108,6 +108,13 @@ def test_escaped_daemon_stopped_on_ctrl_c(where: Where, code: Path, tmp_path: Pa
 # A double-forked daemon with an empty environment: no marker a search could find. Only the
 # wrapper's ancestry (a child subreaper) contains it.
 UNMARKED = "sh -c 'env -i setsid sleep {n} </dev/null >/dev/null 2>&1 &'"
+# the same daemon, and the job goes on only once it has left the job's session (it touches
+# ``escaped`` after setsid): a job that ends at once would otherwise take a daemon not yet
+# escaped down with its process group, and there would be nothing escaped to report
+ESCAPED = (
+    "sh -c 'env -i setsid sh -c \"touch escaped; exec sleep {n}\" </dev/null >/dev/null 2>&1 &'"
+    "; until [ -e escaped ]; do sleep 0.05; done"
+)
 
 
 def _sleeping(n: int) -> list[int]:
@@ -129,7 +136,7 @@ def test_unmarked_double_forked_daemon_stopped_at_the_end(
 ) -> None:
     n = 3000 + os.getpid() % 997  # unique to this test process
     logs = tmp_path / "logs"
-    cmd = f'{UNMARKED.format(n=n)}; echo up; [ "$JAX_PROCESS_ID" = 1 ] && exit 3; sleep 60'
+    cmd = f'{ESCAPED.format(n=n)}; echo up; [ "$JAX_PROCESS_ID" = 1 ] && exit 3; sleep 60'
     res = run_measured(where.args(code, logs, "unm", cmd), timeout=60)
     assert res.returncode == 1, res.stderr
     assert "process(es) that had left the job's process group" in res.stderr
