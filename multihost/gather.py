@@ -14,12 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.model import Host, fold
-
-
-def host_ranges(hosts: Sequence[Host]) -> str:
-    """``s0/w0-2,s1/w0-3``: hosts written compactly, slice by slice, in order."""
-    return fold((h.slice_id, h.worker_id) for h in hosts)
+from multihost.model import Host, host_ranges
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,11 @@ def fold(pairs: Iterable[tuple[int, int]]) -> str:
     return ",".join(f"s{s}/w{r}" for s, workers in by_slice.items() for r in spans(workers))
 
 
+def host_ranges(hosts: Sequence[Host]) -> str:
+    """``s0/w0-2,s1/w0-3``: hosts written compactly, slice by slice, in order."""
+    return fold((h.slice_id, h.worker_id) for h in hosts)
+
+
 def signal_name(number: int) -> str:
     """``SIGKILL`` for 9; ``signal 77`` for a number with no name here."""
     try:

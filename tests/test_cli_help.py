@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import pexpect
 import pytest
 
-from multihost.cli import build_parser
+from multihost.cli import COMMANDS, build_parser
 from multihost.cli.examples import EXAMPLES
+from multihost.cli.parser import BUILDERS
 from multihost.settings import schema as s
 from multihost.settings.flag import GROUPS
 from tests.test_cli_terminal import REPO, screen
@@ -30,6 +31,10 @@ def commands(
                 yield from commands(sub, (*path, name))
 
 
+def defaults(parser: argparse.ArgumentParser) -> dict[str, object]:
+    return {a.dest: a.default for a in parser._actions}
+
+
 ALL = list(commands(build_parser()))
 TITLES = set(GROUPS.values())
 
@@ -38,6 +43,22 @@ def test_every_command_is_seen() -> None:
     words = {" ".join(path) for path, _ in ALL}
     assert {"run", "pull", "logs", "job", "job submit", "job logs", "sweep"} <= words
     assert words == set(EXAMPLES)
+
+
+def test_a_command_s_parser_built_alone_is_the_same_as_in_the_whole() -> None:
+    """``multihost NAME`` builds only NAME's builder (start-up CPU): each builder adds exactly
+    the commands it names, in ``--help``'s order, together every command there is, and each
+    command's help and defaults are the same either way."""
+    words = [path[0] for path, _ in ALL if len(path) == 1]
+    assert [name for names, _ in BUILDERS for name in names] == words
+    assert sorted(words) == sorted(COMMANDS)
+    whole = dict(ALL)
+    for names, _ in BUILDERS:
+        alone = dict(commands(build_parser(names[0])))
+        assert sorted(path[0] for path in alone if len(path) == 1) == sorted(names)
+        for path, parser in alone.items():
+            assert parser.format_help() == whole[path].format_help(), path
+            assert defaults(parser) == defaults(whole[path]), path
 
 
 @pytest.mark.parametrize(("path", "parser"), ALL, ids=[" ".join(p) for p, _ in ALL])

@@ -20,8 +20,7 @@ from multihost.diagnose.stacks import (
     normalize,
     parse_dump,
 )
-from multihost.gather import host_ranges
-from multihost.model import Host
+from multihost.model import Host, host_ranges
 from tests.helpers import wait_for
 
 PROGRAM = """\

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.gather import Output, Segment, gather, host_ranges, read_tail, render
-from multihost.model import Host
+from multihost.gather import Output, Segment, gather, read_tail, render
+from multihost.model import Host, host_ranges
 from tests.clitools import REPO, cli
 
 

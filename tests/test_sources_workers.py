@@ -10,8 +10,7 @@ import pytest
 
 from multihost.commands import host_env
 from multihost.errors import UsageError
-from multihost.gather import host_ranges
-from multihost.model import Fleet, Host, Job
+from multihost.model import Fleet, Host, Job, host_ranges
 from multihost.sources.workers import parse, select
 from tests.clitools import cli
 

@@ -5,7 +5,6 @@ declares schema flags under their headings. No rich here: ``--help`` stays light
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import sys
 from collections.abc import Sequence
@@ -51,6 +50,8 @@ class Parser(argparse.ArgumentParser):
                 continue
             name = tok.split("=", 1)[0]
             if name not in self._option_string_actions:
+                import difflib  # only to word a mistake
+
                 close = difflib.get_close_matches(name, list(self._option_string_actions), 1, 0.75)
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 self.error(f"unknown option {name}{hint}")

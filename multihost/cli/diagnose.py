@@ -15,7 +15,7 @@ from multihost.cli.wiring import chosen_hosts, record_options
 from multihost.diagnose.collect import take
 from multihost.diagnose.stacks import StackReport
 from multihost.errors import UsageError
-from multihost.gather import host_ranges
+from multihost.model import host_ranges
 from multihost.settings.checks import log_dir
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from multihost.bundled import PAYLOADS
 from multihost.cli.args import Parser, add, command
 from multihost.cli.job_args import add_job_parser
-from multihost.cli.pods_args import add_pod_parsers, add_run_pod_flags
-from multihost.cli.run_args import add_run_commands
+from multihost.cli.pods_args import POD_COMMANDS, add_pod_parsers, add_run_pod_flags
+from multihost.cli.run_args import RUN_COMMANDS, add_run_commands
 from multihost.defaults import DEFAULTS as D
 from multihost.settings import schema as s
 from multihost.settings.types import positive
@@ -62,7 +62,10 @@ class Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only`` (a command's name), only that command's parser is built
+    below the top one (with the commands built alongside it): building every command's flags
+    costs more start-up CPU than a run's own parsing."""
     parser = Parser(
         prog="multihost",
         description="Run one command on every host of a multi-host accelerator job, all at once.",
@@ -70,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=Version)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for names, build in BUILDERS:
+        if only is None or only in names:
+            build(sub)
+    return parser
+
+
+def _run(sub: Any) -> None:
     run = command(sub, "run", "stage code and run a command on every host at once")
     add(run, *s.fleet(), *s.SUBSET)
     what = run.at("launch").add_mutually_exclusive_group(required=True)
@@ -85,11 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
     add(run, s.PULL, s.PULL_TO)
     add_run_pod_flags(run)
 
+
+def _config(sub: Any) -> None:
     config = command(
         sub, "config", "the defaults in effect: config files, a --profile, flags; and where from"
     )
     add(config, *s.CONFIGURABLE, s.JSON.but(help="JSON instead of TOML-like lines"))
 
+
+def _fleet_commands(sub: Any) -> None:
     hosts = command(sub, "hosts", "print the resolved fleet (and --check each host)")
     add(hosts, *s.fleet(), *s.SUBSET, s.JSON)
     hosts.at("connection").add_argument(
@@ -123,8 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         *s.fleet(),
         *s.SUBSET,
     )
-    add_run_commands(sub)
-    _sweep(command(sub, "sweep", "run a command over a grid of configs and rank them"))
+
+
+def _runs(sub: Any) -> None:
     add(command(sub, "ls", "runs under the log dir"), s.LOG_DIR, s.JSON)
     clean = command(
         sub,
@@ -145,12 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="say what would be removed (asks the hosts which environments would go)"
         ),
     )
-    add_job_parser(sub)
-    add_pod_parsers(sub)
-    return parser
 
 
-def _sweep(sweep: Parser) -> None:
+def _sweep(sub: Any) -> None:
+    sweep = command(sub, "sweep", "run a command over a grid of configs and rank them")
     add_run_pod_flags(sweep)
     add(
         sweep,
@@ -207,6 +220,19 @@ def _sweep(sweep: Parser) -> None:
     )
 
 
+# Each builder and the commands it adds, in the order ``multihost --help`` lists them.
+BUILDERS: tuple[tuple[tuple[str, ...], Callable[[Any], None]], ...] = (
+    (("run",), _run),
+    (("config",), _config),
+    (("hosts", "envs", "kill-stale", "forget"), _fleet_commands),
+    (RUN_COMMANDS, add_run_commands),
+    (("sweep",), _sweep),
+    (("ls", "clean"), _runs),
+    (("job",), add_job_parser),
+    (POD_COMMANDS, add_pod_parsers),
+)
+
+
 def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     """The parser of ``multihost NAME``."""
     for action in parser._actions:
@@ -255,14 +281,15 @@ def apply(resolved: Resolved, parsers: Iterable[argparse.ArgumentParser]) -> Non
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """The command line, with the config files' values as the defaults (``args.config``)."""
-    parser = build_parser()
     command, profile, script_dir = argv_hints(argv)
+    known = command is not None and any(command in names for names, _ in BUILDERS)
+    parser = build_parser(command if known else None)  # a typo or none: every command, to list
     resolved = None
     if command in CONFIGURED:
         from multihost.settings.layers import Resolved
 
         resolved = Resolved.load(Path(script_dir or "."), profile)
-        apply(resolved, [subparser(parser, name) for name in CONFIGURED])
+        apply(resolved, [subparser(parser, command)])
     args = parser.parse_args(argv)
     if resolved is not None:
         for key, value in resolved.source_for(vars(args)).items():

@@ -78,7 +78,11 @@ def labelled_flags(p: Parser) -> None:
     cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
 
 
+POD_COMMANDS = ("up", "down", "pods", "gc", "autodown")
+
+
 def add_pod_parsers(sub: Any) -> None:
+    """The commands on a pod (:data:`POD_COMMANDS`)."""
     up = command(
         sub, "up", "create a pod (a queued resource) and wait until every worker accepts SSH"
     )

@@ -39,7 +39,11 @@ def run_command(
     return p
 
 
+RUN_COMMANDS = ("attach", "status", "logs", "pull", "stack", "trace", "kill")
+
+
 def add_run_commands(sub: Any) -> None:
+    """The commands on one recorded run (:data:`RUN_COMMANDS`)."""
     attach = run_command(sub, "attach", "follow a run again from where the local logs end")
     add(attach, s.STREAM, s.RECONNECT_TIMEOUT)
     attach.at("launch").add_argument(

@@ -26,8 +26,8 @@ from multihost.cli.wiring import (
 from multihost.core import Attach, Stop
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
-from multihost.gather import gather, host_ranges, read_tail, render
-from multihost.model import Host, State
+from multihost.gather import gather, read_tail, render
+from multihost.model import Host, State, host_ranges
 from multihost.settings.checks import log_dir
 from multihost.stream import MAX_LINE
 

@@ -3,6 +3,7 @@ signals' policy, the summary and exit code."""
 
 from __future__ import annotations
 
+import functools
 import resource
 import shlex
 import signal
@@ -10,16 +11,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
-from rich.live import Live
 
-from multihost import pastruns
 from multihost.bridge import Interrupt, blocking
 from multihost.cli import report, terminal
 from multihost.cli.output import stdout
-from multihost.cli.progress import TransferView
 from multihost.core import Attach, Run
 from multihost.events import Event, HostEvent, Note, Transfer
 from multihost.model import Fleet, Host, State
@@ -31,6 +29,11 @@ from multihost.settings.checks import log_dir
 from multihost.sources import workers
 from multihost.stream import Line
 from multihost.transport.sshconfig import given_config
+
+if TYPE_CHECKING:  # drawn only on a terminal: imported when a live status line starts
+    from rich.live import Live
+
+    from multihost.cli.progress import TransferView
 
 RESULT_LINE = RESULT_MARKER + " "
 
@@ -81,9 +84,21 @@ class Display:
         self.quiet = False  # stdout went away (a closed pipe): stop writing host lines
         self._prefixes: dict[int, str] = {}  # process id -> its rendered prefix (a terminal)
         self.tty = self.out.is_terminal
-        self.staging = TransferView("staging code", len(fleet))  # drawn only while live
-        self.pulling = TransferView("pulling", len(fleet), per_host=True)  # after the run: pull=
         self._drawn = 0.0  # when a transfer last asked for a redraw
+
+    @functools.cached_property
+    def staging(self) -> TransferView:
+        """The code's staging, drawn only while the status line is live."""
+        from multihost.cli.progress import TransferView
+
+        return TransferView("staging code", len(self.hosts))
+
+    @functools.cached_property
+    def pulling(self) -> TransferView:
+        """After the run, ``pull=``'s transfers, drawn only while the status line is live."""
+        from multihost.cli.progress import TransferView
+
+        return TransferView("pulling", len(self.hosts), per_host=True)
 
     @property
     def live_console(self) -> Console | None:
@@ -103,6 +118,8 @@ class Display:
             if self.live is not None:
                 self.live.refresh()
         elif isinstance(event, Transfer):
+            if self.live is None:  # no status line to draw it in
+                return
             (self.pulling if event.what == "pull" else self.staging).update(event)
             now = time.monotonic()
             if self.live is not None and (now - self._drawn >= 0.1 or event.finished):
@@ -186,6 +203,8 @@ def execute_run(
     async def go() -> RunResult:
         console = display.live_console
         if console is not None:
+            from rich.live import Live
+
             with Live(
                 get_renderable=display.status,
                 console=console,
@@ -257,6 +276,8 @@ def record_options(
     record: RunRecord, logs: str | Path | None, config: str | Path | None, **kw: object
 ) -> RunOptions:
     """A recorded run's options: its log dir (``--log-dir``), ``--ssh-config`` over its own."""
+    from multihost import pastruns  # a past run's record (its env store comes with it)
+
     opts = pastruns.options_from_record(record, log_dir(logs), **kw)
     if config is not None:
         opts = replace(opts, ssh=replace(opts.ssh, config=given_config(config)))

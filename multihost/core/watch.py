@@ -21,9 +21,8 @@ from multihost.core.livehost import LiveHost
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, RunDirGone
-from multihost.gather import host_ranges
 from multihost.launch import stop
-from multihost.model import State
+from multihost.model import State, host_ranges
 from multihost.stream import Follower, classify
 
 if TYPE_CHECKING:

@@ -11,8 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from multihost.gather import host_ranges
-from multihost.model import Host
+from multihost.model import Host, host_ranges
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')

@@ -10,11 +10,9 @@ import hashlib
 import os
 import re
 import subprocess
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.envsync.uvbin import uv_binary
 from multihost.errors import SettingError, UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -97,6 +95,8 @@ def request(
     check_lock(lock_dir or script_dir)
     data = lock.read_bytes()
     digest = hashlib.sha256(data + "\0".join(selection.flags()).encode()).hexdigest()
+    import tomllib  # only with a uv.lock to read
+
     try:
         meta = tomllib.loads(project.read_text())
         locked = tomllib.loads(data.decode())
@@ -137,6 +137,8 @@ def _from_requirements(
 
 def check_lock(script_dir: Path) -> None:
     """A lock out of date with pyproject.toml: exit 2 before anything starts."""
+    from multihost.envsync.uvbin import uv_binary  # only with a uv.lock to check
+
     uv = uv_binary()
     if uv is None:
         return  # nothing here to check with; the builder's frozen sync uses the lock as is

@@ -15,8 +15,7 @@ from dataclasses import replace
 
 from multihost.errors import KeyRefused
 from multihost.fleetops.reachable import Reached
-from multihost.gather import host_ranges
-from multihost.model import Fleet
+from multihost.model import Fleet, host_ranges
 from multihost.sources import CloudFound
 from multihost.sources.tpu import node_name
 from multihost.sources.tpukeys import GOOGLE_KEY, KeyAdded, add_key, default_user

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from multihost.errors import ConnectError, HostKeyError
 from multihost.fanout import map_hosts
-from multihost.gather import host_ranges
-from multihost.model import Fleet, Host
+from multihost.model import Fleet, Host, host_ranges
 from multihost.transport import SSHOptions, connect
 
 

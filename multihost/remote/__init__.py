@@ -15,7 +15,7 @@ import functools
 import re
 import shlex
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 _SOURCE = re.compile(r"^\. \./(_[a-z_]+\.sh)\n", re.M)
 _ARG = re.compile(r"^([a-z_][a-z0-9_]*)=\$(?:([1-9])|\{([1-9][0-9])\})\n", re.M)
@@ -32,7 +32,7 @@ class Script:
 
 
 def _read(name: str) -> str:
-    return resources.files(__name__).joinpath(name).read_text()
+    return Path(__file__).with_name(name).read_text()  # a file of the installed package
 
 
 def _body(text: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -224,6 +223,8 @@ def load_inventory(path: Path) -> Fleet:
         raise InventoryError(f"cannot read inventory {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise InventoryError(f"{path}: not a text file: {exc}") from None
+    import tomllib  # only for an inventory file
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
