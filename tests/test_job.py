@@ -173,8 +173,11 @@ def test_startup_script_is_clean_sh(rec: JobRecord, tmp_path: Path) -> None:
     assert text.startswith(startup.HEAD + "set -- ")
     assert text.endswith("\n" + startup.STARTUP.text)
     assert shlex.quote("python payloads/train.py --x 'a b'") in text
-    assert f"report_exit {startup.FETCH_FAILED}" in startup.STARTUP.text
-    assert f"report_exit {startup.ENV_FAILED}" in startup.STARTUP.text
+    # the exit codes the watch names are the ones the script reports (kept in two languages)
+    assert f"report_exit {startup.FETCH_FAILED}\n" in startup.STARTUP.text
+    assert f"report_exit {startup.WORK_DIR_REFUSED}\n" in startup.STARTUP.text
+    assert f"|| report_exit {startup.ENV_FAILED}\n" in startup.STARTUP.text
+    assert f"read_secrets || exit {startup.SECRET_FAILED};" in startup.STARTUP.text
     values = _values(text)
     assert values["command"] == "python payloads/train.py --x 'a b'"
     if rec.env_lock:  # the run path's own scripts, whole
