@@ -445,9 +445,12 @@ def test_a_job_that_ends_during_the_capture_keeps_its_trace(
 ) -> None:
     logs, stop = tmp_path / "logs", tmp_path / "stop"
     stop.mkdir()
-    # each host's job stops itself 1 s after its process started tracing: 1 s of a 5 s capture
+    # the jobs stop 1 s after both processes started tracing: 1 s of a 5 s capture (both: on a
+    # loaded machine one may start its capture more than 1 s after the other)
     cmd = (
         f"(until ls $MULTIHOST_STACK_DIR/*.started >/dev/null 2>&1; do sleep 0.1; done; "
+        f"touch {stop}/started-$MULTIHOST_WORKER_ID; "
+        f"until [ $(ls {stop} | grep -c started-) -ge 2 ]; do sleep 0.1; done; "
         f"sleep 1; touch {stop}/stop) & python stepper.py"
     )
     res = cli(

@@ -32,9 +32,11 @@ def sandbox_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Its own state dir (in /tmp: the fleet's users read the fleet dir beside it), port and
     user names, so it runs beside the session's fleet."""
     state = Path(f"/tmp/multihost-sandbox-test-{os.getpid()}")
-    port = int(os.environ.get("MULTIHOST_FLEET_PORT", "2222")) + 400
-    users = os.environ.get("MULTIHOST_FLEET_USER", "mhw") + "sb"
-    env = dict(os.environ) | {
+    # beside this process's fleet (under pytest-xdist, its worker's): the sandbox is told its
+    # port and users outright, not as a worker, which would move them again
+    port = loopback.PORT + 400
+    users = loopback.USER_PREFIX + "sb"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"} | {
         "MULTIHOST_SANDBOX_DIR": str(state),
         "MULTIHOST_FLEET_PORT": str(port),
         "MULTIHOST_FLEET_USER": users,
