@@ -76,7 +76,15 @@ def test_sigkilled_runner_leaves_no_watchers(ssh_fleet, code: Path, tmp_path: Pa
     # them any more (GNU tail sees its pipe close; the watch loop also checks for its parent).
     logs = tmp_path / "logs"
     proc = spawn(_args(ssh_fleet, code, logs, "quiet", "sleep 30", n=2))
-    wait_for(lambda: len(_watchers(ssh_fleet)) >= 2, 30, "the watchers to start")
+
+    def watching() -> bool:  # this run's: an earlier test's watchers may still be exiting
+        record = logs / "quiet" / "run.json"
+        running = record.exists() and all(
+            h["state"] == "running" for h in manifest(logs, "quiet")["hosts"]
+        )
+        return running and len(_watchers(ssh_fleet)) >= 2
+
+    wait_for(watching, 30, "the run's watchers to start")
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     wait_for(lambda: not _watchers(ssh_fleet), 5, "the remote watchers to exit")
