@@ -63,11 +63,15 @@ while [ -n "$left" ]; do
   now=$(date +%s)
   rest=
   for p in $left; do
+    # alive or not is read before the answers: a process that writes its answer as it exits
+    # (the job ended during the capture) is gone only if it had none before it went
+    alive=1
+    [ -d "/proc/$p" ] || alive=0
     if [ -e "$d/$p.$capture.done" ]; then
       printf 'done %s %s\n' "$p" "$(cat "$d/$p.$capture.done")"
     elif [ -e "$d/$p.$capture.error" ]; then
       printf 'error %s %s\n' "$p" "$(head -c 500 "$d/$p.$capture.error")"
-    elif ! [ -d "/proc/$p" ]; then
+    elif [ "$alive" = 0 ]; then
       printf 'gone %s\n' "$p"
     elif [ "$now" -ge "$deadline" ]; then
       if [ -e "$d/$p.$capture.started" ]; then
