@@ -476,8 +476,7 @@ def test_a_job_that_ends_during_the_capture_keeps_its_trace(
         timeout=180,
     )
     assert res.returncode == 0, res.stderr
-    assert "the job ended" in res.stderr
-    assert "into the 5 s capture" in res.stderr
+    assert "into the 5 s capture" in res.stderr, res.stderr + res.stdout
     summary = json.loads(next((logs / "cut" / "traces").glob("*/summary.json")).read_text())
     for h in summary["hosts"]:
         assert h["ok"], h
