@@ -133,7 +133,7 @@ class Display:
                 style=style,
                 markup=False,
                 highlight=False,
-                soft_wrap=False,
+                soft_wrap=not console.is_terminal,  # a pipe or a log file: whole lines
             )
 
     def _host_line(self, event: Line) -> None:
