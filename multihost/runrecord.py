@@ -119,7 +119,16 @@ def to_json(record: RunRecord) -> dict[str, Any]:
 
 # A host's entry: who, how it stands, its log's file name and its env, then these fields of
 # its HostResult (the layout and key order every multihost so far writes and reads)
-_OUTCOME = ("exit_code", "signal", "error", "started_at", "ended_at", "bytes_sent", "last_line")
+_OUTCOME = (
+    "exit_code",
+    "signal",
+    "error",
+    "started_at",
+    "ended_at",
+    "bytes_sent",
+    "last_line",
+    "cause",
+)
 
 
 def _host_entry(h: HostResult) -> dict[str, Any]:

@@ -61,6 +61,9 @@ class HostResult:
     exit_code: int | None = None
     signal: int | None = None
     error: str | None = None
+    # why, when the host's end says more than its exit: a JAX job's coordination service
+    # aborting it, naming the host at fault (multihost.diagnose.jaxfaults); the exit stays above
+    cause: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
     bytes_sent: int = 0
@@ -98,9 +101,14 @@ class HostResult:
 
     @property
     def reason(self) -> str:
-        """One line saying why this host did not succeed (empty when it did)."""
-        if self.error:
-            return self.error
+        """One line saying why this host did not succeed (empty when it did): its ``cause``
+        first when there is one, then how it ended."""
+        ended = self.error or self._ended()
+        if self.cause:
+            return f"{self.cause}; {ended}" if ended else self.cause
+        return ended
+
+    def _ended(self) -> str:
         if self.signal is not None:
             killed = f"killed by signal {self.signal} ({signal_name(self.signal)})"
             if self.exit_code == 128 + self.signal:  # what a shell reports for such a child
