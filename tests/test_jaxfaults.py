@@ -22,8 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from multihost.core.supervisor import Supervisor
+from multihost.core.watch import explain_jax
 from multihost.diagnose.jaxfaults import Fault, explain, find_fault, read_fault
-from multihost.model import Host, State
+from multihost.model import Fleet, Host, Job, State
+from multihost.options import RunOptions
 from multihost.runrecord import _host_entry, _host_of
 from multihost.runresult import HostResult, host_row
 
@@ -105,8 +108,10 @@ def test_the_host_at_fault_is_named_on_every_aborted_host() -> None:
     assert gone[0] == "stopped answering as the JAX job's coordinator (JAX process 0)"
     assert gone[1].startswith("aborted by JAX's coordination service because of s0/w0:")
     assert explain({}, NAMES) == explain({0: None}, NAMES) == {}
-    # a task with no host in the run (a program's own ids) is named as JAX's
-    assert "because of JAX process 7" in explain({0: Fault("heartbeat", (7,))}, {0: "s0/w0"})[0]
+    # a task with no host in the run (a program's own ids) is named as JAX's, and on no row
+    odd = explain({0: Fault("heartbeat", (7,))}, {0: "s0/w0"})
+    assert set(odd) == {0}
+    assert "because of JAX process 7" in odd[0]
 
 
 def test_a_job_that_never_formed_names_who_did_not_join_when_it_can() -> None:
@@ -153,3 +158,38 @@ def test_the_cause_leads_the_reason_and_the_raw_exit_stays() -> None:
     assert entry["cause"] == aborted.cause
     assert _host_of(entry, Path()) == aborted
     assert "cause" not in _host_entry(HostResult(host, State.FAILED, exit_code=1))
+
+
+def _supervisor(n: int, tmp_path: Path, workers: str = "") -> Supervisor:
+    hosts = tuple(Host(f"h{i}", worker_id=i, process_id=i) for i in range(n))
+    job = Job("python x.py", "r", workers=workers)
+    return Supervisor(Fleet(hosts), job, RunOptions(log_dir=tmp_path), None)
+
+
+def test_a_run_explains_each_host_as_it_ends(tmp_path: Path) -> None:
+    """The run's bookkeeping (core.watch.explain_jax): as each aborted host ends, every host's
+    cause; a pod whose processes abort together costs one pass over the hosts, not one each."""
+    sup = _supervisor(6, tmp_path)
+    slots = list(sup.slots.values())
+    joined = _fault("incarnation_coordinator")
+    for slot in (slots[0], slots[3], slots[1], slots[5]):  # in the order they end
+        slot.fault = joined
+        explain_jax(sup, slot)
+    full = explain(
+        {s.host.process_id: s.fault for s in slots}, {i: s.host.name for i, s in sup.slots.items()}
+    )
+    assert {i: s.cause for i, s in sup.slots.items() if s.cause} == full  # as if all at once
+    aborted = "aborted by JAX's coordination service because of s0/w1: a second process joined"
+    assert slots[1].cause == "a second process joined as JAX process 1"
+    for i in (0, 3, 5):
+        assert (slots[i].cause or "").startswith(aborted)
+    assert slots[2].cause is slots[4].cause is None  # not ended, or ended otherwise
+    # on some hosts of a fleet (--workers) the ids are the program's: no host is blamed
+    part = _supervisor(3, tmp_path, workers="0,2")
+    first, second, third = part.slots.values()
+    first.fault = joined
+    explain_jax(part, first)
+    assert first.cause == "aborted by JAX's coordination service because of JAX process 1: " + (
+        "a second process joined as JAX process 1"
+    )
+    assert second.cause is third.cause is None

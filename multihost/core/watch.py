@@ -90,7 +90,7 @@ async def watch_one(sup: Supervisor, slot: LiveHost) -> None:
     if state is not State.DONE:
         slot.fault = read_fault(slot.sink.path)
         slot.exit = _aborted_first(slot)
-    explain_jax(sup)
+        explain_jax(sup, slot)
     if slot.exit.escaped:
         sup.note(
             f"{slot.host.name}: stopped {slot.exit.escaped} process(es) that had left the "
@@ -122,19 +122,27 @@ def _aborted_first(slot: LiveHost) -> Exit:
     return dataclasses.replace(slot.exit, stopped_by=None)
 
 
-def explain_jax(sup: Supervisor) -> None:
+def explain_jax(sup: Supervisor, ended: LiveHost) -> None:
     """Every host's cause from what every ended host's log says JAX's coordination service
-    did (multihost.diagnose.jaxfaults): a host at fault is named on the others' rows too."""
-    faults = {pid: s.fault for pid, s in sup.slots.items()}
-    if not any(faults.values()):
+    did (multihost.diagnose.jaxfaults): a host at fault is named on the others' rows too.
+    Called as each host ends with such a fault (``ended``); a host aborted as one already
+    explained was gets the same words without going over every host again (a whole pod's
+    processes abort together)."""
+    fault = ended.fault
+    if fault is None:
         return
+    at_fault = set(fault.tasks)
+    if fault.kind != "join" and ended.host.process_id not in at_fault:
+        for other in sup.slots.values():
+            if other.fault == fault and other.cause and other.host.process_id not in at_fault:
+                ended.cause = other.cause
+                return
+    faults = {p: s.fault for p, s in sup.slots.items()}
     # a run on some hosts (--workers) wired no JAX job: its process ids are the program's own
-    names = {} if sup.job.workers else {pid: s.host.name for pid, s in sup.slots.items()}
+    names = {} if sup.job.workers else {p: s.host.name for p, s in sup.slots.items()}
     causes = explain(faults, names)
-    for pid, slot in sup.slots.items():
-        if not names and not slot.fault:
-            continue
-        slot.cause = causes.get(pid)
+    for p, slot in sup.slots.items():
+        slot.cause = causes.get(p)
 
 
 async def _run_dir_gone(sup: Supervisor, slot: LiveHost, exc: RunDirGone) -> None:

@@ -134,7 +134,7 @@ def explain(faults: Mapping[int, Fault | None], names: Mapping[int, str]) -> dic
     culprits = sorted({t for f in root for t in f.tasks})
     what = _what(root[0])
     why = f"aborted by JAX's coordination service because of {_names(culprits, names)}: {what}"
-    return dict.fromkeys(found, why) | dict.fromkeys(culprits, what)
+    return dict.fromkeys(found, why) | dict.fromkeys((c for c in culprits if c in names), what)
 
 
 def _what(fault: Fault) -> str:
