@@ -78,7 +78,7 @@ jax.distributed.initialize(initialization_timeout=3)
 HANG = """\
 import os, signal, time
 import jax
-jax.distributed.initialize(heartbeat_timeout_seconds=3)
+jax.distributed.initialize(heartbeat_timeout_seconds=5)
 print("joined", jax.process_index(), flush=True)
 if jax.process_index() == 1:
     os.kill(os.getpid(), signal.SIGSTOP)  # hung: no heartbeat from here on
