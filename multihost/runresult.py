@@ -53,7 +53,10 @@ class HostResult:
       ``log_bytes`` and ``log_mtime``. A host that could not be asked is its recorded
       outcome with ``error`` saying why.
 
-    During a run it is read from the host's mutable ``core.livehost.LiveHost``.
+    During a run it is read from the host's mutable ``core.livehost.LiveHost``. ``reason``
+    says why it did not succeed: its ``cause`` first when there is one (a JAX job that its
+    coordination service aborted: the host at fault named), then how it ended, which
+    ``exit_code`` and ``signal`` keep as they were.
     """
 
     host: Host
