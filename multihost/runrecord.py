@@ -120,6 +120,8 @@ def to_json(record: RunRecord) -> dict[str, Any]:
 # A host's entry: who, how it stands, its log's file name and its env, then these fields of
 # its HostResult (the layout and key order every multihost so far writes and reads)
 _OUTCOME = ("exit_code", "signal", "error", "started_at", "ended_at", "bytes_sent", "last_line")
+# and, only when there is one (a record without one is laid out as before), its cause
+_CAUSE = "cause"
 
 
 def _host_entry(h: HostResult) -> dict[str, Any]:
@@ -129,6 +131,7 @@ def _host_entry(h: HostResult) -> dict[str, Any]:
         "log": log_name(h),
         "env": dict(h.env) if h.env is not None else None,
         **{name: getattr(h, name) for name in _OUTCOME},
+        **({_CAUSE: h.cause} if h.cause else {}),
     }
 
 
@@ -140,6 +143,7 @@ def _host_of(entry: Mapping[str, Any], run_dir: Path) -> HostResult:
         log=run_dir / (entry.get("log") or f"{host.file_stem}.log"),
         env=entry.get("env"),
         **{k: v for k, v in entry.items() if k in _OUTCOME},
+        cause=entry.get(_CAUSE),
     )
 
 

@@ -53,7 +53,10 @@ class HostResult:
       ``log_bytes`` and ``log_mtime``. A host that could not be asked is its recorded
       outcome with ``error`` saying why.
 
-    During a run it is read from the host's mutable ``core.livehost.LiveHost``.
+    During a run it is read from the host's mutable ``core.livehost.LiveHost``. ``reason``
+    says why it did not succeed: its ``cause`` first when there is one (a JAX job that its
+    coordination service aborted: the host at fault named), then how it ended, which
+    ``exit_code`` and ``signal`` keep as they were.
     """
 
     host: Host
@@ -61,6 +64,9 @@ class HostResult:
     exit_code: int | None = None
     signal: int | None = None
     error: str | None = None
+    # why, when the host's end says more than its exit: a JAX job's coordination service
+    # aborting it, naming the host at fault (multihost.diagnose.jaxfaults); the exit stays above
+    cause: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
     bytes_sent: int = 0
@@ -98,9 +104,14 @@ class HostResult:
 
     @property
     def reason(self) -> str:
-        """One line saying why this host did not succeed (empty when it did)."""
-        if self.error:
-            return self.error
+        """One line saying why this host did not succeed (empty when it did): its ``cause``
+        first when there is one, then how it ended."""
+        ended = self.error or self._ended()
+        if self.cause:
+            return f"{self.cause}; {ended}" if ended else self.cause
+        return ended
+
+    def _ended(self) -> str:
         if self.signal is not None:
             killed = f"killed by signal {self.signal} ({signal_name(self.signal)})"
             if self.exit_code == 128 + self.signal:  # what a shell reports for such a child

@@ -61,6 +61,49 @@ def test_no_watcher_outside_a_run(hook_dir: Path) -> None:
     assert _python(SHOW, hook_dir)[1] == "False"
 
 
+PLACE = """\
+import os, subprocess, sys
+import sitecustomize as hook
+
+hook._take_place()  # what importing jax does
+print("launched", hook.holds_place())
+ask = "import sitecustomize as h; h._take_place(); print({!r}, h.holds_place(), h.not_the_runs())"
+for how in ("child", "grandchild"):  # a helper, and a helper's helper
+    code = ask.format(how)
+    if how == "grandchild":
+        code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {code!r}])"
+    print(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+if (pid := os.fork()) == 0:  # a multiprocessing worker by fork shares the lock, not the place
+    print("fork", hook.holds_place(), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+sys.stdout.flush()
+os.execv(sys.executable, [sys.executable, "-c", ask.format("exec")])  # the same process
+"""
+
+
+def test_one_python_per_host_holds_the_place_in_the_job(hook_dir: Path, tmp_path: Path) -> None:
+    """The first Python of the run that imports jax is the host's JAX process; every Python
+    it starts (or forks) while it lives is not; an exec of it still is; the next Python after
+    it ends is again (``python a.py; python b.py``)."""
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    env = {"MULTIHOST_STACK_DIR": str(stacks), **RUN_ENV}
+    lines = [ln for ln in _python(PLACE, hook_dir, **env) if ln.strip()]
+    said = {ln.split()[0]: ln.split(" ", 2)[1:] for ln in lines}
+    assert said["launched"] == ["True"]
+    assert said["fork"] == ["False"]
+    assert said["exec"][0] == "True"
+    for helper in ("child", "grandchild"):
+        assert said[helper][0] == "False", lines
+        assert "is not the run's JAX process on this host" in said[helper][1]
+        assert "as JAX process 0 of 2" in said[helper][1]
+    after = "import sitecustomize as h; h._take_place(); print(h.holds_place())"
+    assert _python(after, hook_dir, **env) == ["True"]  # the one before has ended
+    # without the run's hook dir (not launched by multihost) a process is the run's, as before
+    assert _python(after, hook_dir, **RUN_ENV) == ["True"]
+
+
 @pytest.mark.jax
 def test_bare_initialize_local(code: Path, tmp_path: Path) -> None:
     """Two local workers join one JAX job with no arguments, even inside a Slurm allocation

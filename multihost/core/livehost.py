@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from multihost.commands import Paths
+from multihost.diagnose.jaxfaults import Fault
 from multihost.launch import Ready, Started
 from multihost.model import Host, State
 from multihost.runresult import HostResult, read_result
@@ -31,6 +32,8 @@ class LiveHost:
     bytes_sent: int = 0
     error: str | None = None
     exit: Exit | None = None
+    fault: Fault | None = None  # what its log says JAX's coordination service did to it
+    cause: str | None = None  # that, with every host's, in words (core.watch.explain_jax)
     started: Started | None = None  # a launch that goes on watching, until its watcher reads it
     shell: Shell | None = None  # opened while preparing, for the launch (then handed over)
     # a launch sent while preparing, right behind the code (core.prepare), until start takes it
@@ -46,6 +49,7 @@ class LiveHost:
             exit_code=code,
             signal=signal,
             error=self.error,
+            cause=None if self.state is State.DONE else self.cause,
             started_at=self.exit.started_at if self.exit else None,
             ended_at=self.exit.ended_at if self.exit else None,
             bytes_sent=self.bytes_sent,

@@ -13,6 +13,8 @@ reaches a bucket, nothing there an SSH connection.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import signal
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -20,10 +22,11 @@ from typing import TYPE_CHECKING
 from multihost.core.livehost import LiveHost
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
+from multihost.diagnose.jaxfaults import explain, read_fault
 from multihost.errors import HostError, RunDirGone
 from multihost.launch import stop
 from multihost.model import State, host_ranges
-from multihost.stream import Follower, classify
+from multihost.stream import Exit, Follower, classify
 
 if TYPE_CHECKING:
     from multihost.diagnose.stacks import StackReport
@@ -84,6 +87,10 @@ async def watch_one(sup: Supervisor, slot: LiveHost) -> None:
         slot.conn = follower.conn
         slot.sink.close()
     state = classify(slot.exit)
+    if state is not State.DONE:
+        slot.fault = read_fault(slot.sink.path)
+        slot.exit = _aborted_first(slot)
+        explain_jax(sup, slot)
     if slot.exit.escaped:
         sup.note(
             f"{slot.host.name}: stopped {slot.exit.escaped} process(es) that had left the "
@@ -99,7 +106,43 @@ async def watch_one(sup: Supervisor, slot: LiveHost) -> None:
         slot.error = f"stopped by multihost (SIG{slot.exit.stopped_by})"
         sup.set_state(slot, state, slot.error)
     else:
+        slot.state = state  # its reason reads the signal of a killed host from its state
         sup.fail(slot.host, state, slot.result().reason)
+
+
+def _aborted_first(slot: LiveHost) -> Exit:
+    """A host stopped by multihost whose process had died of its own abort first (JAX's
+    coordination service aborting every process of the job; its log says so): its exit as if
+    the stop had not come, so that it shows SIGABRT and the service's reason, not the stop."""
+    assert slot.exit is not None
+    died = slot.exit.code - 128
+    stopped = slot.exit.stopped_by
+    if slot.fault is None or not stopped or died != signal.SIGABRT or stopped == "ABRT":
+        return slot.exit
+    return dataclasses.replace(slot.exit, stopped_by=None)
+
+
+def explain_jax(sup: Supervisor, ended: LiveHost) -> None:
+    """Every host's cause from what every ended host's log says JAX's coordination service
+    did (multihost.diagnose.jaxfaults): a host at fault is named on the others' rows too.
+    Called as each host ends with such a fault (``ended``); a host aborted as one already
+    explained was gets the same words without going over every host again (a whole pod's
+    processes abort together)."""
+    fault = ended.fault
+    if fault is None:
+        return
+    at_fault = set(fault.tasks)
+    if fault.kind != "join" and ended.host.process_id not in at_fault:
+        for other in sup.slots.values():
+            if other.fault == fault and other.cause and other.host.process_id not in at_fault:
+                ended.cause = other.cause
+                return
+    faults = {p: s.fault for p, s in sup.slots.items()}
+    # a run on some hosts (--workers) wired no JAX job: its process ids are the program's own
+    names = {} if sup.job.workers else {p: s.host.name for p, s in sup.slots.items()}
+    causes = explain(faults, names)
+    for p, slot in sup.slots.items():
+        slot.cause = causes.get(p)
 
 
 async def _run_dir_gone(sup: Supervisor, slot: LiveHost, exc: RunDirGone) -> None:

@@ -18,6 +18,16 @@ the program's first backend use (``xla_bridge.backends()``), the hook calls
 program already did, the platform is TPU, or ``MULTIHOST_JAX_INIT=0`` (``--no-jax-init``). A
 later ``jax.distributed.initialize()`` of the program's own is then a no-op.
 
+One place per host: the job has one JAX process per host, so only one Python process of the
+run on a host is it. The first one to import jax takes the place (an exclusive ``flock`` on
+``jax-place.lock`` in the run's hook dir, held while it lives); any Python that imports jax
+while it lives (its subprocesses, multiprocessing workers, a fork of it, a helper started
+beside it) is a JAX program of its own: never joined, and a bare
+``jax.distributed.initialize()`` there raises instead of taking the host's process id (which
+would make the coordination service abort every process). One that passes ids of its own is
+left alone. When the holder ends, the place is free again: in ``python a.py; python b.py`` each
+joins in turn.
+
 Traces: in a process that imports jax, a daemon thread looks every quarter second for
 ``$MULTIHOST_STACK_DIR/trace.request`` (one JSON line: capture name, start time, seconds). On a
 new capture it waits for the start time (every host the same wall-clock moment), runs
@@ -45,6 +55,8 @@ CLUSTERS = "jax._src.clusters"  # where jax keeps its ClusterEnv registry
 BRIDGE = "jax._src.xla_bridge"  # where jax creates its backends
 NEEDED = ("MULTIHOST_RUN", "JAX_COORDINATOR_ADDRESS", "JAX_PROCESS_ID", "JAX_PROCESS_COUNT")
 JOIN = "MULTIHOST_JAX_INIT"  # "0": never join the program to the run's JAX job
+PLACE = "jax-place.lock"  # in the run's hook dir: locked by the Python that is the host's
+_place: "dict[str, int | str]" = {}  # "pid": who took the place here (a fork's copy is not it)
 
 
 def _install() -> None:
@@ -104,7 +116,59 @@ class JaxWatcher:
 
 def _on_clusters(module: "ModuleType") -> None:
     _start_tracer()
+    _take_place()
     register(module)
+
+
+def _take_place() -> None:
+    """Take this host's place in the run's JAX job if no other live Python of the run holds
+    it: a ``flock`` the kernel lets go of when the process ends (an exec closes it, and the new
+    program takes it again). Without the run's hook dir (not launched by multihost) or file
+    locks, the process is the host's as it always was."""
+    if _place:
+        return
+    me = os.getpid()
+    try:
+        import fcntl
+
+        path = os.path.join(os.environ["MULTIHOST_STACK_DIR"], PLACE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except Exception:
+        _place["pid"] = me
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _place["holder"] = os.pread(fd, 20, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        return
+    except OSError:
+        os.close(fd)
+        _place["pid"] = me
+        return
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(me).encode(), 0)
+    _place.update(pid=me, fd=fd)  # kept open: the lock lasts as long as the process
+
+
+def holds_place() -> bool:
+    """Whether this process is the run's JAX process on its host (see ``_take_place``)."""
+    _take_place()
+    return _place.get("pid") == os.getpid()
+
+
+def not_the_runs() -> RuntimeError:
+    """What a bare ``jax.distributed.initialize()`` raises in a Python that is not the run's
+    JAX process on its host."""
+    holder = _place.get("holder") or _place.get("pid")
+    return RuntimeError(
+        f"multihost: this Python (pid {os.getpid()}) is not the run's JAX process on this "
+        f"host: pid {holder} of the run holds its place as JAX process "
+        f"{os.environ.get('JAX_PROCESS_ID')} of {os.environ.get('JAX_PROCESS_COUNT')}, and a "
+        "second process joining as that one would make JAX's coordination service abort "
+        "every process. Run it as a JAX program of its own (no jax.distributed.initialize()), "
+        "or give initialize() a coordinator_address, num_processes and process_id of its own"
+    )
 
 
 def joins(env: "Mapping[str, str]", platforms: str, tpu_chips: int) -> bool:
@@ -156,6 +220,8 @@ def _on_bridge(bridge: "ModuleType") -> None:
 def _join(distributed: "ModuleType", own_init: "Callable[..., None]") -> bool:
     if distributed.global_state.client is not None:
         return False  # the program initialized itself
+    if not holds_place():
+        return False  # a helper of the run's process: a JAX program of its own
     try:
         from jax._src import config, hardware_utils
 
@@ -203,10 +269,14 @@ def register(clusters: "ModuleType") -> type:
 
         @classmethod
         def get_process_count(cls) -> int:
+            if not holds_place():
+                raise not_the_runs()
             return int(os.environ["JAX_PROCESS_COUNT"])
 
         @classmethod
         def get_process_id(cls) -> int:
+            if not holds_place():
+                raise not_the_runs()
             return int(os.environ["JAX_PROCESS_ID"])
 
     known = base._cluster_types
