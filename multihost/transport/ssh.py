@@ -204,7 +204,7 @@ class _Client(asyncssh.SSHClient):
     """Starts each connection's auth with fewer round trips (``transport.quickauth``) unless
     ``quick`` is off."""
 
-    def __init__(self, quick: bool = True) -> None:
+    def __init__(self, quick: bool) -> None:
         self._quick = quick
 
     def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
