@@ -20,6 +20,7 @@ class Defaults:
     connect_limit: int = 64  # handshakes in flight at once
     keepalive_interval: float = 5.0  # s between SSH keepalives
     keepalive_count_max: int = 2  # asyncssh drops the connection at the (max+1)th silent tick: 15 s
+    quick_auth: bool = True  # public-key auth in one round trip (--no-quick-auth: asyncssh's 4)
     # Running.
     grace: float = 10.0  # s between TERM and KILL when stopping a job
     control_plane_timeout: float = 300.0  # s a job watch retries a failing control plane

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import functools
 import signal
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from multihost.defaults import DEFAULTS
@@ -77,9 +77,22 @@ class Host:
             object.__setattr__(self, "jump", Host(**self.jump))
 
     def with_user(self, user: str | None) -> Host:
-        """This host, and the worker it hops through, logged in to as ``user``."""
-        jump = None if self.jump is None else self.jump.with_user(user)
-        return replace(self, user=user, jump=jump)
+        """This host, and the worker it hops through, logged in to as ``user`` (``--user``:
+        every host of the fleet, its hops among them)."""
+        return self.with_login(lambda _: user)
+
+    def with_login(self, login: Callable[[Host], str | None]) -> Host:
+        """This host logged in to as ``login(self)``, and the worker it hops through as
+        ``login(that worker)``: a hop is reached with its own settings, as OpenSSH reaches a
+        jump host, never as the host behind it; so it stays the very Host of that worker, and
+        the worker's own steps and the hosts behind it share one connection."""
+        jump = None if self.jump is None else self.jump.with_login(login)
+        return replace(self, user=login(self), jump=jump)
+
+    @property
+    def hops(self) -> tuple[Host, ...]:
+        """The hosts this one is reached through, the nearest first."""
+        return () if self.jump is None else (self.jump, *self.jump.hops)
 
     @property
     def name(self) -> str:
@@ -127,6 +140,14 @@ class Fleet:
     @property
     def local(self) -> bool:
         return any(h.local for h in self.hosts)
+
+    def reached(self) -> tuple[Host, ...]:
+        """Every host a connection is opened to: the fleet's, then the hops outside it (a
+        slice's first worker left out by ``--workers``), each once."""
+        found = dict.fromkeys(self.hosts)
+        for h in self.hosts:
+            found.update(dict.fromkeys(h.hops))
+        return tuple(found)
 
     def slices(self) -> list[tuple[Host, ...]]:
         """The hosts grouped by slice, in order."""

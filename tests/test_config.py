@@ -36,6 +36,7 @@ connect-timeout = 7
 [profiles.pod]
 grace = 3
 project = "my-project"
+quick-auth = false
 
 [profiles.lab]
 hosts = "lab.txt"
@@ -84,6 +85,9 @@ def test_values_are_typed_and_paths_are_relative_to_their_file(home: Path) -> No
     assert (args.prefix, args.local) == (None, 1)  # a fleet flag replaces the profile's fleet
     pod = parse(_run("--profile", "pod"))
     assert (pod.prefix, pod.zone, pod.project) == ("pod", "us-west4-a", "my-project")
+    assert pod.quick_auth is False  # a switch that is also MULTIHOST_QUICK_AUTH
+    assert parse(_run("--profile", "pod", "--quick-auth")).quick_auth is True
+    assert parse(_run("--local", "1")).quick_auth is True  # defaults.py
     lab = parse(_run("--profile", "lab"))
     assert lab.hosts == str(home / "xdg" / "multihost" / "lab.txt")
     assert lab.fail_fast is False
@@ -215,6 +219,8 @@ def test_the_api_takes_a_profile_too(home: Path) -> None:
     assert plan.options.script_dir == home / "project" / "src"
     assert plan.options.excludes == ("data/",)
     assert plan.options.ssh.connect_timeout == 7.0
+    assert plan.options.ssh.quick_auth is False  # the profile's, down to the transport
+    assert plan_run("true", {"local": 1}).options.ssh.quick_auth is True
     assert plan.options.stale == "off"
     assert plan.job.remote_dir == "~/project"
     assert plan.job.env == {"XLA_FLAGS": "--xla_dump_to=/tmp/d", "MINE": "1"}

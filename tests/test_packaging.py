@@ -112,6 +112,7 @@ def test_the_sdist_can_run_its_tests(built: Built) -> None:
     assert {
         "tests/conftest.py",
         "tests/fleet.py",
+        ".ci/constraints.txt",
         "tests/clitools.py",
         "LICENSE",
         "pyproject.toml",

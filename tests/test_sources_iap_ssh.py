@@ -9,9 +9,11 @@ VPC. One tunnel per slice: the slice's other workers are hopped to from its firs
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,10 @@ from tests.clitools import cli, host_logs, manifest, no_processes, wait_for
 from tests.cloud import vpc as vpcs
 from tests.cloud.fixture import ZONE, Cloud
 from tests.cloud.iap import WRAPPER, IapRelay
+from tests.helpers import free_port
 from tests.test_sources_queued_ssh import run_args, ssh_config
+
+NETDELAY = Path(__file__).resolve().parent.parent / "benchmarks" / "netdelay.py"
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
 
@@ -105,6 +110,60 @@ def test_one_tunnel_per_slice(cloud: Cloud, relay: IapRelay, tmp_path: Path) -> 
     wait_for(
         lambda: not tunnels_left(relay) and relay.open == 0, timeout=10, what="every tunnel closed"
     )
+    assert no_processes(cloud.fleet, 8)
+
+
+def test_each_address_with_its_own_user_and_the_key_added(
+    cloud: Cloud, relay: IapRelay, tmp_path: Path
+) -> None:
+    """An ssh config with a User per worker address (one Unix user per host, each sshd
+    admitting only its own) and first contact's key added as gcloud does it: a slice's hop is
+    its first worker logged in as that worker's user, never as the user of the host behind it,
+    so every worker runs; one tunnel per slice (the hop is the first worker's own connection,
+    its own steps included). ``--workers`` without the first workers: the hops are still
+    reached as themselves, their keys added and pinned."""
+    cloud.tpu.add("myqr", "v4-32", 2, internal_only=True)
+    cloud.tpu.wait_state("myqr", "ACTIVE")
+    config = internal_config(cloud, tmp_path, 8)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = iap_env(cloud, relay, tmp_path) | {
+        "HOME": str(home),
+        "CLOUDSDK_CORE_ACCOUNT": "me@example.com",
+    }
+
+    def run(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        args = run_args(config, tmp_path, name, "--tunnel-through-iap", *extra)
+        return cli([a for a in args if a != "--no-add-key"], **env)
+
+    res = run("users")
+    assert res.returncode == 0, res.stderr
+    assert host_logs(tmp_path / "logs", "users") == {
+        f"slice_{i // 4:04d}_worker_{i % 4:04d}": f"hi from h{i}\n" for i in range(8)
+    }
+    users = [cloud.fleet.hosts[i].user for i in range(8)]
+    hosts = [h["host"] for h in manifest(tmp_path / "logs", "users")["hosts"]]
+    assert [h["user"] for h in hosts] == users
+    hop_users = [h["jump"] and h["jump"]["user"] for h in hosts]
+    assert hop_users == [None, *[users[0]] * 3, None, *[users[4]] * 3]
+    wait_for(lambda: not tunnels_left(relay), timeout=10, what="every tunnel closed")
+    # the key in place: no wait for it, so a tunnel per slice for the whole run
+    for name, workers, ran in (
+        ("again", "all", range(8)),
+        ("rest", "s0/w1-3,s1/w1-3", (1, 2, 3, 5, 6, 7)),
+    ):
+        relay.tunnels.clear()
+        res = run(name, "--workers", workers)
+        assert res.returncode == 0, res.stderr
+        assert sorted(host_logs(tmp_path / "logs", name).values()) == [
+            f"hi from h{i}\n" for i in ran
+        ]
+        assert sorted(relay.tunnels) == [("t1v-n-myqr-w-0-0", 22), ("t1v-n-myqr-w-1-0", 22)]
+        wait_for(
+            lambda: not tunnels_left(relay) and relay.open == 0,
+            timeout=10,
+            what="every tunnel closed",
+        )
     assert no_processes(cloud.fleet, 8)
 
 
@@ -366,3 +425,87 @@ def test_ssh_config_proxy_jump_is_honoured(ssh_fleet, tmp_path: Path) -> None:  
     broken = run("nowhere", "pj2")
     assert broken.returncode == 1
     assert "behind" in broken.stderr
+
+
+@contextmanager
+def relay_to(address: str, port: int, out: Path) -> Iterator[int]:
+    """A TCP relay (benchmarks/netdelay.py, no delay) on a port of its own to ``address:port``;
+    yields that port. ``out``: the connections it carried, written when it stops."""
+    listen = free_port()
+    argv = [sys.executable, str(NETDELAY), "--delay-ms", "0", "--out", str(out)]
+    argv.append(f"127.0.0.1:{listen}={address}:{port}")
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+            yield listen
+        finally:
+            proc.terminate()
+
+
+def test_a_proxy_jump_host_is_reached_with_its_own_settings(ssh_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """OpenSSH's rule: a ProxyJump host is reached with its own Host block (its HostName, Port,
+    User, IdentityFile, known hosts), whatever names the destination's user and port: its own
+    block, ``--user``, or an inventory's ``user@host:port`` (``ssh -l`` and ``-p`` do not reach
+    the jump host either). Here the jump host admits only its own user, on a port of its own (a
+    relay), with a key that the host behind it does not need; the host behind takes a key that
+    the jump host refuses."""
+    h0, h1 = ssh_fleet.hosts[0], ssh_fleet.hosts[1]
+    own = tmp_path / "own_key"  # taken by h1's user only
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", own], check=True)
+    admitted = ssh_fleet.dir / "guest_keys" / h1.user
+    before = admitted.read_text() if admitted.exists() else None
+    admitted.parent.mkdir(exist_ok=True)
+    admitted.write_text((before or "") + Path(f"{own}.pub").read_text())
+    code = tmp_path / "code"
+    code.mkdir()
+    links = tmp_path / "links.json"
+    try:
+        with relay_to(h0.address, h0.port, links) as port:
+            host_key = (ssh_fleet.dir / "hosts" / h0.alias / "host_key.pub").read_text()
+            jump_known = tmp_path / "jump_known_hosts"
+            jump_known.write_text(f"[127.0.0.1]:{port} {' '.join(host_key.split()[:2])}\n")
+            config = tmp_path / "ssh_config"
+            config.write_text(
+                f"Host jump\n  HostName 127.0.0.1\n  Port {port}\n  User {h0.user}\n"
+                f"  IdentityFile {ssh_fleet.key}\n  IdentitiesOnly yes\n"
+                f"  UserKnownHostsFile {jump_known}\n\n"
+                f"Host behind\n  HostName {h1.address}\n  Port {h1.port}\n  User {h1.user}\n"
+                f"  IdentityFile {own}\n  IdentitiesOnly yes\n  ProxyJump jump\n"
+                f"  UserKnownHostsFile {ssh_fleet.known_hosts}\n\n"
+                "Host *\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+            )
+            for name, hosts, extra in (
+                ("own", "behind", ()),
+                ("user", "behind", ("--user", h1.user)),
+                ("inventory", f"{h1.user}@behind:{h1.port}", ()),
+            ):
+                res = cli(
+                    [
+                        "run",
+                        "--hosts",
+                        hosts,
+                        *extra,
+                        "--ssh-config",
+                        str(config),
+                        "--script-dir",
+                        str(code),
+                        "--log-dir",
+                        str(tmp_path / "logs"),
+                        "--run-name",
+                        name,
+                        "--cmd",
+                        "echo hi from $MULTIHOST_TEST_HOST as $(id -un)",
+                    ],
+                    SSH_AUTH_SOCK="",
+                )
+                assert res.returncode == 0, f"{name}: {res.stderr}"
+                assert host_logs(tmp_path / "logs", name) == {
+                    "slice_0000_worker_0000": f"hi from h1 as {h1.user}\n"
+                }
+    finally:
+        if before is None:
+            admitted.unlink()
+        else:
+            admitted.write_text(before)
+    assert len(json.loads(links.read_text())) == 3  # one jump connection per run, by the relay

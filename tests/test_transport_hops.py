@@ -122,6 +122,31 @@ def test_iap_hops_per_slice_and_per_host(monkeypatch: pytest.MonkeyPatch) -> Non
     assert h.with_user("u").jump == tunnelled[0].with_user("u")
 
 
+def test_a_hop_is_logged_in_to_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker's own login name (the ssh config's User per address, first contact's):
+    a hop gets its own, never the name of the host behind it, so it stays the very Host of its
+    slice's first worker (one connection for both); ``--user`` names every host's, the hops'
+    too. With the first workers left out (``--workers``), the hops are still reached."""
+    fleet = Fleet.from_slices(
+        [[Host(f"s{s}w{w}", internal_address=f"10.0.{s}.{w}") for w in range(3)] for s in range(2)]
+    )
+    monkeypatch.setattr("multihost.sources.iap.hostnames", lambda *a, **k: {0: "i0"})
+    hopped = through_iap(fleet, ["q-0", "q-1"], "p", "z")
+    own = Fleet(tuple(h.with_login(lambda x: f"u-{x.address}") for h in hopped))
+    first = {h.slice_id: h for h in own if h.worker_id == 0}
+    for h in own:
+        assert h.user == f"u-{h.address}"
+        assert h.jump == (first[h.slice_id] if h.worker_id else None)
+        assert h.hops == ((first[h.slice_id],) if h.worker_id else ())
+    everyone = Fleet(tuple(h.with_user("me") for h in hopped))
+    for h in everyone:
+        assert h.user == "me"
+        assert h.jump == (everyone.hosts[3 * h.slice_id] if h.worker_id else None)
+    behind = Fleet(tuple(h for h in own if h.worker_id))
+    assert behind.reached() == (*behind.hosts, first[0], first[1])
+    assert own.reached() == own.hosts
+
+
 def test_a_proxy_jump_loop_is_an_error_not_a_hang(tmp_path: Path) -> None:
     config = tmp_path / "config"
     config.write_text("Host a\n  ProxyJump b\nHost b\n  ProxyJump a\n")

@@ -35,20 +35,23 @@ def first_contact(
     """The key accepted by every worker of ``fleet`` (``wait``: tries them for ``seconds``
     while it may still be on its way); the fleet with each worker's login name, and notes on
     what was done. ``user``: ``--user`` (also under OS Login)."""
-    named = {h.process_id: login_name(h, ssh) for h in fleet}
+    # Each host and each hop by its own login name (a hop is a worker, reached as itself):
+    # the name the line is written for, also where nothing names one.
+    named = {h: login_name(h, ssh) or default_user() for h in fleet.reached()}
     names = [node_name(n) for n in where.nodes]
     logins: dict[str, list[str]] = {}
-    for h in fleet:
-        logins.setdefault(names[h.slice_id], []).append(named[h.process_id] or default_user())
+    for h in named:
+        logins.setdefault(names[h.slice_id], []).append(named[h])
     slices = {h.slice_id for h in fleet}  # the chosen hosts' slices: no other node is touched
     nodes = [n for i, n in enumerate(where.nodes) if i in slices]
     added = add_key(
         nodes, project=where.project, zone=where.zone, user=user, logins=logins, gcloud=where.gcloud
     )
-    if added.user is not None:  # OS Login: its POSIX name, unless --user said otherwise
-        fleet = Fleet(tuple(h.with_user(h.user or added.user) for h in fleet))
-    else:  # the name the line was written for, also where nothing named one
-        fleet = Fleet(tuple(h.with_user(named[h.process_id] or default_user()) for h in fleet))
+    oslogin = added.user
+    if oslogin is not None:  # OS Login: its POSIX name, unless --user said otherwise
+        fleet = Fleet(tuple(h.with_login(lambda x: x.user or oslogin) for h in fleet))
+    else:
+        fleet = Fleet(tuple(h.with_login(lambda x: named[x]) for h in fleet))
     notes: tuple[str, ...] = ()
     if added.nodes or added.profile:
         n = len(added.nodes)
@@ -105,6 +108,6 @@ def pin_host_keys(
     from multihost.transport.hostkeys import record_pins
 
     pins = pin(fleet, [node_name(n) for n in where.nodes], where.project, where.zone, where.gcloud)
-    ports = {h.address: h.port for h in fleet}
+    ports = {h.address: h.port for h in fleet.reached()}
     record_pins([(a, ports.get(a), k) for a, k in pins.keys], ssh.trust_file)
     return replace(ssh, pinned=pins.keys), pins.unpublished

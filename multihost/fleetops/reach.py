@@ -22,7 +22,7 @@ from multihost.defaults import GOOGLE_KEY, given_fields
 from multihost.errors import SettingError
 from multihost.model import Fleet
 from multihost.sources import CloudFound, FleetSpec, Found, resolve, workers
-from multihost.transport import HostKeyPolicy, SSHOptions
+from multihost.transport import HostKeyPolicy, SSHOptions, verbose
 from multihost.transport.sshconfig import given_config
 
 if TYPE_CHECKING:
@@ -43,6 +43,8 @@ class ReachSettings:
     host_keys: HostKeyPolicy | None = None
     connect_timeout: float | None = None
     connect_limit: int = D.connect_limit
+    quick_auth: bool | None = None  # public-key auth in one round trip (None: the ssh options')
+    verbose: bool = False  # say on stderr how hosts are reached (the transport's notes)
     wait: float | None = None  # s to wait for slices READY and hosts answering (inf: no limit)
     progress: Callable[[str], None] | None = None  # told how a --wait goes, in words
     no_add_key: bool = False  # --prefix: never touch metadata or the OS Login profile
@@ -110,6 +112,10 @@ def reach(settings: ReachSettings | Mapping[str, Any], *, add_key: bool = False)
         ssh = replace(ssh, host_keys=s.host_keys)
     if s.connect_timeout is not None:
         ssh = replace(ssh, connect_timeout=s.connect_timeout)
+    if s.quick_auth is not None:
+        ssh = replace(ssh, quick_auth=s.quick_auth)
+    if s.verbose:
+        verbose()
     if s.ssh_config is not None:
         ssh = replace(ssh, config=given_config(s.ssh_config))
     if not fleet.local:

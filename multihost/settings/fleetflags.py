@@ -27,11 +27,13 @@ __all__ = [
     "PREFIX",
     "PROFILE",
     "PROJECT",
+    "QUICK_AUTH",
     "SOURCES",
     "SSH_CONFIG",
     "SUBSET",
     "TUNNEL_THROUGH_IAP",
     "USER",
+    "VERBOSE",
     "WAIT",
     "WORKERS",
     "ZONE",
@@ -102,6 +104,23 @@ CONNECT_LIMIT = Flag(
     help="handshakes in flight at once (default %(default)s)",
     group="connection",
 )
+QUICK_AUTH = Flag(  # transport.quickauth: armed only on asyncssh code verified
+    "quick-auth",
+    kind="bool",
+    help="public-key auth in one round trip after the key exchange instead of asyncssh's "
+    "four, where the installed asyncssh's code is the code verified (elsewhere asyncssh's own "
+    "course, said with --verbose) (default: yes; --no-quick-auth or MULTIHOST_QUICK_AUTH=0: "
+    "asyncssh's own course)",
+    group="connection",
+)
+VERBOSE = Flag(
+    "verbose",
+    kind="switch",
+    setting=False,
+    help="say on stderr how hosts are reached: which SSH authentication path ran, once "
+    "(default: not said)",
+    group="output",
+)
 
 WAIT = Flag(  # a queued resource still provisioning: wait for it instead of exit 2
     "wait",
@@ -170,8 +189,10 @@ def fleet(required: bool = True) -> Group:
         HOST_KEYS,
         CONNECT_TIMEOUT,
         CONNECT_LIMIT,
+        QUICK_AUTH,
         WAIT,
         TUNNEL_THROUGH_IAP,
         IAP_PER_HOST,
         NO_ADD_KEY,
+        VERBOSE,
     )

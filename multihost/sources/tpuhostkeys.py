@@ -50,7 +50,7 @@ def pin(
             pool.map(lambda n: published(guest_attributes(n, project, zone, gcloud)), nodes)
         )
     keys: list[tuple[str, tuple[str, ...]]] = []
-    for h in fleet:
+    for h in fleet.reached():  # a hop too: its key is checked on the way to the hosts behind it
         mine = found[h.slice_id].get(h.worker_id) if h.slice_id < len(found) else None
         if mine:
             keys.append((h.address, mine))

@@ -6,6 +6,8 @@ asyncssh is imported only by ``transport.ssh``, and only when an SSH host is rea
 from __future__ import annotations
 
 import contextlib
+import logging
+import sys
 from collections.abc import Iterable, Iterator
 
 from multihost.model import Host
@@ -34,6 +36,7 @@ __all__ = [
     "default_state_dir",
     "forget",
     "login_name",
+    "verbose",
 ]
 
 
@@ -71,3 +74,25 @@ def burst(conns: Iterable[Connection]) -> Iterator[None]:
     finally:
         for conn in held:
             conn.hold_writes(False)
+
+
+class _Stderr(logging.Handler):
+    """``multihost: TEXT`` lines on whatever ``sys.stderr`` is when one is said (a live
+    display may have put its own there)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(f"multihost: {record.getMessage()}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr gone: nothing to say it on
+            pass
+
+
+def verbose() -> None:
+    """``--verbose``: what the transport says about how hosts are reached (the
+    ``multihost.transport`` logger at INFO: which SSH authentication path ran, once) goes to
+    stderr from now on in this process."""
+    log = logging.getLogger("multihost.transport")
+    log.setLevel(logging.INFO)
+    if not any(isinstance(h, _Stderr) for h in log.handlers):
+        log.addHandler(_Stderr())

@@ -59,6 +59,9 @@ class SSHOptions:
     # host keys pinned per address ("<type> <base64>", e.g. a TPU node's guest attributes):
     # such a host must present one of them, whatever the policy
     pinned: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # public-key auth in one round trip where asyncssh's code is the code verified
+    # (transport.quickauth); False: asyncssh's own course
+    quick_auth: bool = DEFAULTS.quick_auth
 
 
 def default_state_dir() -> Path:

@@ -1,4 +1,5 @@
-"""Hosts reached over SSH with asyncssh (its only user, with ``quickauth`` for the auth)."""
+"""Hosts reached over SSH with asyncssh (its only user, with ``quickauth`` for the auth where
+it is armed)."""
 
 from __future__ import annotations
 
@@ -22,19 +23,12 @@ from multihost.errors import (
     RemoteError,
 )
 from multihost.model import Host
-from multihost.transport import hops, sshconfig
+from multihost.transport import hops, quickauth, sshconfig
 from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions, write_chunks
 from multihost.transport.oqs import no_search_when_absent
 
 with no_search_when_absent():  # its import would otherwise start 7 processes (transport.oqs)
     import asyncssh
-
-try:  # it reaches into asyncssh: one laid out otherwise goes its own way (quickauth.READ)
-    from multihost.transport.quickauth import arm as _fewer_round_trips
-except ImportError:
-
-    def _fewer_round_trips(conn: asyncssh.SSHClientConnection) -> bool:
-        return False
 
 
 class SSHConnection:
@@ -207,16 +201,21 @@ def _describe(exc: BaseException) -> str:
 
 
 class _Client(asyncssh.SSHClient):
-    """Starts each connection's auth with fewer round trips (``transport.quickauth``)."""
+    """Starts each connection's auth with fewer round trips (``transport.quickauth``) unless
+    ``quick`` is off."""
+
+    def __init__(self, quick: bool) -> None:
+        self._quick = quick
 
     def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
-        _fewer_round_trips(conn)
+        quickauth.arm(conn, self._quick)
 
 
 class _TrustOnFirstUse(_Client):
     """Records an unknown host key; refuses a key that differs from one already recorded."""
 
-    def __init__(self, files: Sequence[str], trust_file: Path, alias: str) -> None:
+    def __init__(self, files: Sequence[str], trust_file: Path, alias: str, quick: bool) -> None:
+        super().__init__(quick)
         self._files = files
         self._trust_file = trust_file
         self._alias = alias  # the name the user gave (an ssh alias): forget finds it by that
@@ -252,7 +251,8 @@ class _Pinned(_Client):
     """Refuses any key but the pinned ones (those are in ``known_hosts``), noting the key
     the host presented so that the refusal can show both fingerprints."""
 
-    def __init__(self) -> None:
+    def __init__(self, quick: bool) -> None:
+        super().__init__(quick)
         self.presented: str | None = None
 
     def validate_host_public_key(
@@ -556,8 +556,9 @@ async def _handshake(
     tofu: _TrustOnFirstUse | None = None
     pinned = dict(options.pinned).get(host.address)
     pin: _Pinned | None = None
+    quick = options.quick_auth
     if pinned:  # the keys the cloud publishes for this host, and no other
-        pin = _Pinned()
+        pin = _Pinned(quick)
         kwargs["client_factory"] = lambda: pin
         keys = []
         for k in pinned:
@@ -568,7 +569,7 @@ async def _handshake(
         kwargs["known_hosts"] = (keys, [], [])
     elif options.host_keys == "accept-new":
         tofu = _TrustOnFirstUse(
-            [f for f in files if os.path.isfile(f)], options.trust_file, host.address
+            [f for f in files if os.path.isfile(f)], options.trust_file, host.address, quick
         )
         kwargs["client_factory"] = lambda: tofu
         files = [*files, str(options.trust_file)]
@@ -579,7 +580,7 @@ async def _handshake(
             "or use --host-keys accept-new to trust keys on first use",
         )
     else:
-        kwargs["client_factory"] = _Client
+        kwargs["client_factory"] = lambda: _Client(quick)
     # Never None: to asyncssh that would mean "check nothing" (``UserKnownHostsFile none``).
     if pin is None:
         kwargs["known_hosts"] = _trusted(files)
