@@ -97,6 +97,21 @@ def test_api_reference_names_the_run_flags_that_are_not_keywords() -> None:
     )
 
 
+def test_readme_names_what_a_test_session_leaves() -> None:
+    """What tests/conftest.py lets a session leave (the fleet's dir and users, the users' lock,
+    the test sites under /opt) is what the README's "Run the tests" says stays."""
+    from tests import fleet
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Run the tests")
+    section = readme[start : readme.index("\n## ", start)]
+    stays = ["/tmp/multihost-fleet", "mhw0", str(fleet.USERS_LOCK), *map(str, fleet.PURGED)]
+    stays += ["/tmp/pytest-of-$USER"]
+    missing = [s for s in stays if f"`{s}" not in section]
+    assert not missing, f"not in the README's Run the tests: {missing}"
+    assert "left behind by this session" in section
+
+
 def test_every_page_is_in_the_nav() -> None:
     """A page left out of mkdocs.yml's nav is built but never found."""
     nav = (ROOT / "mkdocs.yml").read_text()
