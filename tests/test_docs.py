@@ -53,6 +53,31 @@ def test_cli_reference_names_every_flag_of_every_command() -> None:
     assert not missing, f"not in docs/reference/cli.md: {missing}"
 
 
+def test_cli_reference_is_written_for_users() -> None:
+    """The page's own text (before the first command) says how to get help and read the page:
+    no source file, no class of the code, no regenerating; each command lists its flags under
+    the headings its --help has, in that order."""
+    page = gen.CLI_PAGE.read_text()
+    visible = re.sub(r"<!--.*?-->", "", page[: page.index("## multihost\n")], flags=re.S)
+    for word in (".py`", "`multihost/", "Flag.", "GROUPS", "gen.py", "schema"):
+        assert word not in visible, word
+    sections = _sections(page)
+    for path, _, parser in gen._commands(build_parser()):
+        text = sections[" ".join(path)]
+        shown = [
+            str(g.title)
+            for g in parser._action_groups
+            if any(
+                a.option_strings and not isinstance(a, argparse._HelpAction)
+                for a in g._group_actions
+            )
+        ]
+        headings = [h for h in re.findall(r"^\*\*(.+?)\*\*$", text, flags=re.M) if h != "Arguments"]
+        if shown == [gen.OTHER] and "**Arguments**" not in text:
+            shown = []  # argparse's own heading alone is not shown
+        assert [h.lower() for h in headings] == [s.lower() for s in shown], path
+
+
 def test_architecture_layers_are_pyproject_contract() -> None:
     page = gen.ARCH_PAGE.read_text()
     assert page == gen.architecture_page(page), "docs/architecture.md is stale: python docs/gen.py"
