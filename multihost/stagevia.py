@@ -17,7 +17,7 @@
 
 Every fetching host checks the archive's sha256 against the content hash before unpacking; a
 host whose fetch fails for any reason (no server, refused, a wrong hash, no bucket access) gets
-the archive from the runner instead, and the run's :class:`~multihost.model.Staging` says so.
+the archive from the runner instead, and the run's :class:`~multihost.runresult.Staging` says so.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
     one; it is removed when the session ends."""
     import tempfile
 
+    _watch_mkdir()
     scratch = Path(tempfile.mkdtemp(prefix="multihost-test-xdg-"))
     _SCRATCH.append(scratch)
     os.environ["XDG_CONFIG_HOME"] = str(scratch)
@@ -35,6 +36,111 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     for scratch in _SCRATCH:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+# -- what a session leaves ----------------------------------------------------------------------
+# The README's "Run the tests" says what stays after a session; this holds a session to it. A
+# directory this process makes named multihost-* at the top of /tmp, /var/tmp or /opt is seen
+# as it is made (an audit hook on os.mkdir); at the end, one still there that is not in STAYS,
+# a multihost-* entry in /tmp or /var/tmp that the fleet's users did not own at the start (the
+# stand-in VMs' scratch, a job's work dir: made over SSH, by other processes), or a Unix user of
+# the tests' prefix that is no fleet's (the sandbox's) is listed, and the session fails.
+_TOPS = {"/tmp", "/var/tmp", "/opt"}
+_MADE: list[str] = []
+_AT_START: dict[str, set[str]] = {}
+_LEFT: list[str] = []
+
+
+def _stays() -> set[Path]:
+    """What a session may leave: the fleet's dir and users' lock, the test sites under /opt."""
+    return {loopback.DEFAULT_DIR.resolve(), loopback.USERS_LOCK, *loopback.PURGED, *_SCRATCH}
+
+
+def _watch_mkdir() -> None:
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event != "os.mkdir":
+            return
+        try:  # an audit hook's error would fail the mkdir it watches
+            path = os.path.abspath(os.fsdecode(args[0]))  # type: ignore[arg-type]
+            head, name = os.path.split(path)
+            if head in _TOPS and name.startswith("multihost-") and not os.path.exists(path):
+                _MADE.append(path)
+        except Exception:
+            pass
+
+    if not getattr(sys, "_multihost_mkdir_hook", False):  # once per process
+        sys.addaudithook(hook)
+        sys._multihost_mkdir_hook = True  # type: ignore[attr-defined]
+
+
+def _fleet_users() -> list[str]:
+    return [loopback.user(i) for i in range(int(os.environ.get("MULTIHOST_TEST_HOSTS", "8")))]
+
+
+def _fleet_scratch() -> set[str]:
+    return {str(p) for p in loopback.scratch_of(_fleet_users()) if p.name.startswith("multihost-")}
+
+
+def _users() -> set[str]:
+    import pwd
+
+    return {pw.pw_name for pw in pwd.getpwall()}
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    return config.pluginmanager.has_plugin("dsession")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _AT_START["users"] = _users()
+    _AT_START["scratch"] = _fleet_scratch()
+
+
+def _left() -> list[str]:
+    import re
+
+    stays = {str(p) for p in _stays()}
+    left = [
+        p
+        for p in dict.fromkeys(_MADE)
+        if os.path.lexists(p)
+        and p not in stays
+        # the product's own, removed when this process exits (transport/sshconfig.py)
+        and not Path(p).name.startswith("multihost-sshconfig-")
+    ]
+    left += sorted(_fleet_scratch() - _AT_START["scratch"])
+    fleets = re.compile(re.escape(loopback.USER_PREFIX) + r"(\d+x)?\d+")
+    left += [
+        f"Unix user {name}"
+        for name in sorted(_users() - _AT_START["users"])
+        if name.startswith(loopback.USER_PREFIX) and not fleets.fullmatch(name)
+    ]
+    return left
+
+
+@pytest.hookimpl(trylast=True)  # after the session's fixtures are torn down
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if not _xdist_controller(config):
+        _LEFT.extend(_left())
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: its controller says it
+        config.workeroutput["left"] = list(_LEFT)
+        return
+    if _LEFT and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist's controller: what a worker's session left."""
+    _LEFT.extend(getattr(node, "workeroutput", {}).get("left", []))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _LEFT:
+        terminalreporter.section("left behind by this session (not in the README's list)", "!")
+        for what in _LEFT:
+            terminalreporter.line(what)
 
 
 def _install_sshd() -> str | None:

@@ -49,8 +49,18 @@ DEAD_ADDRESS = "127.0.0.254"
 START_TIMEOUT = 15.0
 _START_FAILED = re.compile(r"Cannot bind|fatal|Bad configuration|terminating")
 STOP_TIMEOUT = 5.0
-# what the test session installs for the fleet's users (tests/conftest.py REMOTE_SITES)
-PURGED = (Path("/opt/multihost-test-site"), Path("/opt/multihost-test-site-flax"))
+# what the test session installs for the fleet's users (tests/conftest.py REMOTE_SITES, and
+# tests/test_api_ssh.py's cloudpickle), each made under a lock file beside it
+PURGED = (
+    Path("/opt/multihost-test-site"),
+    Path("/opt/multihost-test-site-flax"),
+    Path("/opt/multihost-test-cloudpickle"),
+)
+USERS_LOCK = Path("/tmp/multihost-fleet-users")  # one fleet at a time adds users; it stays
+# Where a host's user leaves files of its own outside its home: a job's work dir
+# (/var/tmp/multihost-UID), the stand-in VMs' gcloud config, uv's lock files. A fleet taken
+# down loses them, as a rebooted machine loses its /tmp.
+SCRATCH = (Path("/tmp"), Path("/var/tmp"))
 
 
 @dataclass(frozen=True)
@@ -565,7 +575,7 @@ def up(n: int, d: Path = DEFAULT_DIR) -> Fleet:
 
 def _ensure_users(n: int) -> None:
     # useradd refuses to run while another holds /etc/passwd: one fleet at a time adds users
-    with _locked(Path("/tmp/multihost-fleet-users")):
+    with _locked(USERS_LOCK):
         for i in range(n):
             _ensure_user(i)
         _unlock_users({user(i) for i in range(n)})
@@ -589,7 +599,8 @@ def _host_indices(d: Path) -> list[int]:
 
 
 def down(d: Path = DEFAULT_DIR, purge: bool = False) -> None:
-    """Stop every sshd of the fleet and kill whatever the fleet's users still run."""
+    """Stop every sshd of the fleet, kill whatever the fleet's users still run and remove what
+    they left in /tmp and /var/tmp; ``purge``: the users too, the test sites and the dir."""
     d = d.resolve()
     if not d.exists():
         return
@@ -598,23 +609,63 @@ def down(d: Path = DEFAULT_DIR, purge: bool = False) -> None:
         for i in indices:
             _kill_host(d, i)
         kill_user_processes(indices)
+        remove_scratch([user(i) for i in indices])
         if purge:
             shutil.rmtree(d / "hosts", ignore_errors=True)
             (d / "fleet.json").unlink(missing_ok=True)
     if purge:  # everything the tests set up: the users and their homes, the test sites
-        for i in indices:
-            subprocess.run(["userdel", "-r", user(i)], capture_output=True, check=False)
+        remove_users([user(i) for i in indices])
         for site in PURGED:
             shutil.rmtree(site, ignore_errors=True)
+            site.with_name(f"{site.name}.lock").unlink(missing_ok=True)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _uids(names: Sequence[str]) -> set[int]:
+    uids = set()
+    for name in names:
+        with contextlib.suppress(KeyError):
+            uids.add(pwd.getpwnam(name).pw_uid)
+    return uids
+
+
+def scratch_of(names: Sequence[str]) -> list[Path]:
+    """What the given users own at the top of /tmp and /var/tmp."""
+    uids = _uids(names)
+    found = []
+    for base in SCRATCH:
+        with contextlib.suppress(OSError):
+            for entry in base.iterdir():
+                with contextlib.suppress(OSError):
+                    if entry.lstat().st_uid in uids:
+                        found.append(entry)
+    return sorted(found)
+
+
+def remove_scratch(names: Sequence[str]) -> None:
+    """Remove what the given users own at the top of /tmp and /var/tmp (see ``SCRATCH``)."""
+    for entry in scratch_of(names):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def remove_users(names: Sequence[str]) -> None:
+    """Delete the given users: their processes killed, their scratch, homes and accounts."""
+    _kill_owned(_uids(names))
+    remove_scratch(names)
+    with _locked(USERS_LOCK):  # userdel, as useradd, refuses while another holds /etc/passwd
+        for name in names:
+            subprocess.run(["userdel", "-r", name], capture_output=True, check=False)
 
 
 def kill_user_processes(indices: Sequence[int]) -> None:
     """SIGKILL every process owned by the given hosts' users."""
-    uids = set()
-    for i in indices:
-        with contextlib.suppress(KeyError):
-            uids.add(pwd.getpwnam(user(i)).pw_uid)
+    _kill_owned(_uids([user(i) for i in indices]))
+
+
+def _kill_owned(uids: set[int]) -> None:
     for _ in range(20):
         victims = [p for p in _all_pids() if _owner(p) in uids and _alive(p)]
         if not victims:
@@ -678,7 +729,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--purge",
         action="store_true",
         help="down: also delete the host keys, the fleet's Unix users and their "
-        "homes, the JAX test sites under /opt and the fleet dir",
+        "homes, the test sites under /opt (JAX, flax, cloudpickle) and the fleet dir",
     )
     args = parser.parse_args(argv)
     if args.action == "up":

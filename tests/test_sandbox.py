@@ -51,6 +51,8 @@ def sandbox_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         capture_output=True,
         timeout=120,
     )
+    # A user's sandbox keeps its users for the next `up`; the test's are the session's own.
+    loopback.remove_users([f"{users}{i}" for i in range(HOSTS)])
 
 
 def sandbox(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
@@ -181,6 +183,7 @@ def test_documented_sequence_then_nothing_left(sandbox_env: dict[str, str], tmp_
     assert alive(served) == {}
     assert mentioning(str(state)) == []
     assert owned_by(users) == []
+    assert loopback.scratch_of(users) == []  # the stand-in VMs' scratch in /tmp and /var/tmp
     assert not state.exists()
     assert not Path(f"{state}-fleet").exists()
     for argv in (["down"], ["env"]):

@@ -46,7 +46,8 @@ COMMANDS: dict[str, str] = {
 
 
 def command(name: str) -> Callable[[argparse.Namespace, Console], int]:
-    """The function behind ``multihost NAME``: ``cmd_<name>`` in its cli_* module."""
+    """The function behind ``multihost NAME``: ``cmd_<name>`` in its module of
+    ``multihost.cli`` (``COMMANDS``)."""
     module = importlib.import_module(f"multihost.{COMMANDS[name]}")
     fn: Callable[[argparse.Namespace, Console], int] = getattr(
         module, f"cmd_{name.replace('-', '_')}"

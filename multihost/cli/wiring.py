@@ -198,7 +198,7 @@ def execute_run(
     detach: bool = False,
 ) -> RunResult:
     """Run with the live status line (on a terminal) and signal handling; with ``detach``, a
-    signal leaves the hosts alone and raises :class:`Detached`."""
+    signal leaves the hosts alone and raises :class:`~multihost.bridge.Detached`."""
 
     async def go() -> RunResult:
         console = display.live_console

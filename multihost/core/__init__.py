@@ -1,8 +1,9 @@
 """The run core: a run drives per-host workers through its steps and hands every event to
 the caller's handler (``on_event``).
 
-- :mod:`.supervisor` — ``Supervisor``: per-host slots (:mod:`.slot`), events, the stop
-  policy, stopping, closing, ``run.json`` and the result. Every step acts through it.
+- :mod:`.supervisor` — ``Supervisor``: a slot per host (a :class:`.livehost.LiveHost`),
+  events, the stop policy, stopping, closing, ``run.json`` and the result. Every step acts
+  through it.
 - :mod:`.prepare` — connect, port check, stage, stale check, claim, extra ``HostStep``\\ s.
 - :mod:`.steps` — the port and stale checks, ``HostStep`` and the steps a run takes.
 - :mod:`.start` — each host's launch: gated (all start together) or detached.

@@ -17,7 +17,7 @@ from multihost.transport import burst
 
 
 async def start_all(sup: Supervisor) -> None:
-    """Each host's env, paths, log and launch script (``plan.plan_hosts``), then the launch."""
+    """Each host's env, paths, log and launch script (``commands.plan_hosts``), then the launch."""
     internal = {
         pid: s.host.internal_address or (s.conn.peer_address if s.conn else s.host.address)
         for pid, s in sup.slots.items()

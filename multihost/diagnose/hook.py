@@ -34,7 +34,7 @@ new capture it waits for the start time (every host the same wall-clock moment),
 ``jax.profiler.start_trace`` into ``<run dir>/traces/<capture>/<pid>/`` for the given seconds,
 and writes ``<pid>.<capture>.done`` (or ``.error`` with the reason). The program is not stopped
 or changed; ``<pid>.trace-ready`` says which processes can trace (``multihost trace``). The
-tracer's code is in hooktrace.py; ``plan.hook_text()`` joins the two into the one staged file.
+tracer's code is in hooktrace.py; ``commands.hook_text()`` joins the two into the one staged file.
 
 A sitecustomize of the user's own further along ``sys.path`` still runs.
 """

@@ -5,7 +5,7 @@ requested wall-clock moment, runs ``jax.profiler`` for the requested seconds and
 ``.done`` (or ``.error``) marker; ``_Progress`` marks a process's first backend and first
 annotated step (what ``run --trace`` waits for). See multihost.diagnose.hook.
 
-Staged as part of the hook's ONE file: ``plan.hook_text()`` puts everything below the marker
+Staged as part of the hook's ONE file: ``commands.hook_text()`` puts everything below the marker
 line into ``sitecustomize.py``, before its closing block, so a host still needs nothing of
 multihost installed. Only the standard library here, imported where used.
 """

@@ -1,7 +1,7 @@
 """The scripts of ``--stage-via``: a seed that serves the archive, and hosts that fetch it.
 
 ``.sh`` files of this package (see :mod:`multihost.remote`). ``stage`` is always the rendered
-stage script (``plan.stage_command``): it is what unpacks, so a fetched archive lands exactly
+stage script (``commands.stage_command``): it is what unpacks, so a fetched archive lands exactly
 as a sent one does. The token travels on stdin only.
 """
 

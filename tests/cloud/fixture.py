@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -209,6 +210,18 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
         secrets.stop()
         gcs.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+        _delete_vm_disks(ssh_fleet)
+
+
+def _delete_vm_disks(fleet: loopback.Fleet) -> None:
+    """What deleting the VMs deletes: each host's scratch (``/tmp/multihost-cloud-USER``, where
+    its startup script and gcloud config were) and a job's work dir (``/var/tmp/multihost-UID``,
+    job_startup.sh's default), also when the fleet itself stays up."""
+    for host in fleet.hosts:
+        shutil.rmtree(f"/tmp/multihost-cloud-{host.user}", ignore_errors=True)
+        with contextlib.suppress(KeyError):
+            uid = pwd.getpwnam(host.user).pw_uid
+            shutil.rmtree(f"/var/tmp/multihost-{uid}", ignore_errors=True)
 
 
 @pytest.fixture

@@ -89,17 +89,19 @@ def _tls_context() -> ssl.SSLContext:
         .not_valid_after(now + datetime.timedelta(days=1))
         .sign(key, hashes.SHA256())
     )
-    d = Path(tempfile.mkdtemp(prefix="multihost-iap-"))
-    (d / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(d / "cert.pem", d / "key.pem")
+    # the ssl module loads a certificate only from files; once loaded they are not needed
+    with tempfile.TemporaryDirectory(prefix="multihost-iap-") as tmp:
+        d = Path(tmp)
+        (d / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (d / "key.pem").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        ctx.load_cert_chain(d / "cert.pem", d / "key.pem")
     return ctx
 
 
