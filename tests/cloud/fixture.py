@@ -109,6 +109,12 @@ class Cloud:
         return self.gcs.read(self.bucket, name).decode()
 
 
+def scratch_dir(host: loopback.FleetHost) -> Path:
+    """Where a worker's startup script and its gcloud config live on that host (the VM's own
+    /tmp): removed when the stand-in stops."""
+    return Path(f"/tmp/multihost-cloud-{host.user}")
+
+
 def vm_session_env(host: loopback.FleetHost, tpu: TpuApi, worker: Worker) -> dict[str, str]:
     """What an ordinary SSH session on a TPU VM image has: the metadata server (as
     ``GCE_METADATA_HOST`` for google-auth, ``GCE_METADATA_ROOT`` for gcloud) and gcloud, on
@@ -118,7 +124,7 @@ def vm_session_env(host: loopback.FleetHost, tpu: TpuApi, worker: Worker) -> dic
         "GCE_METADATA_ROOT": worker.metadata.host,
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu.endpoint,
         "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-        "CLOUDSDK_CONFIG": f"/tmp/multihost-cloud-{host.user}/gcloud-vm",
+        "CLOUDSDK_CONFIG": f"{scratch_dir(host)}/gcloud-vm",
     }
 
 
@@ -146,7 +152,7 @@ def _launcher(  # type: ignore[no-untyped-def]
         if tpu[0].vm_image:
             set_vm_image(host, vm_session_env(host, tpu[0], worker))
         storage = dead if qr.name in tpu[0].broken_storage else gcs.endpoint
-        scratch = f"/tmp/multihost-cloud-{host.user}"
+        scratch = str(scratch_dir(host))
         env = gcloud_env(f"{scratch}/gcloud", tpu[0].endpoint, storage, secrets.endpoint)
         env.pop("CLOUDSDK_CONFIG")
         env["GCE_METADATA_HOST"] = worker.metadata.host
@@ -209,6 +215,8 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
         secrets.stop()
         gcs.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+        for h in ssh_fleet.hosts:  # what the workers' startup scripts and gcloud left
+            shutil.rmtree(scratch_dir(h), ignore_errors=True)
 
 
 @pytest.fixture
