@@ -466,3 +466,31 @@ def test_a_hung_gcloud_is_said_timed_out_and_killed_with_its_children(
         assert "the request in us-central2-b may exist: it stays recorded" in res.stderr
         record = records.PodRecord.from_json((tmp_path / "logs/pods/hang1/pod.json").read_text())
         assert (record.zone, record.state) == ("us-central2-b", "requesting")
+
+
+def test_what_down_and_pods_say_when_there_is_nothing_to_price_or_list(tmp_path: Path) -> None:
+    """``down`` of a pod with no price says why it has none (never "cost about unknown");
+    ``pods`` with no pods says so in a line (never an empty table)."""
+    from multihost.pods import ops
+
+    record = spec(tpu_type="v4-4096").record("us-central2-b", 1000.0).evolve(active_at=1000.0)
+    line = ops.Deleted("exp", "us-central2-b", record, sent=True, waited=True).line
+    assert line.startswith("deleted pod exp in us-central2-b (1 x v4-4096, up ")
+    assert line.endswith(", cost unknown: the price table has no v4-4096 in us-central2)")
+    assert "cost about" not in line
+    fake = tmp_path / "gcloud"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    env = os.environ | {
+        "MULTIHOST_GCLOUD": str(fake),
+        "MULTIHOST_LOG_DIR": str(tmp_path / "logs"),
+    }
+    res = subprocess.run(
+        [sys.executable, "-m", "multihost", "pods"], env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ""
+    assert res.stderr == (
+        "multihost: no pods: none recorded here and none labelled (--zones A,B also looks in "
+        "those zones)\n"
+    )
