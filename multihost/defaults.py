@@ -41,6 +41,8 @@ class Defaults:
     trace_max: float = 3600.0  # the longest capture (trace --seconds, run --trace)
     pull_limit: int = 16  # hosts copying files back at once (multihost pull --limit)
     pull_files: int = 8  # files in flight at once on one host's connection
+    queue_timeout: float = 900.0  # s a pod's request waits for capacity in one zone (up)
+    gcloud_timeout: float = 120.0  # s one gcloud call may take ($MULTIHOST_GCLOUD_TIMEOUT)
     wait_poll: float = 5.0  # s between gcloud polls while --wait waits ($MULTIHOST_WAIT_POLL)
     env_wait: float = 1800.0  # s a job's host waits for process 0's environment (--env-wait)
     env_poll: int = 5  # s between its looks in the bucket (one gcloud call each)

@@ -17,7 +17,7 @@ MultihostError
       ├── RemoteCallError      a function sent by multihost.call raised there (.results)
       └── HostLost             the connection went away and did not come back
  └── CloudError                a gcloud call failed (gcloud's own words, one line)
-      ├── GcloudMissing        the Google Cloud CLI is not installed (or not runnable)
+      ├── GcloudMissing        the Google Cloud CLI is not installed (also a UsageError: exit 2)
       ├── CloudNotFound        the resource, object or bucket does not exist
       ├── CloudPermissionDenied  the account may not do this (or is not logged in)
       ├── CloudQuotaExhausted  the project's quota for this (region, capacity type) is used up
@@ -140,8 +140,9 @@ class CloudError(MultihostError):
     raises the subclass its words name)."""
 
 
-class GcloudMissing(CloudError):
-    """The Google Cloud CLI is not installed (``$MULTIHOST_GCLOUD``, default ``gcloud``)."""
+class GcloudMissing(CloudError, UsageError):
+    """The Google Cloud CLI is not installed (``$MULTIHOST_GCLOUD``, default ``gcloud``): a
+    UsageError too, so every command says it in one line and exits 2, as for bad input."""
 
 
 class CloudNotFound(CloudError):

@@ -131,7 +131,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     check_port("megascale_port", s.megascale_port)
     command, env = utf8("cmd", s.cmd), env_of(s.env)  # refused before any host is asked
     # a run connects: the user's key accepted first; a dry run only prints what it would do
-    where = reach(s.where, add_key=not s.where.dry_run)
+    where = reach(_located(s.where), add_key=not s.where.dry_run)
     job = Job(
         command=command,
         run_name=check_run_name(s.run_name or default_run_name()),
@@ -188,6 +188,18 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         ),
     )
     return Plan(where.fleet, job, options, where.warnings, where.notes)
+
+
+def _located(where: ReachSettings) -> ReachSettings:
+    """A --prefix pod that multihost made is found where its record says (zone failover may
+    have put it anywhere), unless --zone says otherwise (``multihost.pods.records.located``)."""
+    spec = where.spec
+    if spec.prefix is None:
+        return where
+    from multihost.pods.records import located
+
+    zone, project = located(spec.prefix, spec.zone, spec.project)
+    return replace(where, spec=replace(spec, zone=zone, project=project))
 
 
 def _secrets(s: Settings, job: Job) -> tuple[tuple[str, str], ...]:

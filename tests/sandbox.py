@@ -103,6 +103,9 @@ def serve(hosts: int, state: Path) -> None:
     try:
         fleet = loopback.up(hosts, fleet_dir)
         with standin(fleet) as cloud:
+            # its VMs serve what a real TPU VM serves to an SSH session: the metadata server
+            # (the queued resource's name, the token) and gcloud, so autodown can delete a pod
+            cloud.tpu.vm_image = True
             _write(state / "ssh_config", _ssh_config(fleet))
             config = state / "config" / "multihost"
             config.mkdir(parents=True, mode=0o700)

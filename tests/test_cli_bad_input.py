@@ -18,6 +18,7 @@ from tests.clitools import cli, no_processes
 R = "--log-dir"
 Check = Callable[[list[str], int, str, str], str]
 X = "\udcff"  # a byte that is not UTF-8 (0xff) as Python keeps it in sys.argv
+UP = ["up", "x", "--tpu-type", "v4-8", "--runtime-version", "v", "--zone", "us-central2-b"]
 CASES: list[tuple[str, list[str], int, str]] = [
     # (id, argv, exit code, the message's first line starts with)
     # (id, argv, exit code, the message's first line starts with)
@@ -363,6 +364,64 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "multihost: error: argument --coordinator-port: not a port (1-65535): '99999'",
     ),
     (
+        "job-submit-type-size",  # the one check up makes too
+        [
+            "job",
+            "submit",
+            "x",
+            "--tpu-type",
+            "v4-61",
+            "--runtime-version",
+            "v",
+            "--bucket",
+            "gs://bkt",
+            "--cmd",
+            "true",
+        ],
+        2,
+        "multihost: error: unknown TPU type 'v4-61': v4 slices (cores) are v4-8, v4-16, v4-32,",
+    ),
+    (
+        "job-submit-slices",
+        [
+            "job",
+            "submit",
+            "x",
+            "--tpu-type",
+            "v4-8",
+            "--runtime-version",
+            "v",
+            "--bucket",
+            "gs://bkt",
+            "--num-slices",
+            "1000000",
+            "--cmd",
+            "true",
+        ],
+        2,
+        "multihost: error: --num-slices must be 1 to 1024, not 1000000",
+    ),
+    (
+        "job-submit-zone",
+        [
+            "job",
+            "submit",
+            "x",
+            "--tpu-type",
+            "v4-8",
+            "--runtime-version",
+            "v",
+            "--bucket",
+            "gs://bkt",
+            "--zone",
+            "nowhere",
+            "--cmd",
+            "true",
+        ],
+        2,
+        "multihost: error: bad zone 'nowhere': expected e.g. us-central2-b",
+    ),
+    (
         "job-submit-restarts",
         [
             "job",
@@ -398,10 +457,124 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "multihost: error: unknown TPU type 'v9-1'",
     ),
     (
-        "up-zone",
+        "up-zone",  # no --zone, and gcloud has no default zone (ENVS)
         ["up", "x", "--tpu-type", "v4-8", "--runtime-version", "v"],
         2,
-        "multihost: error: up needs --zone ZONE or --zones A,B,C",
+        "multihost: error: no zone: give --zone ZONE or --zones A,B,C (gcloud has no default",
+    ),
+    (
+        "up-type-size",
+        ["up", "x", "--tpu-type", "v4-61", "--runtime-version", "v", "--zone", "us-central2-b"],
+        2,
+        "multihost: error: unknown TPU type 'v4-61': v4 slices (cores) are v4-8, v4-16, v4-32,",
+    ),
+    (
+        "up-type-small",
+        ["up", "x", "--tpu-type", "v4-7", "--runtime-version", "v", "--zone", "us-central2-b"],
+        2,
+        "multihost: error: unknown TPU type 'v4-7'",
+    ),
+    (
+        "up-slices",
+        [*UP, "--num-slices", "1000000"],
+        2,
+        "multihost: error: --num-slices must be 1 to 1024, not 1000000",
+    ),
+    (
+        "up-gcloud-missing",  # $MULTIHOST_GCLOUD names no program (ENVS): said first, exit 2
+        UP,
+        2,
+        "multihost: error: '/nonexistent/gcloud' not found: install the Google Cloud CLI",
+    ),
+    (
+        "down-gcloud-missing",
+        ["down", "exist1"],
+        2,
+        "multihost: error: '/nonexistent/gcloud' not found",
+    ),
+    ("pods-gcloud-missing", ["pods"], 2, "multihost: error: '/nonexistent/gcloud' not found"),
+    ("gc-gcloud-missing", ["gc"], 2, "multihost: error: '/nonexistent/gcloud' not found"),
+    (
+        "run-up-gcloud-missing",
+        [
+            "run",
+            "--prefix",
+            "x",
+            "--up",
+            "--tpu-type",
+            "v4-8",
+            "--runtime-version",
+            "v",
+            "--zone",
+            "us-central2-b",
+            "--cmd",
+            "true",
+        ],
+        2,
+        "multihost: error: '/nonexistent/gcloud' not found",
+    ),
+    (
+        "up-autodown-space",
+        [*UP, "--autodown", "30", "m"],
+        2,
+        "multihost: error: unrecognized arguments: m (see multihost up --help)",
+    ),
+    (
+        "pods-name",
+        ["pods", "exist1"],
+        2,
+        "multihost: error: unrecognized arguments: exist1 (see multihost pods --help)",
+    ),
+    (
+        "autodown-of",
+        ["autodown", "nope", "of"],
+        2,
+        "multihost: error: bad duration 'of': expected e.g. 600, 90s, 15m, 2h, or off",
+    ),
+    (
+        "run-autodown-no-pod",
+        ["run", "--prefix", "nope", "--autodown", "30m", "--cmd", "true"],
+        2,
+        "multihost: error: --autodown sets a pod multihost made, and there is no pod 'nope'",
+    ),
+    (
+        "sweep-autodown-no-pod",
+        ["sweep", "--prefix", "nope", "--autodown", "30m", "--cmd", "echo {x}", "--grid", "x=1"],
+        2,
+        "multihost: error: --autodown sets a pod multihost made, and there is no pod 'nope'",
+    ),
+    (
+        "run-autodown-no-prefix",
+        ["run", "--local", "2", "--autodown", "30m", "--cmd", "true"],
+        2,
+        "multihost: error: --autodown needs --prefix NAME (the pod)",
+    ),
+    (
+        "run-type-no-up",
+        ["run", "--prefix", "nope", "--tpu-type", "v4-8", "--cmd", "true"],
+        2,
+        "multihost: error: --tpu-type says what pod to make, and there is no pod 'nope' made "
+        "from here: add --up to make it",
+    ),
+    (
+        "run-type-disagrees",  # exist1 is recorded here (the place): 1 x v4-8 in us-east1-d
+        ["run", "--prefix", "exist1", "--tpu-type", "v4-16", "--cmd", "true"],
+        2,
+        "multihost: error: pod exist1 exists as 1 x v4-8 (on-demand, tpu-ubuntu2204-base) in "
+        "us-east1-d, not --tpu-type v4-16",
+    ),
+    (
+        "run-up-runtime-disagrees",
+        ["run", "--prefix", "exist1", "--up", "--runtime-version", "other", "--cmd", "true"],
+        2,
+        "multihost: error: pod exist1 exists as 1 x v4-8 (on-demand, tpu-ubuntu2204-base) in "
+        "us-east1-d, not --runtime-version other",
+    ),
+    (
+        "run-up-slices-disagree",
+        ["run", "--prefix", "exist1", "--up", "--num-slices", "2", "--cmd", "true"],
+        2,
+        "multihost: error: pod exist1 exists as 1 x v4-8",
     ),
     (
         "up-timeout",
@@ -926,6 +1099,16 @@ FLEET_CASES: list[tuple[str, list[str], int, str]] = [
     ),
 ]
 
+MISSING = {"MULTIHOST_GCLOUD": "/nonexistent/gcloud"}
+ENVS: dict[str, dict[str, str | None]] = {  # the environment per case (None: unset)
+    "up-zone": {"CLOUDSDK_CONFIG": "{gcloud}", "CLOUDSDK_COMPUTE_ZONE": None},
+    "up-gcloud-missing": MISSING,
+    "down-gcloud-missing": MISSING,
+    "pods-gcloud-missing": MISSING,
+    "gc-gcloud-missing": MISSING,
+    "run-up-gcloud-missing": MISSING,
+}
+
 CONFIGS = {  # XDG_CONFIG_HOME per case: a config file that is broken in one way each
     "run-config-dir": "confdir",
     "config-loop": "confloop",
@@ -940,7 +1123,6 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Path:
     that are corrupt, binary, a list or a directory, one of a finished run, an ssh config that
     includes itself, hosts files with no hosts, and config files broken in several ways."""
     d = tmp_path_factory.mktemp("bad")
-    (d / "home").mkdir()
     (d / "afile").write_text("x\n")
     (d / "adir").mkdir()
     (d / "code").mkdir()
@@ -948,6 +1130,10 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (d / "logs" / name).mkdir(parents=True)
         (d / "logs" / name / "run.json").write_bytes(content)
     (d / "logs" / "dirrec" / "run.json").mkdir(parents=True)
+    pod = '{"schema": 1, "name": "exist1", "tpu_type": "v4-8", "num_slices": 1, "zone": '
+    pod += '"us-east1-d", "runtime_version": "tpu-ubuntu2204-base", "capacity": "on-demand"}'
+    (d / "home" / "multihost-logs" / "pods" / "exist1").mkdir(parents=True)
+    (d / "home" / "multihost-logs" / "pods" / "exist1" / "pod.json").write_text(pod)
     (d / "loop.conf").write_text(f"Include {d / 'loop.conf'}\nHost h0\n  Port 1\n")
     (d / "empty.txt").write_text("")
     (d / "comments.txt").write_text("# no hosts yet\n\n")
@@ -993,7 +1179,11 @@ def _children() -> set[int]:
 
 @pytest.fixture
 def refused(
-    place: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    place: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
 ) -> Check:
     """``check(argv, code, first, config)``: ``main(argv)`` in this process; the exit code,
     one or two lines, no traceback, and nothing made, changed or started."""
@@ -1002,6 +1192,12 @@ def refused(
     monkeypatch.setenv("COLUMNS", "200")
     for name in ("XDG_CACHE_HOME", "MULTIHOST_LOG_DIR"):
         monkeypatch.delenv(name, raising=False)
+    case = getattr(getattr(request.node, "callspec", None), "id", "")
+    for name, value in ENVS.get(case, {}).items():  # gcloud's own files outside the place
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value.format(gcloud=tmp_path / "gcloud"))
 
     def check(argv: list[str], code: int, first: str, config: str = "home") -> str:
         monkeypatch.setenv("XDG_CONFIG_HOME", config)

@@ -22,6 +22,7 @@ import pytest
 from multihost import errors
 from multihost.cloud import gcloud, queued, secretmanager, storage, tpus
 from multihost.cloud.gcloud import error_class, error_for
+from tests.helpers import wait_for
 
 PACKAGE = Path(__file__).resolve().parent.parent / "multihost"
 SEAM = PACKAGE / "cloud"
@@ -106,7 +107,7 @@ def test_the_seam_is_where_gcloud_is_spawned() -> None:
     """The check above would see it: the seam itself names the binary and spawns."""
     text = (SEAM / "gcloud.py").read_text()
     assert '"MULTIHOST_GCLOUD"' in text
-    assert "subprocess.run(" in text
+    assert "subprocess.Popen(" in text
     assert "asyncio.create_subprocess_exec(" in text
 
 
@@ -191,6 +192,51 @@ def test_runners_sync_and_async(tmp_path: Path) -> None:
     assert not Path(f"/proc/{pid}").exists()  # killed and reaped
     with pytest.raises(errors.CloudTimeout):
         gcloud.run([], gcloud=slow, timeout=0.5)
+
+
+def _gone(pid: int) -> bool:
+    """Not running: no such process, or a zombie waiting for init (it runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+def test_a_hung_gcloud_and_what_it_started_are_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gcloud that hangs, having started a child of its own: past the timeout both are
+    killed (its whole process group), and a waiting caller was told what it waited for."""
+    hung = _script(
+        tmp_path,
+        f"sleep 300 & echo $! > {tmp_path}/child\necho $$ > {tmp_path}/pid\nexec sleep 301\n",
+    )
+    said: list[str] = []
+    monkeypatch.setattr(gcloud, "NOTICE", 0.3)
+    with pytest.raises(errors.CloudTimeout, match=r"took over 1s"):
+        gcloud.run(["compute", "tpus", "x", "--zone", "z"], gcloud=hung, timeout=1,
+                   waiting=said.append)  # fmt: skip
+    pids = [int((tmp_path / name).read_text()) for name in ("pid", "child")]
+    for pid in pids:
+        wait_for(lambda pid=pid: _gone(pid), 10, f"process {pid} to go")
+    assert said, "the caller was told nothing"
+    assert said[0].startswith("waiting for gcloud (compute tpus x): 0 s so far, at most 1 s")
+    asyncio.run(_async_hung(hung, tmp_path))
+
+
+async def _async_hung(hung: str, tmp_path: Path) -> None:
+    with pytest.raises(errors.CloudTimeout):
+        await gcloud.run_async([], gcloud=hung, timeout=0.5)
+    for name in ("pid", "child"):
+        pid = int((tmp_path / name).read_text())
+        wait_for(lambda pid=pid: _gone(pid), 10, f"process {pid} to go")
+
+
+def test_a_missing_gcloud_is_named_first(tmp_path: Path) -> None:
+    with pytest.raises(errors.GcloudMissing, match="'/nowhere/gcloud' not found"):
+        gcloud.require("/nowhere/gcloud")
+    assert issubclass(errors.GcloudMissing, errors.UsageError)  # exit 2, as for bad input
+    assert gcloud.require(_script(tmp_path, "true\n")).endswith("gcloud")
 
 
 def test_queued_resource_lines() -> None:
@@ -346,6 +392,7 @@ def test_the_real_cli_parses_every_line(tmp_path: Path) -> None:
         "cat": storage.cat_argv(f"{gs}/a", 5),
         "cat-many": storage.cat_many_argv([f"{gs}/a", f"{gs}/b"]),
         "cp": storage.cp_argv(str(script), f"{gs}/s.sh"),
+        "default-zone": tpus.default_zone_argv(),
     }
     (tmp_path / "cfg").mkdir()
     with _api() as (endpoint, seen):

@@ -113,3 +113,27 @@ def test_storage_round_trip(cloud: Cloud, tmp_path) -> None:
     assert gcloud(cloud, "storage", "cat", f"gs://{BUCKET}/x/a.txt").stdout == "hello\n"
     missing = gcloud(cloud, "storage", "ls", f"gs://{BUCKET}/nothing/", check=False)
     assert missing.returncode == 1
+
+
+def test_unknown_types_and_zones_are_refused_as_the_service_does(cloud: Cloud) -> None:
+    """A made-up accelerator type is INVALID_ARGUMENT, a zone the service does not have is
+    PERMISSION_DENIED (its location not found); neither is created."""
+    qr = ("compute", "tpus", "queued-resources")
+    made = gcloud(
+        cloud, *qr, "create", "bad", "--zone", ZONE, "--accelerator-type", "v4-61",
+        "--runtime-version", "v", "--node-id", "bad", "--async", check=False,
+    )  # fmt: skip
+    assert made.returncode != 0
+    assert "INVALID_ARGUMENT" in made.stderr
+    assert f'Accelerator type "v4-61" not found in zone "{ZONE}"' in made.stderr
+    nowhere = gcloud(
+        cloud, *qr, "create", "bad", "--zone", "us-central2-z", "--accelerator-type", "v4-8",
+        "--runtime-version", "v", "--node-id", "bad", "--async", check=False,
+    )  # fmt: skip
+    assert nowhere.returncode != 0
+    assert "PERMISSION_DENIED" in nowhere.stderr
+    assert "Location us-central2-z is not found or access is unauthorized" in nowhere.stderr
+    listed = gcloud(cloud, "compute", "tpus", "tpu-vm", "list", "--zone", "us-central2-z",
+                    check=False)  # fmt: skip
+    assert listed.returncode != 0
+    assert cloud.tpu.resources == {}

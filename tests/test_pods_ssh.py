@@ -451,3 +451,187 @@ def test_up_interrupted_deletes_its_request(cloud: Cloud, tmp_path: Path, sig: i
     assert "interrupted: deleting the request in us-central2-b" in err.read_text()
     assert cloud.tpu.resources == {}
     assert json.loads(cli(["pods", "--json"], **e).stdout) == []
+
+
+def _proc_children(pid: int) -> set[int]:
+    """Every process below ``pid`` (from /proc)."""
+    parents: dict[int, int] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                parents[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, grew = {pid}, True
+    while grew:
+        more = {c for c, parent in parents.items() if parent in found} - found
+        found |= more
+        grew = bool(more)
+    return found - {pid}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_up_interrupted_while_reaching_the_workers_deletes_the_pod(
+    cloud: Cloud, tmp_path: Path, sig: int
+) -> None:
+    """The pod is ACTIVE and ``up`` is reaching its workers (their SSH held up in a
+    ProxyCommand that never connects): Ctrl-C or SIGTERM deletes the pod, says so, and
+    exits 130; nothing of it is left, in the cloud or here."""
+    e = env(cloud, tmp_path)
+    config = tmp_path / "ssh_config"
+    config.write_text("Host 127.0.0.*\n  ProxyCommand sleep 7007\n")
+    err = tmp_path / "err"
+    with err.open("w") as f:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "multihost",
+                *up_args("reach", config, "--zone", ZONE, "--connect-timeout", "300"),
+            ],
+            env=e,
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+        )
+    try:
+
+        def proxies() -> list[int]:
+            return [p for p in _proc_children(proc.pid) if "sleep 7007" in _cmdline(p)]
+
+        held = wait_for(proxies, timeout=90, what="up to be reaching the workers")
+        assert cloud.tpu.resources["reach"].state == "ACTIVE"
+        proc.send_signal(sig)
+        proc.wait(timeout=90)
+    finally:
+        proc.kill()
+    text = err.read_text()
+    assert proc.returncode == 130, text
+    assert "pod reach is ACTIVE: 1 x v4-16 in us-central2-b (on-demand), $25.76/h" in text
+    assert "interrupted: deleting pod reach in us-central2-b, made by this command" in text
+    assert "deleted pod reach in us-central2-b (1 x v4-16, up 00:00:" in text
+    assert "Traceback" not in text
+    assert cloud.tpu.resources == {}
+    assert json.loads(cli(["pods", "--json"], **e).stdout) == []
+    wait_for(lambda: not any(_cmdline(p) for p in held), 10, "the ProxyCommands to go")
+
+
+def test_a_pod_is_found_where_failover_put_it(cloud: Cloud, tmp_path: Path) -> None:
+    """The one rule: ``up`` with no zone asks in gcloud's default zone; a pod that failover
+    put elsewhere is found by its record: ``run``, ``hosts`` and ``sweep --prefix NAME`` need
+    no --zone for it (gcloud's default zone here is another one)."""
+    cloud.tpu.capacity.refuse_quota("us-east1", "on-demand")
+    e = env(cloud, tmp_path)
+    config = ssh_config(cloud.fleet, tmp_path)
+    there = "us-west4-a"
+    res = cli([*up_args("far", config, "--zones", f"{QUOTA_ZONE},{there}")], **e)
+    assert res.returncode == 0, res.stderr
+    assert f"pod far is ACTIVE: 1 x v4-16 in {there} (on-demand)" in res.stderr
+    assert cloud.tpu.resources["far"].zone == there != e["CLOUDSDK_COMPUTE_ZONE"]
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "t.sh").write_text('echo "MULTIHOST_RESULT {\\"x\\": $1}"\n')
+    reach = ["--ssh-config", str(config), "--no-add-key"]
+    run = cli(
+        ["run", "--prefix", "far", *reach, "--script-dir", str(code), "--log-dir",
+         str(tmp_path / "logs"), "--coordinator-port", str(free_port()),
+         "--cmd", "echo on $MULTIHOST_TEST_HOST"],
+        **e,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "all 2 hosts succeeded" in run.stdout + run.stderr
+    hosts = cli(["hosts", "--prefix", "far", "--ssh-config", str(config)], **e)
+    assert hosts.returncode == 0, hosts.stderr
+    assert "127.0.0.2" in hosts.stdout
+    sweep = cli(
+        ["sweep", "--prefix", "far", *reach, "--script-dir", str(code), "--log-dir",
+         str(tmp_path / "logs"), "--coordinator-port", str(free_port()), "--metric", "x",
+         "--cmd", "sh t.sh {x}", "--grid", "x=1"],
+        **e,
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr
+    # up with no zone at all: gcloud's default zone (as run --prefix uses it for an unknown pod)
+    res = cli([*up_args("near", config)], **e)
+    assert res.returncode == 0, res.stderr
+    assert cloud.tpu.resources["near"].zone == e["CLOUDSDK_COMPUTE_ZONE"] == ZONE
+    for name in ("far", "near"):
+        assert cli(["down", name], **e).returncode == 0
+    assert cloud.tpu.resources == {}
+
+
+def test_up_in_a_zone_that_does_not_exist_is_refused_and_leaves_nothing(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    """The stand-in refuses a location it does not have, as the service does."""
+    e = env(cloud, tmp_path)
+    res = cli([*up_args("nozone", tmp_path / "none", "--zone", "us-central2-z")], **e)
+    assert res.returncode == 1, res.stderr
+    assert "us-central2-z: error: ERROR: (gcloud.compute.tpus.queued-resources.create)" in (
+        res.stderr
+    )
+    assert "Location us-central2-z is not found or access is unauthorized" in res.stderr
+    assert cloud.tpu.resources == {}
+    assert json.loads(cli(["pods", "--json"], **e).stdout) == []
+
+
+def test_autodown_on_an_existing_pod_from_run_and_a_reused_hosts_state(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    """``run --prefix NAME --autodown D`` arms the existing pod (without --up, and with --up
+    on a pod that exists), ``--autodown off`` stops it: never ignored. A host that a later pod
+    reuses shows nothing of the earlier pod's autodown, and a daemon that is gone is said."""
+    e = env(cloud, tmp_path)
+    config = ssh_config(cloud.fleet, tmp_path)
+    reach = ["--ssh-config", str(config), "--no-add-key"]
+    code = tmp_path / "code"
+    code.mkdir()
+
+    def run(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return cli(
+            ["run", "--prefix", name, *reach, "--script-dir", str(code), "--log-dir",
+             str(tmp_path / "logs"), "--coordinator-port", str(free_port()), *extra,
+             "--cmd", "true"],
+            **e,
+        )  # fmt: skip
+
+    def autodown_of(name: str) -> str:
+        listed = cli(["pods", "--json", "--ssh-config", str(config)], **e)
+        assert listed.returncode == 0, listed.stderr
+        return str(next(r for r in json.loads(listed.stdout) if r["name"] == name)["autodown"])
+
+    res = cli([*up_args("first", config, "--tpu-type", "v4-8", "--zone", ZONE)], **e)
+    assert res.returncode == 0, res.stderr
+    armed = run("first", "--autodown", "600")
+    assert armed.returncode == 0, armed.stderr
+    assert "pod first deletes itself once idle for 600 s (watched on s0/w0)" in armed.stderr
+    assert autodown_of("first").startswith("600s idle, fires in ")
+    off = run("first", "--up", "--tpu-type", "v4-8", "--autodown", "off")
+    assert off.returncode == 0, off.stderr
+    assert "pod first exists (active in us-central2-b): using it" in off.stderr
+    assert "autodown of pod first is off" in off.stderr
+    assert autodown_of("first") == "None"
+    assert run("first", "--autodown", "900").returncode == 0
+    host = cloud.tpu.resources["first"].workers[0].host
+    assert cli(["down", "first"], **e).returncode == 0
+    # a later pod on the same host; its record says autodown, but it was never armed there
+    # (the state a failed or interrupted arm leaves): the earlier pod's state is not its own
+    res = cli([*up_args("second", config, "--tpu-type", "v4-8", "--zone", ZONE)], **e)
+    assert res.returncode == 0, res.stderr
+    assert cloud.tpu.resources["second"].workers[0].host == host
+    path = Path(e["MULTIHOST_LOG_DIR"]) / "pods" / "second" / "pod.json"
+    from multihost.pods import records
+
+    record = records.PodRecord.from_json(path.read_text())
+    path.write_text(record.evolve(autodown=1800.0).to_json())
+    assert autodown_of("second") == "not armed on the pod"
+    assert cli(["autodown", "second", "1800", *reach], **e).returncode == 0
+    assert autodown_of("second").startswith("1800s idle, fires in ")
+    # its daemon gone (the host rebooted, say): its last word is not taken for a live timer
+    cloud.fleet.kill_user_processes([host])
+    assert autodown_of("second").startswith("1800s idle; its daemon is not running")

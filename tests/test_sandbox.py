@@ -4,6 +4,7 @@ shell, a pod's life (``up``, ``run --prefix``, ``down``), sandbox down; nothing 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import signal
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import fleet as loopback
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTS = 2
@@ -244,3 +246,35 @@ def test_down_after_the_background_process_was_killed(sandbox_env: dict[str, str
     assert mentioning(str(state)) == []
     assert not state.exists()
     assert not Path(f"{state}-fleet").exists()
+
+
+def test_autodown_fires_in_the_sandbox(sandbox_env: dict[str, str], tmp_path: Path) -> None:
+    """The try-it-without-a-cloud path shows autodown working: the sandbox's VMs serve what a
+    real TPU VM serves (the queued resource's name, the project, a token, gcloud), so an idle
+    pod deletes itself; ``up`` there needs no --zone (gcloud's default zone is the sandbox's)."""
+    env = sandbox_env
+    res = sandbox(env, "up", "--hosts", "1")
+    assert res.returncode == 0, res.stderr
+    code = tmp_path / "code"
+    code.mkdir()
+    res = shell(
+        env,
+        "multihost up idle --tpu-type v4-8 --runtime-version tpu-ubuntu2204-base --autodown 3",
+        code,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "pod idle deletes itself once idle for 3 s (watched on s0/w0)" in res.stderr
+    seen: list[str] = []
+
+    def gone() -> bool:
+        listed = shell(env, "multihost pods --json", code)
+        assert listed.returncode == 0, listed.stderr
+        (row,) = json.loads(listed.stdout)
+        seen.append(str(row["autodown"]))
+        return row["state"] == "GONE"
+
+    wait_for(gone, 120, "autodown to delete the idle pod")
+    assert not [s for s in seen if "failed" in s], seen
+    res = shell(env, "multihost gc", code)
+    assert "deleted idle in us-central2-b: gone already (record only)" in res.stderr
+    assert sandbox(env, "down").returncode == 0

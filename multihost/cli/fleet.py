@@ -14,6 +14,7 @@ from multihost import fleetops
 from multihost.bridge import blocking
 from multihost.bundled import payload_command, payloads_dir
 from multihost.cli import report
+from multihost.cli.pods_args import wants_pod
 from multihost.cli.reaching import reach_args
 from multihost.cli.wiring import (
     Display,
@@ -36,7 +37,8 @@ from multihost.transport import forget
 
 
 def cmd_run(args: argparse.Namespace, err: Console) -> int:
-    if args.up or args.down:  # one ephemeral pod around the run (imported only then)
+    if wants_pod(args):  # a pod's flags: the pod made, checked or deleted around the run
+        # (its module imported only then)
         from multihost.cli.pods import with_pod
 
         return with_pod(args, err, lambda: _run(args, err))

@@ -290,7 +290,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
         resolved = Resolved.load(Path(script_dir or "."), profile)
         apply(resolved, [subparser(parser, command)])
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command's own parser: its --help is the one to see
+        where = parser
+        for name in (args.command, getattr(args, "job_command", None)):
+            if name is not None and where._subparsers is not None:
+                where = subparser(where, name)
+        where.error(f"unrecognized arguments: {' '.join(extra)}")
     if resolved is not None:
         for key, value in resolved.source_for(vars(args)).items():
             if hasattr(args, key):

@@ -3,14 +3,47 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from multihost.cli.args import Parser, add, command
+from multihost.defaults import DEFAULTS as D
 from multihost.settings import schema as s
+from multihost.settings.flag import Flag
 from multihost.settings.types import positive
 
-QUEUE_TIMEOUT = 900.0  # s a request waits for capacity in one zone (its valid-until)
 NAME_HELP = "the pod's name: its queued resource (and its nodes' prefix), its record here"
+# run/sweep flags that are a pod's (their dests): any of them given routes the run through
+# ``multihost.pods.ops.around``, which uses each or refuses it, never ignores it
+POD_FLAGS = (
+    "up",
+    "down",
+    "autodown",
+    "tpu_type",
+    "runtime_version",
+    "num_slices",
+    "capacity",
+    "zones",
+    "queue_timeout",
+)
+
+
+def wants_pod(args: argparse.Namespace) -> bool:
+    """Whether a run or a sweep was given any of a pod's flags."""
+    return any(getattr(args, dest, None) not in (None, False) for dest in POD_FLAGS)
+
+
+def _workers(*flags: Flag) -> tuple[Flag, ...]:
+    """--prefix's flags as the commands on a pod show them: about its workers (these commands
+    have no --prefix)."""
+    return tuple(
+        f.but(
+            help=(f.help or "")
+            .replace("with --prefix: ", "")
+            .replace(" with --prefix)", " for a pod's workers)")
+        )
+        for f in flags
+    )
 
 
 def request_flags(p: Parser, *, zone: bool) -> None:
@@ -24,9 +57,8 @@ def request_flags(p: Parser, *, zone: bool) -> None:
     cloud.add_argument(
         "--num-slices",
         type=positive(int),
-        default=1,
         metavar="N",
-        help="slices (multislice when 2 or more; default %(default)s)",
+        help="slices (multislice when 2 or more; default 1)",
     )
     cloud.add_argument(
         "--runtime-version",
@@ -44,23 +76,25 @@ def request_flags(p: Parser, *, zone: bool) -> None:
             help=f"{flag} capacity (default: on-demand)",
         )
     if zone:
-        cloud.add_argument("--zone", help="the zone to ask in (default: none; or --zones)")
+        cloud.add_argument(
+            "--zone", help="the zone to ask in (default: gcloud's default zone; or --zones)"
+        )
         cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
     cloud.add_argument(
         "--zones", metavar="A,B,C", help="zones to try in order (failover; default: --zone alone)"
     )
     cloud.add_argument(
         "--queue-timeout",
-        default=str(QUEUE_TIMEOUT),
         metavar="DURATION",
         help="how long one zone's request may wait for capacity before the next "
         "zone is tried; also the request's --valid-until-duration (default "
-        f"{QUEUE_TIMEOUT:g}s)",
+        f"{D.queue_timeout:g}s)",
     )
     cloud.add_argument(
         "--autodown",
-        metavar="DURATION",
-        help="the pod deletes itself once idle this long, e.g. 30m, 3600 (default: off)",
+        metavar="DURATION|off",
+        help="the pod deletes itself once idle this long, e.g. 30m, 3600; off stops it "
+        "(default: off)",
     )
 
 
@@ -90,14 +124,13 @@ def add_pod_parsers(sub: Any) -> None:
     request_flags(up, zone=True)
     add(
         up,
-        s.IP,
+        *_workers(s.IP),
         s.USER,
         s.SSH_CONFIG,
-        s.HOST_KEYS,
+        *_workers(s.HOST_KEYS),
         s.CONNECT_TIMEOUT,
         s.CONNECT_LIMIT,
-        s.TUNNEL_THROUGH_IAP,
-        s.NO_ADD_KEY,
+        *_workers(s.TUNNEL_THROUGH_IAP, s.NO_ADD_KEY),
     )
 
     down = command(sub, "down", "delete a pod made by multihost (every slice)")
@@ -117,7 +150,7 @@ def add_pod_parsers(sub: Any) -> None:
     cloud.add_argument("--project", help="gcloud project (default: gcloud's)")
 
     pods = command(sub, "pods", "the pods multihost made: state, price, cost so far, autodown")
-    add(pods, s.JSON, s.SSH_CONFIG, s.HOST_KEYS, s.IP, s.USER, s.TUNNEL_THROUGH_IAP)
+    add(pods, s.JSON, s.SSH_CONFIG, *_workers(s.HOST_KEYS, s.IP, s.TUNNEL_THROUGH_IAP), s.USER)
     labelled_flags(pods)
 
     gc = command(sub, "gc", "delete the requests multihost made that can never run again")
@@ -131,7 +164,12 @@ def add_pod_parsers(sub: Any) -> None:
         metavar="DURATION|off",
         help="idle time before the pod deletes itself, e.g. 30m; off stops it",
     )
-    add(auto, s.SSH_CONFIG, s.HOST_KEYS, s.NO_ADD_KEY, s.IP, s.USER, s.TUNNEL_THROUGH_IAP)
+    add(
+        auto,
+        s.SSH_CONFIG,
+        *_workers(s.HOST_KEYS, s.NO_ADD_KEY, s.IP, s.TUNNEL_THROUGH_IAP),
+        s.USER,
+    )
 
 
 def add_run_pod_flags(p: Parser) -> None:
@@ -141,7 +179,8 @@ def add_run_pod_flags(p: Parser) -> None:
         "--up",
         action="store_true",
         help="with --prefix NAME: create the pod first when it does not exist "
-        "(up's flags: --tpu-type, --runtime-version, --zones...)",
+        "(up's flags: --tpu-type, --runtime-version, --zones...); an existing pod is used, "
+        "its flags checked against it",
     )
     cloud.add_argument(
         "--down",

@@ -14,7 +14,13 @@ from multihost.fleetops.reach import Reach, reach
 def reach_args(args: argparse.Namespace, err: Console, *, add_key: bool = False) -> Reach:
     """The fleet the flags name and how to reach it, the source's warnings said; ``add_key``:
     a command that logs in (``hosts --check``) makes sure a --prefix fleet takes the key."""
-    found = reach({**vars(args), "progress": progress(err)}, add_key=add_key)
+    from multihost.pods.records import located
+
+    given = vars(args)
+    zone, project = located(given.get("prefix"), given.get("zone"), given.get("project"))
+    found = reach(
+        {**given, "zone": zone, "project": project, "progress": progress(err)}, add_key=add_key
+    )
     warn(err, found.warnings)
     note(err, found.notes)
     return found

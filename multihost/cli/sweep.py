@@ -11,6 +11,7 @@ from rich.console import Console
 
 from multihost.bridge import blocking
 from multihost.cli import report, terminal
+from multihost.cli.pods_args import wants_pod
 from multihost.cli.wiring import kill_line, plan_args, raise_nofile_limit, signals
 from multihost.commands import check_run_name
 from multihost.defaults import DEFAULTS as D
@@ -114,7 +115,8 @@ def _warm(text: str) -> bool:
 
 
 def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
-    if args.up or args.down:  # one ephemeral pod around the sweep (imported only then)
+    if wants_pod(args):  # a pod's flags: the pod made, checked or deleted around the sweep
+        # (its module imported only then)
         from multihost.cli.pods import with_pod
 
         return with_pod(args, err, lambda: _sweep(args, err))

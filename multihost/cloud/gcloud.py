@@ -14,12 +14,16 @@ import json
 import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from multihost.cloud import queued, storage
+from multihost.defaults import DEFAULTS
 from multihost.errors import (
     CloudAlreadyExists,
     CloudError,
@@ -34,14 +38,54 @@ from multihost.errors import (
 )
 
 ENV = "MULTIHOST_GCLOUD"  # the gcloud binary to run
-TIMEOUT = 120.0  # s one call may take unless its caller says otherwise
+TIMEOUT_ENV = "MULTIHOST_GCLOUD_TIMEOUT"  # s one call may take (tests shorten it)
+TIMEOUT = DEFAULTS.gcloud_timeout  # s one call may take unless its caller says otherwise
+NOTICE = 10.0  # s after which a call still running is said (and again each time as long)
 
 Ran = subprocess.CompletedProcess  # what a call gives back: argv, returncode, stdout, stderr
+Waiting = Callable[[str], None]  # told, in words, what a slow call is waiting for
 
 
 def binary() -> str:
     """The gcloud to run: ``$MULTIHOST_GCLOUD``, else ``gcloud`` on PATH."""
     return os.environ.get(ENV, "gcloud")
+
+
+def timeout_from_env() -> float:
+    """``$MULTIHOST_GCLOUD_TIMEOUT`` when set (a number of seconds), else :data:`TIMEOUT`."""
+    text = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        return float(text) if text and float(text) > 0 else TIMEOUT
+    except ValueError:
+        return TIMEOUT
+
+
+def require(gcloud: str | None = None) -> str:
+    """The gcloud binary, found before anything is asked of it: ``GcloudMissing`` (exit 2)
+    names it when it is not there, so no command starts half way and then finds out."""
+    name = gcloud or binary()
+    if shutil.which(name) is None:
+        raise GcloudMissing(f"{name!r} not found: install the Google Cloud CLI") from None
+    return name
+
+
+def what(argv: Sequence[str]) -> str:
+    """A call in words: its command and operand, before the first flag
+    (``compute tpus queued-resources describe exp1``)."""
+    words = []
+    for arg in argv:
+        if arg.startswith("-"):
+            break
+        words.append(arg)
+    return " ".join(words) or "gcloud"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """gcloud and whatever it started (it runs in a process group of its own): killed."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
 
 
 def run(
@@ -50,26 +94,62 @@ def run(
     gcloud: str | None = None,
     timeout: float = TIMEOUT,
     input: bytes | None = None,
+    waiting: Waiting | None = None,
 ) -> Ran[bytes]:
     """``gcloud ARGV...`` once, its exit status not checked (see :func:`check`). Raises
-    ``GcloudMissing`` when there is no such binary, ``CloudTimeout`` past ``timeout`` (the
-    process killed), ``CloudError`` when it cannot be started at all."""
+    ``GcloudMissing`` when there is no such binary, ``CloudTimeout`` past ``timeout``,
+    ``CloudError`` when it cannot be started at all. gcloud runs in a process group of its
+    own: past the timeout, or when the caller is interrupted, the whole group is killed (what
+    gcloud started too). ``waiting`` is told what the call waits for once it has run
+    :data:`NOTICE` seconds (half the timeout, if that is less), and again as often."""
     full = [gcloud or binary(), *argv]
     try:
-        return subprocess.run(
+        proc = subprocess.Popen(
             full,
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
     except FileNotFoundError:
         raise GcloudMissing(f"{full[0]!r} not found: install the Google Cloud CLI") from None
-    except subprocess.TimeoutExpired:
-        raise CloudTimeout(f"gcloud took over {timeout:g}s: {shlex.join(full)}") from None
     except OSError as exc:
         raise CloudError(f"cannot run {shlex.join(full)}: {exc}") from None
+    started = time.monotonic()
+    with proc:  # its pipes closed, and it reaped, however this ends
+        try:
+            return _communicate(proc, full, input, timeout, started, waiting)
+        except BaseException:
+            _kill_group(proc)
+            raise
+
+
+def _communicate(
+    proc: subprocess.Popen[bytes],
+    full: list[str],
+    input: bytes | None,
+    timeout: float,
+    started: float,
+    waiting: Waiting | None,
+) -> Ran[bytes]:
+    pending = input
+    every = min(NOTICE, timeout / 2)  # a short timeout is said once, half way
+    while True:
+        left = timeout - (time.monotonic() - started)
+        try:
+            out, err = proc.communicate(
+                pending, timeout=max(0.0, min(left, every) if waiting else left)
+            )
+            return subprocess.CompletedProcess(full, proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            pending = None  # communicate() keeps what it has not written yet
+            ran = time.monotonic() - started
+            if ran >= timeout:
+                raise CloudTimeout(f"gcloud took over {timeout:g}s: {shlex.join(full)}") from None
+            assert waiting is not None
+            waiting(
+                f"waiting for gcloud ({what(full[1:])}): {ran:.0f} s so far, at most {timeout:g} s"
+            )
 
 
 async def run_async(
@@ -79,8 +159,8 @@ async def run_async(
     timeout: float = TIMEOUT,
     input: bytes | None = None,
 ) -> Ran[bytes]:
-    """:func:`run` for the event loop: the same errors; the process is killed (and reaped)
-    when the timeout passes or the caller is cancelled."""
+    """:func:`run` for the event loop: the same errors; gcloud's process group is killed (and
+    gcloud reaped) when the timeout passes or the caller is cancelled."""
     full = [gcloud or binary(), *argv]
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -88,18 +168,23 @@ async def run_async(
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            start_new_session=True,
         )
     except FileNotFoundError:
         raise GcloudMissing(f"{full[0]!r} not found: install the Google Cloud CLI") from None
     except OSError as exc:
         raise CloudError(f"cannot run {shlex.join(full)}: {exc}") from None
+    done = False
     try:
         async with asyncio.timeout(timeout):
             out, err = await proc.communicate(input)
+        done = True
     except TimeoutError:
         raise CloudTimeout(f"gcloud took over {timeout:g}s: {shlex.join(full)}") from None
     finally:
-        if proc.returncode is None:
+        if not done:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await asyncio.shield(proc.wait())
@@ -193,13 +278,15 @@ class Gcloud:
 
     binary: str = "gcloud"
     timeout: float = TIMEOUT
+    waiting: Waiting | None = field(default=None, compare=False, kw_only=True)  # of a slow call
 
     @classmethod
-    def from_env(cls) -> Gcloud:
-        return cls(binary())
+    def from_env(cls, waiting: Waiting | None = None) -> Gcloud:
+        """``$MULTIHOST_GCLOUD`` and ``$MULTIHOST_GCLOUD_TIMEOUT`` (or their defaults)."""
+        return cls(binary(), timeout_from_env(), waiting=waiting)
 
     def run(self, argv: list[str], *, check: bool = True) -> Ran[bytes]:
-        proc = run(argv, gcloud=self.binary, timeout=self.timeout)
+        proc = run(argv, gcloud=self.binary, timeout=self.timeout, waiting=self.waiting)
         if check and proc.returncode != 0:
             raise error_for(proc)
         return proc

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from multihost.cloud import checks
+
 QR = ("compute", "tpus", "queued-resources")
 # How capacity is asked for: on-demand is the default (no flag); best-effort exists only in the
-# alpha release track (GA refuses --best-effort: exit 2, "unrecognized arguments").
-CAPACITIES = ("on-demand", "spot", "reserved", "best-effort", "guaranteed")
+# alpha release track (GA refuses --best-effort: exit 2, "unrecognized arguments"). The ones a
+# user picks are ``checks.CAPACITIES``; ``guaranteed`` is gcloud's too.
+CAPACITIES = (*checks.CAPACITIES, "guaranteed")
 ALPHA_ONLY = ("best-effort",)
 _DELIMS = (":", ";", "|", "#", "~", "@@")
 

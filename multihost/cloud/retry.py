@@ -101,7 +101,7 @@ class PatientGcloud(Gcloud):
     def around(
         cls, gcloud: Gcloud, *, timeout: float, warn: Callable[[str], None]
     ) -> PatientGcloud:
-        return cls(gcloud.binary, gcloud.timeout, Episode(timeout, warn))
+        return cls(gcloud.binary, gcloud.timeout, Episode(timeout, warn), waiting=gcloud.waiting)
 
     def run(self, argv: list[str], *, check: bool = True) -> Ran[bytes]:
         while True:

@@ -88,3 +88,9 @@ def oslogin_add_key_argv(public_file: str, project: str | None) -> list[str]:
         *([f"--project={project}"] if project else []),
         "--format=json",
     ]
+
+
+def default_zone_argv() -> list[str]:
+    """``config get compute/zone``: gcloud's default zone (``CLOUDSDK_COMPUTE_ZONE`` or the
+    active configuration's); it prints nothing on stdout when none is set."""
+    return ["config", "get", "compute/zone"]

@@ -6,21 +6,18 @@ from __future__ import annotations
 import enum
 import json
 import os
-import re
 import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from multihost.cloud import bucket as layout
+from multihost.cloud import checks
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.runrecord import private_dir
 
 SCHEMA = 1
-CAPACITIES = ("on-demand", "spot", "reserved", "best-effort")
-_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
-_TPU_TYPE = re.compile(r"^v[0-9][a-z0-9]*-[0-9]+$")
 
 
 class JobRecordError(UsageError):
@@ -42,32 +39,18 @@ class JobState(enum.Enum):
 
 
 def check_name(name: str) -> str:
-    """Job names become queued-resource and node names: lowercase, digits, ``-``."""
-    if not _NAME.match(name):
-        raise UsageError(
-            f"bad job name {name!r}: a lowercase letter, then lowercase letters, digits or '-' "
-            "(at most 40, not ending in '-')"
-        )
-    return name
-
-
-def check_tpu_type(tpu_type: str) -> str:
-    if not _TPU_TYPE.match(tpu_type):
-        raise UsageError(f"bad --tpu-type {tpu_type!r}: expected e.g. v4-16, v5litepod-16")
-    return tpu_type
+    """Job names become queued-resource and node names: the TPU API's rule
+    (``multihost.cloud.checks``, as for a pod's)."""
+    return checks.check_name(name, "job")
 
 
 def workers_per_slice(tpu_type: str) -> int | None:
-    """TPU VM workers (hosts) in one slice of this type, where the type says so."""
-    family, _, size = tpu_type.rpartition("-")
-    n = int(size)
-    if family in ("v4", "v5p"):  # the suffix counts TensorCores, two per chip, four chips a host
-        return max(1, n // 8)
-    if family in ("v5litepod", "v5e", "v6e"):  # the suffix counts chips; 8-chip hosts up to 8
-        return 1 if n <= 8 else n // 4
-    if family in ("v2", "v3"):
-        return max(1, n // 8)
-    return None
+    """TPU VM workers (hosts) in one slice of this type; None for a type that does not exist
+    (a record written before types were checked)."""
+    try:
+        return checks.workers_per_slice(tpu_type)
+    except UsageError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from multihost.cloud import checks
 from multihost.cloud.bucket import check_bucket, code_url, env_prefix, uv_binary_url
 from multihost.cloud.gcloud import Gcloud
 from multihost.commands import parse_env
@@ -17,7 +18,7 @@ from multihost.envsync.request import request
 from multihost.envsync.uvbin import uv_binary, uv_version
 from multihost.errors import UsageError
 from multihost.job import cloud, startup
-from multihost.job.record import CAPACITIES, JobRecord, check_name, check_tpu_type
+from multihost.job.record import JobRecord, check_name
 from multihost.secrets import parse_secrets
 from multihost.stage import excluded, pack
 
@@ -88,16 +89,17 @@ def startup_script(record: JobRecord) -> str:
 def check(req: JobRequest) -> JobRequest:
     """Every check that needs no cloud call; raises ``UsageError`` (exit 2)."""
     check_name(req.name)
-    check_tpu_type(req.tpu_type)
-    if req.capacity not in CAPACITIES:
-        raise UsageError(f"bad capacity {req.capacity!r}")
+    checks.check_tpu_type(req.tpu_type)
+    checks.check_capacity(req.capacity)
+    checks.check_slices(req.num_slices)
+    if req.zone is not None:
+        checks.check_zone(req.zone)
     if not req.command.strip():
         raise UsageError("--cmd is empty")
     if not req.runtime_version.strip():
         raise UsageError("--runtime-version is empty")
-    for value, what in ((req.num_slices, "--num-slices"), (req.log_interval, "--log-interval")):
-        if value < 1:
-            raise UsageError(f"{what} must be at least 1")
+    if req.log_interval < 1:
+        raise UsageError("--log-interval must be at least 1")
     if req.max_restarts < 0:
         raise UsageError("--max-restarts must be 0 or more")
     if req.env_wait <= 0:

@@ -12,8 +12,10 @@ from importlib import resources
 from multihost.defaults import DEFAULTS
 
 # Arm (or disarm) the daemon. Args: BASE (multihost's remote dir), IDLE (seconds or "off"),
-# TICK (seconds between looks); the daemon's script on stdin. A daemon already running keeps
-# running (it reads idle and since on each tick); else one is started detached. The command
+# TICK (seconds between looks), OWNER (the queued resource the state is for: a host reused by
+# a later pod shows nothing of the earlier one's); the daemon's script on stdin. A daemon
+# already running keeps running (it reads idle and since on each tick); else one is started
+# detached. The command
 # that starts it again after a reboot is written to DIR/reboot; with crontab on the host, an
 # @reboot line runs it (the daemon restarts the idle timer when it starts). Says "armed cron"
 # or "armed nocron" (no crontab: a reboot ends the watch until the next arm), or "off".
@@ -25,6 +27,7 @@ d=$b/autodown
 mkdir -p "$d" || exit 1
 cat > "$d/autodown.sh.tmp" && mv -f "$d/autodown.sh.tmp" "$d/autodown.sh" || exit 1
 printf '%s\\n' "$2" > "$d/idle.tmp" && mv -f "$d/idle.tmp" "$d/idle" || exit 1
+printf '%s\\n' "$4" > "$d/owner.tmp" && mv -f "$d/owner.tmp" "$d/owner" || exit 1
 mark='# multihost-autodown'
 line="sh '$d/autodown.sh' '$d' '$b/runs' $3 </dev/null >>'$d/log' 2>&1"
 printf '%s\n' "$line" > "$d/reboot"
@@ -40,15 +43,27 @@ setsid sh "$d/autodown.sh" "$d" "$b/runs" "$3" </dev/null >>"$d/log" 2>&1 &
 echo "armed $cron"
 """
 
-# The daemon's status line and setting. Arg: BASE.
+# The daemon's setting, its status line, and whether it runs (its pid alive, running the
+# daemon), for one queued resource. Args: BASE, OWNER. State armed for another resource (a host
+# reused by a later pod) or none at all: "off", "none".
 STATUS = """\
 b=$1
 case $b in \\~/*) b=$HOME/${b#\\~/} ;; esac
-idle=off; st=none
-read -r idle < "$b/autodown/idle" 2>/dev/null
-read -r st < "$b/autodown/status" 2>/dev/null
+d=$b/autodown
+owner=
+read -r owner < "$d/owner" 2>/dev/null
+if [ "$owner" != "$2" ]; then printf 'off\\nnone\\nstopped\\n'; exit 0; fi
+idle=off; st=none; pid=; run=stopped
+read -r idle < "$d/idle" 2>/dev/null
+read -r st < "$d/status" 2>/dev/null
+read -r pid < "$d/pid" 2>/dev/null
+case $pid in
+  ''|*[!0-9]*) ;;
+  *) grep -q autodown "/proc/$pid/cmdline" 2>/dev/null && run=running ;;
+esac
 echo "$idle"
 echo "$st"
+echo "$run"
 """
 
 
@@ -61,26 +76,33 @@ def tick(seconds: float) -> int:
     return max(1, min(10, int(seconds // 5)))
 
 
-def arm_command(seconds: float | None, base: str = DEFAULTS.remote_dir) -> str:
+def owner(name: str, created_at: float) -> str:
+    """Which queued resource autodown's state on a host is for: the pod's name and when its
+    request was made (a later pod of the same name is another resource)."""
+    return f"{name}@{int(created_at)}"
+
+
+def arm_command(seconds: float | None, who: str, base: str = DEFAULTS.remote_dir) -> str:
     idle = "off" if seconds is None else str(math.ceil(seconds))
     every = tick(seconds or 10)
-    return f"sh -c {shlex.quote(ARM)} sh {shlex.quote(base)} {idle} {every}"
+    return f"sh -c {shlex.quote(ARM)} sh {shlex.quote(base)} {idle} {every} {shlex.quote(who)}"
 
 
-def status_command(base: str = DEFAULTS.remote_dir) -> str:
-    return f"sh -c {shlex.quote(STATUS)} sh {shlex.quote(base)}"
+def status_command(who: str, base: str = DEFAULTS.remote_dir) -> str:
+    return f"sh -c {shlex.quote(STATUS)} sh {shlex.quote(base)} {shlex.quote(who)}"
 
 
 @dataclass(frozen=True)
 class Status:
     """What the daemon on worker 0 last said: ``state`` busy, idle, deleted, failed, off or
-    none (never started); ``at`` when; ``words`` the rest (why busy, since when idle, why
-    its delete failed)."""
+    none (never armed for this pod); ``at`` when; ``words`` the rest (why busy, since when
+    idle, why its delete failed); ``running``: whether the daemon runs now."""
 
     idle: float | None
     state: str
     at: float | None
     words: str
+    running: bool = True
 
     def fires_in(self, now: float) -> float | None:
         """Seconds until the delete, when idle now; None when busy or off."""
@@ -93,9 +115,13 @@ class Status:
             return None
 
     def describe(self, now: float) -> str:
+        if self.state == "none":
+            return "not armed on the pod"
         if self.idle is None:
             return "off"
         head = f"{self.idle:g}s idle"
+        if not self.running and self.state in ("idle", "busy"):
+            return f"{head}; its daemon is not running (it last said: {self.state})"
         fires = self.fires_in(now)
         if fires is not None:
             return f"{head}, fires in {fires:.0f}s"
@@ -105,7 +131,7 @@ class Status:
 
 
 def parse_status(text: str) -> Status:
-    lines = [*text.splitlines(), "", ""]
+    lines = [*text.splitlines(), "", "", ""]
     idle = None if lines[0].strip() in ("off", "") else float(lines[0])
     state, _, rest = lines[1].strip().partition(" ")
     at, _, words = rest.partition(" ")
@@ -113,4 +139,4 @@ def parse_status(text: str) -> Status:
         when = float(at)
     except ValueError:
         when, words = None, rest
-    return Status(idle, state or "none", when, words)
+    return Status(idle, state or "none", when, words, lines[2].strip() != "stopped")

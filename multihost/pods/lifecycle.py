@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from multihost.cloud.gcloud import Ran, one_line
-from multihost.errors import MultihostError, UsageError
+from multihost.cloud import checks, tpus
+from multihost.cloud.gcloud import Gcloud, Ran, one_line, require
+from multihost.errors import CloudTimeout, GcloudMissing, MultihostError, UsageError
 from multihost.pods import plan, records
 from multihost.pods.plan import PodSpec
 from multihost.pods.prices import region_of
@@ -31,6 +32,36 @@ class Runner(Protocol):
 
 class PodError(MultihostError):
     """A pod could not be made or ended; the message says why, zone by zone."""
+
+
+def gcloud_client(say: Say | None = None) -> Gcloud:
+    """The gcloud every pod command uses, found first (a missing CLI is named before anything
+    starts: ``GcloudMissing``, exit 2); ``say`` is told what a slow call is waiting for."""
+    client = Gcloud.from_env(say)
+    require(client.binary)
+    return client
+
+
+def default_zone(gcloud: Runner) -> str | None:
+    """gcloud's default zone (``CLOUDSDK_COMPUTE_ZONE``, or its configuration's), if any."""
+    proc = gcloud.run(tpus.default_zone_argv(), check=False)
+    zone = proc.stdout.decode(errors="replace").strip() if proc.returncode == 0 else ""
+    return zone or None
+
+
+def zones_for(zone: str | None, zones: str | None, gcloud: Runner) -> tuple[str, ...]:
+    """Where to ask for a pod: ``--zones A,B,C`` or ``--zone Z``, else gcloud's default zone
+    (the rule every command on a pod follows; a pod made is then found by its record)."""
+    given = plan.zones_of(zone, zones)
+    if given:
+        return given
+    found = default_zone(gcloud)
+    if found is None:
+        raise UsageError(
+            "no zone: give --zone ZONE or --zones A,B,C (gcloud has no default zone; "
+            "gcloud config set compute/zone ZONE sets one)"
+        )
+    return (checks.check_zone(found),)
 
 
 @dataclass(frozen=True)
@@ -112,8 +143,18 @@ def up(spec: PodSpec, gcloud: Runner, say: Say, *, poll: float) -> tuple[PodReco
         records.save(record)
         try:
             attempt, record = _try_zone(spec, record, gcloud, say, poll)
-        except BaseException:
-            say(f"interrupted: deleting the request in {zone}")
+        except CloudTimeout as exc:  # asked to delete, a hung gcloud would hang as long again
+            raise PodError(
+                f"{exc}; the request in {zone} may exist: it stays recorded (multihost pods), "
+                f"the service gives up on it at its valid-until, and multihost down "
+                f"{spec.name} deletes it"
+            ) from None
+        except GcloudMissing:
+            records.forget(spec.name)
+            raise
+        except BaseException as exc:
+            why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"failed ({exc})"
+            say(f"{why}: deleting the request in {zone}")
             try:
                 delete_and_wait(gcloud, spec.name, zone, spec.project, poll)
             finally:

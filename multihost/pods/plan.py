@@ -7,71 +7,138 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from multihost.cloud import queued
+from multihost.cloud import checks, queued
 from multihost.cloud.gcloud import error_class, one_line
+from multihost.defaults import DEFAULTS, given_fields
 from multihost.errors import CloudAlreadyExists, CloudNoCapacity, CloudQuotaExhausted, UsageError
 from multihost.pods.prices import region_of
 from multihost.pods.records import PodRecord
 
 LABEL = "multihost"  # every request multihost makes carries multihost=<pod name>
-CAPACITIES = ("on-demand", "spot", "reserved", "best-effort")
-_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
-_TPU_TYPE = re.compile(r"^(v2|v3|v4|v5p|v5litepod|v6e)-([1-9][0-9]*)$")
-_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 _DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([smhd]?)$")
 # A request in these states can never run again (it still holds quota until deleted).
 DEAD = ("FAILED", "SUSPENDED")
 WAITING = ("CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING")
 
 
-def check_name(name: str) -> str:
-    """A pod's name is its queued resource's (and its nodes' prefix): the TPU API's rule."""
-    if not _NAME.match(name):
-        raise UsageError(
-            f"bad pod name {name!r}: a lowercase letter, then lowercase letters, digits or '-' "
-            "(at most 40, not ending in '-')"
-        )
-    return name
-
-
-def check_tpu_type(tpu_type: str) -> str:
-    """A Cloud TPU accelerator type: v2, v3, v4, v5p (the suffix counts cores), v5litepod,
-    v6e (it counts chips), e.g. v4-16, v5litepod-16, v5p-8, v6e-8."""
-    if not _TPU_TYPE.match(tpu_type):
-        raise UsageError(
-            f"unknown TPU type {tpu_type!r}: expected e.g. v4-16, v5litepod-16, v5p-8, v6e-8"
-        )
-    return tpu_type
-
-
-def check_zone(zone: str) -> str:
-    if not _ZONE.match(zone):
-        raise UsageError(f"bad zone {zone!r}: expected e.g. us-central2-b")
-    return zone
-
-
 def zones_of(zone: str | None, zones: str | None) -> tuple[str, ...]:
-    """``--zones A,B,C`` (tried in order) or ``--zone Z``; one of them is required."""
+    """``--zones A,B,C`` (tried in order) or ``--zone Z``; () when neither is given (then
+    gcloud's default zone is asked: :func:`multihost.pods.lifecycle.zones_for`)."""
     if zone and zones:
         raise UsageError("give --zone or --zones, not both")
     listed = [z.strip() for z in (zones or zone or "").split(",") if z.strip()]
-    if not listed:
-        raise UsageError("up needs --zone ZONE or --zones A,B,C")
     if len(set(listed)) != len(listed):
         raise UsageError(f"--zones names a zone twice: {zones}")
-    return tuple(check_zone(z) for z in listed)
+    return tuple(checks.check_zone(z) for z in listed)
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from ``90``, ``90s``, ``15m``, ``2h``, ``1d`` (bare numbers are seconds)."""
-    m = _DURATION.match(text.strip())
+def parse_duration(text: str | float, *, off: bool = False) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``2h``, ``1d`` (bare numbers are seconds);
+    ``off``: the setting also takes ``off`` (see :func:`parse_autodown`), said when refused."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        text = f"{text:g}"
+    m = _DURATION.match(str(text).strip())
     if not m or float(m[1]) <= 0:
-        raise UsageError(f"bad duration {text!r}: expected e.g. 600, 90s, 15m, 2h")
+        also = ", or off" if off else ""
+        raise UsageError(f"bad duration {text!r}: expected e.g. 600, 90s, 15m, 2h{also}")
     return float(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+
+
+def parse_autodown(text: str | float) -> float | None:
+    """Autodown's setting: idle seconds, or None for ``off``."""
+    return None if str(text).strip() == "off" else parse_duration(text, off=True)
+
+
+@dataclass(frozen=True)
+class PodFlags:
+    """``up``'s flags as given (None: not given), to ``up`` or to ``run``/``sweep --prefix
+    NAME``: what a pod to make is, and whether autodown is to be set."""
+
+    tpu_type: str | None = None
+    runtime_version: str | None = None
+    num_slices: int | None = None
+    capacity: str | None = None
+    zone: str | None = None
+    zones: str | None = None
+    project: str | None = None
+    queue_timeout: str | float | None = None
+    autodown: str | float | None = None  # a duration, or "off"
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any]) -> PodFlags:
+        """The flags in ``given`` (``vars(args)``, keywords), each checked: bad input is a
+        UsageError before anything is asked of the cloud."""
+        flags = cls(**given_fields(cls, given))
+        if flags.tpu_type is not None:
+            checks.check_tpu_type(flags.tpu_type)
+        if flags.num_slices is not None:
+            checks.check_slices(flags.num_slices)
+        if flags.capacity is not None:
+            checks.check_capacity(flags.capacity)
+        zones_of(flags.zone, flags.zones)
+        if flags.queue_timeout is not None:
+            parse_duration(flags.queue_timeout)
+        if flags.autodown is not None:
+            parse_autodown(flags.autodown)
+        return flags
+
+    @property
+    def autodown_seconds(self) -> float | None:
+        """The idle seconds asked for (None: off, or not given)."""
+        return None if self.autodown is None else parse_autodown(self.autodown)
+
+    def spec(self, name: str, zones: tuple[str, ...]) -> PodSpec:
+        """The pod to make, in ``zones`` (those given, or gcloud's default zone)."""
+        if not self.tpu_type:
+            raise UsageError("--tpu-type is required to create a pod (e.g. --tpu-type v4-16)")
+        if not self.runtime_version:
+            raise UsageError("--runtime-version is required to create a pod")
+        return PodSpec(
+            name=name,
+            tpu_type=self.tpu_type,
+            runtime_version=self.runtime_version,
+            zones=zones,
+            num_slices=self.num_slices or 1,
+            capacity=self.capacity or "on-demand",
+            project=self.project,
+            queue_timeout=parse_duration(
+                DEFAULTS.queue_timeout if self.queue_timeout is None else self.queue_timeout
+            ),
+        )
+
+    def for_making(self) -> list[str]:
+        """The flags given that only say what a pod to make is (not which pod to use)."""
+        given = (
+            ("--tpu-type", self.tpu_type),
+            ("--runtime-version", self.runtime_version),
+            ("--num-slices", self.num_slices),
+            (f"--{self.capacity}", self.capacity),
+            ("--zones", self.zones),
+            ("--queue-timeout", self.queue_timeout),
+        )
+        return [flag for flag, value in given if value is not None]
+
+    def disagreement(self, record: PodRecord) -> str | None:
+        """Why these flags do not describe the existing pod ``record`` (None: they do)."""
+        pairs = (
+            ("--tpu-type", self.tpu_type, record.tpu_type),
+            ("--runtime-version", self.runtime_version, record.runtime_version),
+            ("--num-slices", self.num_slices, record.num_slices),
+            ("", self.capacity and f"--{self.capacity}", f"--{record.capacity}"),
+        )
+        for flag, given, has in pairs:
+            if given is not None and given != has:
+                what = f"{flag} {given}".strip()
+                return (
+                    f"pod {record.name} exists as {record.num_slices} x {record.tpu_type} "
+                    f"({record.capacity}, {record.runtime_version}) in {record.zone}, not "
+                    f"{what}: use it without that flag, or multihost down {record.name} first"
+                )
+        return None
 
 
 def gcloud_duration(seconds: float) -> str:
@@ -90,15 +157,17 @@ class PodSpec:
     num_slices: int = 1
     capacity: str = "on-demand"
     project: str | None = None
-    queue_timeout: float = 900.0
+    queue_timeout: float = DEFAULTS.queue_timeout
 
     def __post_init__(self) -> None:
-        check_name(self.name)
-        check_tpu_type(self.tpu_type)
-        if self.capacity not in CAPACITIES:
-            raise UsageError(f"unknown capacity {self.capacity!r}")
-        if self.num_slices < 1:
-            raise UsageError("--num-slices must be at least 1")
+        checks.check_name(self.name)
+        checks.check_tpu_type(self.tpu_type)
+        checks.check_capacity(self.capacity)
+        checks.check_slices(self.num_slices)
+        if not self.zones:
+            raise UsageError("a pod needs a zone to be asked in")
+        for zone in self.zones:
+            checks.check_zone(zone)
 
     def record(self, zone: str, now: float) -> PodRecord:
         return PodRecord(

@@ -61,6 +61,15 @@ def hourly(tpu_type: str, zone: str, capacity: str, num_slices: int = 1) -> floa
     return None if each is None else each * num_slices
 
 
+def why_unknown(tpu_type: str, zone: str, capacity: str) -> str:
+    """Why :func:`hourly` has no price for this pod, in words."""
+    if capacity not in ("on-demand", "spot"):
+        return f"{capacity} capacity is billed by its own terms"
+    if (tpu_type, region_of(zone)) not in table():
+        return f"the price table has no {tpu_type} in {region_of(zone)}"
+    return f"the price table has no {capacity} price for {tpu_type} in {region_of(zone)}"
+
+
 def cost(per_hour: float | None, seconds: float) -> float | None:
     return None if per_hour is None else per_hour * max(0.0, seconds) / 3600
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, fields, replace
@@ -16,6 +17,7 @@ from multihost.runrecord import private_dir
 
 SCHEMA = 1
 FILE = "pod.json"
+_NAME = re.compile(r"^[a-z][a-z0-9-]*$")  # a name that can be a record's directory
 
 
 class PodRecordError(UsageError):
@@ -132,6 +134,20 @@ def load(name: str) -> PodRecord:
     if record is None:
         raise UsageError(f"no pod {name!r} made from here (see multihost pods)")
     return record
+
+
+def located(
+    name: str | None, zone: str | None, project: str | None
+) -> tuple[str | None, str | None]:
+    """Where ``--prefix NAME`` is, by the one rule of every command on a pod: ``--zone`` (and
+    ``--project``) when given; else, for a pod multihost made, its record's (wherever zone
+    failover put it); else neither, and gcloud's default zone and project are used."""
+    if not name or zone is not None or not _NAME.match(name):
+        return zone, project
+    record = find(name)
+    if record is None:
+        return zone, project
+    return record.zone, project or record.project
 
 
 def forget(name: str) -> None:

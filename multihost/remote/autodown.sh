@@ -7,7 +7,8 @@
 # Arguments: DIR (its state, e.g. ~/.multihost/autodown), RUNS (multihost's run directories
 #   on this host, e.g. ~/.multihost/runs), TICK (seconds between looks).
 # Files in DIR: idle (seconds; "off" ends it), since (epoch s the pod was last seen busy; the
-#   arm resets it), status (one line: busy|idle|deleted|failed|off, epoch s, then words), log.
+#   arm resets it), status (one line: busy|idle|deleted|failed|off, epoch s, then words), pid
+#   (this daemon's), owner (the queued resource it was armed for, written by the arm), log.
 # Busy: a multihost run in progress (RUNS/NAME/pid written at its start, RUNS/NAME/exit at its
 #   end: a pid file, no exit file and the process group alive), an interactive SSH session
 #   (a process on a pseudo-terminal whose session leader sshd started), or a process holding
@@ -21,6 +22,7 @@ PATH=$PATH:/usr/local/bin:/usr/bin:/bin:/snap/bin
 export PATH
 exec 9>>"$dir/lock"
 flock -n 9 || exit 0
+echo "$$" > "$dir/pid"  # who holds the lock: `multihost pods` asks whether it still runs
 date +%s > "$dir/since"  # a start (an arm, a reboot) restarts the idle timer
 
 md() {

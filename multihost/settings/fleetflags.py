@@ -139,6 +139,7 @@ TUNNEL_THROUGH_IAP = Flag(  # workers with internal addresses only, reached thro
     help="with --prefix: reach the workers at their internal addresses through IAP: one "
     "tunnel (gcloud start-iap-tunnel) per slice, the slice's other workers through its "
     "first worker's connection (default: connect directly)",
+    group="cloud",
 )
 IAP_PER_HOST = Flag(
     "iap-per-host",

@@ -110,6 +110,12 @@ class Cloud:
         return self.gcs.read(self.bucket, name).decode()
 
 
+def scratch_dir(host: loopback.FleetHost) -> Path:
+    """Where a worker's startup script and its gcloud config live on that host (the VM's own
+    /tmp): removed when the stand-in stops."""
+    return Path(f"/tmp/multihost-cloud-{host.user}")
+
+
 def vm_session_env(host: loopback.FleetHost, tpu: TpuApi, worker: Worker) -> dict[str, str]:
     """What an ordinary SSH session on a TPU VM image has: the metadata server (as
     ``GCE_METADATA_HOST`` for google-auth, ``GCE_METADATA_ROOT`` for gcloud) and gcloud, on
@@ -119,7 +125,7 @@ def vm_session_env(host: loopback.FleetHost, tpu: TpuApi, worker: Worker) -> dic
         "GCE_METADATA_ROOT": worker.metadata.host,
         "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu.endpoint,
         "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-        "CLOUDSDK_CONFIG": f"/tmp/multihost-cloud-{host.user}/gcloud-vm",
+        "CLOUDSDK_CONFIG": f"{scratch_dir(host)}/gcloud-vm",
     }
 
 
@@ -147,7 +153,7 @@ def _launcher(  # type: ignore[no-untyped-def]
         if tpu[0].vm_image:
             set_vm_image(host, vm_session_env(host, tpu[0], worker))
         storage = dead if qr.name in tpu[0].broken_storage else gcs.endpoint
-        scratch = f"/tmp/multihost-cloud-{host.user}"
+        scratch = str(scratch_dir(host))
         env = gcloud_env(f"{scratch}/gcloud", tpu[0].endpoint, storage, secrets.endpoint)
         env.pop("CLOUDSDK_CONFIG")
         env["GCE_METADATA_HOST"] = worker.metadata.host
@@ -218,7 +224,7 @@ def _delete_vm_disks(fleet: loopback.Fleet) -> None:
     its startup script and gcloud config were) and a job's work dir (``/var/tmp/multihost-UID``,
     job_startup.sh's default), also when the fleet itself stays up."""
     for host in fleet.hosts:
-        shutil.rmtree(f"/tmp/multihost-cloud-{host.user}", ignore_errors=True)
+        shutil.rmtree(scratch_dir(host), ignore_errors=True)
         with contextlib.suppress(KeyError):
             uid = pwd.getpwnam(host.user).pw_uid
             shutil.rmtree(f"/var/tmp/multihost-{uid}", ignore_errors=True)

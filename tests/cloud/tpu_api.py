@@ -24,18 +24,21 @@ from urllib.parse import parse_qs, urlsplit
 from tests.cloud.faults import Faults, answer
 from tests.cloud.metadata import MetadataServer, worker_values
 from tests.cloud.zones import (
+    ACCELERATOR_TYPES,
     PROJECT_NUMBER,
+    ZONES,
     Capacity,
     capacity_type,
     no_capacity,
     quota_message,
     region_of,
+    unknown_location,
+    unknown_type,
     valid_for,
+    workers_of,
 )
 
 _ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
-# accelerator type → TPU VM workers per slice (the fleet has only so many hosts)
-WORKERS = {"v4-8": 1, "v4-16": 2, "v4-32": 4, "v4-64": 8, "v5litepod-16": 4}
 # v2, and v2alpha1 for gcloud's alpha track (``--best-effort``): the same resources
 _QR = re.compile(
     r"^/v2(?:alpha1)?/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$"
@@ -227,6 +230,8 @@ class TpuApi:
         if m := _OP.match(path):
             return 200, _operation(f"projects/{m[1]}/locations/{m[2]}/operations/{m[3]}")
         if m := _NODE.match(path):
+            if m[2] not in ZONES and m[2] != "-":
+                return _error(403, unknown_location(m[2]), "PERMISSION_DENIED")
             return self._nodes(method, m[1], m[2], m[3], m[4], body, query)
         if (m := _PROJECT.match(path)) and method == "GET":
             items = [{"key": k, "value": v} for k, v in self.project_metadata.items()]
@@ -242,6 +247,8 @@ class TpuApi:
         if not m:
             return _error(404, f"no such API path {path}")
         project, zone, name = "p" if m[1] == PROJECT_NUMBER else m[1], m[2], m[3]
+        if zone not in ZONES:  # as the service answers for a location it does not have
+            return _error(403, unknown_location(zone), "PERMISSION_DENIED")
         ops = f"projects/{project}/locations/{zone}/operations/"
         if method == "POST" and name is None:
             qid = query.get("queuedResourceId", [""])[0]
@@ -249,9 +256,12 @@ class TpuApi:
                 return _error(400, "queuedResourceId and a body are required")
             if qid in self.resources:
                 return _error(409, f"queued resource {qid} already exists", "ALREADY_EXISTS")
+            node = (body.get("tpu", {}).get("nodeSpec") or [{}])[0].get("node", {})
+            kind = str(node.get("acceleratorType"))
+            if kind not in ACCELERATOR_TYPES:  # the service's own refusal of a made-up type
+                return _error(400, unknown_type(kind, zone), "INVALID_ARGUMENT")
             ctype = capacity_type(body)
             if (region_of(zone), ctype) in self.capacity.quota:
-                kind = str(body["tpu"]["nodeSpec"][0]["node"].get("acceleratorType", "v4-8"))
                 return _error(
                     429, quota_message(region_of(zone), ctype, kind), "RESOURCE_EXHAUSTED"
                 )
@@ -293,7 +303,7 @@ class TpuApi:
         with self.lock:
             if qr.state != "ACCEPTED" or qr.name in self.held:
                 return
-            need = qr.num_slices * WORKERS.get(qr.accelerator_type, 1)
+            need = qr.num_slices * workers_of(qr.accelerator_type)
             if need > len(self.free) or qr.zone in self.capacity.starved:
                 self._set(qr, "WAITING_FOR_RESOURCES")
                 seconds = valid_for(qr.body)
