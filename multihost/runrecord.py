@@ -25,6 +25,7 @@ from typing import Any
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job, State
+from multihost.phases import PHASES
 from multihost.runresult import HostResult, Staging
 
 MANIFEST = "run.json"
@@ -123,22 +124,27 @@ _OUTCOME = ("exit_code", "signal", "error", "started_at", "ended_at", "bytes_sen
 
 
 def _host_entry(h: HostResult) -> dict[str, Any]:
-    return {
+    entry = {
         "host": _host_json(h.host),
         "state": str(h.state),
         "log": log_name(h),
         "env": dict(h.env) if h.env is not None else None,
         **{name: getattr(h, name) for name in _OUTCOME},
     }
+    if h.startup:  # a key of its own, after the others: a record without it reads as before
+        entry["startup"] = dict(h.startup)
+    return entry
 
 
 def _host_of(entry: Mapping[str, Any], run_dir: Path) -> HostResult:
     host = Host(**_known(Host, entry["host"]))
+    startup = entry.get("startup") or {}
     return HostResult(
         host=host,
         state=State(entry["state"]),
         log=run_dir / (entry.get("log") or f"{host.file_stem}.log"),
         env=entry.get("env"),
+        startup={p: float(startup[p]) for p in PHASES if p in startup},
         **{k: v for k, v in entry.items() if k in _OUTCOME},
     )
 
