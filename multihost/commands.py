@@ -142,7 +142,7 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
     lines = [
         "# multihost job: this host's exact environment and command",
         f"cd {shell_path(paths.code)} || exit 126",
-        *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        *(f"export {k}={_env_word(k, v)}" for k, v in env.items()),
         # the stack hook (multihost stack) first on the path, the user's PYTHONPATH kept after it
         '[ -z "${MULTIHOST_STACK_DIR:-}" ] || '
         'export PYTHONPATH="$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}"',
@@ -152,6 +152,12 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
         f"exec sh -c {shlex.quote(command)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _env_word(name: str, value: str) -> str:
+    """A variable's value as a shell word: the compile cache's ``~/`` left to the host's $HOME
+    (a path the job's own scripts may use as it is), every other value as given."""
+    return shell_path(value) if name == CACHE_ENV else shlex.quote(value)
 
 
 TRACE_BODY = "# hook_text: the staged hook gets everything below this line\n"

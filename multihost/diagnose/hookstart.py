@@ -24,8 +24,8 @@ of the program's own, once the first backend is made (its platform known), jax's
 cache goes to ``DIR/<jax, jaxlib, libtpu versions, platform, machine>``: every program is cached
 (a minimum compile time of 0, unless ``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`` is set),
 every process writes its own entries (jax writes process 0's only, as for a directory all
-hosts share; its keys differ per process, and this one is the host's own), and the oldest
-entries beyond ``MULTIHOST_COMPILE_CACHE_MAX`` bytes are removed, in a daemon thread.
+hosts share; its keys differ per process, and this one is the host's own), and the least
+recently used entries beyond ``MULTIHOST_COMPILE_CACHE_MAX`` bytes are removed first.
 
 Staged as part of the hook's ONE file, as hooktrace.py is. Only the standard library here,
 imported where used; everything guarded: jax changed, a full disk, the program runs as without.
@@ -154,14 +154,18 @@ class _Startup:
         @functools.wraps(own)
         def backends() -> object:
             made = own()
-            if first[0]:
-                first[0] = False
-                self.at.setdefault("devices", self.now())
-                self.write()
-                try:
-                    use_compile_cache(jax, bridge)
-                except Exception:  # no cache: only slower
-                    return made
+            if not first:
+                return made
+            try:
+                first.pop()  # atomic: one thread goes on
+            except IndexError:
+                return made
+            self.at.setdefault("devices", self.now())
+            self.write()
+            try:
+                use_compile_cache(jax, bridge)
+            except Exception:  # no cache: only slower
+                return made
             return made
 
         setattr(bridge, "backends", backends)  # noqa: B010 (a module jax typed)
@@ -291,12 +295,8 @@ def use_compile_cache(jax: "ModuleType", bridge: "ModuleType") -> str | None:
         cap = int(os.environ.get(CACHE_MAX_ENV, ""))
     except ValueError:
         cap = -1
-    if cap >= 0:
-        import threading
-
-        pruning = threading.Thread(target=prune, args=(base, cap), name="multihost-cache")
-        pruning.daemon = True
-        pruning.start()
+    if cap >= 0:  # a few stats per entry: milliseconds, before the first compile
+        prune(base, cap)
     return path
 
 

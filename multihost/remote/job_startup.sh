@@ -28,8 +28,8 @@
 # beside it. A later attempt after a preemption finds the pack in the bucket: it never touches
 # the package index.
 # The compile cache: each worker keeps its own (a process's programs are compiled for its
-# devices) in CACHE_URL/slice-S-worker-W/; it takes what is there into the attempt's directory
-# before the command starts, and puts what changed back every LOG_INTERVAL seconds and at exit,
+# devices) in CACHE_URL/slice-S-worker-W/; it takes what is there into the job's cache
+# directory (the same path in every attempt: jax's keys depend on it) before the command starts, and puts what changed back every LOG_INTERVAL seconds and at exit,
 # so an attempt after a preemption compiles nothing an earlier one did. The staged hook points
 # jax at it (MULTIHOST_COMPILE_CACHE) unless the job's env has a JAX_COMPILATION_CACHE_DIR.
 job=$1
@@ -302,9 +302,10 @@ fi
 # The compile cache: this worker's, from the bucket (none there on a first attempt)
 cache=
 if [ -n "$cache_url" ]; then
-  cache=$dir/compile-cache
+  # one path for every attempt (jax's keys depend on it), filled from the bucket alone
+  cache=$base/jobs/$job/compile-cache
   cache_url=$cache_url/slice-$slice-worker-$worker
-  mkdir -m 700 "$cache" && : > "$dir/cache.synced"
+  rm -rf "$cache" && mkdir -m 700 "$cache" && : > "$dir/cache.synced"
   if gcloud storage rsync -r "$cache_url" "$cache" >> "$dir/gcloud.log" 2>&1; then
     note "compile cache: $(find "$cache" -type f | grep -c .) file(s) from $cache_url"
   else
@@ -329,9 +330,11 @@ sync_cache() {
 # the job from the JAX_* variables above; SIGUSR2 dumps every thread's stack into hook/
 mkdir -p "$dir/hook" && printf '%s' "$hook" > "$dir/hook/sitecustomize.py"
 MULTIHOST_STACK_DIR=$dir/hook
-PYTHONPATH=$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}
-export MULTIHOST_STACK_DIR PYTHONPATH
+export MULTIHOST_STACK_DIR
 eval "$user_env"
+# after the job's --env, as run's job.sh does: a PYTHONPATH given there is kept, behind the hook
+PYTHONPATH=$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH
 
 # --secret KEY=NAME: each value read from Secret Manager into the job's shell only (a pipe
 # into a variable: no file, no command line, no log); the job's processes alone inherit it.
