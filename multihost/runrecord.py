@@ -102,7 +102,7 @@ def to_json(record: RunRecord) -> dict[str, Any]:
     return {
         "schema": record.schema,
         "run_name": record.run_name,
-        "job": {**dataclasses.asdict(record.job), "env": dict(record.job.env)},
+        "job": _job_json(record.job),
         "code_hash": record.code_hash,
         "script_dir": record.script_dir,
         "fail_fast": record.fail_fast,
@@ -116,6 +116,15 @@ def to_json(record: RunRecord) -> dict[str, Any]:
         "env_names": list(record.env_names),
         "staging": dataclasses.asdict(record.staging) if record.staging else None,
     }
+
+
+def _job_json(job: Job) -> dict[str, Any]:
+    """The job's fields; its compile cache's cap only when not the default (then a record reads
+    and writes as the ones written before the cache was a field)."""
+    data = {**dataclasses.asdict(job), "env": dict(job.env)}
+    if job.compile_cache == DEFAULTS.compile_cache_max:
+        del data["compile_cache"]
+    return data
 
 
 # A host's entry: who, how it stands, its log's file name and its env, then these fields of

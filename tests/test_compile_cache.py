@@ -66,6 +66,20 @@ def test_every_host_gets_its_own_cache_unless_told_otherwise(tmp_path: Path) -> 
     assert f"export {CACHE_ENV}=" not in off.stdout
 
 
+def test_the_record_keeps_a_cap_that_is_not_the_default() -> None:
+    from multihost.model import State
+    from multihost.runrecord import RunRecord, from_json, to_json
+    from multihost.runresult import HostResult
+
+    hosts = (HostResult(Host(address="a"), State.DONE),)
+    default = to_json(RunRecord("r", Job("true", "r"), hosts))
+    assert "compile_cache" not in default["job"]  # as records were before it was a field
+    off = to_json(RunRecord("r", Job("true", "r", compile_cache=0), hosts))
+    assert off["job"]["compile_cache"] == 0
+    assert from_json(off).job.compile_cache == 0
+    assert from_json(default).job.compile_cache == DEFAULTS.compile_cache_max
+
+
 def test_stacks_never_share_a_folder() -> None:
     names = {
         hookstart.cache_name("0.10.2", "0.10.2", "cpu", "cpu"),
