@@ -113,8 +113,10 @@ class _Startup:
 
     def write(self) -> None:
         try:
-            pid = os.getpid()
-            tmp = os.path.join(self.where, f".{pid}.startup")
+            import _thread
+
+            pid = os.getpid()  # a compile may end on another thread: a temporary file each
+            tmp = os.path.join(self.where, f".{pid}.{_thread.get_ident()}.startup")
             with open(tmp, "w") as f:
                 f.write(startup_line(self.at))
             os.replace(tmp, os.path.join(self.where, f"{pid}.startup"))
@@ -320,11 +322,15 @@ def every_process_writes() -> None:
         executable: object,
         host_callbacks: "Sequence[object]",
     ) -> None:
-        if (
-            distributed.global_state.process_id == 0
-            or host_callbacks
-            or compile_time_secs < config.persistent_cache_min_compile_time_secs.value
-        ):
+        try:
+            jaxs = (
+                distributed.global_state.process_id == 0
+                or bool(host_callbacks)
+                or compile_time_secs < config.persistent_cache_min_compile_time_secs.value
+            )
+        except Exception:
+            jaxs = True
+        if jaxs:
             own(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks)
             return
         try:
