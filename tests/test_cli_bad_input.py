@@ -825,7 +825,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "clean-no-age",
         ["clean", R, "logs"],
         2,
-        "multihost: error: clean needs --older-than AGE (old runs), --compile-cache, or both",
+        "multihost: error: clean needs --older-than AGE (old runs), --compile-caches, or both",
     ),
     (
         "sweep-local-huge",

@@ -2,7 +2,7 @@
 cache in ``REMOTE_DIR/compile-cache`` on their host, one folder per software stack, every
 process writing its own entries, the least recently used going past the cap; a user's
 ``JAX_COMPILATION_CACHE_DIR`` wins, ``--no-compile-cache`` turns it off, ``multihost clean
---compile-cache`` removes it; a job keeps its workers' caches in its bucket across attempts.
+--compile-caches`` removes it; a job keeps its workers' caches in its bucket across attempts.
 Real multi-process JAX on CPU, over ``--local``, the sshd fleet and the cloud stand-in."""
 
 from __future__ import annotations
@@ -157,16 +157,16 @@ def test_clean_removes_the_caches_its_runs_used(home: Path, code: Path, tmp_path
     assert res.returncode == 0, res.stderr
     caches = sorted(home.glob(".cache/multihost/local/w*/compile-cache"))
     assert len(caches) == 2
-    dry = cli(["clean", "--compile-cache", "--dry-run", "--log-dir", str(logs)])
+    dry = cli(["clean", "--compile-caches", "--dry-run", "--log-dir", str(logs)])
     assert dry.returncode == 0, dry.stderr
     assert "would remove the compile cache of 2 of 2 host(s)" in dry.stdout
     assert all(c.is_dir() for c in caches)
-    done = cli(["clean", "--compile-cache", "--log-dir", str(logs)])
+    done = cli(["clean", "--compile-caches", "--log-dir", str(logs)])
     assert done.returncode == 0, done.stderr
     assert "removed the compile cache of 2 of 2 host(s)" in done.stdout
     assert not any(c.exists() for c in caches)
     assert (logs / "filled" / "run.json").is_file()  # the runs themselves are kept
-    again = cli(["clean", "--compile-cache", "--log-dir", str(logs)])
+    again = cli(["clean", "--compile-caches", "--log-dir", str(logs)])
     assert "removed the compile cache of 0 of 2 host(s): 0 B" in again.stdout
 
 
@@ -257,7 +257,7 @@ def test_a_second_local_run_compiles_nothing(home: Path, tmp_path: Path) -> None
     for c in caches:
         for folder in c.iterdir():
             assert folder.stat().st_mode & 0o777 == 0o700
-    cli(["clean", "--compile-cache", "--log-dir", str(logs)])
+    cli(["clean", "--compile-caches", "--log-dir", str(logs)])
     off = cli(["run", *common, "--run-name", "off", "--no-compile-cache", *SHARDINGS], timeout=300)
     assert off.returncode == 0, off.stderr[-3000:]
     assert not any(c.exists() for c in caches)

@@ -151,10 +151,10 @@ def _runs(sub: Any) -> None:
         "--older-than",
         metavar="AGE",
         help="runs finished before AGE ago, e.g. 7d, 12h (default: none; needed unless "
-        "--compile-cache)",
+        "--compile-caches)",
     )
     clean.at("launch").add_argument(
-        "--compile-cache",
+        "--compile-caches",
         action="store_true",
         help="remove the compile cache (REMOTE_DIR/compile-cache) of every host a run in the "
         "log dir used, whatever its age (default: kept)",

@@ -257,10 +257,10 @@ def _read_lines(path: Path) -> list[str]:
 
 
 def cmd_clean(args: argparse.Namespace, err: Console) -> int:
-    if args.older_than is None and not args.compile_cache:
-        raise UsageError("clean needs --older-than AGE (old runs), --compile-cache, or both")
+    if args.older_than is None and not args.compile_caches:
+        raise UsageError("clean needs --older-than AGE (old runs), --compile-caches, or both")
     logs = log_dir(args.log_dir)
-    if args.compile_cache:  # first: the runs' records say which hosts to ask
+    if args.compile_caches:  # first: the runs' records say which hosts to ask
         for line in blocking(lambda: pastruns.clean_caches(logs, dry_run=args.dry_run)):
             print(line)
     if args.older_than is None:

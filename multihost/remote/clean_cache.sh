@@ -1,5 +1,5 @@
 # shellcheck shell=sh source-path=SCRIPTDIR
-# The compile cache (multihost clean --compile-cache): says its size in KiB ("0": there is
+# The compile cache (multihost clean --compile-caches): says its size in KiB ("0": there is
 # none), then removes it unless MODE is dry.
 # Arguments: DIR MODE.
 d=$1
