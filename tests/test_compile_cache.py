@@ -105,25 +105,25 @@ def test_the_least_recently_used_go_first(tmp_path: Path) -> None:
         path.write_bytes(b"x" * 1000)
         os.utime(path, (now - age, now - age))
     (tmp_path / "loose").write_bytes(b"x" * 5000)  # not in a stack's folder: not the cache's
-    assert hookstart.prune(str(tmp_path), 4000) == 0
-    assert hookstart.prune(str(tmp_path), 2500) == 2000
+    assert hookstart.prune_cache(str(tmp_path), 4000) == 0
+    assert hookstart.prune_cache(str(tmp_path), 2500) == 2000
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*-cache"))
     assert left == ["new/c-cache", "new/d-cache"]
-    assert hookstart.prune(str(tmp_path / "absent"), 0) == 0
+    assert hookstart.prune_cache(str(tmp_path / "absent"), 0) == 0
 
 
 def test_a_cache_dir_is_private_and_never_a_link(tmp_path: Path) -> None:
     made = tmp_path / "a" / "cache"
-    assert hookstart.own_dir(str(made))
+    assert hookstart.private_cache_dir(str(made))
     assert made.stat().st_mode & 0o777 == 0o700
     loose = tmp_path / "loose"
     loose.mkdir(mode=0o755)
     loose.chmod(0o755)
-    assert hookstart.own_dir(str(loose))
+    assert hookstart.private_cache_dir(str(loose))
     assert loose.stat().st_mode & 0o777 == 0o700
     link = tmp_path / "link"
     link.symlink_to(made)
-    assert not hookstart.own_dir(str(link))
+    assert not hookstart.private_cache_dir(str(link))
 
 
 def test_a_job_keeps_its_caches_in_its_bucket() -> None:

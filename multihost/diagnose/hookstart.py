@@ -258,7 +258,7 @@ def cache_name(version: str, lib: str, platform: str, platform_version: str) -> 
     return "".join(c if c.isalnum() or c in "._+-" else "_" for c in name)
 
 
-def own_dir(path: str) -> bool:
+def private_cache_dir(path: str) -> bool:
     """Create ``path`` (and its parents) 0700, or take it only if it is a directory of this
     user's (not a link), made private: a compile cache is code this process will run."""
     import stat
@@ -287,7 +287,7 @@ def use_compile_cache(jax: "ModuleType", bridge: "ModuleType") -> str | None:
     name = cache_name(jax.__version__, lib, backend.platform, str(backend.platform_version))
     base = os.path.expanduser(base)
     path = os.path.join(base, name)
-    if not own_dir(base) or not own_dir(path):
+    if not private_cache_dir(base) or not private_cache_dir(path):
         return None
     jax.config.update("jax_compilation_cache_dir", path)
     if MIN_TIME_ENV not in os.environ:
@@ -298,7 +298,7 @@ def use_compile_cache(jax: "ModuleType", bridge: "ModuleType") -> str | None:
     except ValueError:
         cap = -1
     if cap >= 0:  # a few stats per entry: milliseconds, before the first compile
-        prune(base, cap)
+        prune_cache(base, cap)
     return path
 
 
@@ -343,7 +343,7 @@ def every_process_writes() -> None:
     setattr(compiler, "_cache_write", _cache_write)  # noqa: B010
 
 
-def prune(base: str, cap: int) -> int:
+def prune_cache(base: str, cap: int) -> int:
     """Remove the least recently used files under ``base``'s folders (the later of their
     access and change times) until they take at most ``cap`` bytes; the bytes removed."""
     found = []
