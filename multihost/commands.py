@@ -22,6 +22,9 @@ _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 COMPLETE = ".multihost-complete"
 JOIN_ENV = "MULTIHOST_JAX_INIT"  # "0": the staged hook leaves jax.distributed to the program
+CACHE_ENV = "MULTIHOST_COMPILE_CACHE"  # the host's compile cache dir, for the staged hook
+CACHE_MAX_ENV = "MULTIHOST_COMPILE_CACHE_MAX"  # its cap in bytes (the hook removes the oldest)
+CACHE_DIR = "compile-cache"  # under the host's base (--remote-dir)
 
 
 def check_run_name(name: str, *, nested: bool = False) -> str:
@@ -72,25 +75,43 @@ class Paths:
 
     @classmethod
     def for_host(cls, host: Host, job: Job, code_hash: str) -> Paths:
-        base = (host.remote_dir or job.remote_dir).rstrip("/") or "/"
+        base = host_base(host, job)
         return cls(base, f"{base}/code/{code_hash}", f"{base}/runs/{job.run_name}")
 
 
+def host_base(host: Host, job: Job) -> str:
+    """The host's base directory (its own ``remote_dir``, else the job's), unexpanded."""
+    return (host.remote_dir or job.remote_dir).rstrip("/") or "/"
+
+
+def cache_env(host: Host, job: Job) -> dict[str, str]:
+    """The compile cache the staged hook gives the host's JAX processes: ``BASE/compile-cache``
+    and its cap (none when ``job.compile_cache`` is 0, ``--no-compile-cache``)."""
+    if job.compile_cache <= 0:
+        return {}
+    return {CACHE_ENV: f"{host_base(host, job)}/{CACHE_DIR}", CACHE_MAX_ENV: str(job.compile_cache)}
+
+
 def host_env(host: Host, fleet: Fleet, job: Job, internal: Mapping[int, str]) -> dict[str, str]:
-    """The variables a host's command sees: JAX/Megascale wiring, run identity, then ``--env``.
+    """The variables a host's command sees: JAX/Megascale wiring, run identity, the compile
+    cache, then ``--env`` (a user's own ``MULTIHOST_COMPILE_CACHE*`` wins).
 
     ``internal`` maps process ids to the address other workers use to reach that host. On some
     of the fleet's hosts (``job.workers``) there is no JAX job to wire: each host keeps its
     numbers in the whole fleet and is told which hosts run (``MULTIHOST_WORKERS``).
     """
     if job.workers:
-        return {
-            "MULTIHOST_RUN": job.run_name,
-            "MULTIHOST_SLICE_ID": str(host.slice_id),
-            "MULTIHOST_WORKER_ID": str(host.worker_id),
-            "MULTIHOST_PROCESS_ID": str(host.process_id),
-            "MULTIHOST_WORKERS": job.workers,
-        } | dict(job.env)
+        return (
+            {
+                "MULTIHOST_RUN": job.run_name,
+                "MULTIHOST_SLICE_ID": str(host.slice_id),
+                "MULTIHOST_WORKER_ID": str(host.worker_id),
+                "MULTIHOST_PROCESS_ID": str(host.process_id),
+                "MULTIHOST_WORKERS": job.workers,
+            }
+            | cache_env(host, job)
+            | dict(job.env)
+        )
     first = fleet.hosts[0]
     coordinator = internal.get(first.process_id) or first.internal_address or first.address
     if ":" in coordinator and not coordinator.startswith("["):
@@ -111,7 +132,7 @@ def host_env(host: Host, fleet: Fleet, job: Job, internal: Mapping[int, str]) ->
             "MEGASCALE_NUM_SLICES": str(fleet.num_slices),
             "MEGASCALE_SLICE_ID": str(host.slice_id),
         }
-    return env | dict(job.env)
+    return env | cache_env(host, job) | dict(job.env)
 
 
 def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
@@ -121,7 +142,7 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
     lines = [
         "# multihost job: this host's exact environment and command",
         f"cd {shell_path(paths.code)} || exit 126",
-        *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        *(f"export {k}={_env_word(k, v)}" for k, v in env.items()),
         # the stack hook (multihost stack) first on the path, the user's PYTHONPATH kept after it
         '[ -z "${MULTIHOST_STACK_DIR:-}" ] || '
         'export PYTHONPATH="$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}"',
@@ -133,20 +154,30 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _env_word(name: str, value: str) -> str:
+    """A variable's value as a shell word: the compile cache's ``~/`` left to the host's $HOME
+    (a path the job's own scripts may use as it is), every other value as given."""
+    return shell_path(value) if name == CACHE_ENV else shlex.quote(value)
+
+
 TRACE_BODY = "# hook_text: the staged hook gets everything below this line\n"
 HOOK_END = 'if __name__ == "sitecustomize":'
+
+
+HOOK_PARTS = ("hooktrace.py", "hookstart.py")  # the tracer; start-up phases, compile cache
 
 
 @functools.cache
 def hook_text() -> str:
     """The hook staged into each run as ONE self-contained ``sitecustomize.py`` (``multihost
-    stack``, ``multihost trace``): diagnose/hook.py with the tracer's body from
-    diagnose/hooktrace.py put in before its closing ``if __name__ == "sitecustomize":`` block."""
+    stack``, ``multihost trace``, start-up phases, the compile cache): diagnose/hook.py with the
+    bodies of ``HOOK_PARTS`` put in before its closing ``if __name__ == "sitecustomize":``
+    block."""
     folder = Path(__file__).parent / "diagnose"
     hook = (folder / "hook.py").read_text()
-    trace = (folder / "hooktrace.py").read_text().split(TRACE_BODY, 1)[1].lstrip("\n")
+    parts = [(folder / p).read_text().split(TRACE_BODY, 1)[1].strip("\n") for p in HOOK_PARTS]
     at = hook.rindex(HOOK_END)
-    return f"{hook[:at]}{trace}\n\n{hook[at:]}"
+    return hook[:at] + "".join(f"{part}\n\n\n" for part in parts) + hook[at:]
 
 
 def stage_command(paths: Paths, *, claim: bool = False) -> str:
@@ -185,19 +216,20 @@ def launch_script(
 def watch_command(paths: Paths, offset: int) -> str:
     """Streams the host's log from byte ``offset`` until the exit file appears, or until the
     job's process group is gone for 3 s without one (``vanished``); then says on stderr
-    ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED`` (SIZE: the log's final length in bytes)."""
+    ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP`` (SIZE: the log's final length in
+    bytes; STARTUP: the start-up phases, ``name=seconds,...``)."""
     return script(remote.WATCH, paths={"r": paths.run}, o=int(offset))
 
 
 def finish_command(paths: Paths, offset: int) -> str:
-    """First line: exit code, start, end, stop signal, escaped (``-`` if missing); then the
-    log from ``offset``."""
+    """First line: exit code, start, end, stop signal, escaped, start-up (``-`` if missing);
+    then the log from ``offset``."""
     return script(remote.FINISH, paths={"r": paths.run}, o=int(offset))
 
 
 def status_command(paths: Paths) -> str:
-    """One line ``exit started ended stopped pid alive size mtime escaped``, then the log's
-    last line (mtime: when the log last grew, host clock, epoch seconds)."""
+    """One line ``exit started ended stopped pid alive size mtime escaped startup``, then the
+    log's last line (mtime: when the log last grew, host clock, epoch seconds)."""
     return script(remote.STATUS, paths={"r": paths.run})
 
 
@@ -231,6 +263,16 @@ def clean_command(paths: Paths, older_than: float) -> str:
         paths={"r": paths.run, "b": paths.base},
         age=minutes,
         incoming=max(minutes, 1440),
+    )
+
+
+def clean_cache_command(host: Host, job: Job, *, dry: bool = False) -> str:
+    """Says the size in KiB of the host's compile cache (``BASE/compile-cache``; 0: none), then
+    removes it (``dry``: only says)."""
+    return script(
+        remote.CLEAN_CACHE,
+        paths={"d": f"{host_base(host, job)}/{CACHE_DIR}"},
+        mode="dry" if dry else "rm",
     )
 
 

@@ -26,6 +26,7 @@ class Defaults:
     control_plane_timeout: float = 300.0  # s a job watch retries a failing control plane
     reconnect_timeout: float = 300.0  # s a lost host is retried before it is "lost"
     max_stage_bytes: int = 1 << 30  # the code dir's size limit (--max-stage-bytes)
+    compile_cache_max: int = 4 << 30  # bytes of each host's compile cache (oldest out)
     stage_timeout: float = 600.0  # s to stage code on one host
     host_uv: str = "auto"  # a builder without uv: auto (the runner's when it fits), fetch
     uv_version: str = "0.13.9"  # the uv a builder fetches when the runner has none

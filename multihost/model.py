@@ -171,6 +171,7 @@ class Job:
     coordinator_port: int = DEFAULTS.coordinator_port
     megascale_port: int = DEFAULTS.megascale_port
     workers: str = ""  # some hosts of the fleet (--workers, folded): no JAX job; "": all
+    compile_cache: int = DEFAULTS.compile_cache_max  # its cap on each host, bytes; 0: none
 
 
 def spans(numbers: Iterable[int]) -> list[str]:

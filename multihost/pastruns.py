@@ -9,13 +9,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from multihost.commands import Paths, clean_command, status_command
+from multihost.commands import (
+    Paths,
+    clean_cache_command,
+    clean_command,
+    host_base,
+    status_command,
+)
 from multihost.defaults import DEFAULTS
 from multihost.envsync.store import EnvStore, store_on
 from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, on_every_host
-from multihost.model import Host, State
+from multihost.model import Fleet, Host, Job, State
 from multihost.options import RunOptions
+from multihost.phases import parse as parse_startup
 from multihost.runrecord import (
     MANIFEST,
     RecordError,
@@ -104,7 +111,8 @@ def parse_status(host: Host, text: str) -> HostResult:
     header, _, last = text.partition("\n")
     if header.strip() == "missing":
         return HostResult(host, State.MISSING, log_bytes=0)
-    code, started, ended, stopped, _, alive, kept, mtime, escaped = (header.split() + ["-"] * 9)[:9]
+    words = (header.split() + ["-"] * 10)[:10]
+    code, started, ended, stopped, _, alive, kept, mtime, escaped, startup = words
     exit_info = parse_exit(" ".join((code, started, ended, stopped, escaped)))
     exit_code = signal = ended_at = None
     started_at = _float(started)
@@ -124,6 +132,7 @@ def parse_status(host: Host, text: str) -> HostResult:
         last_line=last.strip(),
         log_bytes=_int(kept),
         log_mtime=_float(mtime),
+        startup=parse_startup(startup),
     )
 
 
@@ -232,6 +241,43 @@ async def clean(
     return said
 
 
+async def clean_caches(log_dir: Path, *, dry_run: bool = False) -> list[str]:
+    """Remove the compile cache (``BASE/compile-cache``) from every host the log dir's runs
+    used, once per host and base, each reached as its newest run reached it; says how much went
+    and which hosts could not be asked (``dry_run``: how much there is, removing nothing)."""
+    said: list[str] = []
+    seen: set[tuple[str, bool, str]] = set()
+    kib = held = 0
+    for name, record in all_runs(log_dir):
+        hosts = []
+        for h in record.fleet:
+            key = (h.target, h.local, host_base(h, record.job))
+            if key not in seen:
+                seen.add(key)
+                hosts.append(h)
+        if not hosts:
+            continue
+
+        async def rm(conn: Connection, job: Job = record.job) -> int:
+            res = await conn.run(clean_cache_command(conn.host, job, dry=dry_run))
+            words = res.stdout.split()
+            if res.exit_status != 0 or not words or not words[0].isdigit():
+                raise RemoteError(conn.host, res.stderr.decode(errors="replace").strip() or "?")
+            return int(words[0])
+
+        ssh = options_from_record(record, log_dir).ssh
+        for o in await on_every_host(Fleet(tuple(hosts)), ssh, rm):
+            if o.error is not None:
+                why = o.error.message
+                said.append(f"kept the compile cache of {o.host.name} (run {name}): {why}")
+            elif o.value:
+                kib += o.value
+                held += 1
+    verb = "would remove" if dry_run else "removed"
+    said.append(f"{verb} the compile cache of {held} of {len(seen)} host(s): {size(kib * 1024)}")
+    return said
+
+
 def _env_lines(stores: list[Outcome[EnvStore]], *, dry: bool) -> list[str]:
     """What a prune removed (or would remove), per environment across the hosts."""
     lines: list[str] = []
@@ -276,6 +322,7 @@ def mark_states(run_dir: Path, record: RunRecord, statuses: list[Outcome[HostRes
                 signal=st.signal,
                 started_at=st.started_at,
                 ended_at=st.ended_at,
+                startup=st.startup or h.startup,
             )
         hosts.append(h)
     write_record(run_dir, replace(record, hosts=tuple(hosts)))

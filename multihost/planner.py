@@ -75,6 +75,8 @@ class Settings:
     coordinator_port: int | None = None
     megascale_port: int = D.megascale_port
     jax_init: bool = True  # the hook joins JAX processes to one job (MULTIHOST_JAX_INIT)
+    compile_cache: bool = True  # each host's persistent compile cache (Job.compile_cache)
+    compile_cache_max: int = D.compile_cache_max  # its cap, bytes
     # how the run goes
     log_dir: str | Path | None = None
     pull: str | Sequence[str] = ()  # paths or globs copied back from every host after the run
@@ -140,6 +142,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
         workers=where.subset,
+        compile_cache=s.compile_cache_max if s.compile_cache else 0,
     )
     trace = s.options.trace
     jax = s.jax_job or ("--trace" if trace is not None else None)

@@ -25,6 +25,7 @@ from typing import Any
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job, State
+from multihost.phases import PHASES
 from multihost.runresult import HostResult, Staging
 
 MANIFEST = "run.json"
@@ -101,7 +102,7 @@ def to_json(record: RunRecord) -> dict[str, Any]:
     return {
         "schema": record.schema,
         "run_name": record.run_name,
-        "job": {**dataclasses.asdict(record.job), "env": dict(record.job.env)},
+        "job": _job_json(record.job),
         "code_hash": record.code_hash,
         "script_dir": record.script_dir,
         "fail_fast": record.fail_fast,
@@ -117,6 +118,15 @@ def to_json(record: RunRecord) -> dict[str, Any]:
     }
 
 
+def _job_json(job: Job) -> dict[str, Any]:
+    """The job's fields; its compile cache's cap only when not the default (then a record reads
+    and writes as the ones written before the cache was a field)."""
+    data = {**dataclasses.asdict(job), "env": dict(job.env)}
+    if job.compile_cache == DEFAULTS.compile_cache_max:
+        del data["compile_cache"]
+    return data
+
+
 # A host's entry: who, how it stands, its log's file name and its env, then these fields of
 # its HostResult (the layout and key order every multihost so far writes and reads)
 _OUTCOME = ("exit_code", "signal", "error", "started_at", "ended_at", "bytes_sent", "last_line")
@@ -125,7 +135,7 @@ _CAUSE = "cause"
 
 
 def _host_entry(h: HostResult) -> dict[str, Any]:
-    return {
+    entry = {
         "host": _host_json(h.host),
         "state": str(h.state),
         "log": log_name(h),
@@ -133,15 +143,20 @@ def _host_entry(h: HostResult) -> dict[str, Any]:
         **{name: getattr(h, name) for name in _OUTCOME},
         **({_CAUSE: h.cause} if h.cause else {}),
     }
+    if h.startup:  # a key of its own, after the others: a record without it reads as before
+        entry["startup"] = dict(h.startup)
+    return entry
 
 
 def _host_of(entry: Mapping[str, Any], run_dir: Path) -> HostResult:
     host = Host(**_known(Host, entry["host"]))
+    startup = entry.get("startup") or {}
     return HostResult(
         host=host,
         state=State(entry["state"]),
         log=run_dir / (entry.get("log") or f"{host.file_stem}.log"),
         env=entry.get("env"),
+        startup={p: float(startup[p]) for p in PHASES if p in startup},
         **{k: v for k, v in entry.items() if k in _OUTCOME},
         cause=entry.get(_CAUSE),
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from multihost.model import Host, State, signal_name
+from multihost.phases import startup_line
 
 RESULT_MARKER = "MULTIHOST_RESULT"
 _PREFIX = RESULT_MARKER + " "
@@ -53,6 +54,8 @@ class HostResult:
       ``log_bytes`` and ``log_mtime``. A host that could not be asked is its recorded
       outcome with ``error`` saying why.
 
+    ``startup`` comes with the host's end (a watched run, the record) or its state files.
+
     During a run it is read from the host's mutable ``core.livehost.LiveHost``. ``reason``
     says why it did not succeed: its ``cause`` first when there is one (a JAX job that its
     coordination service aborted: the host at fault named), then how it ended, which
@@ -80,6 +83,9 @@ class HostResult:
     # asked of the host: its log's size there, and when it last grew (the host's clock)
     log_bytes: int | None = field(default=None, compare=False)
     log_mtime: float | None = field(default=None, compare=False)
+    # where its JAX process's start went: seconds from the process's start to each phase of
+    # phases.PHASES it reached, in that order (the staged hook's; empty: no JAX, or not yet)
+    startup: Mapping[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -207,7 +213,7 @@ class RunResult:
     def __str__(self) -> str:
         rows = [COLUMNS, *(host_row(r) for r in self.hosts)]
         logs = [f"logs: {self.log_dir}"] if self.log_dir else []
-        words = list(payload_lines(self))
+        words = [*run_lines(self)]
         return "\n".join(
             [f"run {self.run_name}", *aligned(rows), *words, verdict(self).text, *logs]
         )
@@ -217,7 +223,7 @@ class RunResult:
 
         color = _GOOD if self.ok else _BAD
         logs = f"<br><small>logs: {escape(str(self.log_dir))}</small>" if self.log_dir else ""
-        words = "".join(f"{escape(line)}<br>" for line in payload_lines(self))
+        words = "".join(f"{escape(line)}<br>" for line in run_lines(self))
         return (
             f"<div class='multihost-run'><b>run {escape(self.run_name)}</b>"
             f"{_html_table(self.hosts)}{words}<span style='color:{color}'>"
@@ -291,6 +297,13 @@ def payload_lines(result: RunResult) -> tuple[str, ...]:
                 f"step time within {spread:.1%} across {len(steps)} hosts (median {median:.3g} s)"
             )
     return tuple(lines)
+
+
+def run_lines(result: RunResult) -> tuple[str, ...]:
+    """A run's words under its table: where its start went (``phases.startup_line``), then a
+    payload's result (``payload_lines``)."""
+    startup = startup_line([(r.host.name, r.startup) for r in result.hosts])
+    return (*([startup] if startup else []), *payload_lines(result))
 
 
 def mean_of(result: dict[str, Any]) -> str | None:

@@ -19,6 +19,7 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, HostLost, RemoteError, RunDirGone
 from multihost.launch import Started
 from multihost.model import Host, State
+from multihost.phases import parse as parse_startup
 from multihost.runresult import RESULT_MARKER
 from multihost.transport import Connection, SSHOptions, connect
 
@@ -47,6 +48,8 @@ class Exit:
     stopped_by: str | None
     problem: str | None = None  # "vanished": no process and no exit file; "empty": exit file
     escaped: int = 0  # processes that had left the job's process group, stopped at its end
+    # its JAX process's start-up phases as the host's state files say (runresult.parse_startup)
+    startup: tuple[tuple[str, float], ...] = ()
 
     @property
     def reason(self) -> str | None:
@@ -197,9 +200,10 @@ def _number(text: str) -> float | None:
 
 
 def parse_exit(header: str) -> Exit | None:
-    """``EXIT STARTED ENDED STOPPED [ESCAPED]`` (``finish_command``'s first line); None while
-    the job has not ended. EXIT may be ``vanished`` or ``empty`` instead of a code."""
-    code, started, ended, stopped, escaped = (header.split() + ["-"] * 5)[:5]
+    """``EXIT STARTED ENDED STOPPED [ESCAPED [STARTUP]]`` (``finish_command``'s first line);
+    None while the job has not ended. EXIT may be ``vanished`` or ``empty`` instead of a
+    code."""
+    code, started, ended, stopped, escaped, startup = (header.split() + ["-"] * 6)[:6]
     problem = code if code in PROBLEMS else None
     if not code.lstrip("-").isdigit() and problem is None:
         return None
@@ -210,17 +214,18 @@ def parse_exit(header: str) -> Exit | None:
         None if stopped == "-" else stopped,
         problem,
         int(escaped) if escaped.isdigit() else 0,
+        tuple(parse_startup(startup).items()),
     )
 
 
 def parse_watch_end(stderr: bytes) -> tuple[Exit, int] | None:
-    """The ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED`` line ``watch_command`` writes last on
-    stderr: the exit and the log's size."""
+    """The ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP`` line ``watch_command`` writes
+    last on stderr: the exit and the log's size."""
     lines = stderr.decode(errors="replace").splitlines()
     words = lines[-1].split() if lines else []
-    if len(words) != 7 or words[0] != "end" or not words[5].isdigit():
+    if len(words) not in (7, 8) or words[0] != "end" or not words[5].isdigit():
         return None
-    exit_info = parse_exit(" ".join([*words[1:5], words[6]]))
+    exit_info = parse_exit(" ".join([*words[1:5], *words[6:]]))
     return None if exit_info is None else (exit_info, int(words[5]))
 
 

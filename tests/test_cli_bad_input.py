@@ -998,7 +998,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "clean-no-age",
         ["clean", R, "logs"],
         2,
-        "multihost: error: the following arguments are required: --older-than",
+        "multihost: error: clean needs --older-than AGE (old runs), --compile-caches, or both",
     ),
     (
         "sweep-local-huge",

@@ -143,11 +143,16 @@ def test_two_slices_env_code_uploaded_once_and_stop(cloud: Cloud, tmp_path: Path
         stack_dir = env.pop("MULTIHOST_STACK_DIR")
         assert stack_dir.endswith(f"/attempt-0/slice-{s}-worker-{w}/hook"), stack_dir
         assert env.pop("HOOK") == f"{stack_dir}/sitecustomize.py"
+        # the job's compile cache: one path in every attempt, beside them (run's: REMOTE_DIR's)
+        assert env.pop("MULTIHOST_COMPILE_CACHE") == stack_dir.split("/attempt-")[0] + (
+            "/compile-cache"
+        )
     for host in fleet:
         expected = host_env(host, fleet, job, {}) | {
             "MULTIHOST_JOB": "envjob",
             "MULTIHOST_ATTEMPT": "0",
         }
+        del expected["MULTIHOST_COMPILE_CACHE"]
         assert logs[host.slice_id, host.worker_id] == expected
     for s in (0, 1):
         for w in (0, 1):

@@ -81,6 +81,7 @@ EXAMPLES: dict[str, str] = {
     "clean": _block(
         "multihost clean --older-than 7d --dry-run",
         "multihost clean --older-than 12h",
+        "multihost clean --compile-caches --dry-run",
     ),
     "job": _block(
         "multihost job submit train --tpu-type v5litepod-16 \\",

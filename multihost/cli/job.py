@@ -107,6 +107,7 @@ def _submit(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
         no_dev=args.no_dev,
         requirements=args.requirements,
         env_wait=args.env_wait,
+        compile_cache=args.compile_cache_max if args.compile_cache else 0,
     )
     display = _Display(err)
     done = submit(req, gcloud, display.note)

@@ -15,6 +15,7 @@ from multihost.settings.environment import (
     NO_SYNC,
     REQUIREMENTS,
 )
+from multihost.settings.schema import COMPILE_CACHE, COMPILE_CACHE_MAX
 from multihost.settings.types import count, port, positive
 
 NAME_HELP = "the job's name: its queued resource, its folder in the bucket, its record here"
@@ -144,6 +145,16 @@ def add_job_parser(sub: Any) -> None:
         metavar="S",
         help="how long a worker waits for process 0 to put the locked "
         f"environment in the bucket (default {D.env_wait:g})",
+    )
+    add(
+        submit,
+        COMPILE_CACHE.but(
+            help="keep each worker's compiled JAX programs in a persistent cache, kept in the "
+            "bucket across attempts (jobs/NAME/compile-cache/): an attempt after a preemption "
+            "compiles nothing an earlier one did; a JAX_COMPILATION_CACHE_DIR of yours wins "
+            "(default: yes)"
+        ),
+        COMPILE_CACHE_MAX,
     )
     out.add_argument("--watch", action="store_true", help="follow the job at once")
     _watch_flags(submit)

@@ -145,13 +145,19 @@ def _runs(sub: Any) -> None:
         sub,
         "clean",
         "remove old finished runs, locally and on their hosts, and the staged code and "
-        "environments no remaining run there uses",
+        "environments no remaining run there uses; or the hosts' compile caches",
     )
     clean.at("launch").add_argument(
         "--older-than",
-        required=True,
         metavar="AGE",
-        help="runs finished before AGE ago, e.g. 7d, 12h",
+        help="runs finished before AGE ago, e.g. 7d, 12h (default: none; needed unless "
+        "--compile-caches)",
+    )
+    clean.at("launch").add_argument(
+        "--compile-caches",
+        action="store_true",
+        help="remove the compile cache (REMOTE_DIR/compile-cache) of every host a run in the "
+        "log dir used, whatever its age (default: kept)",
     )
     add(
         clean,

@@ -11,9 +11,18 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from multihost import phases
 from multihost.cli.terminal import safe_text
 from multihost.model import Host, State, signal_name
-from multihost.runresult import COLUMNS, HostResult, PullResult, RunResult, Staging, host_row, size
+from multihost.runresult import (
+    COLUMNS,
+    HostResult,
+    PullResult,
+    RunResult,
+    Staging,
+    host_row,
+    size,
+)
 from multihost.runresult import verdict as run_verdict
 
 if TYPE_CHECKING:
@@ -229,6 +238,7 @@ def status_row(host: Host, status: HostResult | None, error: str | None) -> dict
         "exit": exit_text,
         "runtime": runtime,
         "silent": silent,
+        "startup": phases.cell(status.startup),
         "last line": status.last_line,
     }
 
@@ -242,6 +252,7 @@ def record_row(h: HostResult) -> dict[str, object]:
         "state": state,
         "exit": outcome,
         "runtime": runtime,
+        "startup": phases.cell(h.startup),
         "last line": why,
     }
 

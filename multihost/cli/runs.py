@@ -28,6 +28,8 @@ from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.gather import gather, read_tail, render
 from multihost.model import Host, State, host_ranges
+from multihost.phases import startup_line
+from multihost.runresult import HostResult
 from multihost.settings.checks import log_dir
 from multihost.stream import MAX_LINE
 
@@ -85,6 +87,7 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
     run_dir, record = pastruns.find_run(log_dir(args.log_dir), args.run)
     rows: list[dict[str, object]] = []
     asked = args.refresh or record.state == "running"
+    known: list[HostResult] = []
     if asked:
         options = record_options(record, args.log_dir, args.ssh_config)
         some = chosen_hosts(record, args.workers, args.exclude_workers)
@@ -92,17 +95,29 @@ def cmd_status(args: argparse.Namespace, err: Console) -> int:
         pastruns.mark_states(run_dir, record, statuses)  # the whole record, the asked hosts' news
         for o in statuses:
             rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
+            known += [o.value] if o.value is not None else []
     else:
         for h in chosen_hosts(record, args.workers, args.exclude_workers).hosts:
             rows.append(report.record_row(h))
+            known.append(h)
     if args.json:
+        for row, found in zip(rows, _by_name(known, rows), strict=True):
+            row["startup"] = dict(found.startup) if found else {}  # seconds from its start
         print(json.dumps(rows, indent=1, default=str))
     else:
         out = Console(highlight=False)
         out.print(report.fleet_table(rows, width=out.width))
+        if line := startup_line([(h.host.name, h.startup) for h in known]):
+            out.print(line, markup=False, highlight=False)
         if not asked:
             err.print("(from run.json: the run is finished; --refresh asks the hosts)", style="dim")
     return 0
+
+
+def _by_name(known: list[HostResult], rows: list[dict[str, object]]) -> list[HostResult | None]:
+    """The host result of each row (None for a host that could not be asked)."""
+    by = {h.host.name: h for h in known}
+    return [by.get(str(row["host"])) for row in rows]
 
 
 def cmd_ls(args: argparse.Namespace, err: Console) -> int:
@@ -242,8 +257,16 @@ def _read_lines(path: Path) -> list[str]:
 
 
 def cmd_clean(args: argparse.Namespace, err: Console) -> int:
+    if args.older_than is None and not args.compile_caches:
+        raise UsageError("clean needs --older-than AGE (old runs), --compile-caches, or both")
+    logs = log_dir(args.log_dir)
+    if args.compile_caches:  # first: the runs' records say which hosts to ask
+        for line in blocking(lambda: pastruns.clean_caches(logs, dry_run=args.dry_run)):
+            print(line)
+    if args.older_than is None:
+        return 0
     age = pastruns.parse_age(args.older_than)
-    said = blocking(lambda: pastruns.clean(log_dir(args.log_dir), age, None, dry_run=args.dry_run))
-    for line in said or [f"nothing older than {args.older_than} in {log_dir(args.log_dir)}"]:
+    said = blocking(lambda: pastruns.clean(logs, age, None, dry_run=args.dry_run))
+    for line in said or [f"nothing older than {args.older_than} in {logs}"]:
         print(line)
     return 0

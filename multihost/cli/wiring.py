@@ -24,7 +24,7 @@ from multihost.model import Fleet, Host, State
 from multihost.options import RunOptions
 from multihost.planner import Plan, plan
 from multihost.runrecord import RunRecord
-from multihost.runresult import RESULT_MARKER, RunResult, payload_lines
+from multihost.runresult import RESULT_MARKER, RunResult, run_lines
 from multihost.settings.checks import log_dir
 from multihost.sources import workers
 from multihost.stream import Line
@@ -243,7 +243,7 @@ def finish(result: RunResult, err: Console, n: int) -> int:
     err.print(report.summary_table(result, all_hosts=n <= 32 or not result.ok))
     if result.staging is not None:
         err.print(report.staging_line(result.staging))
-    for line in payload_lines(result):  # a payload's result in words (its line is in the log)
+    for line in run_lines(result):  # where the start went; a payload's result in words
         err.print(line, markup=False, highlight=False)
     err.print(report.verdict(result))
     err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)

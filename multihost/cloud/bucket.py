@@ -6,6 +6,8 @@
   ``envs/<key>/<sha256>.tar.gz``      a packed environment of lock key ``key``
   ``jobs/<name>/job.json``            a job's record (the truth; mirrored locally)
   ``jobs/<name>/attempt-<n>/slice-S-worker-W.{log,started,exit}``   each host's own objects
+  ``jobs/<name>/compile-cache/slice-S-worker-W/``   a worker's compile cache, kept across
+  attempts (its keys are its own: a process's programs are compiled for its devices)
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def env_url(bucket: str, key: str, digest: str) -> str:
 def job_prefix(bucket: str, name: str) -> str:
     """Everything of job ``name``: ``…/multihost/jobs/<name>``."""
     return f"{bucket}/multihost/jobs/{name}"
+
+
+def compile_cache_prefix(bucket: str, name: str) -> str:
+    """The job's workers' compile caches: ``…/jobs/<name>/compile-cache`` (each worker's under
+    ``slice-S-worker-W/``)."""
+    return f"{job_prefix(bucket, name)}/compile-cache"
 
 
 def record_url(bucket: str, name: str) -> str:

@@ -56,6 +56,7 @@ class LiveHost:
             last_line=self.sink.last_line if self.sink else "",
             log=self.sink.path if self.sink else None,
             env=env,
+            startup=dict(self.exit.startup) if self.exit else {},
             reported=read_result(self.sink.path)
             if final and self.sink and self.sink.may_have_result
             else None,

@@ -36,6 +36,10 @@ and writes ``<pid>.<capture>.done`` (or ``.error`` with the reason). The program
 or changed; ``<pid>.trace-ready`` says which processes can trace (``multihost trace``). The
 tracer's code is in hooktrace.py; ``commands.hook_text()`` joins the two into the one staged file.
 
+Start-up and the compile cache: in a process that imports jax, when it got to each phase of
+its start (jax imported, joined, devices, compiled, first step), and jax's persistent compile
+cache in the host's own directory. That code is in hookstart.py; ``hook_text()`` joins it in.
+
 A sitecustomize of the user's own further along ``sys.path`` still runs.
 """
 
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 if __name__ != "sitecustomize":  # staged, the tracer's code is in this same file (hook_text)
+    from multihost.diagnose.hookstart import _watch_startup
     from multihost.diagnose.hooktrace import _start_tracer
 
 CLUSTERS = "jax._src.clusters"  # where jax keeps its ClusterEnv registry
@@ -327,4 +332,5 @@ def _chain_user_sitecustomize() -> None:
 if __name__ == "sitecustomize":  # only as the staged hook, never when imported by multihost
     _install()
     _watch_for_jax()
+    _watch_startup(JaxWatcher)
     _chain_user_sitecustomize()

@@ -82,6 +82,8 @@ class JobRecord:
     uv_url: str = ""  # the runner's uv in the bucket, for a host without one ("": none)
     uv_sha256: str = ""
     uv_version: str = ""
+    # each worker's compile cache, kept in the bucket across attempts: its cap in bytes; 0: none
+    compile_cache: int = DEFAULTS.compile_cache_max
     attempt: int = 0
     resubmits: int = 0  # attempts made because the resource was deleted (at most one)
     state: JobState = JobState.RUNNING
@@ -112,6 +114,11 @@ class JobRecord:
         return layout.attempt_prefix(
             self.bucket, self.name, self.attempt if attempt is None else attempt
         )
+
+    @property
+    def compile_cache_url(self) -> str:
+        """Where the workers keep their compile caches, ``…/compile-cache`` ("": none)."""
+        return layout.compile_cache_prefix(self.bucket, self.name) if self.compile_cache else ""
 
     def host_url(self, slice_id: int, worker: int, kind: str, attempt: int | None = None) -> str:
         at = self.attempt if attempt is None else attempt
@@ -191,6 +198,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "uv_url": str,
     "uv_sha256": str,
     "uv_version": str,
+    "compile_cache": int,
 }
 
 

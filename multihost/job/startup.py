@@ -51,6 +51,8 @@ class StartupValues:
     coordinator_port: int = 8476
     megascale_port: int = 8081
     environment: EnvValues | None = None
+    compile_cache_url: str = ""  # the job's compile caches in the bucket ("": none)
+    compile_cache_max: int = 0  # each worker's cap, bytes
 
 
 @dataclass(frozen=True)
@@ -107,4 +109,6 @@ def render(values: StartupValues) -> str:
         env_build=build,
         env_install=install,
         env_upload=upload,
+        cache_url=values.compile_cache_url,
+        cache_max=values.compile_cache_max,
     )

@@ -53,6 +53,7 @@ class JobRequest:
     no_dev: bool = False
     requirements: Path | None = None
     env_wait: float = DEFAULTS.env_wait
+    compile_cache: int = DEFAULTS.compile_cache_max  # each worker's cap in bytes; 0: none
 
 
 def startup_script(record: JobRecord) -> str:
@@ -82,6 +83,8 @@ def startup_script(record: JobRecord) -> str:
             coordinator_port=record.coordinator_port,
             megascale_port=record.megascale_port,
             environment=env,
+            compile_cache_url=record.compile_cache_url,
+            compile_cache_max=record.compile_cache,
         )
     )
 
@@ -176,6 +179,7 @@ def submit(
         start_timeout=req.start_timeout,
         coordinator_port=req.coordinator_port,
         megascale_port=req.megascale_port,
+        compile_cache=req.compile_cache,
         created_at=time.time(),
     )
     if environment:

@@ -70,6 +70,7 @@ CLAIM_STAGE = load("claim_stage")  # b r c done
 RELEASE = load("release")  # r
 KILL = load("kill")  # r sig ticks
 CLEAN = load("clean")  # r b age incoming
+CLEAN_CACHE = load("clean_cache")  # d mode
 PULL_LIST = load("pull_list")  # w pats
 
 

@@ -5,11 +5,13 @@
 # Arguments: JOB ATTEMPT BUCKET CODE_HASH COMMAND USER_ENV SECRETS PROJECT LOG_INTERVAL
 # FETCH_TRIES COORDINATOR_PORT MEGASCALE_PORT ENV_LOCK ENV_SELECT ENV_REQUIREMENTS
 # ENV_REQUIREMENTS_BYTES ENV_WAIT ENV_POLL UV_URL UV_SHA256 UV_VERSION HOOK ENV_PROBE ENV_BUILD
-# ENV_INSTALL ENV_UPLOAD (USER_ENV: ``export K=V`` lines, evaluated last; SECRETS: KEY=NAME
+# ENV_INSTALL ENV_UPLOAD CACHE_URL CACHE_MAX (USER_ENV: ``export K=V`` lines, evaluated last;
+# SECRETS: KEY=NAME
 # words; PROJECT: "" for gcloud's own; ENV_LOCK "": no locked environment, and the ENV_* and
 # UV_* arguments unused; ENV_REQUIREMENTS: a requirements file's text, "" to build from uv.lock;
 # HOOK: the sitecustomize.py text; ENV_PROBE: env_probe.py's source; ENV_BUILD, ENV_INSTALL,
-# ENV_UPLOAD: the run path's env_build.sh, env_install.sh and env_upload.sh as sent).
+# ENV_UPLOAD: the run path's env_build.sh, env_install.sh and env_upload.sh as sent; CACHE_URL:
+# the job's compile caches in the bucket, "" for none; CACHE_MAX: each one's cap in bytes).
 # Per worker, it reads the metadata server, fetches and verifies the code (bounded retries), gets
 # the locked environment when the job has one (below), runs the command with the environment
 # ``multihost run`` gives, ships its log to the bucket every LOG_INTERVAL seconds and at exit,
@@ -25,6 +27,11 @@
 # ENV_WAIT seconds, and stop at once when process 0 leaves a ``failed-<job>-<attempt>`` marker
 # beside it. A later attempt after a preemption finds the pack in the bucket: it never touches
 # the package index.
+# The compile cache: each worker keeps its own (a process's programs are compiled for its
+# devices) in CACHE_URL/slice-S-worker-W/; it takes what is there into the job's cache
+# directory (the same path in every attempt: jax's keys depend on it) before the command starts, and puts what changed back every LOG_INTERVAL seconds and at exit,
+# so an attempt after a preemption compiles nothing an earlier one did. The staged hook points
+# jax at it (MULTIHOST_COMPILE_CACHE) unless the job's env has a JAX_COMPILATION_CACHE_DIR.
 job=$1
 attempt=$2
 bucket=$3
@@ -51,6 +58,8 @@ env_probe=${23}
 env_build=${24}
 env_install=${25}
 env_upload=${26}
+cache_url=${27}
+cache_max=${28}
 set -u
 umask 077
 PATH=$PATH:/usr/local/bin:/usr/bin:/bin:/snap/bin
@@ -290,13 +299,42 @@ if [ "$num_slices" -gt 1 ]; then
   MEGASCALE_SLICE_ID=$slice
   export MEGASCALE_COORDINATOR_ADDRESS MEGASCALE_PORT MEGASCALE_NUM_SLICES MEGASCALE_SLICE_ID
 fi
+# The compile cache: this worker's, from the bucket (none there on a first attempt)
+cache=
+if [ -n "$cache_url" ]; then
+  # one path for every attempt (jax's keys depend on it), filled from the bucket alone
+  cache=$base/jobs/$job/compile-cache
+  cache_url=$cache_url/slice-$slice-worker-$worker
+  rm -rf "$cache" && mkdir -m 700 "$cache" && : > "$dir/cache.synced"
+  if gcloud storage rsync -r "$cache_url" "$cache" >> "$dir/gcloud.log" 2>&1; then
+    note "compile cache: $(find "$cache" -type f | grep -c .) file(s) from $cache_url"
+  else
+    note "compile cache: none yet in $cache_url"
+  fi
+  MULTIHOST_COMPILE_CACHE=$cache
+  MULTIHOST_COMPILE_CACHE_MAX=$cache_max
+  export MULTIHOST_COMPILE_CACHE MULTIHOST_COMPILE_CACHE_MAX
+fi
+
+# What the command added to the compile cache goes to the bucket (one gcloud call, only when a
+# file is newer than the last sync): mirrored, so the hook's size cap holds there too.
+sync_cache() {
+  [ -n "$cache" ] || return 0
+  [ -n "$(find "$cache" -type f -newer "$dir/cache.synced" -print -quit 2>/dev/null)" ] || return 0
+  : > "$dir/cache.syncing"
+  gcloud storage rsync -r --delete-unmatched-destination-objects "$cache" "$cache_url" \
+    >> "$dir/gcloud.log" 2>&1 && mv -f "$dir/cache.syncing" "$dir/cache.synced"
+}
+
 # multihost's hook first on the path, as with run: a bare jax.distributed.initialize() finds
 # the job from the JAX_* variables above; SIGUSR2 dumps every thread's stack into hook/
 mkdir -p "$dir/hook" && printf '%s' "$hook" > "$dir/hook/sitecustomize.py"
 MULTIHOST_STACK_DIR=$dir/hook
-PYTHONPATH=$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}
-export MULTIHOST_STACK_DIR PYTHONPATH
+export MULTIHOST_STACK_DIR
 eval "$user_env"
+# after the job's --env, as run's job.sh does: a PYTHONPATH given there is kept, behind the hook
+PYTHONPATH=$MULTIHOST_STACK_DIR${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH
 
 # --secret KEY=NAME: each value read from Secret Manager into the job's shell only (a pipe
 # into a variable: no file, no command line, no log); the job's processes alone inherit it.
@@ -329,6 +367,7 @@ upload_loop() {
     if [ "$size" != "$last" ]; then
       put "$log" "$remote.log" && last=$size
     fi
+    sync_cache
   done
 }
 rm -f "$dir/stop-uploads"
@@ -338,4 +377,5 @@ wait "$pid"
 rc=$?
 : > "$dir/stop-uploads"
 wait "$uploader"
+sync_cache
 report_exit "$rc"

@@ -160,6 +160,24 @@ JAX_INIT = Flag(
     "program)",
     group="launch",
 )
+COMPILE_CACHE = Flag(
+    "compile-cache",
+    kind="bool",
+    default=True,
+    help="keep each host's compiled JAX programs in a persistent cache, REMOTE_DIR/compile-cache "
+    "(per user, across runs, one folder per jax/jaxlib/libtpu version and platform), so a "
+    "run compiles only what an earlier one did not; a JAX_COMPILATION_CACHE_DIR of yours wins "
+    "(default: yes; --no-compile-cache: jax's own default, no cache)",
+    group="launch",
+)
+COMPILE_CACHE_MAX = Flag(
+    "compile-cache-max",
+    type=size,
+    metavar="BYTES",
+    help="each host's compile cache at most this big: the least recently used entries go as "
+    f"a JAX process starts (K/M/G suffixes; default {D.compile_cache_max >> 30}G)",
+    group="launch",
+)
 RUN: Group = (
     SCRIPT_DIR,
     EXCLUDE,
@@ -177,6 +195,8 @@ RUN: Group = (
     TRACE,
     TRACE_AFTER,
     JAX_INIT,
+    COMPILE_CACHE,
+    COMPILE_CACHE_MAX,
     *ENVIRONMENT,
 )
 
