@@ -8,6 +8,7 @@ Real multi-process JAX on CPU, over ``--local``, the sshd fleet and the cloud st
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -290,7 +291,7 @@ def test_each_fleet_host_keeps_its_own_cache(  # type: ignore[no-untyped-def]
 @pytest.mark.jax
 @pytest.mark.slow
 def test_an_attempt_after_a_preemption_compiles_nothing_the_first_did(  # type: ignore[no-untyped-def]
-    cloud, remote_jax
+    cloud, remote_jax, ssh_fleet
 ) -> None:
     """A job's workers put their caches in the job's bucket as they go: attempt 1, whose
     caches start empty (the startup script fills them from the bucket alone, as on new VMs),
@@ -321,11 +322,18 @@ def test_an_attempt_after_a_preemption_compiles_nothing_the_first_did(  # type: 
         for n in logs:
             assert MISS in read(n), read(n)[-3000:]
         prefix = "multihost/jobs/cc/compile-cache/slice-0-worker-"
+        uids = [pwd.getpwnam(h.user).pw_uid for h in ssh_fleet.hosts]
 
         def kept() -> bool:  # every file of each worker's cache is in the bucket
             put = set(cloud.objects(prefix))
             for w in (0, 1):
-                (disk,) = Path("/var/tmp").glob(f"multihost-*/jobs/cc/attempt-0/*-worker-{w}")
+                (disk,) = (  # this fleet's workers' only: other fleets may share /var/tmp
+                    p
+                    for uid in uids
+                    for p in Path(f"/var/tmp/multihost-{uid}").glob(
+                        f"jobs/cc/attempt-0/*-worker-{w}"
+                    )
+                )
                 cache = disk.parent.parent / "compile-cache"  # the job's, on that worker
                 files = [p for p in cache.rglob("*") if p.is_file()]
                 names = {f"{prefix}{w}/{p.relative_to(cache)}" for p in files}
