@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from multihost.commands import Paths, claim_command, kill_command, release_command
+from multihost.commands import Paths, claim_command, kill_command, kit, release_command
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
@@ -31,7 +31,8 @@ async def claim(
     async def one(host: Host) -> None:
         command = claim_command(paths[host.process_id])
         after = then(host) if then else ""
-        res = await conns[host.process_id].run(and_then(command, after))
+        # the kit (the hook and the run's scripts) goes only to a host that lacks it
+        res, _ = await conns[host.process_id].offer(and_then(command, after), *kit().offer)
         if after and (did := what_then_did(res)) is not None:
             if said is not None:
                 said[host.process_id] = did

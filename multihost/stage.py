@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.commands import Paths, stage_command
+from multihost.commands import Paths, kit, stage_command
 from multihost.errors import RemoteError, RunNameTaken, UsageError
 from multihost.transport import Completed, Connection, Progress
 
@@ -225,9 +225,13 @@ async def stage_then(
     """:func:`stage`, then (once the code is there) the script ``then`` on the same channel:
     no round trip of its own. Returns the bytes sent and what ``then`` did (its exit status,
     its output, the channel's errors); a failed staging raises as :func:`stage` does."""
-    # One channel: the host answers first, and the archive follows only if it is absent.
+    # One channel: the host answers first, and the archive follows only if it is absent; with
+    # ``claim``, the kit (the hook and the run's scripts) ahead of it, only if the host lacks it.
     command = stage_command(paths, claim=claim)
-    done, sent = await conn.offer(and_then(command, then), b"absent", archive.data, progress)
+    ahead = (kit().offer,) if claim else ()
+    done, sent = await conn.offer(
+        and_then(command, then), b"absent", archive.data, progress, ahead=ahead
+    )
     if then and (after := what_then_did(done)) is not None:
         return len(archive.data) if sent else 0, after
     if claim and done.exit_status == TAKEN:

@@ -18,7 +18,9 @@ from multihost.commands import (
     claim_command,
     clean_command,
     finish_command,
+    hook_text,
     kill_command,
+    kit,
     launch_script,
     release_command,
     stage_command,
@@ -130,8 +132,8 @@ def test_a_whole_run_with_an_awkward_home_relative_path(tmp_path: Path) -> None:
     assert (real / "code" / "h4sh" / "x.py").read_text() == "print('hi')\n"
     assert _sh(stage_command(paths), home).stdout.strip() == b"present"
     # the name is claimed once; a second claim says so
-    assert _sh(claim_command(paths), home).returncode == 0
-    taken = _sh(claim_command(paths), home)
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
+    taken = _sh(claim_command(paths), home, kit().offer[1])
     assert taken.returncode == 3
     assert b"exists on this host" in taken.stderr
     launched = _sh(launch_script(paths, {"JAX_PROCESS_ID": "7"}, job.command), home)
@@ -160,7 +162,7 @@ def test_a_whole_run_with_an_awkward_home_relative_path(tmp_path: Path) -> None:
     assert cleaned.returncode == 0, cleaned.stderr
     assert not (real / "runs" / "r1").exists()
     # a claim on a name that is gone works again, and release undoes it
-    assert _sh(claim_command(paths), home).returncode == 0
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
     assert _sh(release_command(paths), home).returncode == 0
     assert not (real / "runs" / "r1").exists()
 
@@ -187,7 +189,7 @@ def _gated(home: Path, name: str, word: bytes | None) -> subprocess.CompletedPro
     paths = Paths("~/b", "~/b/code/h", f"~/b/runs/{name}")
     job = Job(f'echo started > "$HOME"/{name}.started', name)
     script = launch_script(paths, {"JAX_PROCESS_ID": "0"}, job.command, watch=True)
-    assert _sh(claim_command(paths), home).returncode == 0
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
     (home / "b" / "code" / "h").mkdir(parents=True, exist_ok=True)
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     pipe = subprocess.PIPE
@@ -258,7 +260,7 @@ def test_launch_gate_shell_killed_before_the_word_leaves_nothing_running(tmp_pat
     paths = Paths("~/b", "~/b/code/h", "~/b/runs/gone")
     job = Job('echo started > "$HOME"/gone.started', "gone")
     script = launch_script(paths, {"JAX_PROCESS_ID": "0"}, job.command, watch=True)
-    assert _sh(claim_command(paths), home).returncode == 0
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
     (home / "b" / "code" / "h").mkdir(parents=True, exist_ok=True)
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     pipe = subprocess.PIPE
@@ -314,3 +316,66 @@ def test_clean_keeps_code_a_sweep_point_uses(tmp_path: Path) -> None:
     assert gone.returncode == 0, gone.stderr
     assert gone.stdout.split() == [b"free1"]
     assert (base / "code" / "used1").is_dir()
+
+
+# -- the kit: the hook and the run's scripts, staged by content ------------------------------
+def test_kit_goes_once_is_checked_by_content_every_time(tmp_path: Path) -> None:
+    """A fresh host asks for the kit (``kit``) and gets it; then it has it (no word); a file
+    of it altered, or one missing, makes it ask again and get the right one; an older kit
+    beside it is left alone; the run's hook and wrapper are the kit's files, as sent."""
+    home = tmp_path / "home"
+    home.mkdir()
+    the_kit = kit()
+    paths = Paths("~/b", "~/b/code/h", "~/b/runs/r1")
+    folder = home / "b" / "kit" / the_kit.short
+    (home / "b" / "kit" / "0123456789abcdef").mkdir(parents=True)  # another version's
+    first = _sh(claim_command(paths), home, the_kit.offer[1])
+    assert (first.returncode, first.stdout) == (0, b"kit\n"), first.stderr
+    assert {p.name for p in folder.iterdir()} == {"SHA256SUMS", *(n for n, _ in the_kit.files)}
+    for name, text in the_kit.files:
+        assert (folder / name).read_text() == text
+    assert _sh(release_command(paths), home).returncode == 0
+    warm = _sh(claim_command(paths), home)  # nothing on stdin: none is needed
+    assert (warm.returncode, warm.stdout) == (0, b""), warm.stderr
+    assert _sh(release_command(paths), home).returncode == 0
+    (folder / "sitecustomize.py").write_text("import os; os.system('evil')\n")
+    (folder / "launch.sh").unlink()
+    again = _sh(claim_command(paths), home, the_kit.offer[1])
+    assert (again.returncode, again.stdout) == (0, b"kit\n"), again.stderr
+    assert (folder / "sitecustomize.py").read_text() == hook_text()
+    assert (folder / "launch.sh").exists()
+    assert (home / "b" / "kit" / "0123456789abcdef").is_dir()
+    assert not [p for p in (home / "b" / "kit").iterdir() if "." in p.name]  # no temp dirs
+    # a launch takes the hook and the wrapper from the kit
+    (home / "b" / "code" / "h").mkdir(parents=True)
+    launched = _sh(launch_script(paths, {"JAX_PROCESS_ID": "0"}, "true"), home)
+    assert launched.returncode == 0, launched.stderr
+    run = home / "b" / "runs" / "r1"
+    assert (run / "hook" / "sitecustomize.py").read_text() == hook_text()
+    assert (run / "run.sh").read_text() == remote.WRAPPER
+    wait_for(lambda: (run / "exit").exists(), 10, "the job's end")
+
+
+def test_kit_that_does_not_come_whole_is_refused(tmp_path: Path) -> None:
+    """Bytes that are not the kit (altered on the way) are refused, named, and nothing is
+    claimed; a stream that ends early likewise."""
+    home = tmp_path / "home"
+    home.mkdir()
+    word, data = kit().offer
+    head, _, archive = data.partition(b"\n")
+    paths = Paths("~/b", "~/b/code/h", "~/b/runs/r1")
+    other = io.BytesIO()
+    with tarfile.open(fileobj=other, mode="w:gz") as tar:
+        info = tarfile.TarInfo("SHA256SUMS")
+        tar.addfile(info, io.BytesIO(b""))
+    assert int(head) == len(archive)
+    cases = (
+        (f"{len(other.getvalue())}\n".encode() + other.getvalue(), "does not match what was sent"),
+        (data[:-100], "could not be unpacked"),
+        (b"", "the kit did not come (said: nothing)"),
+    )
+    for stdin, why in cases:
+        res = _sh(claim_command(paths), home, stdin)
+        assert (res.returncode, res.stdout) == (1, word + b"\n")
+        assert why in res.stderr.decode()
+        assert not (home / "b" / "runs" / "r1").exists()
