@@ -139,6 +139,8 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
         # the locked environment (multihost.envsync): its bin first on the path, VIRTUAL_ENV set
         '[ -z "${MULTIHOST_ENV:-}" ] || '
         '{ export VIRTUAL_ENV="$MULTIHOST_ENV"; export PATH="$MULTIHOST_ENV/bin:$PATH"; }',
+        # a host without python: the run's bin (python is its python3) last on the path
+        '[ ! -d "${MULTIHOST_RUN_DIR:-}/bin" ] || export PATH="$PATH:$MULTIHOST_RUN_DIR/bin"',
         f"exec sh -c {shlex.quote(command)}",
     ]
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ passes, and that does the right thing with awkward paths — run here with plain
 from __future__ import annotations
 
 import io
+import shutil
 import subprocess
 import tarfile
 import time
@@ -108,6 +109,14 @@ def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedPro
     )
 
 
+def _python_said() -> list[bytes]:
+    """What a launch adds to its process group under ``_sh``'s PATH: where python3 is, when
+    there is no python there (the run's python is then that python3)."""
+    if shutil.which("python", path="/usr/bin:/bin"):
+        return []
+    return [b"python=" + str(shutil.which("python3", path="/usr/bin:/bin")).encode()]
+
+
 def _archive() -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w:gz") as tar:
@@ -138,7 +147,9 @@ def test_a_whole_run_with_an_awkward_home_relative_path(tmp_path: Path) -> None:
     assert b"exists on this host" in taken.stderr
     launched = _sh(launch_script(paths, {"JAX_PROCESS_ID": "7"}, job.command), home)
     assert launched.returncode == 0, launched.stderr
-    assert launched.stdout.strip().isdigit()
+    pgid, *python = launched.stdout.split()
+    assert pgid.isdigit()
+    assert python == _python_said()
     wait_for(lambda: (real / "runs" / "r1" / "log").read_text() == "7\n", 10, "the job's output")
     status = _sh(status_command(paths), home).stdout.decode()
     assert status.split()[5] == "yes"  # alive
@@ -213,7 +224,8 @@ def test_launch_gate_held_starts_nothing_and_leaves_no_run(
     home = tmp_path / "home"
     home.mkdir()
     held = _gated(home, "held", word)
-    word, pgid = held.stdout.split()  # "ready PGID", and nothing else
+    word, pgid, *python = held.stdout.split()  # "ready PGID", and nothing else
+    assert python == _python_said()
     assert (word, pgid.isdigit()) == (b"ready", True), held.stderr
     assert held.returncode == 5
     assert not (home / "b" / "runs" / "held").exists()
@@ -288,7 +300,8 @@ def test_launch_gate_go_starts_the_job_and_watches(tmp_path: Path) -> None:
     ran = _gated(home, "go", b"go\n")
     assert ran.returncode == 0, ran.stderr
     lines = ran.stdout.splitlines()
-    word, pgid = lines[0].split()
+    word, pgid, *python = lines[0].split()
+    assert python == _python_said()
     assert word == b"ready"
     assert pgid.isdigit()  # the job's process group, said before the word
     assert lines[1:] == []  # nothing written back after the word (the job's log: empty)
