@@ -142,6 +142,13 @@ def test_detach_status_kill(home: Path, code: Path, tmp_path: Path) -> None:
     res = cli(_run(code, logs, "det", "sleep 30", "--detach"), HOME=str(home))
     assert res.returncode == 0, res.stderr
     assert f"started on {N} host(s)" in res.stdout
+    assert f"attach: multihost attach det --log-dir {logs}\n" in res.stdout
+    # in the default log dir, the hint does not repeat it
+    default = ["run", "--local", "1", "--script-dir", str(code), "--run-name", "det0"]
+    plain = cli(
+        [*default, "--detach", "--cmd", "true"], HOME=str(home), MULTIHOST_LOG_DIR=str(logs)
+    )
+    assert plain.stdout.splitlines()[-1] == "attach: multihost attach det0", plain.stdout
     status = cli(["status", "det", "--log-dir", str(logs), "--json"], HOME=str(home))
     assert [r["state"] for r in json.loads(status.stdout)] == ["running"] * N
     killed = cli(["kill", "det", "--log-dir", str(logs), "--grace", "2"], HOME=str(home))

@@ -21,6 +21,7 @@ from multihost.cli.wiring import (
     finish,
     plan_args,
     raise_nofile_limit,
+    run_line,
 )
 from multihost.core import Run
 from multihost.core.postrun import pull_dest
@@ -55,7 +56,7 @@ def _run(args: argparse.Namespace, err: Console) -> int:
         started = [r for r in result.hosts if r.state is State.RUNNING]
         if len(started) == len(result.hosts):
             print(f"run {job.run_name} started on {len(started)} host(s)")
-            print(f"attach: multihost attach {job.run_name} --log-dir {options.log_dir}")
+            print(f"attach: {run_line('attach', job.run_name, options.log_dir)}")
             return 0
         err.print(report.summary_table(result, all_hosts=False))
         return 1
