@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from multihost.commands import JOIN_ENV, check_run_name, job_script, plan_host
@@ -261,8 +262,9 @@ def preview_hosts(p: Plan, code: str) -> Iterator[HostPreview]:
     """Each host's part of the plan's dry run, one at a time (a huge fleet prints as it goes)."""
     for h in p.fleet:
         hp = plan_host(h, p.fleet, p.job, code)
+        env = MappingProxyType(dict(hp.env))  # read-only, as the record is frozen
         yield HostPreview(
-            h, hp.paths.run, hp.env, job_script(hp.paths, hp.env, p.job.command), hp.launch
+            h, hp.paths.run, env, job_script(hp.paths, hp.env, p.job.command), hp.launch
         )
 
 

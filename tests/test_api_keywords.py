@@ -67,7 +67,7 @@ SWEEP_FLAGS = _sweep_flags()
 
 # -- the gate: what each function accepts is what keywords.accepted says ------------------------
 @pytest.mark.parametrize("function", FUNCTIONS)
-def test_each_function_takes_what_the_gate_says(function: str) -> None:
+def test_each_function_takes_what_the_gate_says(function: str, home: Path) -> None:
     """Its own parameters are the gate's (``OWN``, or the run's keywords it names: ``call``'s
     ``hosts=``); a run keyword it has no use for is refused by name, with why."""
     params = inspect.signature(FUNCTIONS[function]).parameters.values()
@@ -77,10 +77,14 @@ def test_each_function_takes_what_the_gate_says(function: str) -> None:
     }
     assert named <= set(keywords.accepted(function)), named - set(keywords.accepted(function))
     assert set(keywords.OWN[function]) <= named
+    calls: dict[str, Callable[..., object]] = {
+        "call": lambda **kw: multihost.call(print, local=1, **kw),
+        "run_sweep": lambda **kw: multihost.run_sweep("echo {a}", {"a": [1]}, local=1, **kw),
+    }
     for name, why in keywords.NOT_FOR[function].items():
-        with pytest.raises(TypeError, match=rf"{function}\(\) does not take {name}=: "):
-            keywords.check_options(function, {name: True})
         assert why
+        with pytest.raises(TypeError, match=rf"{function}\(\) does not take {name}=: "):
+            calls[function](**{name: SAMPLES.get(name, True)})  # refused before anything runs
     with pytest.raises(
         TypeError, match=rf"{function}\(\) got an unexpected keyword argument 'nope'"
     ):
