@@ -5,6 +5,7 @@ code, checked on every run, and what a run writes to each host's socket, counted
 from __future__ import annotations
 
 import secrets
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,3 +89,5 @@ def test_cold_then_warm_bytes_and_a_stale_or_altered_kit_is_replaced(
         assert (run_dir / "hook" / "sitecustomize.py").read_text() == hook_text()
     assert stale.is_dir()
     wait_for(lambda: no_processes(ssh_fleet, N), 10, "host processes to end")
+    for h in ssh_fleet.hosts[:N]:
+        shutil.rmtree(h.home / folder)

@@ -19,8 +19,8 @@ if ! ok; then
   umask 077
   mkdir -p "${k%/*}" && t=$(mktemp -d "$k".XXXXXX) || exit 1
   head -c "$n" | tar -xzf - -C "$t" || { rm -rf "$t"; echo "the kit could not be unpacked in $t" >&2; exit 1; }
-  rm -rf "$k"
-  mv -T "$t" "$k" 2>/dev/null || rm -rf "$t"
+  # another run may have put it there meanwhile: it is replaced only if still not right
+  if ok; then rm -rf "$t"; else rm -rf "$k"; mv -T "$t" "$k" 2>/dev/null || rm -rf "$t"; fi
   ok || { echo "the kit in $k does not match what was sent (is sha256sum missing?)" >&2; exit 1; }
 fi
 # shellcheck source=/dev/null
