@@ -362,6 +362,8 @@ def test_no_python_on_the_host_runs_its_python3(ssh_fleet, code: Path, tmp_path:
     assert detached.stderr.count("no python on 2 hosts (s0/w0-1)") == 1, detached.stderr
     wait_for(lambda: _no_processes(ssh_fleet, 2), 10, "the detached jobs to end")
     assert [out.read_text() for out in outs] == ["3 True\n"] * 2
+    for out in outs:
+        out.unlink()
     # a run that sets PATH: its own, nothing added, nothing said
     bare = cli(
         [*_args(ssh_fleet, code, logs, "pyp", "python -c pass", n=2), "--env", "PATH=/usr/bin:/bin"]

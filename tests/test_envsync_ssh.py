@@ -165,6 +165,7 @@ def _warm_check(fleet: loopback.Fleet, i: int, key: str, probe: str) -> str:
         text=True,
         timeout=60,
     )
+    shutil.rmtree(kit)
     assert out.returncode == 0, out
     words = dict(w.split("=", 1) for w in out.stdout.split())
     assert words["state"] == "present", words
