@@ -51,7 +51,10 @@ COMMAND = "true"
 GOAL = 8 * 1024  # a warm re-run: at most this many bytes per host in all, handshake included
 
 
-def multihost(config: Path, hosts: str, code: Path, remote: str, logs: Path, *extra: str) -> None:
+def multihost(
+    config: Path, hosts: str, code: Path, remote: str, logs: Path, root: Path = ROOT
+) -> None:
+    """One ``multihost run`` of COMMAND, multihost from the checkout ``root``."""
     argv = [
         sys.executable,
         "-m",
@@ -71,12 +74,15 @@ def multihost(config: Path, hosts: str, code: Path, remote: str, logs: Path, *ex
         "none",
         "--run-name",
         f"wire-{secrets.token_hex(4)}",
-        *extra,
         "--cmd",
         COMMAND,
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=ROOT)
+    # from elsewhere than ``root`` (python -m puts the working directory first on the path),
+    # writing no bytecode into another checkout
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    r = subprocess.run(
+        argv, capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=logs.parent
+    )
     if r.returncode != 0:
         raise RuntimeError(f"multihost rc={r.returncode}: {(r.stdout + r.stderr)[-1500:]}")
 
@@ -155,6 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-write", action="store_true", help="print the table only")
+    p.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="also measure the multihost of another checkout (rows 'before: ...')",
+    )
     args = p.parse_args(argv)
     load_before = os.getloadavg()[0]
     fleet = loopback.load().head(args.hosts)
@@ -162,7 +174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     relay.start()
     from tests.pyindex import tinyab
 
-    rows: dict[str, list[tuple[float, float]]] = {m: [] for m in METHODS}
+    methods = [*METHODS]
+    roots = [("", ROOT)]
+    if args.before is not None:
+        roots.append(("before: ", args.before.resolve()))
+        methods[4:4] = [f"before: {m}" for m in METHODS[:4]]
+    rows: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
     with tempfile.TemporaryDirectory(prefix="mh-wire-") as tmp:
         t = Path(tmp)
         config = relayed_client(fleet, relay, t / "client")
@@ -171,12 +188,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         with index.serving():
             plain, project = code_dir(t / "plain", None), code_dir(t / "project", index.url)
             for r in range(args.repeat):
-                remote = f"~/.mh-wire-{secrets.token_hex(4)}"  # nothing of multihost there yet
-                logs = t / f"logs{r}"
-                for name, code in (("", plain), (", environment", project)):
-                    run = functools.partial(multihost, config, hosts, code, remote, logs)
-                    rows[f"multihost cold{name}"].append(measure(relay, args.hosts, run))
-                    rows[f"multihost warm{name}"].append(measure(relay, args.hosts, run))
+                for label, root in roots:
+                    remote = f"~/.mh-wire-{secrets.token_hex(4)}"  # nothing of multihost there
+                    logs = t / f"logs{r}"
+                    for name, code in (("", plain), (", environment", project)):
+                        run = functools.partial(multihost, config, hosts, code, remote, logs, root)
+                        rows[f"{label}multihost cold{name}"].append(measure(relay, args.hosts, run))
+                        rows[f"{label}multihost warm{name}"].append(measure(relay, args.hosts, run))
+                    for h in fleet.hosts:
+                        shutil.rmtree(h.home / remote[2:], ignore_errors=True)
                 rows["parallel-ssh"].append(measure(relay, args.hosts, lambda: pssh(fleet, relay)))
                 rows["asyncssh"].append(
                     measure(
@@ -185,14 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         lambda: bare_asyncssh(fleet, relay, t / "client" / "known_hosts"),
                     )
                 )
-                for h in fleet.hosts:
-                    shutil.rmtree(h.home / remote[2:], ignore_errors=True)
                 print(f"round {r + 1}/{args.repeat} done", file=sys.stderr, flush=True)
     table = [
         "| method | up: runner → host (bytes/host) | down: host → runner (bytes/host) |",
         "|---|---:|---:|",
     ]
-    for m in METHODS:
+    for m in methods:
         up = statistics.median(u for u, _ in rows[m])
         down = statistics.median(d for _, d in rows[m])
         table.append(f"| {m} | {up:,.0f} | {down:,.0f} |")
@@ -219,7 +237,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "code, hook or scripts there); warm: the same command again. With an environment: "
             "the code dir has a `uv.lock` (one small locked dependency from a local index).",
             "",
-            f"Command: `python benchmarks/wire.py --hosts {args.hosts} --repeat {args.repeat}`",
+            f"Command: `python benchmarks/wire.py --hosts {args.hosts} --repeat {args.repeat}"
+            + (" --before DIR`" if args.before else "`")
+            + (
+                f" (`before`: the checkout {args.before}, this branch's base, measured in the "
+                "same rounds)"
+                if args.before
+                else ""
+            ),
             "",
             *table,
             "",
