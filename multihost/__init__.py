@@ -5,7 +5,7 @@ The public API is what this package exports (``__all__``), and only that:
 - run: ``run``, ``run_async``, ``call``, ``run_sweep``, ``make_fleet``;
 - runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``;
 - results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``,
-  ``CallResult``, ``SweepResult``;
+  ``CallResult``, ``SweepResult``; a dry run's plan: ``DryRun``, ``HostPreview``;
 - the fleet and the run: ``Fleet``, ``Host``, ``Job``, ``State``, ``RunOptions``, ``SSHOptions``;
 - errors: ``MultihostError`` and the tree under it.
 
@@ -24,12 +24,14 @@ __all__ = [
     "ConnectError",
     "ConnectTimeout",
     "DiscoveryError",
+    "DryRun",
     "EnvFailed",
     "Fleet",
     "Host",
     "HostError",
     "HostKeyError",
     "HostLost",
+    "HostPreview",
     "HostResult",
     "InventoryError",
     "Job",
@@ -93,6 +95,7 @@ _WHERE = {
     ),
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
     **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.runresult"),
+    **dict.fromkeys(("DryRun", "HostPreview"), "multihost.planner"),
     "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.options",
     "SSHOptions": "multihost.transport",
@@ -127,6 +130,7 @@ if TYPE_CHECKING:
     )
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
+    from multihost.planner import DryRun, HostPreview
     from multihost.remote_call import CallResult, call
     from multihost.runresult import HostResult, PullResult, RunResult
     from multihost.sweep.api import SweepResult, run_sweep

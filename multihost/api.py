@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from multihost.bridge import blocking, ctrl_c
 from multihost.core import Attach, Run, Stop
@@ -30,6 +30,7 @@ from multihost.pastruns import (
     record_paths,
     sync_logs,
 )
+from multihost.planner import DryRun, dry_run
 from multihost.runresult import HostResult, RunResult
 from multihost.sources import FleetSpec, resolve
 
@@ -60,16 +61,28 @@ def make_fleet(
     return resolve(spec).fleet
 
 
-async def run_async(command: str, **options: Any) -> RunResult:
+@overload
+async def run_async(command: str, *, dry_run: Literal[True], **options: Any) -> DryRun: ...
+@overload
+async def run_async(
+    command: str, *, dry_run: Literal[False] = ..., **options: Any
+) -> RunResult: ...
+async def run_async(command: str, **options: Any) -> RunResult | DryRun:
     """Run ``command`` on every host at once; returns every host's result (never raises for
     one). Keywords: see :func:`run`."""
     check_options("run_async", options)
     p = await asyncio.to_thread(plan_run, command, options, "run_async")  # may ask gcloud
+    if options.get("dry_run"):
+        return await asyncio.to_thread(dry_run, p)
     events = events_of(options, p.fleet.hosts[0].process_id)
     return await Run(p.fleet, p.job, p.options, events).execute()
 
 
-def run(command: str, **options: Any) -> RunResult:
+@overload
+def run(command: str, *, dry_run: Literal[True], **options: Any) -> DryRun: ...
+@overload
+def run(command: str, *, dry_run: Literal[False] = ..., **options: Any) -> RunResult: ...
+def run(command: str, **options: Any) -> RunResult | DryRun:
     """Run ``command`` on every host at once and wait; works inside Jupyter too.
 
     The fleet: ``hosts=`` (``"h0,h1"``, an inventory path or a Fleet), ``local=N`` or
@@ -78,9 +91,13 @@ def run(command: str, **options: Any) -> RunResult:
     "gs://BUCKET"). Output: ``stream=`` ("all", "host0", "none")
     and ``on_output=(host_name, line)``. Any :class:`RunOptions` field (``timeout=``,
     ``fail_fast=``, ``log_dir=``, ``detach=``, ...). ``profile=`` layers the config files
-    under the keywords (see :func:`plan_run`). An unknown keyword is a TypeError.
+    under the keywords (see :func:`plan_run`). ``dry_run=True``: nothing runs anywhere; the
+    value is the :class:`DryRun` (each host's environment and exact command, what
+    ``run --dry-run`` prints). An unknown keyword is a TypeError.
     """
     p = plan_run(command, options)  # checked here, so that a bad keyword fails at once
+    if options.get("dry_run"):
+        return dry_run(p)
     runner = Run(p.fleet, p.job, p.options, events_of(options, p.fleet.hosts[0].process_id))
     return blocking(runner.execute, ctrl_c(runner.interrupt))
 

@@ -7,8 +7,12 @@ own ``--cmd`` is passed to ``sh -c`` untouched, as one quoted argument.
 from __future__ import annotations
 
 import functools
+import gzip
+import hashlib
+import io
 import re
 import shlex
+import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +20,9 @@ from pathlib import Path
 from multihost import remote
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job
-from multihost.remote import remote_path, script
+from multihost.remote import carried, remote_path, script, sourced
+from multihost.remote.envsync import PROBE
+from multihost.remote.staging import python_source
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -77,6 +83,11 @@ class Paths:
     def for_host(cls, host: Host, job: Job, code_hash: str) -> Paths:
         base = host_base(host, job)
         return cls(base, f"{base}/code/{code_hash}", f"{base}/runs/{job.run_name}")
+
+    @property
+    def kit(self) -> str:
+        """Where the host keeps this multihost's kit (:func:`kit`)."""
+        return f"{self.base}/kit/{kit().short}"
 
 
 def host_base(host: Host, job: Job) -> str:
@@ -149,6 +160,8 @@ def job_script(paths: Paths, env: Mapping[str, str], command: str) -> str:
         # the locked environment (multihost.envsync): its bin first on the path, VIRTUAL_ENV set
         '[ -z "${MULTIHOST_ENV:-}" ] || '
         '{ export VIRTUAL_ENV="$MULTIHOST_ENV"; export PATH="$MULTIHOST_ENV/bin:$PATH"; }',
+        # a host without python: the run's bin (python is its python3) last on the path
+        '[ ! -d "${MULTIHOST_RUN_DIR:-}/bin" ] || export PATH="$PATH:$MULTIHOST_RUN_DIR/bin"',
         f"exec sh -c {shlex.quote(command)}",
     ]
     return "\n".join(lines) + "\n"
@@ -180,13 +193,66 @@ def hook_text() -> str:
     return hook[:at] + "".join(f"{part}\n\n\n" for part in parts) + hook[at:]
 
 
+@dataclass(frozen=True)
+class Kit:
+    """What every run needs on a host besides its code: the hook (``sitecustomize.py``), the
+    wrapper (``run.sh``) and the scripts a run sends each time (claim, stage, launch, the
+    environment's check). Staged by content, like the code: a host keeps it in
+    ``BASE/kit/SHORT`` and a run sends only a line that sources a script from there. Its
+    ``digest`` is the sha256 of its ``SHA256SUMS`` (``sha256sum``'s lines for its files), so a
+    host checks every file of it on every run (``remote/kit.sh``): a stale or altered kit is
+    sent again."""
+
+    files: tuple[tuple[str, str], ...]  # (name, text), by name
+    digest: str
+    archive: bytes  # tar.gz of SHA256SUMS and the files
+
+    @property
+    def short(self) -> str:
+        return self.digest[:16]
+
+    @property
+    def offer(self) -> tuple[bytes, bytes]:
+        """What a host that lacks it says (``kit``), and what it is then sent: a line with
+        the archive's length, then the archive."""
+        return b"kit", f"{len(self.archive)}\n".encode() + self.archive
+
+
+KIT_SCRIPTS = (remote.CLAIM, remote.CLAIM_STAGE, remote.LAUNCH, remote.LAUNCH_WATCH, PROBE)
+
+
+@functools.cache
+def kit() -> Kit:
+    """This multihost's kit (see :class:`Kit`); a reproducible archive (no times, no owners)."""
+    texts = {
+        "run.sh": remote.WRAPPER,
+        "sitecustomize.py": hook_text(),
+        "env_probe.py": python_source("env_probe"),
+        **{f"{s.name}.sh": s.text for s in KIT_SCRIPTS},
+    }
+    files = tuple(sorted(texts.items()))
+    sums = "".join(f"{hashlib.sha256(t.encode()).hexdigest()}  {n}\n" for n, t in files)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, text in (("SHA256SUMS", sums), *files):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=0) as gz:
+        gz.write(raw.getvalue())
+    return Kit(files, hashlib.sha256(sums.encode()).hexdigest(), packed.getvalue())
+
+
 def stage_command(paths: Paths, *, claim: bool = False) -> str:
     """Says ``present`` if this code hash is unpacked already; else says ``absent`` and unpacks
     the archive then sent on stdin into the content-addressed directory, atomically. With
-    ``claim``, first claims the run's directory as ``claim_command`` does (exit 3: taken)."""
+    ``claim``, first makes sure the host holds the kit (it may say ``kit`` first: see
+    :class:`Kit`), then claims the run's directory as ``claim_command`` does (exit 3: taken)."""
     if claim:
         where = {"b": paths.base, "r": paths.run, "c": paths.code}
-        return script(remote.CLAIM_STAGE, paths=where, done=COMPLETE)
+        return carried(remote.CLAIM_STAGE, paths.kit, kit().digest, paths=where, done=COMPLETE)
     return script(remote.STAGE, paths={"b": paths.base, "c": paths.code}, done=COMPLETE)
 
 
@@ -201,14 +267,13 @@ def launch_script(
     channel goes on as ``watch_command(paths, 0)``.
     """
     extra = {"o": 0} if watch else {}
-    return script(
+    return sourced(
         remote.LAUNCH_WATCH if watch else remote.LAUNCH,
-        paths={"b": paths.base, "r": paths.run},
+        paths.kit,
+        paths={"b": paths.base, "r": paths.run, "k": paths.kit},
         command=command + "\n",
         env="".join(f"{k}={v}\n" for k, v in env.items()),
         job=job_script(paths, env, command),
-        wrapper=remote.WRAPPER,
-        hook=hook_text(),
         **extra,
     )
 
@@ -234,9 +299,11 @@ def status_command(paths: Paths) -> str:
 
 
 def claim_command(paths: Paths) -> str:
-    """Creates the run's directory on the host, refusing a name already there (or a symbolic
+    """Makes sure the host holds the kit (it may say ``kit`` first: see :class:`Kit`), then
+    creates the run's directory on the host, refusing a name already there (or a symbolic
     link in its place): every host is claimed before any job starts."""
-    return script(remote.CLAIM, paths={"b": paths.base, "r": paths.run})
+    where = {"b": paths.base, "r": paths.run}
+    return carried(remote.CLAIM, paths.kit, kit().digest, paths=where)
 
 
 def release_command(paths: Paths) -> str:
@@ -263,6 +330,7 @@ def clean_command(paths: Paths, older_than: float) -> str:
         paths={"r": paths.run, "b": paths.base},
         age=minutes,
         incoming=max(minutes, 1440),
+        kit=kit().short,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,7 @@ def _read(path: Path, *, project: bool = False) -> dict[str, Any]:
     that one key; one that never says "multihost" is not parsed, and one that is broken but
     has no such table is not ours to complain about."""
     try:
-        text = path.read_text()
+        text = _text(path)
     except (OSError, UnicodeDecodeError) as exc:
         if project:
             return {}
@@ -106,10 +107,30 @@ def _read(path: Path, *, project: bool = False) -> dict[str, Any]:
     return data
 
 
+class _NotAFile(OSError):
+    """A path that is there but no regular file (a FIFO, a device, a socket)."""
+
+
+def _text(path: Path) -> str:
+    """A regular file's text. Anything else is refused before a byte is read: a FIFO would
+    wait for a writer for ever (so it is opened without waiting), a device may never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "a directory")
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise _NotAFile(errno.EINVAL, f"{kind}, not a file")
+        return f.read().decode()
+
+
 def _why(exc: OSError | UnicodeDecodeError) -> str:
     """Why a config file cannot be read, in words."""
     if isinstance(exc, UnicodeDecodeError):
         return "not text (UTF-8)"
+    if isinstance(exc, _NotAFile):
+        return exc.strerror or str(exc)
     if isinstance(exc, IsADirectoryError):
         return "a directory, not a file"
     if exc.errno == errno.ELOOP:

@@ -1,7 +1,8 @@
 """Files back from every host of a run: list on the host, fetch what changed, in parallel.
 
-Each host's files land in ``DIR/slice_SSSS_worker_WWWW/<path>`` (a relative remote path as it
-is under the run's work dir, an absolute one without its leading ``/``). Nothing is ever written
+Each host's files land in ``DIR/s<slice>/w<worker>/<path>``, the host's name as everywhere
+else (``s0/w2``; a relative remote path as it is under the run's work dir, an absolute one
+without its leading ``/``). Nothing is ever written
 outside DIR: a name with ``..`` left after normalising is refused, and every directory below DIR
 is opened without following symbolic links. A file already there with the same size and mtime
 (to the second, as rsync) is skipped; a copied file gets the host's mtime, mode 0600 (0700 for
@@ -180,12 +181,19 @@ class _Tally:
 
 
 async def _copy(
-    conn: Connection, dest: Path, listing: Listing, file: RemoteFile, name: str, tally: _Tally
+    conn: Connection,
+    root: Path,
+    below: Sequence[str],
+    listing: Listing,
+    file: RemoteFile,
+    name: str,
+    tally: _Tally,
 ) -> str | None:
-    """Copy one listed file below ``dest`` unless it is there already; the problem, if any."""
+    """Copy one listed file into ``root/below...`` unless it is there already; the problem,
+    if any."""
     folder, _, leaf = name.rpartition("/")
     try:
-        fd = _open_dirs(dest.parent, [dest.name, *filter(None, folder.split("/"))])
+        fd = _open_dirs(root, [*below, *filter(None, folder.split("/"))])
     except OSError as exc:
         tally.total -= file.size
         return f"{file.path}: cannot write {name}: {exc.strerror or exc}"
@@ -223,10 +231,15 @@ async def pull_host(
     patterns: Sequence[str],
     dest: Path,
     emit: Callable[[Event], None],
+    root: Path | None = None,
 ) -> PullResult:
     """List ``patterns`` on one host and copy what is new into ``dest`` (its own folder), a
-    few files at a time (``DEFAULTS.pull_files``) over the host's one connection."""
+    few files at a time (``DEFAULTS.pull_files``) over the host's one connection. ``root``:
+    the folder above ``dest`` that exists (default: ``dest``'s parent); no directory below it
+    is followed if it is a symbolic link."""
     host = conn.host
+    root = root if root is not None else dest.parent
+    below = dest.relative_to(root).parts
     res = await conn.run(list_command(work_dir, patterns))
     if res.exit_status != 0:
         raise RemoteError(host, f"listing failed: {res.stderr.decode(errors='replace').strip()}")
@@ -247,7 +260,7 @@ async def pull_host(
         for file, name in queue:
             if tally.lost is not None:
                 return
-            problem = await _copy(conn, dest, listing, file, name, tally)
+            problem = await _copy(conn, root, below, listing, file, name, tally)
             if problem is not None:
                 problems.append(problem)
 
@@ -275,6 +288,11 @@ def check_dest(dest: Path) -> Path:
     return dest
 
 
+def host_dir(dest: Path, host: Host) -> Path:
+    """Where ``host``'s files land below ``dest``: its name as a path, ``DEST/s0/w2``."""
+    return dest / f"s{host.slice_id}" / f"w{host.worker_id}"
+
+
 def default_dest(run_name: str) -> Path:
     """``./multihost-pull/RUN``."""
     return Path("multihost-pull") / run_name
@@ -300,7 +318,7 @@ async def pull_run(
         conn = await connect(host, ssh)
         try:
             return await pull_host(
-                conn, work_dirs[host.process_id], patterns, dest / host.file_stem, emit
+                conn, work_dirs[host.process_id], patterns, host_dir(dest, host), emit, dest
             )
         finally:
             await conn.close()
@@ -315,7 +333,7 @@ async def pull_run(
             emit(Transfer(o.host, "pull", 0, 0, finished=True))
             results.append(
                 PullResult(
-                    o.host, dest / o.host.file_stem, errors=(error.message if error else "failed",)
+                    o.host, host_dir(dest, o.host), errors=(error.message if error else "failed",)
                 )
             )
     return results

@@ -30,25 +30,77 @@ ACCEPTED: tuple[str, ...] = tuple(
 )
 
 
-def check_options(function: str, given: Mapping[str, object], extra: tuple[str, ...] = ()) -> None:
-    """A TypeError naming the first unknown keyword and every accepted one."""
-    allowed = {*ACCEPTED, *extra}
+# The run's keywords that a function has no use for, each refused by name with why: a keyword
+# is accepted only where it has its flag's effect (tests/test_api_keywords.py walks them all).
+_CALL_CODE = "call() stages its own code dir (the function travels by value)"
+NOT_FOR: dict[str, dict[str, str]] = {
+    "run": {},
+    "run_async": {},
+    "call": {
+        "dry_run": "call() runs the function for its values: there is no plan to return",
+        "detach": "call() waits for its values",
+        "script_dir": _CALL_CODE,
+        "exclude": _CALL_CODE,
+        "excludes": _CALL_CODE,
+        "lock_dir": "call() stages the uv project it finds or is given (uv_project=)",
+    },
+    "run_sweep": {
+        "dry_run": "a sweep runs its points to rank them (multihost sweep has no --dry-run)",
+        "detach": "a sweep waits for each point's result",
+        "timeout": "each point is bounded by point_timeout=",
+        "fail_fast": "each point fails fast: one failed host ends it",
+        "reconnect_timeout": "a lost host is retried for the default time",
+    },
+}
+OWN: dict[str, tuple[str, ...]] = {
+    "run": (),
+    "run_async": (),
+    "call": ("kwargs", "python", "uv_project"),
+    "run_sweep": (
+        "where",
+        "metric",
+        "minimize",
+        "repeat",
+        "point_timeout",
+        "parallel",
+        "resume",
+        "on_record",
+    ),
+}
+
+
+def accepted(function: str) -> tuple[str, ...]:
+    """Every keyword ``function`` (``run``, ``run_async``, ``call``, ``run_sweep``) takes."""
+    return tuple(sorted({*ACCEPTED, *OWN[function]} - set(NOT_FOR[function])))
+
+
+def check_options(function: str, given: Mapping[str, object]) -> None:
+    """A TypeError naming the first keyword ``function`` does not take (and why, for a run's
+    keyword it has no use for), and every one it takes."""
+    allowed = accepted(function)
     for name in given:
+        if name in NOT_FOR[function]:
+            raise TypeError(f"{function}() does not take {name}=: {NOT_FOR[function][name]}")
         if name not in allowed:
             raise TypeError(
                 f"{function}() got an unexpected keyword argument {name!r}; "
-                f"it accepts: {', '.join(sorted(allowed))}"
+                f"it accepts: {', '.join(allowed)}"
             )
 
 
-def plan_run(
-    command: str, kwargs: Mapping[str, Any], function: str = "run", extra: tuple[str, ...] = ()
-) -> Plan:
-    """Keyword arguments (checked; ``extra`` are the caller's own, left out) → the run's plan,
-    by the planner's rules; ``profile=`` layers the config files under them, as the CLI does
-    (found from ``script_dir``, default: the current directory)."""
-    check_options(function, kwargs, extra)
-    given = {_ALIASES.get(k, k): v for k, v in kwargs.items() if k not in (*_EVENTS, *extra)}
+def plan_run(command: str, kwargs: Mapping[str, Any], function: str = "run") -> Plan:
+    """Keyword arguments of ``function`` (checked; its own, as ``run_sweep``'s ``metric=``,
+    left out) → the run's plan, by the planner's rules; ``profile=`` layers the config files
+    under them, as the CLI does (found from ``script_dir``, default: the current directory)."""
+    check_options(function, kwargs)
+    own = OWN.get(function, ())
+    return planned(command, {k: v for k, v in kwargs.items() if k not in own})
+
+
+def planned(command: str, given: Mapping[str, Any]) -> Plan:
+    """Keywords already checked (and a function's own settings added, as ``call``'s code dir)
+    → the run's plan (see :func:`plan_run`)."""
+    given = {_ALIASES.get(k, k): v for k, v in given.items() if k not in _EVENTS}
     profile = given.pop("profile", None)
     if profile is not None:
         from multihost.settings.layers import Resolved, layered

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from multihost.commands import Paths, claim_command, kill_command, release_command
+from multihost.commands import Paths, claim_command, kill_command, kit, release_command
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
 from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
-from multihost.stage import and_then, what_then_did
+from multihost.stage import and_then, kit_sent, what_then_did
 from multihost.transport import Completed, Connection, Shell
 
 
@@ -21,17 +21,21 @@ async def claim(
     timeout: float,
     then: Callable[[Host], str] | None = None,
     said: dict[int, Completed] | None = None,
+    kits: dict[int, int] | None = None,
 ) -> list[Outcome[None]]:
     """Create the run's directory on every host before any job starts. If the name is taken
     on any host, the others' claims are released and nothing starts anywhere (UsageError).
     ``then``: a script each host runs once its claim is made, on the claim's channel; what
-    it did goes in ``said`` by process id."""
+    it did goes in ``said`` by process id; ``kits``: the kit's bytes each host was sent."""
     taken: list[Host] = []
 
     async def one(host: Host) -> None:
         command = claim_command(paths[host.process_id])
         after = then(host) if then else ""
-        res = await conns[host.process_id].run(and_then(command, after))
+        # the kit (the hook and the run's scripts) goes only to a host that lacks it
+        res, _ = await conns[host.process_id].offer(and_then(command, after), *kit().offer)
+        if kits is not None:
+            kits[host.process_id] = kit_sent(res)
         if after and (did := what_then_did(res)) is not None:
             if said is not None:
                 said[host.process_id] = did
@@ -74,15 +78,17 @@ def name_taken(taken: Sequence[Host]) -> UsageError:
     )
 
 
-async def launch(conn: Connection, script: str) -> int:
+async def launch(conn: Connection, script: str) -> tuple[int, str]:
     """Start the job detached (own session, stdin from /dev/null) with the host's launch script
-    (``HostPlan.launch``); returns its process group."""
+    (``HostPlan.launch``); returns its process group, and the python3 that is the run's
+    ``python`` on a host without one ("": it has one)."""
     res = await conn.run(script)
     text = res.stdout.decode(errors="replace").strip()
-    if res.exit_status != 0 or not text.isdigit():
+    pgid, _, python = text.partition("\n")
+    if res.exit_status != 0 or not pgid.isdigit():
         err = res.stderr.decode(errors="replace").strip().splitlines()
         raise RemoteError(conn.host, f"launch failed: {err[-1] if err else text or 'no output'}")
-    return int(text)
+    return int(pgid), python.removeprefix("python=")
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,7 @@ class Ready:
     output: AsyncIterator[bytes]
     stderr: bytearray
     head: bytes  # output that came after the ready line (none, normally)
+    python: str = ""  # a host without python: the python3 that is the run's python
 
     def go(self, secrets: Sequence[tuple[str, str]] = ()) -> None:
         """The word; ``secrets`` (KEY, VALUE) follow it on the same channel, to the wrapper's
@@ -138,9 +145,12 @@ async def launch_ready(conn: Connection, script: str, shell: Shell | None = None
     shell = shell or await conn.shell()
     output = aiter(shell.stream(script, stderr, hold=True))
     line, rest = await _line(output, b"")
-    word, _, pgid = (line or "").partition(" ")
+    word, _, said = (line or "").partition(" ")
+    pgid, _, python = said.partition(" ")
     if word == "ready" and pgid.isdigit():
-        return Ready(conn.host, int(pgid), shell, output, stderr, rest)
+        return Ready(
+            conn.host, int(pgid), shell, output, stderr, rest, python.removeprefix("python=")
+        )
     raise await _failed(conn.host, output, stderr, line or rest.decode(errors="replace"))
 
 

@@ -14,17 +14,18 @@ dir and the code dir are checked before anything starts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from multihost.commands import JOIN_ENV, check_run_name
+from multihost.commands import JOIN_ENV, check_run_name, job_script, plan_host
 from multihost.defaults import DEFAULTS as D
 from multihost.defaults import given_fields
 from multihost.errors import UsageError
 from multihost.fleetops.reach import ReachSettings, reach
-from multihost.model import Fleet, Job
+from multihost.model import Fleet, Host, Job
 from multihost.options import RunOptions, default_run_name
 from multihost.settings.checks import (
     check_code_dir,
@@ -218,3 +219,81 @@ def _secrets(s: Settings, job: Job) -> tuple[tuple[str, str], ...]:
     if clash:
         raise UsageError(f"{clash[0]} is given both as --env and as --secret")
     return pairs
+
+
+# -- a dry run: what the plan would send each host, nothing done anywhere ----------------------
+@dataclass(frozen=True)
+class HostPreview:
+    """One host of a :class:`DryRun`: who it is, its environment and the exact command."""
+
+    host: Host
+    run_dir: str  # where its run would live (an unexpanded remote path)
+    env: Mapping[str, str]  # every variable its command would see from multihost
+    job: str  # job.sh: the directory, the environment and the command, exactly as it would run
+    launch: str  # the exact text the runner would send the host to start it
+
+    def lines(self) -> Iterator[str]:
+        """What ``run --dry-run`` prints for this host."""
+        h = self.host
+        yield f"### {h.name} ({h.target}) process {h.process_id}"
+        yield from (f"# {k}={v}" for k, v in self.env.items())
+        yield f"# job.sh, started detached in {self.run_dir}:"
+        yield self.job.rstrip("\n")
+        yield "# run on the host (its values assigned first, each quoted):"
+        yield self.launch.rstrip("\n")
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a run would do, and nothing done: ``run --dry-run`` and ``multihost.run(...,
+    dry_run=True)``. The code is packed here (to name its hash); no host is connected to, no
+    process started, no file written anywhere."""
+
+    run_name: str
+    command: str
+    code: str  # the code's content hash (as run.json and the hosts' code dirs name it)
+    files: int
+    bytes: int  # the packed code's size
+    hosts: tuple[HostPreview, ...]
+    warnings: tuple[str, ...] = ()  # what the fleet's source had to say
+
+    @property
+    def header(self) -> str:
+        return f"# code {self.code}: {self.files} files, {self.bytes} bytes"
+
+    def lines(self) -> Iterator[str]:
+        yield self.header
+        for h in self.hosts:
+            yield from h.lines()
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines()) + "\n"
+
+    def __repr__(self) -> str:
+        return f"<DryRun {self.run_name}: {len(self.hosts)} host(s), code {self.code}>"
+
+
+def preview_hosts(p: Plan, code: str) -> Iterator[HostPreview]:
+    """Each host's part of the plan's dry run, one at a time (a huge fleet prints as it goes)."""
+    for h in p.fleet:
+        hp = plan_host(h, p.fleet, p.job, code)
+        env = MappingProxyType(dict(hp.env))  # read-only, as the record is frozen
+        yield HostPreview(
+            h, hp.paths.run, env, job_script(hp.paths, hp.env, p.job.command), hp.launch
+        )
+
+
+def dry_run(p: Plan) -> DryRun:
+    """The plan's :class:`DryRun`: its code packed (nothing leaves this machine)."""
+    from multihost.stage import pack
+
+    archive = pack(p.options.script_dir, p.options.excludes)
+    return DryRun(
+        p.job.run_name,
+        p.job.command,
+        archive.short,
+        archive.files,
+        len(archive.data),
+        tuple(preview_hosts(p, archive.short)),
+        p.warnings,
+    )

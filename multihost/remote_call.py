@@ -18,6 +18,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from multihost.commands import Paths, shell_path
 from multihost.core import Run
 from multihost.errors import RemoteCallError, SettingError
 from multihost.fanout import on_every_host
-from multihost.keywords import check_options, events_of, plan_run
+from multihost.keywords import check_options, events_of, planned
 from multihost.model import Host
 from multihost.options import default_run_name
 from multihost.planner import Plan
@@ -122,14 +123,7 @@ def call(
     nearest directory from the current one up with a ``pyproject.toml``; none without a
     ``uv.lock``; ``no_sync=True``: none). Other keywords: as :func:`multihost.run`.
     """
-    check_options("call", options, ("kwargs", "python", "uv_project"))
-    if options.get("detach"):
-        raise ValueError("call() waits for its values: detach=True is not possible")
-    if "script_dir" in options:
-        raise ValueError(
-            "call() stages its own code dir (the function travels by value); "
-            "script_dir= is not accepted"
-        )
+    check_options("call", options)
     import cloudpickle
 
     payload = {"python": sys.version_info[:2], "call": cloudpickle.dumps((fn, args, kwargs or {}))}
@@ -141,22 +135,7 @@ def call(
         (code / SCRIPT).write_text(RUNNER)
         (code / PAYLOAD).write_bytes(pickle.dumps(payload, protocol=4))
         project = _stage_project(code, uv_project, options)
-        plan = plan_run(
-            "",
-            {
-                "run_name": f"call-{default_run_name()}",
-                **options,
-                **fleet_kw,
-                "script_dir": code,
-                "timeout": timeout,
-                "lock_dir": project,
-            },
-            "call",
-        )
-        default = sys.executable if plan.fleet.local else "python3"
-        interpreter = python or ("python" if plan.options.environment else default)
-        job = replace(plan.job, command=f"{shlex.quote(interpreter)} {SCRIPT}")
-        plan = replace(plan, job=job)
+        plan = plan_call(code, {**options, **fleet_kw, "timeout": timeout}, python, project)
         runner = Run(plan.fleet, plan.job, plan.options, events_of(options))
 
         async def go() -> tuple[RunResult, list[CallResult]]:
@@ -171,6 +150,20 @@ def call(
         first = _first_failure(run_result, failed)
         raise RemoteCallError(first.host, _message(first), tuple(outcomes), run_result)
     return [o.value for o in outcomes]
+
+
+def plan_call(
+    code: Path, options: Mapping[str, Any], python: str | None = None, project: Path | None = None
+) -> Plan:
+    """:func:`call`'s run, planned: ``python SCRIPT`` in the code dir ``code`` (where the
+    function and the runner are), with the keywords ``options`` (checked: call's own are not
+    among them); ``project``: the uv project whose lock was copied into ``code``."""
+    check_options("call", options)
+    given = {"run_name": f"call-{default_run_name()}", **options}
+    plan = planned("", {**given, "script_dir": code, "lock_dir": project})
+    default = sys.executable if plan.fleet.local else "python3"
+    interpreter = python or ("python" if plan.options.environment else default)
+    return replace(plan, job=replace(plan.job, command=f"{shlex.quote(interpreter)} {SCRIPT}"))
 
 
 def _stage_project(code: Path, given: str | Path | None, options: dict[str, Any]) -> Path | None:

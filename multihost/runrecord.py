@@ -114,7 +114,7 @@ def to_json(record: RunRecord) -> dict[str, Any]:
         "timed_out": record.timed_out,
         "updated": record.updated,
         "env_names": list(record.env_names),
-        "staging": dataclasses.asdict(record.staging) if record.staging else None,
+        "staging": _staging_entry(record.staging) if record.staging else None,
     }
 
 
@@ -125,6 +125,15 @@ def _job_json(job: Job) -> dict[str, Any]:
     if job.compile_cache == DEFAULTS.compile_cache_max:
         del data["compile_cache"]
     return data
+
+
+def _staging_entry(staging: Staging) -> dict[str, Any]:
+    """The staging summary; the kit's fields only when a host was sent it (a record that
+    never had them is written back as it was)."""
+    entry = dataclasses.asdict(staging)
+    if not staging.kits:
+        del entry["kits"], entry["kit_bytes"]
+    return entry
 
 
 # A host's entry: who, how it stands, its log's file name and its env, then these fields of

@@ -140,6 +140,8 @@ class Staging:
     present: int = 0  # hosts that had it already
     fallbacks: tuple[str, ...] = ()  # "host: why its fetch failed" (then sent directly)
     why: str = ""  # why --stage-via auto chose ``via`` ("" when it was asked for)
+    kits: int = 0  # hosts sent multihost's kit (its hook and scripts: commands.Kit)
+    kit_bytes: int = 0  # ... in all (not in runner_bytes)
 
 
 @dataclass(frozen=True)

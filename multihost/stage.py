@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.commands import Paths, stage_command
+from multihost.commands import Paths, kit, stage_command
 from multihost.errors import RemoteError, RunNameTaken, UsageError
 from multihost.transport import Completed, Connection, Progress
 
@@ -221,20 +221,33 @@ async def stage_then(
     progress: Progress | None = None,
     *,
     claim: bool = False,
-) -> tuple[int, Completed]:
+) -> tuple[int, Completed, int]:
     """:func:`stage`, then (once the code is there) the script ``then`` on the same channel:
-    no round trip of its own. Returns the bytes sent and what ``then`` did (its exit status,
-    its output, the channel's errors); a failed staging raises as :func:`stage` does."""
-    # One channel: the host answers first, and the archive follows only if it is absent.
+    no round trip of its own. Returns the code's bytes sent, what ``then`` did (its exit
+    status, its output, the channel's errors) and the kit's bytes sent (``claim``: the host
+    lacked it); a failed staging raises as :func:`stage` does."""
+    # One channel: the host answers first, and the archive follows only if it is absent; with
+    # ``claim``, the kit (the hook and the run's scripts) ahead of it, only if the host lacks it.
     command = stage_command(paths, claim=claim)
-    done, sent = await conn.offer(and_then(command, then), b"absent", archive.data, progress)
+    ahead = (kit().offer,) if claim else ()
+    done, sent = await conn.offer(
+        and_then(command, then), b"absent", archive.data, progress, ahead=ahead
+    )
+    code = len(archive.data) if sent else 0
     if then and (after := what_then_did(done)) is not None:
-        return len(archive.data) if sent else 0, after
+        return code, after, kit_sent(done)
     if claim and done.exit_status == TAKEN:
         raise RunNameTaken(conn.host, _cause(done.stderr))
     if done.exit_status != 0 or then:  # ``then`` never ran: the staging failed
         raise RemoteError(conn.host, f"staging failed: {_cause(done.stderr)}")
-    return len(archive.data) if sent else 0, done
+    return code, done, kit_sent(done)
+
+
+def kit_sent(done: Completed) -> int:
+    """The kit's bytes sent on a channel whose script carried it (``commands.Kit``): the
+    host's first word was ``kit``, or nothing was."""
+    word, data = kit().offer
+    return len(data) if done.stdout.startswith(word + b"\n") else 0
 
 
 _THEN = b"multihost-then"  # the line between a command's output and what follows it

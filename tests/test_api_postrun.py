@@ -18,7 +18,9 @@ WRITE = "mkdir -p out && echo from-$JAX_PROCESS_ID > out/id.txt && echo skip > o
 
 
 def _pulled(dest: Path) -> dict[str, str]:
-    return {p.parent.parent.name: p.read_text().strip() for p in dest.glob("*/out/id.txt")}
+    """What each host's folder (``DEST/s0/w1``) got, by host name."""
+    found = dest.glob("*/*/out/id.txt")
+    return {str(p.parents[1].relative_to(dest)): p.read_text().strip() for p in found}
 
 
 @pytest.mark.usefixtures("home")
@@ -37,7 +39,7 @@ def test_api_run_pulls_files_back_from_every_local_host(code: Path, tmp_path: Pa
     assert result.ok, result
     assert [r.ok for r in result.pulled] == [True, True]
     assert [r.files for r in result.pulled] == [1, 1]
-    assert [r.local_dir for r in result.pulled] == [dest / h.host.file_stem for h in result.hosts]
+    assert [r.local_dir for r in result.pulled] == [dest / "s0" / f"w{i}" for i in range(2)]
     assert sorted(_pulled(dest).values()) == ["from-0", "from-1"]
     assert not list(dest.glob("*/other.txt"))
     assert result.traces == ()
@@ -89,9 +91,9 @@ def test_sweep_points_pull_into_folders_of_their_own(code: Path, tmp_path: Path)
         on_record=lambda _r: None,
     )
     assert len(result.records) == 2
-    got = sorted(p.read_text().strip() for p in dest.glob("*/*/out/n.txt"))
-    assert got == ["1", "2"]
-    assert len({p.parent.parent.parent for p in dest.glob("*/*/out/n.txt")}) == 2
+    got = sorted(p.read_text().strip() for p in dest.glob("*/s0/w0/out/n.txt"))
+    assert got == ["1", "2"]  # each point's files in a folder of their own, then the host's
+    assert len({p.parents[3] for p in dest.glob("*/s0/w0/out/n.txt")}) == 2
 
 
 @pytest.mark.ssh

@@ -6,6 +6,7 @@ the fleet's rows connect to nothing either."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -683,6 +684,13 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "multihost: error: confloop/multihost/config.toml: cannot be read: a loop of symbolic",
     ),
+    (  # a FIFO would wait for a writer for ever: refused at once
+        "run-config-fifo",
+        ["run", "--local", "2", "--cmd", "true"],
+        2,
+        "multihost: error: conffifo/multihost/config.toml: cannot be read: a FIFO (named pipe), "
+        "not a file",
+    ),
     (
         "run-config-bad-key",
         ["run", "--local", "2", "--cmd", "true"],
@@ -1112,6 +1120,7 @@ ENVS: dict[str, dict[str, str | None]] = {  # the environment per case (None: un
 CONFIGS = {  # XDG_CONFIG_HOME per case: a config file that is broken in one way each
     "run-config-dir": "confdir",
     "config-loop": "confloop",
+    "run-config-fifo": "conffifo",
     "run-config-bad-key": "confkey",
     "run-config-bad-value": "confvalue",
 }
@@ -1143,6 +1152,8 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "confdir" / "multihost" / "config.toml").mkdir(parents=True)
     (d / "confloop" / "multihost").mkdir(parents=True)
     (d / "confloop" / "multihost" / "config.toml").symlink_to("config.toml")
+    (d / "conffifo" / "multihost").mkdir(parents=True)
+    os.mkfifo(d / "conffifo" / "multihost" / "config.toml")
     for name, text in (("confkey", "nmae = 'x'\n"), ("confvalue", "grace = -1\n")):
         (d / name / "multihost").mkdir(parents=True)
         (d / name / "multihost" / "config.toml").write_text(text)

@@ -60,7 +60,7 @@ def test_staging_and_pull_progress_on_a_terminal(workdir: Path) -> None:
     shown = screen(raw)
     assert not any("pulling" in row for row in shown), shown
     assert "pulled 2 file(s), 8.0 MiB from 2 of 2 host(s) into multihost-pull/big" in shown
-    got = workdir / "multihost-pull" / "big" / "slice_0000_worker_0001" / "blob.bin"
+    got = workdir / "multihost-pull" / "big" / "s0" / "w1" / "blob.bin"
     assert got.read_bytes() == (workdir / "code" / "blob.bin").read_bytes()
 
 
@@ -91,7 +91,7 @@ def test_run_pull_progress_on_a_terminal(workdir: Path) -> None:
     shown = screen(raw)
     assert not any("pulling" in row for row in shown), shown  # gone once pulled
     assert "pulled 2 file(s), 8.0 MiB from 2 of 2 host(s) into multihost-pull/rp" in shown
-    got = workdir / "multihost-pull" / "rp" / "slice_0000_worker_0000" / "blob.bin"
+    got = workdir / "multihost-pull" / "rp" / "s0" / "w0" / "blob.bin"
     assert got.read_bytes() == (workdir / "code" / "blob.bin").read_bytes()
 
 

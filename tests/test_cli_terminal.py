@@ -319,3 +319,56 @@ def test_a_second_ctrl_c_at_a_terminal_names_the_kill_command(workdir: Path) -> 
     kill.expect(pexpect.EOF)
     kill.close()
     assert kill.exitstatus == 0, kill.before
+
+
+def test_gloo_lines_stay_in_the_logs_and_host_lines_are_never_spliced(workdir: Path) -> None:
+    """Three hosts printing at once, lines longer than the terminal, each also printing what
+    JAX's CPU collectives print: a Gloo connection line per group, two of them spliced by the
+    threads that wrote them. At 80 columns every host line is whole on its own row with one
+    prefix; Gloo's lines are not shown (said once), and every one is in the host's log."""
+    gloo = "is connected to 3 peer ranks. Expected number of connected peer ranks is : 3"
+    long = "x" * 100
+    cmd = (
+        f'p=$JAX_PROCESS_ID; for i in 1 2 3 4 5 6; do echo "h$p line $i {long}"; done; '
+        f'echo "[Gloo] Rank $p {gloo}"; echo "[Gloo] Rank [Gloo] Rank 1 {gloo}"; '
+        f'echo "0 {gloo}"; echo "h$p done"'
+    )
+    child = spawn(
+        [
+            "run",
+            "--local",
+            "3",
+            "--script-dir",
+            "code",
+            "--log-dir",
+            "logs",
+            "--run-name",
+            "noise",
+            "--stream",
+            "all",
+            "--cmd",
+            cmd,
+        ],
+        workdir / "home",
+        workdir,
+    )
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    shown = screen(raw)
+    for p in range(3):
+        for i in range(1, 7):
+            assert f"[s0/w{p}] h{p} line {i} {long}" in shown, shown
+        assert f"[s0/w{p}] h{p} done" in shown, shown
+    for row in shown:  # a host's prefix only at the start of a row, once
+        assert row.count("[s0/w") <= 1, row
+        assert "[s0/w" not in row or row.startswith("[s0/w"), row
+    assert not any("[Gloo]" in r or "peer ranks" in r for r in shown), shown
+    said = [r for r in shown if "Gloo's connection lines" in r]
+    assert said == [
+        "multihost: Gloo's connection lines are kept in the hosts' logs, not shown here"
+    ]
+    for p in range(3):
+        log = (workdir / "logs" / "noise" / f"slice_0000_worker_000{p}.log").read_text()
+        assert f"[Gloo] Rank {p} {gloo}\n[Gloo] Rank [Gloo] Rank 1 {gloo}\n0 {gloo}\n" in log

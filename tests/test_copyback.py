@@ -88,7 +88,7 @@ def test_pull_globs_and_dirs_names_the_host_without_a_match_and_skips_on_rerun(
     assert results[1].errors == ("no match for '*.json'",)
     assert [r.files for r in results] == [3, 2, 3]
     for i in range(N):
-        host = dest / f"slice_0000_worker_{i:04d}"
+        host = dest / "s0" / f"w{i}"
         assert (host / "out" / "p.txt").read_text() == f"p {i}\n"
         assert (host / "out" / "sub" / "d.txt").read_text() == "deep\n"
         assert (host / "out" / "p.txt").stat().st_mtime == 1600000000  # the host's mtime
@@ -100,10 +100,10 @@ def test_pull_globs_and_dirs_names_the_host_without_a_match_and_skips_on_rerun(
     again = multihost.pull("r", ["out", "*.json"], to=dest, log_dir=run)
     assert [(r.files, r.skipped, r.bytes) for r in again] == [(0, 3, 0), (0, 2, 0), (0, 3, 0)]
     # A changed file (size or mtime) is copied again.
-    (dest / "slice_0000_worker_0000" / "out" / "p.txt").write_text("local edit, longer\n")
+    (dest / "s0" / "w0" / "out" / "p.txt").write_text("local edit, longer\n")
     third = multihost.pull("r", "out/p.txt", to=dest, log_dir=run)
     assert [(r.files, r.skipped) for r in third] == [(1, 0), (0, 1), (0, 1)]
-    assert (dest / "slice_0000_worker_0000" / "out" / "p.txt").read_text() == "p 0\n"
+    assert (dest / "s0" / "w0" / "out" / "p.txt").read_text() == "p 0\n"
 
 
 def test_nothing_is_written_outside_the_folder(run: Path, tmp_path: Path) -> None:
@@ -111,8 +111,8 @@ def test_nothing_is_written_outside_the_folder(run: Path, tmp_path: Path) -> Non
     outside = tmp_path / "outside"
     outside.mkdir()
     # A symbolic link planted inside the folder for host 0: pulling through it is refused.
-    (dest / "slice_0000_worker_0000").mkdir(parents=True)
-    (dest / "slice_0000_worker_0000" / "out").symlink_to(outside)
+    (dest / "s0" / "w0").mkdir(parents=True)
+    (dest / "s0" / "w0" / "out").symlink_to(outside)
     # ../<hash>/out/p.txt is a real file next to the work dir: a path that leaves the work dir
     # is refused before any host is asked, and a name with '..' a host lists is never written.
     code_hash = next((Path(os.environ["HOME"]) / ".cache/multihost/local/w0/code").iterdir()).name
@@ -125,7 +125,7 @@ def test_nothing_is_written_outside_the_folder(run: Path, tmp_path: Path) -> Non
     assert list(outside.iterdir()) == []
     for r in results:  # '.*' matches no '..': the host's other runs and code are not listed
         assert not any(".." in e for e in r.errors), r.errors
-    assert [(dest / f"slice_0000_worker_000{i}" / "out" / "p.txt").is_file() for i in range(3)] == [
+    assert [(dest / "s0" / f"w{i}" / "out" / "p.txt").is_file() for i in range(3)] == [
         False,
         True,
         True,
@@ -154,8 +154,8 @@ def test_cli_pull_and_run_pull(home: Path, code: Path, tmp_path: Path) -> None:
     assert res.returncode == 1, res.stderr  # the run failed; files still came back
     assert "\x1b" not in res.stdout + res.stderr  # not a terminal: no progress bar
     got = tmp_path / "multihost-pull" / "cp"
-    assert (got / "slice_0000_worker_0000" / "out" / "p.txt").read_text() == "p 0\n"
-    assert (got / "slice_0000_worker_0001" / "out" / "p.txt").read_text() == "p 1\n"
+    assert (got / "s0" / "w0" / "out" / "p.txt").read_text() == "p 0\n"
+    assert (got / "s0" / "w1" / "out" / "p.txt").read_text() == "p 1\n"
     assert "s0/w1  FAILED" in res.stdout
     assert "no match for '*.json'" in res.stdout
     assert "from 2 of 2 host(s) into multihost-pull/cp; 1 host(s) had problems" in res.stdout

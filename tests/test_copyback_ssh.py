@@ -34,13 +34,13 @@ def test_pull_over_ssh(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: 
     assert any("out/locked: permission denied" in e for e in results[1].errors)
     assert results[2].errors == ("no match for '*.json'",)
     for i in range(N):
-        host = dest / f"slice_0000_worker_{i:04d}"
+        host = dest / "s0" / f"w{i}"
         assert (host / "out" / "p.txt").read_text() == f"p {i}\n"
         assert (host / "out" / "sub" / "d.txt").read_text() == "deep\n"
         assert (host / f"m-{i}.json").exists() == (i != 2)
         assert not (host / "out" / "locked").exists()
     staged = ssh_fleet.hosts[0].home / ".multihost" / "code" / manifest(logs, "pl")["code_hash"]
-    local = dest / "slice_0000_worker_0000" / "out" / "p.txt"
+    local = dest / "s0" / "w0" / "out" / "p.txt"
     assert abs(local.stat().st_mtime - (staged / "out" / "p.txt").stat().st_mtime) < 0.001
 
     # Again: nothing is copied; with one host unreachable, it is named and the rest still come.

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,6 +144,13 @@ def test_detach_status_kill(home: Path, code: Path, tmp_path: Path) -> None:
     res = cli(_run(code, logs, "det", "sleep 30", "--detach"), HOME=str(home))
     assert res.returncode == 0, res.stderr
     assert f"started on {N} host(s)" in res.stdout
+    assert f"attach: multihost attach det --log-dir {logs}\n" in res.stdout
+    # in the default log dir, the hint does not repeat it
+    default = ["run", "--local", "1", "--script-dir", str(code), "--run-name", "det0"]
+    plain = cli(
+        [*default, "--detach", "--cmd", "true"], HOME=str(home), MULTIHOST_LOG_DIR=str(logs)
+    )
+    assert plain.stdout.splitlines()[-1] == "attach: multihost attach det0", plain.stdout
     status = cli(["status", "det", "--log-dir", str(logs), "--json"], HOME=str(home))
     assert [r["state"] for r in json.loads(status.stdout)] == ["running"] * N
     killed = cli(["kill", "det", "--log-dir", str(logs), "--grace", "2"], HOME=str(home))
@@ -290,3 +299,26 @@ def test_ctrl_c_at_the_launch_gate_starts_nothing(home: Path, code: Path, tmp_pa
     assert not list(home.glob("ran.*"))
     workers = home / ".cache/multihost/local"
     assert not [w for w in workers.iterdir() if (w / "runs" / "gate").exists()]
+
+
+def test_python_is_python3_only_where_there_is_none(home: Path, code: Path, tmp_path: Path) -> None:
+    """Workers whose PATH has a python3 and no python (a bin with python3 alone, then
+    /usr/bin:/bin, where this machine may have none) run ``python`` as that python3, said
+    once for the run; where PATH has a python (this venv's), nothing is added or said."""
+    if shutil.which("python", path="/usr/bin:/bin"):
+        pytest.skip("this machine has a python in /usr/bin or /bin")
+    logs = tmp_path / "logs"
+    only3 = tmp_path / "only3"
+    only3.mkdir()
+    (only3 / "python3").symlink_to(sys.executable)
+    bare = f"{only3}:/usr/bin:/bin"
+    cmd = "python -c 'import sys; print(sys.version_info[0])'"
+    res = cli(_run(code, logs, "py3", cmd, "--stream", "all", n=2), HOME=str(home), PATH=bare)
+    assert res.returncode == 0, res.stderr
+    assert "[s0/w0] 3" in res.stdout
+    assert "[s0/w1] 3" in res.stdout
+    assert res.stderr.count("multihost: no python on 2 hosts (s0/w0-1): this run's python is") == 1
+    assert f"their python3 ({only3 / 'python3'})" in res.stderr
+    has = cli(_run(code, logs, "py", cmd, n=2), HOME=str(home))  # this venv's python first
+    assert has.returncode == 0, has.stderr
+    assert "no python on" not in has.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -324,3 +325,50 @@ def test_local_matches_ssh(ssh_fleet, code: Path, tmp_path: Path) -> None:  # ty
     assert host_logs(tmp_path / "a", "same") == host_logs(tmp_path / "b", "same")
     states = [[h["state"] for h in manifest(tmp_path / d, "same")["hosts"]] for d in "ab"]
     assert states[0] == states[1] == ["done"] * N
+
+
+def test_no_python_on_the_host_runs_its_python3(ssh_fleet, code: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The fleet's hosts are as a TPU VM is: python3, and no ``python`` on the login PATH. A
+    run's ``python`` is their python3 (last on the run's PATH, as a venv's bin would be
+    first), said once for the run, not per host; with ``--detach`` too. A run that sets PATH
+    itself gets no such python, and is told nothing."""
+    probe = subprocess.run(
+        ["ssh", "-F", str(ssh_fleet.ssh_config), "h0", "command -v python || echo none"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probe.stdout.strip() == "none", probe  # no python on the host, as on a TPU VM
+    logs = tmp_path / "logs"
+    shown = 'sys.version_info[0], sys.executable.endswith("/bin/python")'
+    cmd = f"python -c 'import sys; print({shown})'"
+    res = cli(_args(ssh_fleet, code, logs, "py", cmd))
+    assert res.returncode == 0, res.stderr
+    for i in range(N):
+        assert f"[s0/w{i}] 3 True" in res.stdout
+    said = [ln for ln in res.stderr.splitlines() if "no python on" in ln]
+    assert said == [
+        f"multihost: no python on {N} hosts (s0/w0-{N - 1}): this run's python is their "
+        "python3 (/usr/bin/python3), as in a virtual environment"
+    ], res.stderr
+    # --detach: the same python, said once
+    outs = [h.home / "pyd.out" for h in ssh_fleet.hosts[:2]]
+    for out in outs:
+        out.unlink(missing_ok=True)
+    detached = cli(
+        [*_args(ssh_fleet, code, logs, "pyd", f'{cmd} > "$HOME"/pyd.out', n=2), "--detach"]
+    )
+    assert detached.returncode == 0, detached.stderr
+    assert detached.stderr.count("no python on 2 hosts (s0/w0-1)") == 1, detached.stderr
+    wait_for(lambda: _no_processes(ssh_fleet, 2), 10, "the detached jobs to end")
+    assert [out.read_text() for out in outs] == ["3 True\n"] * 2
+    for out in outs:
+        out.unlink()
+    # a run that sets PATH: its own, nothing added, nothing said
+    bare = cli(
+        [*_args(ssh_fleet, code, logs, "pyp", "python -c pass", n=2), "--env", "PATH=/usr/bin:/bin"]
+    )
+    assert bare.returncode == 1
+    assert "python: not found" in bare.stdout + bare.stderr
+    assert "no python on" not in bare.stderr
+    wait_for(lambda: _no_processes(ssh_fleet), 10, "host processes to end")

@@ -289,11 +289,17 @@ def test_a_seed_serving_a_tampered_pack_is_refused(tmp_path: Path) -> None:
         _sh(script(SEED_STOP, p=pid, s=folder), seed)
 
 
+def _check(home: Path) -> str:
+    """The environment's check as a run sends it, env_probe.py in a kit folder in ``home``."""
+    kit = home / "kit"
+    kit.mkdir()
+    (kit / "env_probe.py").write_text(python_source("env_probe"))
+    return script(PROBE, paths={"b": "~/.mh", "k": str(kit)}, r="", lock="L", ruv="0.13.9")
+
+
 def test_probe_reports_key_and_state(tmp_path: Path) -> None:
     host = Host(address="127.0.0.1", process_id=0)
-    probe = script(
-        PROBE, paths={"b": "~/.mh"}, r="", lock="L", ruv="0.13.9", probe=python_source("env_probe")
-    )
+    probe = _check(tmp_path)
     first = Probe.parse(host, _sh(probe, tmp_path).stdout.decode())
     assert first.state == "absent"
     env = tmp_path / ".mh" / "envs" / first.key
@@ -311,9 +317,7 @@ def test_probe_says_whether_zstd_is_on_path(tmp_path: Path) -> None:
     """zstd=yes only for an executable zstd on the host's PATH (not a directory, not a file
     without x); a probe line without the word (an older multihost's) parses as no zstd."""
     host = Host(address="127.0.0.1", process_id=0)
-    probe = script(
-        PROBE, paths={"b": "~/.mh"}, r="", lock="L", ruv="0.13.9", probe=python_source("env_probe")
-    )
+    probe = _check(tmp_path)
     bare, tools = tmp_path / "bare", tmp_path / "tools"
     for d in (bare, tools):
         d.mkdir()

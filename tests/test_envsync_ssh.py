@@ -150,12 +150,14 @@ def _warm_check(fleet: loopback.Fleet, i: int, key: str, probe: str) -> str:
     caches = _envs(fleet, i).glob(".probe-*")
     (cache,) = [c for c in caches if f"key={key} " in c.read_text()]
     ruv = cache.read_text().splitlines()[1].split("|", 1)[0]
+    kit = fleet.hosts[i].home / ".probe-kit"  # env_probe.py there is ``probe``
+    kit.mkdir(exist_ok=True)
+    (kit / "env_probe.py").write_text(probe)
     command = script(
         PROBE,
-        paths={"b": "~/.multihost", "r": "~/.multihost/runs/none"},
+        paths={"b": "~/.multihost", "r": "~/.multihost/runs/none", "k": "~/.probe-kit"},
         lock=cache.name.removeprefix(".probe-"),
         ruv=ruv,
-        probe=probe,
     )
     out = subprocess.run(
         ["ssh", "-F", str(fleet.ssh_config), fleet.hosts[i].alias, command],
@@ -163,6 +165,7 @@ def _warm_check(fleet: loopback.Fleet, i: int, key: str, probe: str) -> str:
         text=True,
         timeout=60,
     )
+    shutil.rmtree(kit)
     assert out.returncode == 0, out
     words = dict(w.split("=", 1) for w in out.stdout.split())
     assert words["state"] == "present", words

@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.commands import Paths, claim_command, release_command
+from multihost.commands import Paths, claim_command, kit, release_command
 from multihost.envsync.probe import Probe
 from multihost.envsync.store import EnvStore, parse_store, store_command
 from multihost.model import Host
-from multihost.remote import script
+from multihost.remote import sourced
 from multihost.remote.envsync import PROBE
-from multihost.remote.staging import python_source
 from tests.clitools import cli
 from tests.pyindex import Index, uv_project
 
@@ -28,9 +27,10 @@ HOST = Host(address="127.0.0.1", process_id=0)
 DAY = 86400.0
 
 
-def _sh(command: str, home: Path) -> subprocess.CompletedProcess[bytes]:
+def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         ["sh", "-c", command],
+        input=stdin,
         capture_output=True,
         timeout=60,
         env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
@@ -160,13 +160,13 @@ def test_prune_removes_only_the_unused_and_old(
 def test_probe_records_the_key_in_the_run_and_release_undoes_the_claim(tmp_path: Path) -> None:
     home = tmp_path
     paths = Paths("~/.mh", "~/.mh/code/c", "~/.mh/runs/r1")
-    assert _sh(claim_command(paths), home).returncode == 0
-    probe = script(
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
+    probe = sourced(
         PROBE,
-        paths={"b": paths.base, "r": paths.run},
+        paths.kit,
+        paths={"b": paths.base, "r": paths.run, "k": paths.kit},
         lock="L",
         ruv="0.13.9",
-        probe=python_source("env_probe"),
     )
     said = Probe.parse(HOST, _sh(probe, home).stdout.decode())
     run = home / ".mh" / "runs" / "r1"

@@ -4,6 +4,7 @@ passes, and that does the right thing with awkward paths — run here with plain
 from __future__ import annotations
 
 import io
+import shutil
 import subprocess
 import tarfile
 import time
@@ -18,7 +19,9 @@ from multihost.commands import (
     claim_command,
     clean_command,
     finish_command,
+    hook_text,
     kill_command,
+    kit,
     launch_script,
     release_command,
     stage_command,
@@ -106,6 +109,14 @@ def _sh(command: str, home: Path, stdin: bytes = b"") -> subprocess.CompletedPro
     )
 
 
+def _python_said() -> list[bytes]:
+    """What a launch adds to its process group under ``_sh``'s PATH: where python3 is, when
+    there is no python there (the run's python is then that python3)."""
+    if shutil.which("python", path="/usr/bin:/bin"):
+        return []
+    return [b"python=" + str(shutil.which("python3", path="/usr/bin:/bin")).encode()]
+
+
 def _archive() -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w:gz") as tar:
@@ -130,13 +141,15 @@ def test_a_whole_run_with_an_awkward_home_relative_path(tmp_path: Path) -> None:
     assert (real / "code" / "h4sh" / "x.py").read_text() == "print('hi')\n"
     assert _sh(stage_command(paths), home).stdout.strip() == b"present"
     # the name is claimed once; a second claim says so
-    assert _sh(claim_command(paths), home).returncode == 0
-    taken = _sh(claim_command(paths), home)
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
+    taken = _sh(claim_command(paths), home, kit().offer[1])
     assert taken.returncode == 3
     assert b"exists on this host" in taken.stderr
     launched = _sh(launch_script(paths, {"JAX_PROCESS_ID": "7"}, job.command), home)
     assert launched.returncode == 0, launched.stderr
-    assert launched.stdout.strip().isdigit()
+    pgid, *python = launched.stdout.split()
+    assert pgid.isdigit()
+    assert python == _python_said()
     wait_for(lambda: (real / "runs" / "r1" / "log").read_text() == "7\n", 10, "the job's output")
     status = _sh(status_command(paths), home).stdout.decode()
     assert status.split()[5] == "yes"  # alive
@@ -160,7 +173,7 @@ def test_a_whole_run_with_an_awkward_home_relative_path(tmp_path: Path) -> None:
     assert cleaned.returncode == 0, cleaned.stderr
     assert not (real / "runs" / "r1").exists()
     # a claim on a name that is gone works again, and release undoes it
-    assert _sh(claim_command(paths), home).returncode == 0
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
     assert _sh(release_command(paths), home).returncode == 0
     assert not (real / "runs" / "r1").exists()
 
@@ -187,7 +200,7 @@ def _gated(home: Path, name: str, word: bytes | None) -> subprocess.CompletedPro
     paths = Paths("~/b", "~/b/code/h", f"~/b/runs/{name}")
     job = Job(f'echo started > "$HOME"/{name}.started', name)
     script = launch_script(paths, {"JAX_PROCESS_ID": "0"}, job.command, watch=True)
-    assert _sh(claim_command(paths), home).returncode == 0
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
     (home / "b" / "code" / "h").mkdir(parents=True, exist_ok=True)
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     pipe = subprocess.PIPE
@@ -211,7 +224,8 @@ def test_launch_gate_held_starts_nothing_and_leaves_no_run(
     home = tmp_path / "home"
     home.mkdir()
     held = _gated(home, "held", word)
-    word, pgid = held.stdout.split()  # "ready PGID", and nothing else
+    word, pgid, *python = held.stdout.split()  # "ready PGID", and nothing else
+    assert python == _python_said()
     assert (word, pgid.isdigit()) == (b"ready", True), held.stderr
     assert held.returncode == 5
     assert not (home / "b" / "runs" / "held").exists()
@@ -258,7 +272,7 @@ def test_launch_gate_shell_killed_before_the_word_leaves_nothing_running(tmp_pat
     paths = Paths("~/b", "~/b/code/h", "~/b/runs/gone")
     job = Job('echo started > "$HOME"/gone.started', "gone")
     script = launch_script(paths, {"JAX_PROCESS_ID": "0"}, job.command, watch=True)
-    assert _sh(claim_command(paths), home).returncode == 0
+    assert _sh(claim_command(paths), home, kit().offer[1]).returncode == 0
     (home / "b" / "code" / "h").mkdir(parents=True, exist_ok=True)
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     pipe = subprocess.PIPE
@@ -286,7 +300,8 @@ def test_launch_gate_go_starts_the_job_and_watches(tmp_path: Path) -> None:
     ran = _gated(home, "go", b"go\n")
     assert ran.returncode == 0, ran.stderr
     lines = ran.stdout.splitlines()
-    word, pgid = lines[0].split()
+    word, pgid, *python = lines[0].split()
+    assert python == _python_said()
     assert word == b"ready"
     assert pgid.isdigit()  # the job's process group, said before the word
     assert lines[1:] == []  # nothing written back after the word (the job's log: empty)
@@ -314,3 +329,66 @@ def test_clean_keeps_code_a_sweep_point_uses(tmp_path: Path) -> None:
     assert gone.returncode == 0, gone.stderr
     assert gone.stdout.split() == [b"free1"]
     assert (base / "code" / "used1").is_dir()
+
+
+# -- the kit: the hook and the run's scripts, staged by content ------------------------------
+def test_kit_goes_once_is_checked_by_content_every_time(tmp_path: Path) -> None:
+    """A fresh host asks for the kit (``kit``) and gets it; then it has it (no word); a file
+    of it altered, or one missing, makes it ask again and get the right one; an older kit
+    beside it is left alone; the run's hook and wrapper are the kit's files, as sent."""
+    home = tmp_path / "home"
+    home.mkdir()
+    the_kit = kit()
+    paths = Paths("~/b", "~/b/code/h", "~/b/runs/r1")
+    folder = home / "b" / "kit" / the_kit.short
+    (home / "b" / "kit" / "0123456789abcdef").mkdir(parents=True)  # another version's
+    first = _sh(claim_command(paths), home, the_kit.offer[1])
+    assert (first.returncode, first.stdout) == (0, b"kit\n"), first.stderr
+    assert {p.name for p in folder.iterdir()} == {"SHA256SUMS", *(n for n, _ in the_kit.files)}
+    for name, text in the_kit.files:
+        assert (folder / name).read_text() == text
+    assert _sh(release_command(paths), home).returncode == 0
+    warm = _sh(claim_command(paths), home)  # nothing on stdin: none is needed
+    assert (warm.returncode, warm.stdout) == (0, b""), warm.stderr
+    assert _sh(release_command(paths), home).returncode == 0
+    (folder / "sitecustomize.py").write_text("import os; os.system('evil')\n")
+    (folder / "launch.sh").unlink()
+    again = _sh(claim_command(paths), home, the_kit.offer[1])
+    assert (again.returncode, again.stdout) == (0, b"kit\n"), again.stderr
+    assert (folder / "sitecustomize.py").read_text() == hook_text()
+    assert (folder / "launch.sh").exists()
+    assert (home / "b" / "kit" / "0123456789abcdef").is_dir()
+    assert not [p for p in (home / "b" / "kit").iterdir() if "." in p.name]  # no temp dirs
+    # a launch takes the hook and the wrapper from the kit
+    (home / "b" / "code" / "h").mkdir(parents=True)
+    launched = _sh(launch_script(paths, {"JAX_PROCESS_ID": "0"}, "true"), home)
+    assert launched.returncode == 0, launched.stderr
+    run = home / "b" / "runs" / "r1"
+    assert (run / "hook" / "sitecustomize.py").read_text() == hook_text()
+    assert (run / "run.sh").read_text() == remote.WRAPPER
+    wait_for(lambda: (run / "exit").exists(), 10, "the job's end")
+
+
+def test_kit_that_does_not_come_whole_is_refused(tmp_path: Path) -> None:
+    """Bytes that are not the kit (altered on the way) are refused, named, and nothing is
+    claimed; a stream that ends early likewise."""
+    home = tmp_path / "home"
+    home.mkdir()
+    word, data = kit().offer
+    head, _, archive = data.partition(b"\n")
+    paths = Paths("~/b", "~/b/code/h", "~/b/runs/r1")
+    other = io.BytesIO()
+    with tarfile.open(fileobj=other, mode="w:gz") as tar:
+        info = tarfile.TarInfo("SHA256SUMS")
+        tar.addfile(info, io.BytesIO(b""))
+    assert int(head) == len(archive)
+    cases = (
+        (f"{len(other.getvalue())}\n".encode() + other.getvalue(), "does not match what was sent"),
+        (data[:-100], "could not be unpacked"),
+        (b"", "the kit did not come (said: nothing)"),
+    )
+    for stdin, why in cases:
+        res = _sh(claim_command(paths), home, stdin)
+        assert (res.returncode, res.stdout) == (1, word + b"\n")
+        assert why in res.stderr.decode()
+        assert not (home / "b" / "runs" / "r1").exists()

@@ -59,7 +59,7 @@ def test_runs_with_logs_and_pulls_in_the_code_dir_stage_the_same_code(
         )
         assert res.returncode == 0, res.stderr
         hashes.append(manifest(code / "logs", run)["code_hash"])
-    assert (code / "pulled" / "slice_0000_worker_0001" / "out.txt").is_file()
+    assert (code / "pulled" / "s0" / "w1" / "out.txt").is_file()
     assert len(set(hashes)) == 1, hashes
     staged = home / ".cache" / "multihost" / "local" / "w1" / "code" / hashes[0]
     shown = {p.name for p in staged.iterdir() if not p.name.startswith(".")}

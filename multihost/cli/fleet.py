@@ -22,14 +22,15 @@ from multihost.cli.wiring import (
     finish,
     plan_args,
     raise_nofile_limit,
+    run_line,
 )
-from multihost.commands import job_script, plan_host
 from multihost.core import Run
 from multihost.core.postrun import pull_dest
 from multihost.errors import UsageError
 from multihost.fleetops.preflight import PACKAGES, mismatches
-from multihost.model import Fleet, Job, State
+from multihost.model import State
 from multihost.options import RunOptions
+from multihost.planner import DryRun, Plan, preview_hosts
 from multihost.runresult import RunResult, size
 from multihost.settings.checks import device_glob
 from multihost.stage import pack
@@ -49,7 +50,7 @@ def _run(args: argparse.Namespace, err: Console) -> int:
     run = plan_args(with_payload(args), err)
     fleet, job, options = run.fleet, run.job, run.options
     if args.dry_run:
-        return dry_run(fleet, job, options)
+        return dry_run(run)
     raise_nofile_limit()
     display = Display(fleet, job.run_name, args.stream, err)
     result = execute_run(Run(fleet, job, options, display), display)
@@ -57,7 +58,7 @@ def _run(args: argparse.Namespace, err: Console) -> int:
         started = [r for r in result.hosts if r.state is State.RUNNING]
         if len(started) == len(result.hosts):
             print(f"run {job.run_name} started on {len(started)} host(s)")
-            print(f"attach: multihost attach {job.run_name} --log-dir {options.log_dir}")
+            print(f"attach: {run_line('attach', job.run_name, options.log_dir)}")
             return 0
         err.print(report.summary_table(result, all_hosts=False))
         return 1
@@ -113,18 +114,16 @@ def with_payload(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def dry_run(fleet: Fleet, job: Job, options: RunOptions) -> int:
-    """Print, per host, the exact remote launch script and env; connect to nothing."""
-    archive = pack(options.script_dir, options.excludes)
-    print(f"# code {archive.short}: {archive.files} files, {len(archive.data)} bytes")
-    for plan in (plan_host(h, fleet, job, archive.short) for h in fleet):  # one at a time
-        print(f"### {plan.host.name} ({plan.host.target}) process {plan.host.process_id}")
-        for k, v in plan.env.items():
-            print(f"# {k}={v}")
-        print(f"# job.sh, started detached in {plan.paths.run}:")
-        print(job_script(plan.paths, plan.env, job.command))
-        print("# run on the host (its values assigned first, each quoted):")
-        print(plan.launch)
+def dry_run(run: Plan) -> int:
+    """Print what the run would send each host (``planner.DryRun``'s lines, the API's
+    ``dry_run=True`` value), host after host as each is planned; connect to nothing."""
+    archive = pack(run.options.script_dir, run.options.excludes)
+    head = DryRun(
+        run.job.run_name, run.job.command, archive.short, archive.files, len(archive.data), ()
+    )
+    print(head.header)
+    for host in preview_hosts(run, archive.short):  # one at a time
+        print("\n".join(host.lines()))
     return 0
 
 

@@ -102,6 +102,11 @@ def staging_line(staging: Staging) -> Text:
         text.append(f"; {staging.fetched} host(s) fetched it", style="dim")
     if staging.present:
         text.append(f"; {staging.present} had it", style="dim")
+    if staging.kits:
+        text.append(
+            f"; multihost's kit to {staging.kits} host(s) ({size(staging.kit_bytes)})",
+            style="dim",
+        )
     if staging.fallbacks:
         text.append(
             f"; {len(staging.fallbacks)} fell back to direct upload "

@@ -57,6 +57,12 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
     )
 
 
+def sweep_settings(args: argparse.Namespace, name: str) -> dict[str, object]:
+    """What the sweep's base run is planned from: its flags, as ``run_sweep``'s keywords are
+    (``multihost.sweep.api.plan_sweep``)."""
+    return {**vars(args), "cmd": "", "run_name": name, **SWEEP_SETTINGS}
+
+
 def reproduce(args: argparse.Namespace, command: str) -> str:
     """The ``multihost run`` line that runs one point again (in the same environment)."""
     parts = ["multihost", "run"]
@@ -125,7 +131,7 @@ def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
 
 def _sweep(args: argparse.Namespace, err: Console) -> int:
     spec = sweep_spec(args)
-    run = plan_args({**vars(args), "cmd": "", "run_name": spec.name, **SWEEP_SETTINGS}, err)
+    run = plan_args(sweep_settings(args, spec.name), err)
     raise_nofile_limit()
     done = 0
 

@@ -47,6 +47,21 @@ _ESCAPES = re.compile(
 )
 
 
+# What a terminal is spared, each kept whole in the host's log: JAX's CPU collectives (Gloo)
+# print a connection line per rank and group, several at once from several threads, which
+# come out spliced ("[Gloo] Rank [Gloo] Rank 1 is connected ...", then "0 is connected ...").
+_GLOO = re.compile(
+    r"^(?:\[Gloo\] Rank (?:\d+ )?)*(?:\d+ )?is connected to \d+ peer ranks\. "
+    r"Expected number of connected peer ranks is : \d+\s*$"
+)
+
+
+def noise(line: str) -> bool:
+    """Whether a host's line is one a terminal is spared (Gloo's connection lines, whole or
+    spliced); the logs keep every one."""
+    return "is connected to" in line and _GLOO.match(line) is not None
+
+
 def safe_text(line: str) -> str:
     """A host's output line with every control sequence but colour (SGR) removed; of a line
     redrawn with carriage returns (a progress bar), the last drawing, as a terminal shows it."""

@@ -8,7 +8,7 @@ import resource
 import shlex
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +85,7 @@ class Display:
         self._prefixes: dict[int, str] = {}  # process id -> its rendered prefix (a terminal)
         self.tty = self.out.is_terminal
         self._drawn = 0.0  # when a transfer last asked for a redraw
+        self._spared = False  # whether the terminal was told Gloo's lines are kept from it
 
     @functools.cached_property
     def staging(self) -> TransferView:
@@ -145,8 +146,14 @@ class Display:
         try:
             if self.tty:  # above the live status line when there is one
                 # the payload's MULTIHOST_RESULT line is for machines (logs, --json, the API);
-                # the summary says it in words
-                texts = [t for t in event.texts if not t.lstrip().startswith(RESULT_LINE)]
+                # the summary says it in words. Gloo's connection lines: in the logs only
+                texts = [
+                    t
+                    for t in event.texts
+                    if not t.lstrip().startswith(RESULT_LINE) and not terminal.noise(t)
+                ]
+                if len(texts) < len(event.texts) and not self._spared:
+                    self._spare(event.texts)
                 if not texts:
                     return
                 block = terminal.safe_block(texts, self._prefix(host))
@@ -158,6 +165,12 @@ class Display:
                 self.out.file.write(terminal.safe_block(event.texts, prefix))
         except BrokenPipeError:
             self.quiet = True
+
+    def _spare(self, texts: Sequence[str]) -> None:
+        """Say once that Gloo's connection lines are kept from the terminal (not the logs)."""
+        if any(terminal.noise(t) for t in texts):
+            self._spared = True
+            self(Note("Gloo's connection lines are kept in the hosts' logs, not shown here"))
 
     def _prefix(self, host: Host | None) -> str:
         if host is None:
@@ -234,8 +247,14 @@ def execute_run(
 
 def kill_line(run_name: str, logs: Path) -> str:
     """The command that stops a run on every host (``--log-dir`` when it is not the default)."""
+    return run_line("kill", run_name, logs)
+
+
+def run_line(command: str, run_name: str, logs: Path) -> str:
+    """``multihost COMMAND RUN`` for a run whose logs are in ``logs``: ``--log-dir`` only
+    when it is not the default one."""
     where = "" if logs == log_dir(None) else f" --log-dir {shlex.quote(str(logs))}"
-    return f"multihost kill {shlex.quote(run_name)}{where}"
+    return f"multihost {command} {shlex.quote(run_name)}{where}"
 
 
 def finish(result: RunResult, err: Console, n: int) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from multihost import stagevia
@@ -35,6 +36,7 @@ from multihost.events import Transfer
 from multihost.fanout import Outcome
 from multihost.launch import claim, name_taken, release
 from multihost.model import Host, State
+from multihost.runresult import Staging
 from multihost.stage import Archive, stage_then
 from multihost.transport import Completed, connect
 
@@ -69,6 +71,7 @@ class Prepare:
         # pipelined, watched: each host's launch on a channel opened beside its staging, sent
         # as soon as the code is on its way (see core.early)
         self.early = EarlyLaunch(sup, later=bool(self.steps))
+        self.kits: dict[int, int] = {}  # the kit's bytes each host was sent (commands.Kit)
 
     async def __call__(self) -> bool:
         """Connect to and stage code on every host; launch nothing unless all succeed."""
@@ -193,8 +196,10 @@ class Prepare:
 
         outcomes = await sup.phase(one, None, None, "prepare")
         staged = self._finished()
-        sent = sum(c.bytes_out for c in sup.connections.values())
-        sup.staging = stagevia.summarize(self.via, self.archive, staged, sent, 0, self.why)
+        sent = sum(c.bytes_out for c in sup.connections.values()) - sum(self.kits.values())
+        sup.staging = self._with_kits(
+            stagevia.summarize(self.via, self.archive, staged, sent, 0, self.why)
+        )
         if all(o.ok for o in outcomes) and not sup.interrupted:
             return outcomes
         await sup.hold_early()  # each removes its run's directory, as a release does
@@ -309,7 +314,7 @@ class Prepare:
 
         try:
             then = self.check(host) if self.check else ""
-            slot.bytes_sent, checked = await stage_then(
+            slot.bytes_sent, checked, self.kits[host.process_id] = await stage_then(
                 slot.conn, self.archive, paths, then, progress, claim=claim
             )
             if then:
@@ -317,6 +322,11 @@ class Prepare:
             self.stage_done.add(host.process_id)  # only a finished staging is counted
         finally:  # sent, had it already (0 of 0), or failed: this host's transfer is over
             sup.emit(Transfer(host, "stage", slot.bytes_sent, slot.bytes_sent, finished=True))
+
+    def _with_kits(self, staging: Staging) -> Staging:
+        """``staging`` with the kit's part: the hosts sent it and its bytes in all."""
+        sent = [n for n in self.kits.values() if n]
+        return replace(staging, kits=len(sent), kit_bytes=sum(sent))
 
     def _finished(self) -> list[stagevia.Staged]:
         """How each host whose staging finished got the code: a host never reached, or
@@ -385,9 +395,18 @@ class Prepare:
         conns = sup.connections
         paths = {h.process_id: sup.paths(h) for h in sup.fleet}
         try:
-            return await claim(
-                list(sup.fleet), conns, paths, sup.options.launch_timeout, self.check, self.checked
+            outcomes = await claim(
+                list(sup.fleet),
+                conns,
+                paths,
+                sup.options.launch_timeout,
+                self.check,
+                self.checked,
+                self.kits,
             )
+            if sup.staging is not None:
+                sup.staging = self._with_kits(sup.staging)
+            return outcomes
         except UsageError:
             for slot in sup.slots.values():
                 sup.set_state(slot, State.ERROR, "not started: the run name is taken")

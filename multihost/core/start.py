@@ -11,7 +11,7 @@ from multihost.core.supervisor import Supervisor
 from multihost.errors import MultihostError
 from multihost.fanout import map_hosts
 from multihost.launch import Ready, launch, launch_ready
-from multihost.model import Host, State
+from multihost.model import Host, State, host_ranges
 from multihost.stream import LogSink
 from multihost.transport import burst
 
@@ -62,15 +62,31 @@ async def start_detached(sup: Supervisor, scripts: Mapping[int, str]) -> None:
         slot = sup.slots[host.process_id]
         assert slot.conn is not None
         sup.set_state(slot, State.STARTING)
-        pgid = await launch(slot.conn, scripts[host.process_id])
+        pgid, pythons[host] = await launch(slot.conn, scripts[host.process_id])
         sup.set_state(slot, State.RUNNING, f"pgid {pgid}")
 
+    pythons: dict[Host, str] = {}
     outcomes = await map_hosts(
         launch_one, list(sup.fleet), timeout=sup.options.launch_timeout, what="launch"
     )
     for o in outcomes:
         if o.error:
             sup.fail(o.host, State.ERROR, o.error.message)
+    python_note(sup, pythons)
+
+
+def python_note(sup: Supervisor, pythons: Mapping[Host, str]) -> None:
+    """Once per run: the hosts that have no ``python``, where the run's is their python3."""
+    shimmed = sorted((h for h, p in pythons.items() if p), key=lambda h: h.process_id)
+    if not shimmed:
+        return
+    paths = sorted({pythons[h] for h in shimmed})
+    where = "host" if len(shimmed) == 1 else "hosts"
+    sup.note(
+        f"no python on {len(shimmed)} {where} ({host_ranges(shimmed)}): this run's python is "
+        f"their python3 ({', '.join(paths)}), as in a virtual environment",
+        "warning",
+    )
 
 
 async def start_gated(sup: Supervisor, scripts: Mapping[int, str]) -> None:
@@ -108,6 +124,7 @@ async def start_gated(sup: Supervisor, scripts: Mapping[int, str]) -> None:
         why = f"{failed[0].host.name} could not be launched" if failed else unread
         sup.not_started(why or "interrupted")
         return
+    python_note(sup, {g.host: g.python for g in ready.values()})
     # the word to every host before any reply is read, all of it out at once
     with burst(s.conn for s in sup.slots.values() if s.conn is not None):
         for gate in ready.values():

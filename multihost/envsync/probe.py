@@ -15,9 +15,8 @@ from multihost.envsync.run import EnvRun
 from multihost.envsync.uvbin import Binary, inspect, uv_binary, uv_version
 from multihost.errors import RemoteError
 from multihost.model import Host
-from multihost.remote import script
+from multihost.remote import sourced
 from multihost.remote.envsync import PROBE
-from multihost.remote.staging import python_source
 from multihost.transport import Completed
 
 PROBE_TIMEOUT = 60.0
@@ -102,13 +101,13 @@ class EnvSummary:
 
 def probe_script(sup: EnvRun, host: Host, req: EnvRequest, uv: RunnerUv) -> str:
     """What ``host`` runs to say its key and what it has (remote.envsync.PROBE)."""
-    where = sup.paths(host)
-    return script(
+    where = sup.paths(host)  # the run's channel checked the kit first (commands.Kit)
+    return sourced(
         PROBE,
-        paths={"b": where.base, "r": where.run},
+        where.kit,
+        paths={"b": where.base, "r": where.run, "k": where.kit},
         lock=req.lock_hash,
         ruv=uv.version,
-        probe=python_source("env_probe"),
     )
 
 

@@ -59,17 +59,18 @@ def load(name: str) -> Script:
 
 
 STAGE = load("stage")  # b c done: "present", or "absent" and the archive unpacked from stdin
-WRAPPER = load("wrapper").text  # the run's wrapper, written to run.sh (a file, not sent to sh)
-LAUNCH = load("launch")  # b r command env job wrapper hook
+WRAPPER = load("wrapper").text  # the run's wrapper, copied to run.sh from the kit
+KIT = load("kit")  # k kh s, then s's own: the kit checked (or received), then its script s
+LAUNCH = load("launch")  # b r command env job k
 WATCH = load("watch")  # r o
-LAUNCH_WATCH = load("launch_watch")  # b r command env job wrapper hook o
+LAUNCH_WATCH = load("launch_watch")  # b r command env job k o
 FINISH = load("finish")  # r o
 STATUS = load("status")  # r
 CLAIM = load("claim")  # b r
 CLAIM_STAGE = load("claim_stage")  # b r c done
 RELEASE = load("release")  # r
 KILL = load("kill")  # r sig ticks
-CLEAN = load("clean")  # r b age incoming
+CLEAN = load("clean")  # r b age incoming kit
 CLEAN_CACHE = load("clean_cache")  # d mode
 PULL_LIST = load("pull_list")  # w pats
 
@@ -87,10 +88,43 @@ def script(template: Script | str, *, paths: dict[str, str] | None = None, **val
     """The text to run: a :class:`Script` after ``set --`` with its arguments in its order,
     or a template string after a prelude assigning each value; every value quoted once
     (``paths``: remote paths, whose ``~/`` the host expands)."""
-    words = {k: remote_path(v) for k, v in (paths or {}).items()}
-    words |= {k: shlex.quote(str(v)) for k, v in values.items()}
+    words = _words(paths, values)
     if isinstance(template, Script):
-        if set(words) != set(template.args):
-            raise ValueError(f"{template.name}.sh takes {template.args}, not {tuple(words)}")
-        return f"set -- {' '.join(words[a] for a in template.args)}\n{template.text}"
+        return f"set -- {_ordered(template, words)}\n{template.text}"
     return "\n".join(f"{k}={v}" for k, v in words.items()) + "\n" + template
+
+
+def sourced(
+    template: Script, kit: str, *, paths: dict[str, str] | None = None, **values: object
+) -> str:
+    """``template`` run from the kit a host holds (the folder ``kit``, see :func:`carried`):
+    only ``set -- ARG...`` and a line that sources the kit's copy of the file are sent."""
+    words = _ordered(template, _words(paths, values))
+    return f"set -- {words}\n. {remote_path(kit)}/{template.name}.sh\n"
+
+
+def carried(
+    template: Script,
+    kit: str,
+    digest: str,
+    *,
+    paths: dict[str, str] | None = None,
+    **values: object,
+) -> str:
+    """``template`` run from the kit after ``kit.sh`` made sure the host holds it: the kit in
+    the folder ``kit`` checked against ``digest`` (its SHA256SUMS' sha256), or asked for
+    (``kit`` on stdout; the runner sends its length line and its tar.gz)."""
+    words = _ordered(template, _words(paths, values))
+    head = f"{remote_path(kit)} {shlex.quote(digest)} {shlex.quote(template.name + '.sh')}"
+    return f"set -- {head} {words}\n{KIT.text}"
+
+
+def _words(paths: dict[str, str] | None, values: dict[str, object]) -> dict[str, str]:
+    words = {k: remote_path(v) for k, v in (paths or {}).items()}
+    return words | {k: shlex.quote(str(v)) for k, v in values.items()}
+
+
+def _ordered(template: Script, words: dict[str, str]) -> str:
+    if set(words) != set(template.args):
+        raise ValueError(f"{template.name}.sh takes {template.args}, not {tuple(words)}")
+    return " ".join(words[a] for a in template.args)

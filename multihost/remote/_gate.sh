@@ -4,7 +4,8 @@
 # The gate of a launch that watches: every host writes its run's files, starts its log's tail
 # and its wrapper (``run.sh gate``, holding at its own gate: a pipe from this shell, a FIFO
 # unlinked once open) and says "ready PGID" (the wrapper's process group); then waits for the
-# runner's word on stdin. The runner
+# runner's word on stdin (" python=PATH" after the group when the run's python is that python3:
+# _write_run.sh). The runner
 # sends "go" to every host at once when all are ready, and each host passes it on to its
 # wrapper: the jobs start together, with no fork between the word and a job's start but the
 # job's own. "stop" (one host could not be launched), or the channel's end (the runner gone),
@@ -26,7 +27,7 @@ setsid "$@" "$r"/run.sh gate <&4 >/dev/null 2>&1 3>&- 4<&- &
 w=$!
 exec 4<&-
 trap - EXIT
-echo "ready $w"
+echo "ready $w${py:+ python=$py}"
 go=; n=0; read -r go n || :
 if [ "$go" != go ]; then
   exec 3>&-

@@ -1,9 +1,9 @@
 # shellcheck shell=sh source-path=SCRIPTDIR
 # An environment's check: one line of name=value words (see env_probe.py). ``-S``: the probe is
 # stdlib only, so the host's site-packages and their .pth files are not read before every run.
-# Arguments: BASE RUN LOCK RUV PROBE (RUN: the run's claimed dir, which records the key it uses,
-# "" for none; LOCK: the lock's hash; RUV: the uv version a host without one gets; PROBE:
-# env_probe.py's source).
+# Arguments: BASE RUN LOCK RUV KIT (RUN: the run's claimed dir, which records the key it uses,
+# "" for none; LOCK: the lock's hash; RUV: the uv version a host without one gets; KIT: where
+# env_probe.py is, staged by content with the run's other scripts: kit.sh).
 #
 # The warm path starts no Python (a Python start-up is most of a warm run's cost on a busy
 # host): env_probe.py leaves ``ENVS/.probe-LOCK`` (its C library's path; the fingerprint of
@@ -19,7 +19,7 @@ b=$1
 r=$2
 lock=$3
 ruv=$4
-probe=$5
+k=$5
 . ./_find_uv.sh
 on_path python3
 py=$found
@@ -56,4 +56,4 @@ then
     exec 9>&-
   fi
 fi
-exec python3 -S -c "$probe" "$e" "$lock" "$ruv" "$uv" "$r"
+exec python3 -S - "$e" "$lock" "$ruv" "$uv" "$r" < "$k"/env_probe.py

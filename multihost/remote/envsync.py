@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from multihost.remote import load
 
-PROBE = load("env_probe")  # b r lock ruv probe: the warm path starts no Python
+PROBE = load("env_probe")  # b r lock ruv k: the warm path starts no Python (kept in the kit)
 STORE = load("env_store")  # b mode age gone store probe
 BUILD = load("env_build")  # b key fmt code exe sel req ship uvv unwheel
 PACK = load("env_pack")  # b key fmt

@@ -11,15 +11,14 @@ from typing import Any
 from multihost.bridge import blocking, ctrl_c
 from multihost.commands import check_run_name
 from multihost.errors import EnvFailed, UsageError
-from multihost.keywords import events_of, plan_run
+from multihost.keywords import check_options, events_of, planned
 from multihost.options import default_run_name
+from multihost.planner import Plan
 from multihost.runresult import Staging, aligned
 from multihost.sweep.grid import _check_axis, check_template, expand
 from multihost.sweep.results import Record, Row, latest, summarize, sweep_rows, write_chart
 from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec
 from multihost.sweep.where import Where
-
-SWEEP_OPTIONS = ("where", "metric", "minimize", "repeat", "point_timeout", "parallel", "resume")
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,46 @@ class SweepResult:
         )
 
 
+def sweep_spec(
+    name: str,
+    template: str,
+    grid: Mapping[str, Iterable[object]],
+    *,
+    where: str | None = None,
+    metric: str = "tflops_per_device",
+    minimize: bool = False,
+    repeat: int = 1,
+    point_timeout: float | None = None,
+    parallel: str = "none",
+    resume: bool = False,
+) -> SweepSpec:
+    """What :func:`run_sweep` sweeps (its keywords as ``multihost sweep``'s flags make it)."""
+    axes: dict[str, tuple[str, ...]] = {}
+    for axis, values in grid.items():
+        axes[axis] = tuple(str(v) for v in values)
+        _check_axis(axis, axes[axis], f"grid {axis!r}")
+    check_template(template, axes)
+    return SweepSpec(
+        name=name,
+        template=template,
+        points=tuple(expand(axes, Where.compile(where, list(axes)) if where else None)),
+        grid_names=tuple(axes),
+        metric=metric,
+        higher_is_better=not minimize,
+        repeat=repeat,
+        point_timeout=point_timeout,
+        resume=resume,
+        parallel=parallel,
+    )
+
+
+def plan_sweep(options: Mapping[str, Any]) -> Plan:
+    """A sweep's base run, planned from its keywords (checked: ``run_sweep``'s own are not
+    among them), as ``multihost sweep`` plans it from its flags."""
+    check_options("run_sweep", options)
+    return planned("", {**options, **SWEEP_SETTINGS})
+
+
 def run_sweep(
     template: str,
     grid: Mapping[str, Iterable[object]],
@@ -89,28 +128,23 @@ def run_sweep(
     process 0's ``MULTIHOST_RESULT`` ``metric``; keywords otherwise as :func:`multihost.run`
     (``run_name=`` names the sweep; ``stream=`` defaults to "none"). Each finished point is
     printed as one line, or handed to ``on_record``."""
-    axes: dict[str, tuple[str, ...]] = {}
-    for name, values in grid.items():
-        axes[name] = tuple(str(v) for v in values)
-        _check_axis(name, axes[name], f"grid {name!r}")
-    check_template(template, axes)
     if resume and not options.get("run_name"):
         raise UsageError("resume=True needs the run_name of the sweep to resume")
     name = check_run_name(options.pop("run_name", None) or f"sweep-{default_run_name()}")
-    given = {"stream": "none", **options, "run_name": name}
-    plan = plan_run("", {**given, **SWEEP_SETTINGS}, "run_sweep", (*SWEEP_OPTIONS, "on_record"))
-    spec = SweepSpec(
-        name=name,
-        template=template,
-        points=tuple(expand(axes, Where.compile(where, list(axes)) if where else None)),
-        grid_names=tuple(axes),
+    spec = sweep_spec(
+        name,
+        template,
+        grid,
+        where=where,
         metric=metric,
-        higher_is_better=not minimize,
+        minimize=minimize,
         repeat=repeat,
         point_timeout=point_timeout,
-        resume=resume,
         parallel=parallel,
+        resume=resume,
     )
+    given = {"stream": "none", **options, "run_name": name}
+    plan = plan_sweep(given)
 
     def said(record: Record) -> None:
         values = " ".join(f"{k}={v}" for k, v in record.values.items())

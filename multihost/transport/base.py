@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -34,6 +34,39 @@ async def write_chunks(stdin: _Stdin, data: bytes, progress: Progress | None) ->
         await stdin.drain()
         if progress is not None:
             progress(min(start + CHUNK, len(data)))
+
+
+class _Lines(Protocol):
+    """A remote command's stdout, read by lines."""
+
+    async def readline(self) -> bytes: ...
+
+
+async def offered(
+    stdout: _Lines,
+    stdin: _Stdin,
+    want: bytes,
+    data: bytes,
+    progress: Progress | None,
+    ahead: Sequence[tuple[bytes, bytes]],
+) -> tuple[bytes, int]:
+    """``Connection.offer``'s exchange: the host's lines read one by one, each ``ahead`` offer
+    written when its line asks for it (in order: one not asked for is passed over), then
+    ``data`` when the next line is ``want``. Returns the lines read and the bytes written
+    (-1 - bytes written when ``data`` did not go). The caller ends stdin."""
+    line = await stdout.readline()
+    said, written = line, 0
+    for word, extra in ahead:
+        if line.strip() != word:
+            continue
+        await write_chunks(stdin, extra, None)
+        written += len(extra)
+        line = await stdout.readline()
+        said += line
+    if line.strip() != want:
+        return said, -1 - written
+    await write_chunks(stdin, data, progress)
+    return said, written + len(data)
 
 
 @dataclass(frozen=True)
@@ -105,10 +138,18 @@ class Connection(Protocol):
         ...
 
     async def offer(
-        self, command: str, want: bytes, data: bytes, progress: Progress | None = None
+        self,
+        command: str,
+        want: bytes,
+        data: bytes,
+        progress: Progress | None = None,
+        *,
+        ahead: Sequence[tuple[bytes, bytes]] = (),
     ) -> tuple[Completed, bool]:
         """Run ``command``; send ``data`` on stdin only if its first output line is ``want``
-        (in chunks of ``CHUNK`` bytes, calling ``progress`` with the bytes sent so far)."""
+        (in chunks of ``CHUNK`` bytes, calling ``progress`` with the bytes sent so far), then
+        end stdin. ``ahead``: (word, bytes) the host may ask for first, each by a line of its
+        own, in this order (stdin stays open after them; see :func:`offered`)."""
         ...
 
     async def shell(self) -> Shell:

@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from multihost.errors import RemoteError
 from multihost.model import Host
-from multihost.transport.base import CHUNK, SHELL, Completed, Progress, write_chunks
+from multihost.transport.base import CHUNK, SHELL, Completed, Progress, offered
 
 
 class LocalConnection:
@@ -35,23 +35,27 @@ class LocalConnection:
             yield chunk
 
     async def offer(
-        self, command: str, want: bytes, data: bytes, progress: Progress | None = None
+        self,
+        command: str,
+        want: bytes,
+        data: bytes,
+        progress: Progress | None = None,
+        *,
+        ahead: Sequence[tuple[bytes, bytes]] = (),
     ) -> tuple[Completed, bool]:
         proc = await _spawn(command, stdin=True)
         assert proc.stdout is not None
         assert proc.stdin is not None
+        said, written = b"", -1
         try:
-            first = await proc.stdout.readline()
-            sent = first.strip() == want
-            if sent:
-                self.bytes_out += len(data)
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it said why
-                    await write_chunks(proc.stdin, data, progress)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it said why
+                said, written = await offered(proc.stdout, proc.stdin, want, data, progress, ahead)
             proc.stdin.close()
             out, err = await proc.communicate()
         finally:
             _kill_group(proc)
-        return Completed(proc.returncode, first + out, err), sent
+        self.bytes_out += written if written >= 0 else -1 - written
+        return Completed(proc.returncode, said + out, err), written >= 0
 
     async def fetch(self, path: str, write: Callable[[bytes], object]) -> int:
         try:

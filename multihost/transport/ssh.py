@@ -24,7 +24,14 @@ from multihost.errors import (
 )
 from multihost.model import Host
 from multihost.transport import hops, quickauth, sshconfig
-from multihost.transport.base import CHUNK, SHELL, Completed, Progress, SSHOptions, write_chunks
+from multihost.transport.base import (
+    CHUNK,
+    SHELL,
+    Completed,
+    Progress,
+    SSHOptions,
+    offered,
+)
 from multihost.transport.oqs import no_search_when_absent
 
 with no_search_when_absent():  # its import would otherwise start 7 processes (transport.oqs)
@@ -70,24 +77,28 @@ class SSHConnection:
             yield chunk
 
     async def offer(
-        self, command: str, want: bytes, data: bytes, progress: Progress | None = None
+        self,
+        command: str,
+        want: bytes,
+        data: bytes,
+        progress: Progress | None = None,
+        *,
+        ahead: Sequence[tuple[bytes, bytes]] = (),
     ) -> tuple[Completed, bool]:
+        said, written = b"", -1
         try:
             proc = await self._conn.create_process(command, encoding=None)
-            first = await proc.stdout.readline()
-            sent = first.strip() == want
             # The host may stop reading early (tar: disk full): its exit status and stderr say
             # why, below, rather than a broken pipe here.
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                if sent:
-                    self.bytes_out += len(data)
-                    await write_chunks(proc.stdin, data, progress)
+                said, written = await offered(proc.stdout, proc.stdin, want, data, progress, ahead)
                 proc.stdin.write_eof()
             res = await proc.wait(check=False)
         except (asyncssh.Error, OSError) as exc:
             raise self._lost(exc) from exc
-        out = first + _as_bytes(res.stdout)
-        return Completed(res.exit_status, out, _as_bytes(res.stderr)), sent
+        self.bytes_out += written if written >= 0 else -1 - written
+        out = said + _as_bytes(res.stdout)
+        return Completed(res.exit_status, out, _as_bytes(res.stderr)), written >= 0
 
     def hold_writes(self, held: bool) -> None:
         sock = self._conn.get_extra_info("socket")  # None through a tunnel or a proxy command
