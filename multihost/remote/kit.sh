@@ -18,7 +18,12 @@ if ! ok; then
   case $n in '' | *[!0-9]*) echo "the kit did not come (said: ${n:-nothing})" >&2; exit 1 ;; esac
   umask 077
   mkdir -p "${k%/*}" && t=$(mktemp -d "$k".XXXXXX) || exit 1
-  head -c "$n" | tar -xzf - -C "$t" || { rm -rf "$t"; echo "the kit could not be unpacked in $t" >&2; exit 1; }
+  head -c "$n" | tar -xzf - -C "$t" || {
+    echo "the kit could not be unpacked in ${k%/*}" >&2
+    df -Pk "$t" 2>/dev/null | awk 'NR==2 {print "free space there: " $4 " KiB"}' >&2
+    rm -rf "$t"
+    exit 1
+  }
   # another run may have put it there meanwhile: it is replaced only if still not right
   if ok; then rm -rf "$t"; else rm -rf "$k"; mv -T "$t" "$k" 2>/dev/null || rm -rf "$t"; fi
   ok || { echo "the kit in $k does not match what was sent (is sha256sum missing?)" >&2; exit 1; }
