@@ -140,13 +140,17 @@ HOOK_END = 'if __name__ == "sitecustomize":'
 @functools.cache
 def hook_text() -> str:
     """The hook staged into each run as ONE self-contained ``sitecustomize.py`` (``multihost
-    stack``, ``multihost trace``): diagnose/hook.py with the tracer's body from
-    diagnose/hooktrace.py put in before its closing ``if __name__ == "sitecustomize":`` block."""
+    stack``, ``multihost trace``, ``multihost top``): diagnose/hook.py with the bodies of
+    diagnose/hooktrace.py (the tracer) and diagnose/hooksteps.py (the step watch) put in
+    before its closing ``if __name__ == "sitecustomize":`` block."""
     folder = Path(__file__).parent / "diagnose"
     hook = (folder / "hook.py").read_text()
-    trace = (folder / "hooktrace.py").read_text().split(TRACE_BODY, 1)[1].lstrip("\n")
+    parts = [
+        (folder / name).read_text().split(TRACE_BODY, 1)[1].lstrip("\n")
+        for name in ("hooktrace.py", "hooksteps.py")
+    ]
     at = hook.rindex(HOOK_END)
-    return f"{hook[:at]}{trace}\n\n{hook[at:]}"
+    return hook[:at] + "\n\n".join(parts) + "\n\n" + hook[at:]
 
 
 def stage_command(paths: Paths, *, claim: bool = False) -> str:

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
-if __name__ != "sitecustomize":  # staged, the tracer's code is in this same file (hook_text)
+if __name__ != "sitecustomize":  # staged, their code is in this same file (hook_text)
+    from multihost.diagnose.hooksteps import _watch_steps
     from multihost.diagnose.hooktrace import _start_tracer
 
 CLUSTERS = "jax._src.clusters"  # where jax keeps its ClusterEnv registry
@@ -257,4 +258,5 @@ def _chain_user_sitecustomize() -> None:
 if __name__ == "sitecustomize":  # only as the staged hook, never when imported by multihost
     _install()
     _watch_for_jax()
+    _watch_steps()
     _chain_user_sitecustomize()

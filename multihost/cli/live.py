@@ -1,0 +1,348 @@
+"""``multihost top`` (a run's whole fleet, live, full screen; ``--once`` a snapshot) and
+``multihost plot`` (every host's step times as a picture). The figures and verdicts are
+``multihost.live``'s; here they are drawn."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from multihost import pastruns
+from multihost.bridge import Interrupt, blocking
+from multihost.cli.terminal import safe_text
+from multihost.cli.wiring import chosen_hosts, record_options
+from multihost.defaults import DEFAULTS as D
+from multihost.live.snapshot import FleetSnapshot, HostRow, SliceSummary
+from multihost.live.watcher import FleetWatch, look_once
+from multihost.model import host_ranges
+from multihost.settings.checks import log_dir
+
+STATE_STYLE = {
+    "stepping": "green",
+    "starting": "cyan",
+    "running": "cyan",
+    "stuck": "bold red",
+    "stopped": "bold red",
+    "done": "green",
+    "failed": "bold red",
+    "missing": "yellow",
+    "unreachable": "bold red",
+}
+KEYS = "q: quit (the run goes on)"
+
+
+def cmd_top(args: argparse.Namespace, err: Console) -> int:
+    _, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    record = chosen_hosts(record, args.workers, args.exclude_workers)
+    options = record_options(record, args.log_dir, args.ssh_config)
+    dirs = {pid: paths.run for pid, paths in pastruns.record_paths(record).items()}
+    hosts = record.fleet.hosts
+    if args.once or args.json:
+        snap = blocking(
+            lambda: look_once(
+                args.run, hosts, dirs, options.ssh, connect_limit=options.connect_limit
+            )
+        )
+        if args.json:
+            print(json.dumps(snap.to_json(), indent=1))
+        else:
+            Console(highlight=False).print(render(snap, width=Console().width))
+        return 1 if any(r.state == "unreachable" for r in snap.rows) else 0
+    watch = FleetWatch(
+        args.run,
+        hosts,
+        dirs,
+        options.ssh,
+        interval=args.interval,
+        connect_limit=options.connect_limit,
+    )
+    stop = asyncio.Event()
+    interrupt = Interrupt(
+        stop.set,
+        "leaving top; the run goes on",
+        say=lambda text: None,  # the screen is top's own: it leaves it, says nothing over it
+        signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP),
+        exit_at_second=True,
+        left="the run goes on",
+    )
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        blocking(lambda: _batch(watch, out, stop, args.interval), interrupt)
+        return 0
+    with _keys() as keys:
+        blocking(lambda: _screen(watch, out, stop, keys), interrupt)
+    return 0
+
+
+async def _batch(watch: FleetWatch, out: Console, stop: asyncio.Event, every: float) -> None:
+    """Not on a terminal: a snapshot printed every ``every`` s until stopped (``top -b``)."""
+    task = asyncio.create_task(watch.run())
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(every):
+                    await stop.wait()
+            if not stop.is_set():
+                out.print(render(watch.snapshot(), width=out.width))
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _screen(watch: FleetWatch, out: Console, stop: asyncio.Event, keys: int | None) -> None:
+    """Full screen, redrawn at each host's new look (at most 4 times a second), until ``q``
+    or a signal."""
+    from rich.live import Live
+
+    loop = asyncio.get_running_loop()
+    if keys is not None:
+
+        def on_key() -> None:
+            try:
+                typed = os.read(keys, 64)
+            except OSError:
+                typed = b"q"
+            if not typed or b"q" in typed.lower():
+                stop.set()
+
+        loop.add_reader(keys, on_key)
+    task = asyncio.create_task(watch.run())
+    try:
+        with Live(console=out, screen=True, auto_refresh=False, transient=True) as live:
+            while not stop.is_set():
+                live.update(screen(watch.snapshot(), out), refresh=True)
+                watch.changed.clear()
+                waiter = asyncio.ensure_future(watch.changed.wait())
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({waiter, stopper}, timeout=max(1.0, watch.interval))
+                waiter.cancel()
+                stopper.cancel()
+                await asyncio.sleep(0.25)  # several hosts' looks in one redraw
+    finally:
+        if keys is not None:
+            loop.remove_reader(keys)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[int | None]:
+    """The terminal's keys one at a time (no echo, no line editing; Ctrl-C still a signal),
+    its settings put back however top ends; None when stdin is no terminal."""
+    fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
+    if fd is None:
+        yield None
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield fd
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def screen(snap: FleetSnapshot, out: Console) -> RenderableType:
+    """Top's screen: the view, and the keys."""
+    return Group(render(snap, width=out.width, height=out.height), Text(KEYS, style="dim"))
+
+
+def render(snap: FleetSnapshot, *, width: int = 120, height: int | None = None) -> Group:
+    """A snapshot drawn: the header, a row per host (slices apart) or, above ``top_rows``
+    hosts, the slices' lines and the outliers; the verdicts below."""
+    parts: list[RenderableType] = [_header(snap)]
+    if len(snap.rows) > D.top_rows:
+        parts.append(_slices(snap.slices()))
+        room = max(5, (height or 40) - len(snap.slices()) - 14)
+        parts.append(_hosts(snap.outliers(room), width, title="outliers (worst first)"))
+    else:
+        parts.append(_hosts(snap.rows, width))
+    parts += _verdicts(snap)
+    return Group(*parts)
+
+
+def _header(snap: FleetSnapshot) -> Text:
+    text = Text(f"multihost top  {snap.run}", style="bold")
+    counts: dict[str, int] = {}
+    for row in snap.rows:
+        counts[row.state] = counts.get(row.state, 0) + 1
+    text.append(f"  {len(snap.rows)} hosts: ", style="dim")
+    for i, (state, n) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1])):
+        text.append(f"{n} {state}", style=STATE_STYLE.get(state, ""))
+        if i < len(counts) - 1:
+            text.append(" · ", style="dim")
+    if snap.median_step_s is not None:
+        text.append(f"  step {_s(snap.median_step_s)}", style="bold")
+        if snap.median_own_s is not None:
+            text.append(f" (own {_s(snap.median_own_s)})", style="dim")
+    text.append(time.strftime("  %H:%M:%S", time.localtime(snap.at)), style="dim")
+    return text
+
+
+def _hosts(rows: tuple[HostRow, ...], width: int, *, title: str | None = None) -> Table:
+    t = Table(title=title, title_justify="left", box=None, pad_edge=False, expand=False)
+    t.add_column("host", no_wrap=True)
+    t.add_column("state", no_wrap=True)
+    for name in ("steps", "last", "median", "own", "cpu", "rss", "free mem", "accel mem", "busy"):
+        t.add_column(name, justify="right", no_wrap=True)
+    t.add_column("last output / why", no_wrap=True, overflow="ellipsis", max_width=max(20, width))
+    last_slice = None
+    for row in rows:
+        if title is None and last_slice is not None and row.host.slice_id != last_slice:
+            t.add_section()
+        last_slice = row.host.slice_id
+        acc = row.accelerator
+        t.add_row(
+            Text(row.host.name, style="bold red" if row.slow else ""),
+            Text(row.state + (" slow" if row.slow else ""), style=_style(row)),
+            "-" if row.steps is None else str(row.steps),
+            _s(row.last_step_s),
+            _s(row.median_step_s),
+            Text(_s(row.own_s), style="bold red" if row.slow else ""),
+            "-" if row.cpu_pct is None else f"{row.cpu_pct:.0f}%",
+            _bytes(row.rss_bytes),
+            _bytes(row.mem_available),
+            "-" if acc is None else _fraction(acc.memory_used, acc.memory_total),
+            "-" if acc is None or acc.busy_pct is None else f"{acc.busy_pct:.0f}%",
+            _why(row),
+        )
+    return t
+
+
+def _style(row: HostRow) -> str:
+    return "bold red" if row.slow else STATE_STYLE.get(row.state, "")
+
+
+def _why(row: HostRow) -> Text:
+    if row.state in ("stuck", "stopped", "failed", "unreachable", "missing") and row.detail:
+        return Text(safe_text(row.detail), style="yellow")
+    if row.accelerator is not None and row.accelerator.error and not row.last_line:
+        return Text(safe_text(row.accelerator.error), style="dim")
+    return Text(safe_text(row.last_line or row.detail))
+
+
+def _slices(slices: tuple[SliceSummary, ...]) -> Table:
+    t = Table(title="slices", title_justify="left", box=None, pad_edge=False)
+    t.add_column("slice")
+    t.add_column("hosts", justify="right")
+    t.add_column("states")
+    t.add_column("steps", justify="right")
+    t.add_column("median", justify="right")
+    t.add_column("own", justify="right")
+    t.add_column("slowest (own)")
+    for s in slices:
+        states = ", ".join(f"{n} {state}" for state, n in s.states)
+        steps = (
+            "-"
+            if s.steps_min is None
+            else (
+                str(s.steps_min) if s.steps_min == s.steps_max else f"{s.steps_min}-{s.steps_max}"
+            )
+        )
+        slowest = "-" if s.slowest is None else f"{s.slowest.name} ({_s(s.slowest_own_s)})"
+        t.add_row(
+            f"s{s.slice_id}",
+            str(s.hosts),
+            states,
+            steps,
+            _s(s.median_step_s),
+            _s(s.median_own_s),
+            slowest,
+        )
+    return t
+
+
+def _verdicts(snap: FleetSnapshot) -> list[RenderableType]:
+    lines: list[RenderableType] = []
+    row = snap.straggler_row
+    if row is not None:
+        others = f"; the others {_s(snap.median_own_s)}" if snap.median_own_s is not None else ""
+        lines.append(
+            Text(
+                f"straggler: {row.host.name}: its own time per step {_s(row.own_s)}{others} "
+                f"(the others wait for it in every collective)",
+                style="bold red",
+            )
+        )
+    for note in snap.notes:
+        style = "bold red" if note.startswith("stuck") else "dim"
+        lines.append(Text(note, style=style))
+    return lines
+
+
+def _s(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 1:
+        return f"{value * 1000:.1f}ms" if value >= 0.0001 else "0.0ms"
+    return f"{value:.2f}s"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value >> 10}K"
+
+
+def _fraction(used: int | None, total: int | None) -> str:
+    if used is None:
+        return "-"
+    return f"{_bytes(used)}/{_bytes(total)}" if total else _bytes(used)
+
+
+def cmd_plot(args: argparse.Namespace, err: Console) -> int:
+    from multihost.live.plot import write_png
+    from multihost.live.steplog import fetch_steps, table
+
+    run_dir, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    record = chosen_hosts(record, args.workers, args.exclude_workers)
+    options = record_options(record, args.log_dir, args.ssh_config)
+    dirs = {pid: paths.run for pid, paths in pastruns.record_paths(record).items()}
+    rows = blocking(
+        lambda: fetch_steps(record.fleet, dirs, options.ssh, limit=options.connect_limit)
+    )
+    for r in rows:
+        if r.error:
+            err.print(f"multihost: {r.host.name}: {r.error}", style="yellow", markup=False)
+    steps = table(rows)
+    if steps is None:
+        err.print(
+            f"multihost: no host of run {args.run} logged a step: nothing to draw (steps are "
+            "counted where a JAX program waits for its results; see multihost top)",
+            markup=False,
+            highlight=False,
+        )
+        return 1
+    path = Path(args.out) if args.out else run_dir / "steps.png"
+    problem = write_png(path, steps, args.run)
+    if problem is not None:
+        err.print(f"multihost: no picture: {problem}", style="yellow", markup=False)
+        return 1
+    stepped = host_ranges(steps.hosts)
+    print(f"{path}")
+    err.print(
+        f"step times of {len(steps.hosts)} host(s) ({stepped}), {steps.last_step} steps",
+        style="dim",
+        markup=False,
+        highlight=False,
+    )
+    return 0
