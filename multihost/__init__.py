@@ -3,8 +3,9 @@
 The public API is what this package exports (``__all__``), and only that:
 
 - run: ``run``, ``run_async``, ``call``, ``run_sweep``, ``make_fleet``;
-- runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``;
-- results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``,
+- runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``,
+  ``top``, ``plot``;
+- results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``, ``FleetSnapshot``,
   ``CallResult``, ``SweepResult``;
 - the fleet and the run: ``Fleet``, ``Host``, ``Job``, ``State``, ``RunOptions``, ``SSHOptions``;
 - errors: ``MultihostError`` and the tree under it.
@@ -26,6 +27,7 @@ __all__ = [
     "DiscoveryError",
     "EnvFailed",
     "Fleet",
+    "FleetSnapshot",
     "Host",
     "HostError",
     "HostKeyError",
@@ -48,6 +50,7 @@ __all__ = [
     "call",
     "kill",
     "make_fleet",
+    "plot",
     "pull",
     "pull_logs",
     "run",
@@ -55,6 +58,7 @@ __all__ = [
     "run_sweep",
     "stacks",
     "status",
+    "top",
 ]
 
 _WHERE = {
@@ -63,12 +67,14 @@ _WHERE = {
             "attach",
             "kill",
             "make_fleet",
+            "plot",
             "pull",
             "pull_logs",
             "run",
             "run_async",
             "stacks",
             "status",
+            "top",
         ),
         "multihost.api",
     ),
@@ -94,6 +100,7 @@ _WHERE = {
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
     **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.runresult"),
     "StackReport": "multihost.diagnose.stacks",
+    "FleetSnapshot": "multihost.live.snapshot",
     "RunOptions": "multihost.options",
     "SSHOptions": "multihost.transport",
 }
@@ -103,12 +110,14 @@ if TYPE_CHECKING:
         attach,
         kill,
         make_fleet,
+        plot,
         pull,
         pull_logs,
         run,
         run_async,
         stacks,
         status,
+        top,
     )
     from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
@@ -125,6 +134,7 @@ if TYPE_CHECKING:
         RemoteError,
         UsageError,
     )
+    from multihost.live.snapshot import FleetSnapshot
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
     from multihost.remote_call import CallResult, call

@@ -189,7 +189,8 @@ def launch_script(
 def watch_command(paths: Paths, offset: int) -> str:
     """Streams the host's log from byte ``offset`` until the exit file appears, or until the
     job's process group is gone for 3 s without one (``vanished``); then says on stderr
-    ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED`` (SIZE: the log's final length in bytes)."""
+    ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED STEPPED`` (SIZE: the log's final length in
+    bytes; STEPPED: the job's processes that logged steps)."""
     return script(remote.WATCH, paths={"r": paths.run}, o=int(offset))
 
 

@@ -20,6 +20,7 @@ def test_exported_names() -> None:
         "DiscoveryError",
         "EnvFailed",
         "Fleet",
+        "FleetSnapshot",
         "Host",
         "HostError",
         "HostKeyError",
@@ -42,6 +43,7 @@ def test_exported_names() -> None:
         "call",
         "kill",
         "make_fleet",
+        "plot",
         "pull",
         "pull_logs",
         "run",
@@ -49,6 +51,7 @@ def test_exported_names() -> None:
         "run_sweep",
         "stacks",
         "status",
+        "top",
     ]
     for name in multihost.__all__:
         assert getattr(multihost, name) is not None

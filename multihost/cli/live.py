@@ -310,37 +310,30 @@ def _fraction(used: int | None, total: int | None) -> str:
 
 
 def cmd_plot(args: argparse.Namespace, err: Console) -> int:
-    from multihost.live.plot import write_png
-    from multihost.live.steplog import fetch_steps, table
+    from multihost.live.plot import picture
 
     run_dir, record = pastruns.find_run(log_dir(args.log_dir), args.run)
     record = chosen_hosts(record, args.workers, args.exclude_workers)
     options = record_options(record, args.log_dir, args.ssh_config)
     dirs = {pid: paths.run for pid, paths in pastruns.record_paths(record).items()}
-    rows = blocking(
-        lambda: fetch_steps(record.fleet, dirs, options.ssh, limit=options.connect_limit)
+    path = Path(args.out).expanduser() if args.out else run_dir / "steps.png"
+    made = blocking(
+        lambda: picture(
+            args.run, record.fleet, dirs, options.ssh, path, limit=options.connect_limit
+        )
     )
-    for r in rows:
+    for r in made.hosts:
         if r.error:
             err.print(f"multihost: {r.host.name}: {r.error}", style="yellow", markup=False)
-    steps = table(rows)
-    if steps is None:
-        err.print(
-            f"multihost: no host of run {args.run} logged a step: nothing to draw (steps are "
-            "counted where a JAX program waits for its results; see multihost top)",
-            markup=False,
-            highlight=False,
-        )
+    if made.path is None or made.table is None:
+        err.print(f"multihost: {made.problem}", markup=False, highlight=False)
         return 1
-    path = Path(args.out) if args.out else run_dir / "steps.png"
-    problem = write_png(path, steps, args.run)
-    if problem is not None:
-        err.print(f"multihost: no picture: {problem}", style="yellow", markup=False)
-        return 1
-    stepped = host_ranges(steps.hosts)
-    print(f"{path}")
+    steps = made.table
+    print(made.path)
     err.print(
-        f"step times of {len(steps.hosts)} host(s) ({stepped}), {steps.last_step} steps",
+        f"step times of {len(steps.hosts)} host(s) ({host_ranges(steps.hosts)}), "
+        f"{steps.last_step} steps: above each step's time (a slow step: a bright column), "
+        "below each host's own time per step (a slow host: a bright row)",
         style="dim",
         markup=False,
         highlight=False,

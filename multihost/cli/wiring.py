@@ -287,8 +287,13 @@ async def _gathering(display: Display) -> None:
 
 def kill_line(run_name: str, logs: Path) -> str:
     """The command that stops a run on every host (``--log-dir`` when it is not the default)."""
+    return run_line("kill", run_name, logs)
+
+
+def run_line(verb: str, run_name: str, logs: Path) -> str:
+    """``multihost VERB RUN``, with ``--log-dir`` when it is not the default."""
     where = "" if logs == log_dir(None) else f" --log-dir {shlex.quote(str(logs))}"
-    return f"multihost kill {shlex.quote(run_name)}{where}"
+    return f"multihost {verb} {shlex.quote(run_name)}{where}"
 
 
 def finish(result: RunResult, err: Console, n: int) -> int:
@@ -300,6 +305,14 @@ def finish(result: RunResult, err: Console, n: int) -> int:
         err.print(line, markup=False, highlight=False)
     err.print(report.verdict(result))
     err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)
+    if result.stepped > 1 and result.log_dir is not None:  # the hook logged steps: a picture
+        plot = run_line("plot", result.run_name, result.log_dir.parent)
+        err.print(
+            f"steps: {plot} draws the step times of all {result.stepped} hosts",
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
     return result.exit_code
 
 

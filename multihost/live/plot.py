@@ -11,10 +11,14 @@ own time is named in the title when it stands out.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS
-from multihost.live.steplog import StepTable
+from multihost.live.steplog import HostSteps, StepTable, fetch_steps, table
+from multihost.model import Fleet
+from multihost.transport import SSHOptions
 
 PLOT_MISSING = "matplotlib not installed: pip install 'multihost[plot]' for the picture"
 LABELLED = 64  # at most this many host names down the side (else every k-th)
@@ -90,3 +94,36 @@ def write_png(path: Path, table: StepTable, run: str) -> str | None:
     except OSError as exc:
         return f"could not write {path}: {exc.strerror or exc}"
     return None
+
+
+@dataclass(frozen=True)
+class Picture:
+    """What ``multihost plot`` made: the PNG (None, and ``problem`` says why, when none), the
+    table drawn and each host's answer (``error`` on a host that had no steps to give)."""
+
+    path: Path | None
+    table: StepTable | None
+    hosts: tuple[HostSteps, ...]
+    problem: str | None = None
+
+
+async def picture(
+    run: str,
+    fleet: Fleet,
+    run_dirs: Mapping[int, str],
+    ssh: SSHOptions,
+    path: Path,
+    *,
+    limit: int = DEFAULTS.connect_limit,
+) -> Picture:
+    """Every host's binned steps fetched, put on one grid and drawn to ``path``."""
+    rows = tuple(await fetch_steps(fleet, run_dirs, ssh, limit=limit))
+    steps = table(rows)
+    if steps is None:
+        why = (
+            f"no host of run {run} logged a step: nothing to draw (steps are counted where a "
+            "JAX program waits for its results; see multihost top)"
+        )
+        return Picture(None, None, rows, why)
+    problem = write_png(path, steps, run)
+    return Picture(None if problem else path, steps, rows, problem)
