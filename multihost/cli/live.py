@@ -196,12 +196,13 @@ def _header(snap: FleetSnapshot) -> Text:
 
 
 def _hosts(rows: tuple[HostRow, ...], width: int, *, title: str | None = None) -> Table:
-    t = Table(title=title, title_justify="left", box=None, pad_edge=False, expand=False)
+    # the last column takes what the others leave (``ratio``), cut with an ellipsis
+    t = Table(title=title, title_justify="left", box=None, pad_edge=False, expand=True)
     t.add_column("host", no_wrap=True)
     t.add_column("state", no_wrap=True)
     for name in ("steps", "last", "median", "own", "cpu", "rss", "free mem", "accel mem", "busy"):
         t.add_column(name, justify="right", no_wrap=True)
-    t.add_column("last output / why", no_wrap=True, overflow="ellipsis", max_width=max(20, width))
+    t.add_column("last output / why", no_wrap=True, overflow="ellipsis", ratio=1)
     last_slice = None
     for row in rows:
         if title is None and last_slice is not None and row.host.slice_id != last_slice:
