@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
@@ -195,12 +195,43 @@ def _header(snap: FleetSnapshot) -> Text:
     return text
 
 
+# A host's columns: (name, its cells' width at most, the cell). The last output takes what is
+# left; on a narrow terminal the optional columns go first, in DROPPED's order.
+Cell = Callable[[HostRow], "str | Text"]
+COLUMNS: tuple[tuple[str, int, Cell], ...] = (
+    ("steps", 7, lambda r: "-" if r.steps is None else str(r.steps)),
+    ("last", 8, lambda r: _s(r.last_step_s)),
+    ("median", 8, lambda r: _s(r.median_step_s)),
+    ("own", 8, lambda r: Text(_s(r.own_s), style="bold red" if r.slow else "")),
+    ("cpu", 5, lambda r: "-" if r.cpu_pct is None else f"{r.cpu_pct:.0f}%"),
+    ("rss", 7, lambda r: _bytes(r.rss_bytes)),
+    ("free mem", 8, lambda r: _bytes(r.mem_available)),
+    ("accel mem", 13, lambda r: _accel_memory(r)),
+    ("busy", 5, lambda r: _busy(r)),
+)
+DROPPED = ("busy", "accel mem", "last", "free mem", "rss", "cpu")
+ROOM = 24  # what the last output keeps at least before a column goes
+
+
+def _columns(rows: tuple[HostRow, ...], width: int) -> list[tuple[str, int, Cell]]:
+    shown = list(COLUMNS)
+    if all(r.accelerator is None for r in rows):  # said once, below: no column of dashes
+        shown = [c for c in shown if c[0] not in ("accel mem", "busy")]
+    used = max((len(r.host.name) for r in rows), default=5) + 14  # host, state
+    for name in DROPPED:
+        if used + sum(w + 2 for _, w, _ in shown) + ROOM <= width:
+            break
+        shown = [c for c in shown if c[0] != name]
+    return shown
+
+
 def _hosts(rows: tuple[HostRow, ...], width: int, *, title: str | None = None) -> Table:
     # the last column takes what the others leave (``ratio``), cut with an ellipsis
     t = Table(title=title, title_justify="left", box=None, pad_edge=False, expand=True)
     t.add_column("host", no_wrap=True)
     t.add_column("state", no_wrap=True)
-    for name in ("steps", "last", "median", "own", "cpu", "rss", "free mem", "accel mem", "busy"):
+    columns = _columns(rows, width)
+    for name, _, _ in columns:
         t.add_column(name, justify="right", no_wrap=True)
     t.add_column("last output / why", no_wrap=True, overflow="ellipsis", ratio=1)
     last_slice = None
@@ -208,22 +239,23 @@ def _hosts(rows: tuple[HostRow, ...], width: int, *, title: str | None = None) -
         if title is None and last_slice is not None and row.host.slice_id != last_slice:
             t.add_section()
         last_slice = row.host.slice_id
-        acc = row.accelerator
         t.add_row(
             Text(row.host.name, style="bold red" if row.slow else ""),
             Text(row.state + (" slow" if row.slow else ""), style=_style(row)),
-            "-" if row.steps is None else str(row.steps),
-            _s(row.last_step_s),
-            _s(row.median_step_s),
-            Text(_s(row.own_s), style="bold red" if row.slow else ""),
-            "-" if row.cpu_pct is None else f"{row.cpu_pct:.0f}%",
-            _bytes(row.rss_bytes),
-            _bytes(row.mem_available),
-            "-" if acc is None else _fraction(acc.memory_used, acc.memory_total),
-            "-" if acc is None or acc.busy_pct is None else f"{acc.busy_pct:.0f}%",
+            *(cell(row) for _, _, cell in columns),
             _why(row),
         )
     return t
+
+
+def _accel_memory(row: HostRow) -> str:
+    acc = row.accelerator
+    return "-" if acc is None else _fraction(acc.memory_used, acc.memory_total)
+
+
+def _busy(row: HostRow) -> str:
+    acc = row.accelerator
+    return "-" if acc is None or acc.busy_pct is None else f"{acc.busy_pct:.0f}%"
 
 
 def _style(row: HostRow) -> str:
