@@ -39,6 +39,7 @@ STATE_STYLE = {
     "failed": "bold red",
     "missing": "yellow",
     "unreachable": "bold red",
+    "connecting": "dim",
 }
 KEYS = "q: quit (the run goes on)"
 
@@ -305,7 +306,7 @@ def _verdicts(snap: FleetSnapshot) -> list[RenderableType]:
     lines: list[RenderableType] = []
     row = snap.straggler_row
     if row is not None:
-        others = f"; the others {_s(snap.median_own_s)}" if snap.median_own_s is not None else ""
+        others = "" if snap.others_own_s is None else f"; the others {_s(snap.others_own_s)}"
         lines.append(
             Text(
                 f"straggler: {row.host.name}: its own time per step {_s(row.own_s)}{others} "

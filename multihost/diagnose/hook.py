@@ -26,6 +26,9 @@ and writes ``<pid>.<capture>.done`` (or ``.error`` with the reason). The program
 or changed; ``<pid>.trace-ready`` says which processes can trace (``multihost trace``). The
 tracer's code is in hooktrace.py; ``plan.hook_text()`` joins the two into the one staged file.
 
+Steps: in a process that imports jax, the waits for results are counted as steps and timed
+(``multihost top``, ``multihost plot``); that code is in hooksteps.py, staged in this same file.
+
 A sitecustomize of the user's own further along ``sys.path`` still runs.
 """
 

@@ -88,7 +88,7 @@ class _Thread:
         self.last_boot = 0.0  # boottime of the last step's end
         self.period: list[float] = []  # the last RECENT steps' times and own times
         self.own: list[float] = []
-        self.log: list[str] = []  # <pid>.steps lines not yet written
+        self.log: list[tuple[int, float, float, float]] = []  # <pid>.steps lines to write
         self.stride = 1  # every how many steps a line is logged
         self.written = 0  # lines logged at this stride
 
@@ -255,7 +255,7 @@ def _ended(t: _Thread, where: object, start: float, now: float) -> None:
         if len(t.period) > RECENT:
             del t.period[0], t.own[0]
         if t.count % t.stride == 0 and len(t.log) < LOG_LINES:
-            t.log.append(f"{t.count} {boot:.3f} {period:.6f} {own:.6f}\n")
+            t.log.append((t.count, boot, period, own))  # the writer's thread formats it
             t.written += 1
             if t.written >= LOG_LINES:
                 t.stride, t.written = t.stride * 2, 0
@@ -297,7 +297,7 @@ def _write(where: str, lock: "object") -> bool:
         with lock:  # type: ignore[attr-defined]
             t = max(list(_threads.values()), key=lambda x: x.count, default=None)
             now, boot = time.perf_counter(), _boottime()
-            lines: list[str] = []
+            lines: list[tuple[int, float, float, float]] = []
             data: dict[str, object] = {"v": 1, "pid": pid, "at": round(boot, 3), "steps": 0}
             if t is not None:
                 n = len(t.log)
@@ -315,7 +315,7 @@ def _write(where: str, lock: "object") -> bool:
                 )
             if lines:
                 with open(log, "a") as f:
-                    f.write("".join(lines))
+                    f.write("".join(f"{n} {b:.3f} {p:.6f} {o:.6f}\n" for n, b, p, o in lines))
             tmp = f"{out}.tmp"
             with open(tmp, "w") as f:
                 f.write(json.dumps(data, separators=(",", ":")) + "\n")

@@ -38,6 +38,10 @@ def slowest(table: StepTable) -> tuple[int, float, float] | None:
     return (i, worst, others) if worst - others > limit else None
 
 
+def _seconds(value: float) -> str:
+    return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
 def _median(row: tuple[float | None, ...]) -> float | None:
     got = [v for v in row if v is not None]
     return statistics.median(got) if got else None
@@ -77,7 +81,7 @@ def write_png(path: Path, table: StepTable, run: str) -> str | None:
     worst = slowest(table)
     if worst is not None:
         i, own, others = worst
-        title += f"; slowest: {names[i]} (own {own:.3g} s/step, others {others:.3g} s)"
+        title += f"; slowest: {names[i]} (own {_seconds(own)} per step, others {_seconds(others)})"
         bottom.annotate(
             names[i],
             (extent[1], i),

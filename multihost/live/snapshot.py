@@ -35,7 +35,7 @@ class HostRow:
 
     host: Host
     state: str  # stepping, starting (jax, no step yet), running (no jax seen), stuck, stopped,
-    # done, failed, missing (no run there), unreachable
+    # done, failed, missing (no run there), connecting (no answer yet), unreachable
     steps: int | None = None
     last_step_s: float | None = None
     median_step_s: float | None = None
@@ -121,6 +121,13 @@ class FleetSnapshot:
     @property
     def straggler_row(self) -> HostRow | None:
         return next((r for r in self.rows if r.host == self.straggler), None)
+
+    @property
+    def others_own_s(self) -> float | None:
+        """The median own time per step of every stepping host but the straggler."""
+        return _median(
+            r.own_s for r in self.rows if r.host != self.straggler and (r.steps or 0) >= 2
+        )
 
     def slices(self) -> tuple[SliceSummary, ...]:
         by_slice: dict[int, list[HostRow]] = {}

@@ -135,7 +135,10 @@ class FleetWatch:
             pid = host.process_id
             sample = self.latest.get(pid)
             if sample is None:
-                rows.append(unreachable(host, self.errors.get(pid, "no answer yet")))
+                if pid in self.errors:
+                    rows.append(unreachable(host, self.errors[pid]))
+                else:
+                    rows.append(HostRow(host, "connecting", detail="no answer yet"))
                 continue
             row = host_row(sample, self.previous.get(pid))
             if pid in self.errors:  # the last look still shows, the connection is retried
