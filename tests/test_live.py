@@ -104,10 +104,11 @@ def test_nvidia_smi_lines_are_read_and_summed() -> None:
     assert parse_gpu("index, utilization.gpu [%], memory.used [MiB]") is None
     assert parse_gpu("NVIDIA-SMI has failed because it couldn't communicate") is None
     reader = Reader(HOSTS[0])
-    text = "top 100 4096 8\nacc gpu\n" + "".join(
-        f"gpu {line}\n" for line in NVIDIA_SMI.splitlines()
-    )
-    reader.feed(text.encode(), bytearray())
+    # nvidia-smi's lines as it prints them, between (and amid) the script's own looks
+    lines = NVIDIA_SMI.splitlines()
+    text = "top 100 4096 8\nacc gpu\n" + "\n".join([lines[0], "tick 5", lines[1], "run running"])
+    text += "\n" + "\n".join([*lines[2:], "end", ""])
+    assert len(reader.feed(text.encode(), bytearray())) == 1
     acc = reader.accelerator()
     assert acc == Accelerator(
         "gpu",
@@ -456,3 +457,86 @@ def test_the_steps_script_bins_the_longest_log(tmp_path: Path) -> None:
     (hook / "2.steps").unlink()
     res = subprocess.run(steps_command(str(run), 4), shell=True, capture_output=True, text=True)
     assert res.stdout.strip() == "none"
+
+
+FAKE_NVIDIA_SMI = f"""#!/bin/sh
+# a stand-in for nvidia-smi: the captured answer, once or every -l N seconds
+every=
+while [ $# -gt 0 ]; do [ "$1" = -l ] && every=$2; shift; done
+while :; do
+  printf '%s' '{NVIDIA_SMI}'
+  [ -n "$every" ] || exit 0
+  sleep "$every"
+done
+"""
+
+
+@pytest.mark.parametrize("looks", [1, 3])
+def test_a_gpu_hosts_figures_come_from_nvidia_smi(tmp_path: Path, looks: int) -> None:
+    run, _ = _fake_run(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI)
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    res = subprocess.run(
+        top_command(str(run), 1, looks), shell=True, capture_output=True, env=env, timeout=30
+    )
+    reader = Reader(HOSTS[0])
+    samples = reader.feed(res.stdout, bytearray())
+    assert reader.kind == "gpu"
+    assert len(samples) == looks
+    acc = reader.accelerator()
+    assert acc is not None
+    assert (acc.devices, acc.busy_pct) == (4, pytest.approx(64.0))
+    assert acc.memory_total == 4 * 81559 << 20
+    left = subprocess.run(["pgrep", "-f", str(smi)], capture_output=True, text=True)
+    assert left.stdout == ""  # the background nvidia-smi went with the script
+
+
+def test_a_tpu_hosts_figures_come_from_tpu_info(tmp_path: Path) -> None:
+    """tpu_watch.py against a stand-in of tpu-info's library (the one on a TPU VM reads
+    libtpu's metrics server; its API: device.get_local_chips, metrics.get_chip_usage)."""
+    from multihost.live.watcher import tpu_source
+
+    site = tmp_path / "site" / "tpu_info"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (site / "device.py").write_text(
+        "import enum\nclass TpuChip(enum.Enum):\n    V5E = 'v5e'\n"
+        "def get_local_chips():\n    return TpuChip.V5E, 2\n"
+    )
+    (site / "metrics.py").write_text(
+        "import collections\n"
+        "Usage = collections.namedtuple('Usage', 'device_id memory_usage total_memory "
+        "duty_cycle_pct')\n"
+        "def get_chip_usage(chip):\n"
+        "    return [Usage(0, 1 << 30, 16 << 30, 87.5), Usage(1, 2 << 30, 16 << 30, 12.5)]\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    got = subprocess.run(
+        [sys.executable, "-c", tpu_source(), "0.1", "2"], capture_output=True, text=True, env=env
+    )
+    assert (
+        got.stdout.splitlines()
+        == [
+            f"tpu 0 {1 << 30} {16 << 30} 87.5",
+            f"tpu 1 {2 << 30} {16 << 30} 12.5",
+        ]
+        * 2
+    )
+    reader = Reader(HOSTS[0], kind="tpu")
+    reader.feed(got.stdout.encode(), bytearray())
+    assert reader.accelerator() == Accelerator("tpu", 2, 3 << 30, 32 << 30, 50.0)
+    (site / "metrics.py").write_text(
+        "def get_chip_usage(chip):\n    raise ConnectionError('no metrics server')\n"
+    )
+    silent = subprocess.run(
+        [sys.executable, "-c", tpu_source(), "0.1", "1"], capture_output=True, text=True, env=env
+    )
+    assert silent.stdout == "tpu nometrics ConnectionError\n"
+    none = subprocess.run(
+        [sys.executable, "-I", "-c", tpu_source(), "0.1", "1"], capture_output=True, text=True
+    )
+    assert none.stdout.startswith("tpu none no tpu-info")

@@ -3,7 +3,8 @@
 ``multihost/diagnose/hooksteps.py``). No I/O here.
 
 The host's stream is tagged lines: ``top``/``acc`` once, then per look ``tick`` … ``end``, and
-between looks ``gpu``/``tpu`` lines from the accelerator's own tool. :class:`Reader` turns
+between looks the accelerator's own tool's lines (nvidia-smi's CSV as it prints it, ``tpu``
+lines from ``tpu_watch.py``). :class:`Reader` turns
 them into one :class:`HostSample` per look; nothing a host sends can make it hold more than
 one look's lines (a look is bounded by the run's processes) or raise.
 """
@@ -191,10 +192,6 @@ class Reader:
                 self.hz, self.page, self.cpus = max(1, int(words[0])), int(words[1]), int(words[2])
         elif tag == "acc":
             self.kind = rest.strip() if rest.strip() in ("gpu", "tpu") else "none"
-        elif tag == "gpu":
-            got = parse_gpu(rest)
-            if got is not None and len(self.gpus) < 64:
-                self.gpus[got[0]] = got[1:]
         elif tag == "tpu":
             tpu = parse_tpu(rest)
             if isinstance(tpu, str):
@@ -205,7 +202,10 @@ class Reader:
         elif tag == "tick":
             uptime = _number(rest.strip())
             self._look = {"uptime": uptime or 0.0, "processes": []}
-        elif look is None:
+        elif look is None or tag not in ("run", "mem", "p", "last", "end"):
+            got = parse_gpu(text) if self.kind == "gpu" else None
+            if got is not None and len(self.gpus) < 64:
+                self.gpus[got[0]] = got[1:]
             return None
         elif tag == "run":
             look["run"] = rest.strip()[:40]

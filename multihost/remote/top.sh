@@ -6,9 +6,9 @@
 # the run (its hook's <pid>.ready; WATCH: its <pid>.watch line, or -), "last LINE" (the log's
 # last line, from its last 400 bytes) and "end". Builtins only in the loop, but for the sleep
 # and the tail; a process is checked to be the run's (its environment names the run's hook
-# dir) once. A GPU's figures come as "gpu INDEX, BUSY%, USED_MIB, TOTAL_MIB" lines from
-# nvidia-smi, a TPU's as "tpu ..." lines from the Python text TPU (tpu-info's library), in
-# the background between ticks.
+# dir) once. A GPU's figures come as nvidia-smi's own "INDEX, BUSY%, USED_MIB, TOTAL_MIB"
+# lines, a TPU's as "tpu ..." lines from the Python text TPU (tpu-info's library), each from
+# one process in the background (killed with the script) writing whole lines between ticks.
 # Arguments: RUN (the run's dir; a leading ~ is expanded here) INTERVAL COUNT TPU.
 r=$1
 interval=$2
@@ -36,11 +36,9 @@ every=${interval%.*}
 [ "${every:-0}" -ge 1 ] 2>/dev/null || every=1
 if [ "$acc" = gpu ]; then
   if [ "$count" = 1 ]; then
-    nvidia-smi --query-gpu=$q --format=csv,noheader,nounits 2>/dev/null |
-      while IFS= read -r l; do printf 'gpu %s\n' "$l"; done
+    nvidia-smi --query-gpu=$q --format=csv,noheader,nounits 2>/dev/null
   else
-    nvidia-smi --query-gpu=$q --format=csv,noheader,nounits -l "$every" 2>/dev/null |
-      while IFS= read -r l; do printf 'gpu %s\n' "$l"; done &
+    nvidia-smi --query-gpu=$q --format=csv,noheader,nounits -l "$every" 2>/dev/null &
     bg=$!
   fi
 elif [ "$acc" = tpu ] && command -v python3 >/dev/null 2>&1; then
