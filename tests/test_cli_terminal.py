@@ -218,6 +218,22 @@ def test_ctrl_c_on_attach_at_a_terminal_detaches(workdir: Path) -> None:
     kill.expect(pexpect.EOF)
 
 
+def test_gathered_lines_print_above_the_live_status_line(workdir: Path) -> None:
+    cmd = 'for i in 1 2 3; do echo "line $i"; sleep 1.2; done; echo "rank $JAX_PROCESS_ID"'
+    run = ["--script-dir", "code", "--log-dir", "logs", "--run-name", "gt", "--gather"]
+    child = spawn(["run", "--local", "2", *run, "--cmd", cmd], *_at(workdir))
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    shown = screen(raw)
+    for i in (1, 2, 3):  # each once for both hosts, alone on its row
+        assert f"[s0/w0-1] line {i}" in shown, shown
+    assert "[s0/w0] rank 0" in shown
+    assert "[s0/w1] rank 1" in shown
+    assert not any("line" in r and "running" in r for r in shown), shown
+
+
 def test_top_is_full_screen_and_q_or_ctrl_c_leave_the_run_alone(workdir: Path) -> None:
     """A run with no JAX in it: top still shows every host (its rows say why there are no
     steps); ``q`` and Ctrl-C each leave the full screen, exit 0, and the run goes on."""
