@@ -9,7 +9,7 @@ from typing import Any
 from multihost.cli.args import Parser, add, command
 from multihost.defaults import DEFAULTS as D
 from multihost.settings import schema as s
-from multihost.settings.types import positive
+from multihost.settings.types import at_least, positive
 
 SOME_HELP = (
     "only these hosts of the run: process indices (0,2 or 0-3), labels as multihost prints "
@@ -98,10 +98,10 @@ def add_run_commands(sub: Any) -> None:
     )
     out.add_argument(
         "--interval",
-        type=positive(float),
+        type=at_least(0.5),
         default=D.top_interval,
         metavar="S",
-        help="seconds between looks at every host (default %(default)g)",
+        help="seconds between looks at every host, 0.5 or more (default %(default)g)",
     )
     add(
         top,
