@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from multihost.model import Host
 
@@ -282,7 +282,3 @@ def summed(kind: str, devices: list[tuple[float | None, int | None, int | None]]
         memory_total=sum(total) if total else None,
         busy_pct=sum(busy) / len(busy) if busy else None,
     )
-
-
-def with_host(sample: HostSample, host: Host) -> HostSample:
-    return replace(sample, host=host)
