@@ -3,8 +3,9 @@
 The public API is what this package exports (``__all__``), and only that:
 
 - run: ``run``, ``run_async``, ``call``, ``run_sweep``, ``make_fleet``;
-- runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``;
-- results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``,
+- runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``,
+  ``top``, ``plot``;
+- results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``, ``FleetSnapshot``,
   ``CallResult``, ``SweepResult``; a dry run's plan: ``DryRun``, ``HostPreview``;
 - the fleet and the run: ``Fleet``, ``Host``, ``Job``, ``State``, ``RunOptions``, ``SSHOptions``;
 - errors: ``MultihostError`` and the tree under it.
@@ -27,6 +28,7 @@ __all__ = [
     "DryRun",
     "EnvFailed",
     "Fleet",
+    "FleetSnapshot",
     "Host",
     "HostError",
     "HostKeyError",
@@ -50,6 +52,7 @@ __all__ = [
     "call",
     "kill",
     "make_fleet",
+    "plot",
     "pull",
     "pull_logs",
     "run",
@@ -57,6 +60,7 @@ __all__ = [
     "run_sweep",
     "stacks",
     "status",
+    "top",
 ]
 
 _WHERE = {
@@ -65,12 +69,14 @@ _WHERE = {
             "attach",
             "kill",
             "make_fleet",
+            "plot",
             "pull",
             "pull_logs",
             "run",
             "run_async",
             "stacks",
             "status",
+            "top",
         ),
         "multihost.api",
     ),
@@ -97,6 +103,7 @@ _WHERE = {
     **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.runresult"),
     **dict.fromkeys(("DryRun", "HostPreview"), "multihost.planner"),
     "StackReport": "multihost.diagnose.stacks",
+    "FleetSnapshot": "multihost.live.snapshot",
     "RunOptions": "multihost.options",
     "SSHOptions": "multihost.transport",
 }
@@ -106,12 +113,14 @@ if TYPE_CHECKING:
         attach,
         kill,
         make_fleet,
+        plot,
         pull,
         pull_logs,
         run,
         run_async,
         stacks,
         status,
+        top,
     )
     from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
@@ -128,6 +137,7 @@ if TYPE_CHECKING:
         RemoteError,
         UsageError,
     )
+    from multihost.live.snapshot import FleetSnapshot
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
     from multihost.planner import DryRun, HostPreview

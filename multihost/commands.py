@@ -177,13 +177,14 @@ TRACE_BODY = "# hook_text: the staged hook gets everything below this line\n"
 HOOK_END = 'if __name__ == "sitecustomize":'
 
 
-HOOK_PARTS = ("hooktrace.py", "hookstart.py")  # the tracer; start-up phases, compile cache
+HOOK_PARTS = ("hooktrace.py", "hookstart.py", "hooksteps.py")  # tracer; start-up, cache; steps
 
 
 @functools.cache
 def hook_text() -> str:
     """The hook staged into each run as ONE self-contained ``sitecustomize.py`` (``multihost
-    stack``, ``multihost trace``, start-up phases, the compile cache): diagnose/hook.py with the
+    stack``, ``multihost trace``, start-up phases, the compile cache,
+    ``multihost top``): diagnose/hook.py with the
     bodies of ``HOOK_PARTS`` put in before its closing ``if __name__ == "sitecustomize":``
     block."""
     folder = Path(__file__).parent / "diagnose"
@@ -281,8 +282,9 @@ def launch_script(
 def watch_command(paths: Paths, offset: int) -> str:
     """Streams the host's log from byte ``offset`` until the exit file appears, or until the
     job's process group is gone for 3 s without one (``vanished``); then says on stderr
-    ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP`` (SIZE: the log's final length in
-    bytes; STARTUP: the start-up phases, ``name=seconds,...``)."""
+    ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP STEPPED`` (SIZE: the log's final length
+    in bytes; STARTUP: the start-up phases, ``name=seconds,...``; STEPPED: the job's processes
+    that logged steps)."""
     return script(remote.WATCH, paths={"r": paths.run}, o=int(offset))
 
 

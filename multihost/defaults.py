@@ -36,6 +36,8 @@ class Defaults:
     stale_timeout: float = 60.0  # s to check one host for stale accelerator holders
     stale_grace: float = 5.0  # s between TERM and KILL for a stale accelerator holder
     gather_lines: int = 2000  # last lines of each host's log that logs --gather compares
+    gather_window: float = 2.0  # run --gather: s a line waits for the other hosts' same line
+    top_interval: float = 2.0  # s between multihost top's looks at every host
     trace_seconds: float = 5.0  # how long `multihost trace` and `run --trace` trace by default
     trace_after: float | None = None  # run --trace: None, once every JAX process completed its
     # first step; S: S s after each began its first (or, annotating none, its first computation)
@@ -59,6 +61,17 @@ class Defaults:
     run_name_max: int = 100  # characters in a run name
     local_max: int = 1024  # --local workers, each a process on this machine (more: refused)
     manifest_interval: float = 0.5  # s between run.json rewrites (final states always write)
+    # multihost top's verdicts (not flags): a host is stuck after no step for top_stuck_steps
+    # of its median step times (and at least top_stuck_min s: the hook writes once a second);
+    # slow when its own time per step is over the others' by top_slow_share of the fleet's
+    # median step time (and at least top_slow_min s)
+    top_stuck_steps: float = 5.0
+    top_stuck_min: float = 5.0
+    top_slow_share: float = 0.2
+    top_slow_min: float = 0.005
+    top_rows: int = 64  # beyond this many hosts, top shows slices and outliers, not every row
+    gather_pending: int = 10_000  # run --gather: lines held back at most (then the oldest go)
+    plot_bins: int = 500  # multihost plot: columns of steps at most (each a bin of steps)
 
 
 DEFAULTS = Defaults()

@@ -100,3 +100,79 @@ def render(segments: Sequence[Segment]) -> list[str]:
         out.append(pad + seg.label + ("" if seg.lines else "  (no output)"))
         out.extend(pad + "  " + line for line in seg.lines)
     return out
+
+
+class LiveGather:
+    """Identical lines from many hosts gathered *while* they print (``run --gather``).
+
+    A line waits for the same line from every other host still running, for at most
+    ``window`` seconds from its first arrival; then it comes out once as a one-line
+    :class:`Segment` with the hosts that printed it (those that printed something else come
+    out apart, in their own groups). A host's k-th copy of a text joins the others' k-th
+    copy, so repeated lines stay apart. Groups come out in the order their first line arrived;
+    one that is complete waits behind an older one still waiting (never longer than that
+    one's window). At most ``pending`` lines are held: beyond that the oldest group comes out
+    as it is. No I/O here.
+    """
+
+    def __init__(self, hosts: Sequence[Host], window: float, pending: int) -> None:
+        self.live = len(hosts)
+        self.window, self.limit = window, pending
+        self._groups: deque[_Pending] = deque()  # in order of first arrival
+        self._by_text: dict[str, list[_Pending]] = {}  # text -> its groups still held
+        self._held = 0
+
+    def add(self, host: Host, text: str, now: float) -> list[Segment]:
+        """``host`` printed ``text`` at ``now`` (monotonic seconds); the groups now due."""
+        groups = self._by_text.setdefault(text, [])
+        pid = host.process_id
+        group = next((g for g in groups if pid not in g.pids), None)
+        if group is None:
+            group = _Pending(text, now, self.live, [], set())
+            groups.append(group)
+            self._groups.append(group)
+        group.hosts.append(host)
+        group.pids.add(pid)
+        self._held += 1
+        return self.due(now)
+
+    def due(self, now: float) -> list[Segment]:
+        """The groups whose time has come: complete or past their window, oldest first."""
+        out: list[Segment] = []
+        while self._groups:
+            first = self._groups[0]
+            ready = len(first.hosts) >= first.need or now - first.since >= self.window
+            if not ready and self._held <= self.limit:
+                break
+            out.append(self._pop())
+        return out
+
+    def flush(self) -> list[Segment]:
+        """Every group held, as it is (the run ended)."""
+        return [self._pop() for _ in range(len(self._groups))]
+
+    def ended(self, host: Host) -> None:
+        """``host`` will print no more: the groups it is not in stop waiting for it."""
+        self.live = max(1, self.live - 1)
+        for group in self._groups:
+            if host.process_id not in group.pids:
+                group.need = max(1, group.need - 1)
+
+    def _pop(self) -> Segment:
+        group = self._groups.popleft()
+        groups = self._by_text[group.text]
+        groups.remove(group)
+        if not groups:
+            del self._by_text[group.text]
+        self._held -= len(group.hosts)
+        hosts = sorted(group.hosts, key=lambda h: h.process_id)
+        return Segment(tuple(hosts), (group.text,), 0)
+
+
+@dataclass
+class _Pending:
+    text: str
+    since: float
+    need: int  # hosts it waits for: those running when it began, less those ended since
+    hosts: list[Host]
+    pids: set[int]

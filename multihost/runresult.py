@@ -187,6 +187,7 @@ class RunResult:
     traces: tuple[Mapping[str, Any], ...] = ()  # each trace's summary (traces/*/summary.json)
     tpu_logs: tuple[TpuLogs, ...] = ()  # a failed run: its failing TPU hosts' runtime logs
     pulled: tuple[PullResult, ...] = ()  # pull=: what each host gave back, in host order
+    stepped: int = 0  # hosts whose processes logged steps (``multihost plot`` draws them)
 
     @property
     def failed(self) -> tuple[HostResult, ...]:

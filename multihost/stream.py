@@ -11,7 +11,7 @@ import os
 import signal as signals
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from multihost.commands import Paths, finish_command, watch_command
@@ -50,6 +50,7 @@ class Exit:
     escaped: int = 0  # processes that had left the job's process group, stopped at its end
     # its JAX process's start-up phases as the host's state files say (runresult.parse_startup)
     startup: tuple[tuple[str, float], ...] = ()
+    stepped: int = 0  # the job's processes that logged steps (the hook's; multihost plot)
 
     @property
     def reason(self) -> str | None:
@@ -219,14 +220,18 @@ def parse_exit(header: str) -> Exit | None:
 
 
 def parse_watch_end(stderr: bytes) -> tuple[Exit, int] | None:
-    """The ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP`` line ``watch_command`` writes
-    last on stderr: the exit and the log's size."""
+    """The ``end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP [STEPPED]`` line
+    ``watch_command`` writes last on stderr: the exit and the log's size."""
     lines = stderr.decode(errors="replace").splitlines()
     words = lines[-1].split() if lines else []
-    if len(words) not in (7, 8) or words[0] != "end" or not words[5].isdigit():
+    if len(words) not in (7, 8, 9) or words[0] != "end" or not words[5].isdigit():
         return None
-    exit_info = parse_exit(" ".join([*words[1:5], *words[6:]]))
-    return None if exit_info is None else (exit_info, int(words[5]))
+    exit_info = parse_exit(" ".join([*words[1:5], *words[6:8]]))
+    if exit_info is None:
+        return None
+    if len(words) == 9 and words[8].isdigit():
+        exit_info = replace(exit_info, stepped=int(words[8]))
+    return exit_info, int(words[5])
 
 
 async def follow(

@@ -21,6 +21,7 @@ def test_exported_names() -> None:
         "DryRun",
         "EnvFailed",
         "Fleet",
+        "FleetSnapshot",
         "Host",
         "HostError",
         "HostKeyError",
@@ -44,6 +45,7 @@ def test_exported_names() -> None:
         "call",
         "kill",
         "make_fleet",
+        "plot",
         "pull",
         "pull_logs",
         "run",
@@ -51,6 +53,7 @@ def test_exported_names() -> None:
         "run_sweep",
         "stacks",
         "status",
+        "top",
     ]
     for name in multihost.__all__:
         assert getattr(multihost, name) is not None

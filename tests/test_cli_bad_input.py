@@ -286,6 +286,14 @@ CASES: list[tuple[str, list[str], int, str]] = [
     ),
     ("stack-none", ["stack", "nope", R, "logs"], 2, "multihost: error: no run 'nope' in logs"),
     ("trace-none", ["trace", "nope", R, "logs"], 2, "multihost: error: no run 'nope' in logs"),
+    ("top-none", ["top", "nope", R, "logs"], 2, "multihost: error: no run 'nope' in logs"),
+    ("plot-none", ["plot", "nope", R, "logs"], 2, "multihost: error: no run 'nope' in logs"),
+    (
+        "top-interval",
+        ["top", "nope", R, "logs", "--interval", "0.1"],
+        2,
+        "multihost: error: argument --interval: must be at least 0.5: '0.1'",
+    ),
     (
         "trace-seconds",
         ["trace", "nope", R, "logs", "--seconds", "-1"],

@@ -218,6 +218,61 @@ def test_ctrl_c_on_attach_at_a_terminal_detaches(workdir: Path) -> None:
     kill.expect(pexpect.EOF)
 
 
+def test_gathered_lines_print_above_the_live_status_line(workdir: Path) -> None:
+    cmd = 'for i in 1 2 3; do echo "line $i"; sleep 1.2; done; echo "rank $JAX_PROCESS_ID"'
+    run = ["--script-dir", "code", "--log-dir", "logs", "--run-name", "gt", "--gather"]
+    child = spawn(["run", "--local", "2", *run, "--cmd", cmd], *_at(workdir))
+    child.expect(pexpect.EOF)
+    raw = child.before
+    child.close()
+    assert child.exitstatus == 0, raw
+    shown = screen(raw)
+    for i in (1, 2, 3):  # each once for both hosts, alone on its row
+        assert f"[s0/w0-1] line {i}" in shown, shown
+    assert "[s0/w0] rank 0" in shown
+    assert "[s0/w1] rank 1" in shown
+    assert not any("line" in r and "running" in r for r in shown), shown
+
+
+def test_top_is_full_screen_and_q_or_ctrl_c_leave_the_run_alone(workdir: Path) -> None:
+    """A run with no JAX in it: top still shows every host (its rows say why there are no
+    steps); ``q`` and Ctrl-C each leave the full screen, exit 0, and the run goes on."""
+    cmd = 'while :; do echo "tick $JAX_PROCESS_ID"; sleep 0.2; done'
+    run = ["--script-dir", "code", "--log-dir", "logs", "--run-name", "tp", "--grace", "2"]
+    start = spawn(
+        ["run", "--local", "2", *run, "--detach", "--cmd", cmd], workdir / "home", workdir
+    )
+    start.expect(pexpect.EOF)
+    start.close()
+    assert start.exitstatus == 0, start.before
+    try:
+        for leave in ("q", "ctrl-c"):
+            child = spawn(["top", "tp", "--log-dir", "logs", "--interval", "0.5"], *_at(workdir))
+            child.expect("\x1b\\[\\?1049h")  # the alternate screen: top's own
+            child.expect("s0/w1")
+            child.expect("tick 1")  # each host's last line
+            child.expect("q: quit")
+            if leave == "q":
+                child.send("q")
+            else:
+                child.sendintr()
+            child.expect(pexpect.EOF)
+            child.close()
+            assert child.exitstatus == 0, (leave, child.before)
+            assert "\x1b[?1049l" in child.before  # the terminal's own screen back
+            assert "Traceback" not in child.before
+        status = spawn(["status", "tp", "--log-dir", "logs", "--refresh", "--json"], *_at(workdir))
+        status.expect(pexpect.EOF)
+        assert status.before.count('"running"') == 2, status.before
+    finally:
+        kill = spawn(["kill", "tp", "--log-dir", "logs", "--grace", "2"], *_at(workdir))
+        kill.expect(pexpect.EOF)
+
+
+def _at(workdir: Path) -> tuple[Path, Path]:
+    return workdir / "home", workdir
+
+
 RESULT = (
     'MULTIHOST_RESULT {"step_time_s": STEP, "timings_s": [1, 1, 1, 1, 1], '
     '"tflops_per_device": 0.0081, "utilization": 0.0123, "device_kind": "cpu"}'

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.gather import Output, Segment, gather, read_tail, render
+from multihost.gather import LiveGather, Output, Segment, gather, read_tail, render
 from multihost.model import Host, host_ranges
 from tests.clitools import REPO, cli
 
@@ -113,3 +113,92 @@ def test_cli_logs_gather(code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     )
     assert res.returncode == 2
     assert "--gather" in res.stderr
+
+
+def test_live_lines_from_every_host_come_out_once() -> None:
+    live = LiveGather(HOSTS[:4], window=2.0, pending=100)
+    out: list[Segment] = []
+    for i, host in enumerate(HOSTS[:4]):
+        out += live.add(host, "step 100 loss 2.31", now=0.1 * i)
+        assert len(out) == (1 if i == 3 else 0)  # held until the last host printed it
+    assert out == [Segment(tuple(HOSTS[:4]), ("step 100 loss 2.31",), 0)]
+    assert live.flush() == []
+
+
+def test_live_a_different_line_comes_out_apart_after_the_window() -> None:
+    live = LiveGather(HOSTS[:4], window=2.0, pending=100)
+    out: list[Segment] = []
+    for host in HOSTS[:4]:
+        loss = "2.35" if host is HOSTS[2] else "2.31"
+        out += live.add(host, f"step 100 loss {loss}", now=0.0)
+    assert out == []  # the odd host's line, first in line, waits for the others
+    out += live.due(now=1.9)
+    assert out == []
+    out += live.due(now=2.0)
+    assert [(host_ranges(s.hosts), s.lines) for s in out] == [
+        ("s0/w0-1,s0/w3", ("step 100 loss 2.31",)),
+        ("s0/w2", ("step 100 loss 2.35",)),
+    ]
+
+
+def test_live_repeated_lines_stay_apart_and_ended_hosts_are_not_waited_for() -> None:
+    live = LiveGather(HOSTS[:2], window=5.0, pending=100)
+    assert live.add(HOSTS[0], ".", 0.0) == []
+    assert live.add(HOSTS[0], ".", 0.1) == []  # its second copy: a group of its own
+    first = live.add(HOSTS[1], ".", 0.2)
+    assert first == [Segment(tuple(HOSTS[:2]), (".",), 0)]
+    assert live.add(HOSTS[0], "bye", 0.3) == []
+    live.ended(HOSTS[1])  # it will print no second "." and no "bye"
+    assert [s.hosts for s in live.due(0.4)] == [(HOSTS[0],), (HOSTS[0],)]
+
+
+def test_live_memory_is_bounded_by_the_lines_held() -> None:
+    live = LiveGather(HOSTS[:2], window=1e9, pending=10)
+    out: list[Segment] = []
+    for i in range(1000):  # host 0 alone, every line different: nothing would complete
+        out += live.add(HOSTS[0], f"line {i}", float(i))
+    assert len(out) == 990
+    assert [s.lines[0] for s in out[:2]] == ["line 0", "line 1"]  # the oldest first
+    assert len(live.flush()) == 10
+
+
+def test_run_gather_groups_every_hosts_lines_as_they_come(tmp_path: Path) -> None:
+    cmd = (
+        'for i in 1 2 3; do echo "step $i loss 2.31"; sleep 0.2; done; '
+        '[ "$JAX_PROCESS_ID" = 2 ] && echo "only two"; echo "rank $((JAX_PROCESS_ID % 2))"'
+    )
+    (tmp_path / "code").mkdir()
+    res = cli(
+        [
+            "run",
+            "--local",
+            "4",
+            "--gather",
+            "--script-dir",
+            str(tmp_path / "code"),
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--run-name",
+            "g",
+            "--cmd",
+            cmd,
+        ],
+        HOME=str(tmp_path),
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    for i in (1, 2, 3):
+        assert f"[s0/w0-3] step {i} loss 2.31" in lines, lines
+    assert "[s0/w2] only two" in lines
+    assert "[s0/w0,s0/w2] rank 0" in lines
+    assert "[s0/w1,s0/w3] rank 1" in lines
+    assert len(lines) == 6, lines  # each line once, however many hosts printed it
+    logs = sorted((tmp_path / "logs" / "g").glob("*.log"))
+    assert len(logs) == 4  # the per-host logs stay as they are
+    assert logs[2].read_text().splitlines() == [
+        "step 1 loss 2.31",
+        "step 2 loss 2.31",
+        "step 3 loss 2.31",
+        "only two",
+        "rank 0",
+    ]

@@ -34,6 +34,8 @@ COMMANDS: dict[str, str] = {
     "sweep": "cli.sweep",
     "stack": "cli.diagnose",
     "trace": "cli.trace",
+    "top": "cli.live",
+    "plot": "cli.live",
     "job": "cli.job",
     "config": "cli.config",
     "pull": "cli.pull",

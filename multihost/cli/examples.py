@@ -57,6 +57,15 @@ EXAMPLES: dict[str, str] = {
         "multihost pull RUN 'ckpt/*' --to ./ckpts --workers 0",
         "multihost pull RUN /tmp/core.* --exclude-workers s0/w0",
     ),
+    "top": _block(
+        "multihost top                    # the latest run, full screen; q quits",
+        "multihost top RUN --workers s1   # slice 1 only",
+        "multihost top RUN --once --json  # one snapshot for a script",
+    ),
+    "plot": _block(
+        "multihost plot RUN",
+        "multihost plot RUN --out steps.png",
+    ),
     "stack": _block(
         "multihost stack RUN",
         "multihost stack RUN --all --native --workers s0/w[0-3]",

@@ -52,7 +52,7 @@ def _run(args: argparse.Namespace, err: Console) -> int:
     if args.dry_run:
         return dry_run(run)
     raise_nofile_limit()
-    display = Display(fleet, job.run_name, args.stream, err)
+    display = Display(fleet, job.run_name, args.stream, err, gather=args.gather)
     result = execute_run(Run(fleet, job, options, display), display)
     if args.detach:
         started = [r for r in result.hosts if r.state is State.RUNNING]

@@ -90,7 +90,7 @@ def _run(sub: Any) -> None:
         help="run a payload that ships with multihost: stages it (not --script-dir)"
         " and runs 'PYTHON NAME.py ARGS', the ARGS after --",
     )
-    add(run, *s.RUN, s.RUN_NAME, *s.RUN_ONLY, s.DRY_RUN, s.DETACH)
+    add(run, *s.RUN, s.RUN_NAME, *s.RUN_ONLY, s.GATHER, s.DRY_RUN, s.DETACH)
     run.add_argument("args", nargs="*", metavar="ARG", help="after --: the --payload's arguments")
     add(run, s.PULL, s.PULL_TO)
     add_run_pod_flags(run)

@@ -1,5 +1,5 @@
 """The arguments of the commands on a run after it started: attach, status, logs, pull,
-stack, trace, kill (no rich here: --help stays light)."""
+stack, trace, top, plot, kill (no rich here: --help stays light)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from multihost.cli.args import Parser, add, command
 from multihost.defaults import DEFAULTS as D
 from multihost.settings import schema as s
-from multihost.settings.types import positive
+from multihost.settings.types import at_least, positive
 
 SOME_HELP = (
     "only these hosts of the run: process indices (0,2 or 0-3), labels as multihost prints "
@@ -39,13 +39,13 @@ def run_command(
     return p
 
 
-RUN_COMMANDS = ("attach", "status", "logs", "pull", "stack", "trace", "kill")
+RUN_COMMANDS = ("attach", "status", "logs", "pull", "stack", "trace", "top", "plot", "kill")
 
 
 def add_run_commands(sub: Any) -> None:
     """The commands on one recorded run (:data:`RUN_COMMANDS`)."""
     attach = run_command(sub, "attach", "follow a run again from where the local logs end")
-    add(attach, s.STREAM, s.RECONNECT_TIMEOUT)
+    add(attach, s.STREAM, s.GATHER, s.RECONNECT_TIMEOUT)
     attach.at("launch").add_argument(
         "--stop-on-interrupt",
         action="store_true",
@@ -83,6 +83,41 @@ def add_run_commands(sub: Any) -> None:
         help="the capture's folder under the run's traces/ (default: the time)",
     )
     add(trace, s.JSON.but(help="the per-host rows as JSON"))
+    top = run_command(
+        sub,
+        "top",
+        "every host of a running run, live: steps, step and own times, CPU, memory, "
+        "accelerators, the straggler and stuck hosts",
+        some=True,
+    )
+    out = top.at("output")
+    out.add_argument(
+        "--once",
+        action="store_true",
+        help="one snapshot (each host looked at twice, 1 s apart), then exit",
+    )
+    out.add_argument(
+        "--interval",
+        type=at_least(0.5),
+        default=D.top_interval,
+        metavar="S",
+        help="seconds between looks at every host, 0.5 or more (default %(default)g)",
+    )
+    add(
+        top,
+        s.JSON.but(
+            help="one snapshot as JSON (implies --once): every host's figures, straggler and stuck"
+        ),
+    )
+    plot = run_command(
+        sub, "plot", "every host's step times over a run as a picture (PNG)", some=True
+    )
+    plot.at("output").add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="where the PNG goes (default: steps.png in the run's log dir)",
+    )
     kill = run_command(
         sub, "kill", "stop a run on every host (or on --workers)", some=True, latest=False
     )

@@ -43,7 +43,7 @@ def cmd_attach(args: argparse.Namespace, err: Console) -> int:
     )
     raise_nofile_limit()
     fleet = record.fleet
-    display = Display(fleet, args.run, args.stream, err)
+    display = Display(fleet, args.run, args.stream, err, gather=args.gather)
     attach = Attach(record, options, display)
     if args.stop_on_interrupt:
         return finish(execute_run(attach, display), err, len(fleet))

@@ -3,6 +3,7 @@ signals' policy, the summary and exit code."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import resource
 import shlex
@@ -19,8 +20,10 @@ from multihost.bridge import Interrupt, blocking
 from multihost.cli import report, terminal
 from multihost.cli.output import stdout
 from multihost.core import Attach, Run
+from multihost.defaults import DEFAULTS as D
 from multihost.events import Event, HostEvent, Note, Transfer
-from multihost.model import Fleet, Host, State
+from multihost.gather import LiveGather, Segment
+from multihost.model import Fleet, Host, State, host_ranges
 from multihost.options import RunOptions
 from multihost.planner import Plan, plan
 from multihost.runrecord import RunRecord
@@ -62,6 +65,7 @@ def warn(err: Console, warnings: tuple[str, ...]) -> None:
 
 
 SILENT_AFTER = 60.0  # s without output before the status line names a running host
+GATHER_TICK = 0.25  # s between looks for --gather's groups that are due
 
 
 class Display:
@@ -72,7 +76,9 @@ class Display:
     print above it instead of into it. Host lines carry colour but no other control sequences.
     """
 
-    def __init__(self, fleet: Fleet, run_name: str, stream: str, err: Console) -> None:
+    def __init__(
+        self, fleet: Fleet, run_name: str, stream: str, err: Console, *, gather: bool = False
+    ) -> None:
         self.run_name, self.stream, self.err = run_name, stream, err
         self.out = Console(file=stdout(), highlight=False, soft_wrap=True, emoji=False)
         self.states = {h.process_id: State.PENDING for h in fleet}
@@ -86,6 +92,8 @@ class Display:
         self.tty = self.out.is_terminal
         self._drawn = 0.0  # when a transfer last asked for a redraw
         self._spared = False  # whether the terminal was told Gloo's lines are kept from it
+        # run --gather: every host's lines, identical ones once with their hosts
+        self.gather = LiveGather(fleet.hosts, D.gather_window, D.gather_pending) if gather else None
 
     @functools.cached_property
     def staging(self) -> TransferView:
@@ -116,6 +124,8 @@ class Display:
             if event.state is State.RUNNING and event.host.process_id not in self.heard:
                 self.heard[event.host.process_id] = time.monotonic()
             self.states[event.host.process_id] = event.state
+            if self.gather is not None and event.state.final:
+                self.gather.ended(event.host)
             if self.live is not None:
                 self.live.refresh()
         elif isinstance(event, Transfer):
@@ -138,6 +148,12 @@ class Display:
             )
 
     def _host_line(self, event: Line) -> None:
+        if self.gather is not None:
+            now = time.monotonic()
+            for text in event.texts:
+                if not (self.tty and text.lstrip().startswith(RESULT_LINE)):
+                    self._groups(self.gather.add(event.host, text, now))
+            return
         if self.quiet or self.stream == "none":
             return
         if self.stream == "host0" and event.host.process_id != self.first:
@@ -171,6 +187,26 @@ class Display:
         if any(terminal.noise(t) for t in texts):
             self._spared = True
             self(Note("Gloo's connection lines are kept in the hosts' logs, not shown here"))
+
+    def gathered(self, *, final: bool = False) -> None:
+        """``--gather``: print the groups of lines that are due (``final``: every one held)."""
+        if self.gather is not None:
+            self._groups(self.gather.flush() if final else self.gather.due(time.monotonic()))
+
+    def _groups(self, segments: list[Segment]) -> None:
+        if self.quiet or not segments:
+            return
+        try:
+            for seg in segments:
+                block = terminal.safe_block(seg.lines, f"[{host_ranges(seg.hosts)}] ")
+                if self.tty:
+                    if "\x1b" in block:  # a host's colour never reaches the status line
+                        block = block[:-1] + "\x1b[0m\n"
+                    self.out.print(terminal.Raw(block), end="")
+                else:
+                    self.out.file.write(block)
+        except BrokenPipeError:
+            self.quiet = True
 
     def _prefix(self, host: Host | None) -> str:
         if host is None:
@@ -214,6 +250,16 @@ def execute_run(
     signal leaves the hosts alone and raises :class:`~multihost.bridge.Detached`."""
 
     async def go() -> RunResult:
+        if display.gather is None:
+            return await shown()
+        ticker = asyncio.create_task(_gathering(display))
+        try:
+            return await shown()
+        finally:
+            ticker.cancel()
+            display.gathered(final=True)
+
+    async def shown() -> RunResult:
         console = display.live_console
         if console is not None:
             from rich.live import Live
@@ -245,6 +291,13 @@ def execute_run(
     )
 
 
+async def _gathering(display: Display) -> None:
+    """``--gather``: the groups of lines whose window has passed, printed as they come due."""
+    while True:
+        await asyncio.sleep(GATHER_TICK)
+        display.gathered()
+
+
 def kill_line(run_name: str, logs: Path) -> str:
     """The command that stops a run on every host (``--log-dir`` when it is not the default)."""
     return run_line("kill", run_name, logs)
@@ -266,6 +319,14 @@ def finish(result: RunResult, err: Console, n: int) -> int:
         err.print(line, markup=False, highlight=False)
     err.print(report.verdict(result))
     err.print(f"logs: {result.log_dir}", style="dim", markup=False, highlight=False)
+    if result.stepped > 1 and result.log_dir is not None:  # the hook logged steps: a picture
+        plot = run_line("plot", result.run_name, result.log_dir.parent)
+        err.print(
+            f"steps: {plot} draws the step times of all {result.stepped} hosts",
+            style="dim",
+            markup=False,
+            highlight=False,
+        )
     return result.exit_code
 
 

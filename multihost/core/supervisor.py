@@ -229,6 +229,7 @@ class Supervisor:
             interrupted=self.interrupted,
             timed_out=self.timed_out,
             staging=self.staging,
+            stepped=sum(1 for s in self.slots.values() if s.exit is not None and s.exit.stepped),
         )
 
     def write_record(self, force: bool = False) -> None:

@@ -40,6 +40,9 @@ Start-up and the compile cache: in a process that imports jax, when it got to ea
 its start (jax imported, joined, devices, compiled, first step), and jax's persistent compile
 cache in the host's own directory. That code is in hookstart.py; ``hook_text()`` joins it in.
 
+Steps: in a process that imports jax, the waits for results are counted as steps and timed
+(``multihost top``, ``multihost plot``); that code is in hooksteps.py, staged in this same file.
+
 A sitecustomize of the user's own further along ``sys.path`` still runs.
 """
 
@@ -52,8 +55,9 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
-if __name__ != "sitecustomize":  # staged, the tracer's code is in this same file (hook_text)
+if __name__ != "sitecustomize":  # staged, their code is in this same file (hook_text)
     from multihost.diagnose.hookstart import _watch_startup
+    from multihost.diagnose.hooksteps import _watch_steps
     from multihost.diagnose.hooktrace import _start_tracer
 
 CLUSTERS = "jax._src.clusters"  # where jax keeps its ClusterEnv registry
@@ -333,4 +337,5 @@ if __name__ == "sitecustomize":  # only as the staged hook, never when imported 
     _install()
     _watch_for_jax()
     _watch_startup(JaxWatcher)
+    _watch_steps()
     _chain_user_sitecustomize()

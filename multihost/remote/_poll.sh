@@ -3,7 +3,8 @@
 # sent with it in place and checked so; alone, its numbers ($s, $t, $d) are not known as such)
 # Watching. Vars: r (run dir), o (byte offset). Streams the log from o until the exit file
 # appears, or until the job's process group has been gone for 3 s without one ("vanished");
-# then says on stderr "end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP". The exit file is looked
+# then says on stderr "end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP STEPPED" (STEPPED: the
+# job's processes that logged steps, the hook's <pid>.steps files: multihost plot). The exit file is looked
 # for every 0.2 s at first, then every 0.5 s, then every second (each look forks a sleep: on
 # a thousand hosts sharing cores, polling fast for long costs more than it gains). When this
 # shell started the job's wrapper (launch_watch.sh), the wrapper's end cuts the sleep short: a
@@ -31,5 +32,7 @@ kill $t 2>/dev/null; wait $t 2>/dev/null
 . ./_read_state.sh
 [ -e "$r"/exit ] || exit=vanished
 size=$(wc -c < "$r"/log)
-echo "end $exit $started $ended $stopped $size $escaped $startup" >&2
+stepped=0
+for f in "$r"/hook/*.steps; do [ ! -e "$f" ] || stepped=$((stepped + 1)); done
+echo "end $exit $started $ended $stopped $size $escaped $startup $stepped" >&2
 exit 0

@@ -1,7 +1,7 @@
 # shellcheck shell=sh source-path=SCRIPTDIR
 # Watching: streams the log from byte OFFSET until the exit file appears, or until the job's
 # process group has been gone for 3 s without one ("vanished"); then says on stderr
-# "end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP" (see _poll.sh).
+# "end EXIT STARTED ENDED STOPPED SIZE ESCAPED STARTUP STEPPED" (see _poll.sh).
 # Arguments: RUN OFFSET.
 r=$1
 o=$2

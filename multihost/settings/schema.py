@@ -306,6 +306,15 @@ DETACH = Flag(
 JSON = Flag(
     "json", kind="switch", setting=False, help="a JSON array instead of a table", group="output"
 )
+GATHER = Flag(
+    "gather",
+    kind="switch",
+    setting=False,
+    help="every host's output as it comes, identical lines shown once with their hosts "
+    f"('[s0/w0-3] step 100 ...'), like clush -b; a line waits up to {D.gather_window:g} s "
+    "for the other hosts' same line (each host's log stays whole)",
+    group="output",
+)
 PULL = Flag(
     "pull",
     kind="append",

@@ -20,6 +20,19 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
     return parse
 
 
+def at_least(low: float) -> Callable[[str], float]:
+    """A finite number of seconds, ``low`` or more (``top --interval``: a host looked at more
+    often than that would spend more on being watched than the look is worth)."""
+
+    def parse(text: str) -> float:
+        value = seconds(text)
+        if value < low:
+            raise ArgumentTypeError(f"must be at least {low:g}: {text!r}")
+        return value
+
+    return parse
+
+
 def workers(text: str) -> int:
     """``--local N``: 1 to ``local_max`` workers, refused before any is made."""
     from multihost.defaults import DEFAULTS
