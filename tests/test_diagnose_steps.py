@@ -85,8 +85,9 @@ def test_steps_are_counted_where_the_program_waits(hook: Path) -> None:
     assert data["first"] <= data["last"] <= data["at"]
     assert data["waiting"] == 0.0
     for step, own in zip(data["recent"][1:], data["own"][1:], strict=True):
-        assert 0.05 <= own <= step  # the sleep is its own; the step waited for is not
-        assert own < step - 0.001
+        # the sleep is its own; the wait for the step's results is not (on CPU, XLA may run a
+        # small step inside its dispatch: then that wait is near nothing, not negative)
+        assert 0.05 <= own <= step
     (log,) = _files(hook, "steps")
     rows = [line.split() for line in log.read_text().splitlines()]
     assert [int(r[0]) for r in rows] == list(range(1, 12))

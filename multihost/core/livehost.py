@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from multihost.commands import Paths
-from multihost.diagnose.jaxfaults import Fault
 from multihost.launch import Ready, Started
 from multihost.model import Host, State
 from multihost.runresult import HostResult, read_result
 from multihost.stream import Exit, LogSink, code_and_signal
+
+if TYPE_CHECKING:  # read only when a host failed (core.watch)
+    from multihost.diagnose.jaxfaults import Fault
 from multihost.transport import Connection, Shell
 
 

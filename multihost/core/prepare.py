@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from multihost import stagevia
 from multihost.commands import Paths
 from multihost.core.early import EarlyLaunch
+from multihost.core.setup import before_launch
 from multihost.core.steps import HostStep, port_free, stale_check
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
@@ -88,7 +89,7 @@ class Prepare:
         else:
             outcomes = await self._phased(stale)
         if (opts.environment or opts.setup) and all(o.ok for o in outcomes) and not sup.interrupted:
-            outcomes = await self._environment()  # the locked environment, --setup
+            outcomes = await before_launch(self.sup, self.uv, self.checked)
         failed = [o for o in outcomes if not o.ok]
         if busy := [o.error for o in failed if isinstance(o.error, PortBusy)]:
             for slot in sup.slots.values():
@@ -216,32 +217,6 @@ class Prepare:
                 sup.set_state(slot, State.ERROR, "not started: the run name is taken")
             sup.write_record(force=True)
             raise name_taken(taken)
-        return outcomes
-
-    async def _environment(self) -> list[Outcome[None]]:
-        """The locked environment on every host (multihost.envsync), then ``--setup``
-        (multihost.core.setup); on a failure or a usage error (a Python that does not satisfy
-        requires-python) every claim is released."""
-        from multihost.core.setup import run_setup
-        from multihost.envsync.phase import sync_environment
-
-        sup, opts = self.sup, self.sup.options
-        outcomes: list[Outcome[None]] = []
-        try:
-            if opts.environment is not None:
-                outcomes = await sync_environment(sup, opts.environment, self.uv, self.checked)
-            if opts.setup and all(o.ok for o in outcomes) and not sup.interrupted:
-                outcomes = await run_setup(sup, opts.setup)
-        finally:
-            if not outcomes or sup.interrupted or not all(o.ok for o in outcomes):
-                conns = sup.connections
-                paths = {h.process_id: sup.paths(h) for h in sup.fleet}
-                await release(
-                    [h for h in sup.fleet if h.process_id in conns],
-                    conns,
-                    paths,
-                    sup.options.launch_timeout,
-                )
         return outcomes
 
     async def _check_on_the_way(self, req: EnvRequest) -> None:

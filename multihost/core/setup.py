@@ -12,13 +12,19 @@ import hashlib
 import os
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from multihost.core.supervisor import Supervisor
 from multihost.errors import RemoteError
 from multihost.fanout import Outcome
+from multihost.launch import release
 from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import SETUP
+
+if TYPE_CHECKING:
+    from multihost.envsync.probe import RunnerUv
+    from multihost.transport import Completed
 
 TAIL = 5  # lines of a failed setup's output in its error
 
@@ -71,3 +77,32 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
+
+
+async def before_launch(
+    sup: Supervisor, uv: RunnerUv | None, checked: dict[int, Completed]
+) -> list[Outcome[None]]:
+    """The locked environment on every host (multihost.envsync), then ``--setup``; on a
+    failure or a usage error (a Python that does not satisfy requires-python) every claim is
+    released. ``uv`` and ``checked``: the runner's uv and what each host's check said on the
+    way (``Prepare``)."""
+    from multihost.envsync.phase import sync_environment
+
+    opts = sup.options
+    outcomes: list[Outcome[None]] = []
+    try:
+        if opts.environment is not None:
+            outcomes = await sync_environment(sup, opts.environment, uv, checked)
+        if opts.setup and all(o.ok for o in outcomes) and not sup.interrupted:
+            outcomes = await run_setup(sup, opts.setup)
+    finally:
+        if not outcomes or sup.interrupted or not all(o.ok for o in outcomes):
+            conns = sup.connections
+            paths = {h.process_id: sup.paths(h) for h in sup.fleet}
+            await release(
+                [h for h in sup.fleet if h.process_id in conns],
+                conns,
+                paths,
+                sup.options.launch_timeout,
+            )
+    return outcomes

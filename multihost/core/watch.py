@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 from multihost.core.livehost import LiveHost
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
-from multihost.diagnose.jaxfaults import explain, read_fault
 from multihost.errors import HostError, RunDirGone
 from multihost.launch import stop
 from multihost.model import State, host_ranges
@@ -88,6 +87,8 @@ async def watch_one(sup: Supervisor, slot: LiveHost) -> None:
         slot.sink.close()
     state = classify(slot.exit)
     if state is not State.DONE:
+        from multihost.diagnose.jaxfaults import read_fault  # only for a host that failed
+
         slot.fault = read_fault(slot.sink.path)
         slot.exit = _aborted_first(slot)
         explain_jax(sup, slot)
@@ -137,6 +138,8 @@ def explain_jax(sup: Supervisor, ended: LiveHost) -> None:
             if other.fault == fault and other.cause and other.host.process_id not in at_fault:
                 ended.cause = other.cause
                 return
+    from multihost.diagnose.jaxfaults import explain
+
     faults = {p: s.fault for p, s in sup.slots.items()}
     # a run on some hosts (--workers) wired no JAX job: its process ids are the program's own
     names = {} if sup.job.workers else {p: s.host.name for p, s in sup.slots.items()}

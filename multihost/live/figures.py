@@ -158,7 +158,7 @@ def _number(text: str) -> float | None:
 
 @dataclass
 class Reader:
-    """Reads one host's ``top.sh`` stream; :meth:`line` returns a sample at each ``end``."""
+    """Reads one host's ``top.sh`` stream; :meth:`Reader.line` returns a sample at each ``end``."""
 
     host: Host
     hz: int = 100

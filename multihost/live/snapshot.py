@@ -107,7 +107,7 @@ class SliceSummary:
 @dataclass(frozen=True)
 class FleetSnapshot:
     """Every host of a run at one moment, and the verdicts. ``multihost top --once --json``
-    prints :meth:`to_json`."""
+    prints :meth:`FleetSnapshot.to_json`."""
 
     run: str
     at: float  # the runner's wall clock
