@@ -1,9 +1,9 @@
 """A TPU v2 API stand-in: queued resources, their state machine, and long-running operations.
 
-When a queued resource becomes ACTIVE, each of its TPU VM workers is one host of the loopback
-fleet: the server gives it a metadata server and runs the resource's startup script there over
-real ssh, detached, with a systemd-like environment (no ``HOME``) plus the gcloud settings that
-reach the fake Cloud Storage.
+When a queued resource becomes ACTIVE, each of its TPU VM workers is one loopback host (the
+sandbox's, or the tests' fleet): the server gives it a metadata server and has ``launch`` run
+the resource's startup script there over real ssh, detached, with a systemd-like environment
+(no ``HOME``) plus the gcloud settings that reach the fake Cloud Storage.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.cloud.faults import Faults, answer
-from tests.cloud.metadata import MetadataServer, worker_values
-from tests.cloud.zones import (
+from multihost.sandbox.standin.env import ZONE as _ZONE
+from multihost.sandbox.standin.faults import Faults, answer
+from multihost.sandbox.standin.metadata import MetadataServer, worker_values
+from multihost.sandbox.standin.zones import (
     ACCELERATOR_TYPES,
     PROJECT_NUMBER,
     ZONES,
@@ -38,7 +39,6 @@ from tests.cloud.zones import (
     workers_of,
 )
 
-_ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
 # v2, and v2alpha1 for gcloud's alpha track (``--best-effort``): the same resources
 _QR = re.compile(
     r"^/v2(?:alpha1)?/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$"
@@ -166,13 +166,13 @@ class TpuApi:
         # a wrong one for the hosts in ``wrong_host_keys``, none for ``no_host_keys`` resources
         self.host_key: Callable[[int], str | None] = lambda host: None
         self.wrong_host_keys: set[int] = set()
-        # internal-only workers' addresses by fleet host (a VPC's, tests/cloud/vpc.py); unset:
+        # internal-only workers' addresses by fleet host (a VPC's, in the tests); unset:
         # 127.1.0.x, where nothing listens
         self.internal_address: Callable[[int], str] | None = None
         self.no_host_keys: set[str] = set()
         self.capacity = Capacity()  # quota refusals per region, zones with no capacity
         # provisioned workers look like TPU VM images to an ordinary SSH session: gcloud on
-        # PATH pointed here, the metadata server reachable (see tests.cloud.fixture)
+        # PATH pointed here, the metadata server reachable (``launch`` makes them so)
         self.vm_image = False
         self.lock = threading.RLock()
         api = self
@@ -275,9 +275,10 @@ class TpuApi:
         if method == "GET" and name is None:
             here = [q for q in self.resources.values() if (q.project, q.zone) == (project, zone)]
             return 200, {"queuedResources": [q.to_json() for q in here]}
-        qr = self.resources.get(name or "")
-        if qr is None or (qr.project, qr.zone) != (project, zone):  # a resource lives in its zone
+        found = self.resources.get(name or "")
+        if found is None or (found.project, found.zone) != (project, zone):  # in its zone only
             return _error(404, f"queued resource {name} not found", "NOT_FOUND")
+        qr = found
         if method == "GET":
             return 200, qr.to_json()
         if method == "DELETE":
@@ -371,7 +372,7 @@ class TpuApi:
     # ------------------------------------------------------------ nodes
     # Nodes are the queued resources' slices: CREATING (no endpoints) while PROVISIONING,
     # READY with one endpoint per worker once ACTIVE. Internal-only workers get a 127.1.x.y
-    # address where nothing listens (reach them through the IAP relay, tests/cloud/iap.py).
+    # address where nothing listens (the tests reach them through an IAP relay stand-in).
 
     def node_json(self, qr: QueuedResource, slice_id: int) -> dict[str, Any]:
         name = qr.node_names()[slice_id]
@@ -628,14 +629,17 @@ def _error(code: int, message: str, status: str = "INVALID_ARGUMENT") -> tuple[i
     return code, {"error": {"code": code, "message": message, "status": status}}
 
 
-def ssh_launch_command(env: dict[str, str], scratch: str) -> str:
-    """What runs on a fleet host: the script (on stdin) saved, then started detached as a
-    systemd unit would start it: from ``/``, with a clean environment and no ``HOME``."""
+def ssh_launch_command(
+    env: dict[str, str], scratch: str, path: str = "/usr/local/bin:/usr/bin:/bin"
+) -> str:
+    """What runs on a loopback host: the script (on stdin) saved, then started detached as a
+    systemd unit would start it: from ``/``, with a clean environment (``path``, ``env``) and
+    no ``HOME``."""
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     d = shlex.quote(scratch)
     return (
         f"mkdir -p {d}/gcloud && cat > {d}/startup.sh || exit 1; cd / || exit 1; "
-        f"env -i PATH=/usr/local/bin:/usr/bin:/bin {assigns} CLOUDSDK_CONFIG={d}/gcloud "
+        f"env -i PATH={shlex.quote(path)} {assigns} CLOUDSDK_CONFIG={d}/gcloud "
         f"setsid sh {d}/startup.sh </dev/null >{d}/startup.log 2>&1 &"
     )
 
