@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.cloud.gcloud import require
+from multihost.cloud.gcloud import binary, require
 from multihost.defaults import DEFAULTS
 from multihost.errors import GcloudMissing, MultihostError, UsageError
 from multihost.sandbox import procs
@@ -38,7 +38,8 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get(DIR_ENV):
         return Path(env[DIR_ENV]).expanduser().absolute()
-    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    home = env.get("HOME") or str(Path.home())
+    base = env.get("XDG_STATE_HOME") or f"{home}/.local/state"
     return Path(base).expanduser().absolute() / "multihost" / "sandbox"
 
 
@@ -131,10 +132,10 @@ def check(state: Path, hosts: int, sshd: str | None) -> str:
     find_client("ssh-keygen")
     try:
         require()
-    except GcloudMissing as exc:  # the user's own gcloud is what talks to the stand-ins
+    except GcloudMissing:  # the user's own gcloud is what talks to the stand-ins
         raise UsageError(
-            f"the sandbox needs the Google Cloud CLI, your own: {exc} "
-            "(https://cloud.google.com/sdk/docs/install)"
+            f"the sandbox needs the Google Cloud CLI: {binary()!r} not found (install it: "
+            "https://cloud.google.com/sdk/docs/install)"
         ) from None
     if gcs.binary() is None:
         raise UsageError(f"the sandbox needs {gcs.MISSING}")
@@ -165,15 +166,18 @@ def up(
         )
     (state / "pid").write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + READY_TIMEOUT
-    while not (state / READY).exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            tail = (state / "log").read_text(errors="replace").strip().splitlines()[-5:]
-            _clean(state)
-            raise MultihostError("sandbox: did not start:\n  " + "\n  ".join(tail))
-        time.sleep(0.02)
+    try:
+        while not (state / READY).exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (state / "log").read_text(errors="replace").strip().splitlines()[-5:]
+                raise MultihostError("sandbox: did not start:\n  " + "\n  ".join(tail))
+            time.sleep(0.02)
+    except BaseException:  # it failed, or Ctrl-C: nothing of it left
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _clean(state)
+        raise
     return Started(state, hosts, time.monotonic() - t0)
 
 

@@ -20,17 +20,13 @@ from pathlib import Path
 from multihost.cloud.gcloud import require
 from multihost.sandbox.hosts import MARK, VM_PATH, Hosts, write
 from multihost.sandbox.hosts import exports as export_lines
+from multihost.sandbox.standin.boot import run_ssh, ssh_launch_command
 from multihost.sandbox.standin.env import BUCKET, gcloud_env
 from multihost.sandbox.standin.gcs import FakeGcs
 from multihost.sandbox.standin.guest import GuestAgent
+from multihost.sandbox.standin.resources import QueuedResource, Worker
 from multihost.sandbox.standin.secrets import SecretManager
-from multihost.sandbox.standin.tpu_api import (
-    QueuedResource,
-    TpuApi,
-    Worker,
-    run_ssh,
-    ssh_launch_command,
-)
+from multihost.sandbox.standin.tpu_api import TpuApi
 
 READY = "env"  # the file written last: `up` waits for it, `env` prints it
 
@@ -78,7 +74,7 @@ def _config(state: Path, hosts: Hosts) -> None:
     config = state / "config" / "multihost"
     config.mkdir(parents=True, mode=0o700)
     write(config / "config.toml", f'ssh-config = "{hosts.ssh_config}"\nno-add-key = true\n')
-    for d in ("xdg-state", "logs", "gcloud"):
+    for d in ("xdg-state", "logs", "gcloud-config"):
         (state / d).mkdir(mode=0o700, exist_ok=True)
 
 
@@ -120,7 +116,9 @@ def serve(state: Path, n: int, sshd: str) -> None:
             hosts.guest_keys, lambda i: hosts.user, file_of=lambda i: hosts.hosts[i].alias
         )
         _config(state, hosts)
-        cloud = gcloud_env(str(state / "gcloud"), tpu.endpoint, gcs.endpoint, secrets.endpoint)
+        cloud = gcloud_env(
+            str(state / "gcloud-config"), tpu.endpoint, gcs.endpoint, secrets.endpoint
+        )
         write(state / READY, exports(state, cloud))
         print(f"sandbox: {n} hosts, TPU API {tpu.endpoint}, {time.monotonic() - t0:.2f} s")
         sys.stdout.flush()

@@ -6,8 +6,10 @@
 # what the client asked for, run from HOME by bash as on a TPU VM, or a login shell.
 # $1: the host's dir (its env file, and vm.env while it is a pod's worker)
 host=$1
+# shellcheck source=/dev/null  # export lines the sandbox writes (multihost/sandbox/hosts.py)
 . "$host/env" || exit 255
 if [ -f "$host/vm.env" ]; then
+  # shellcheck source=/dev/null
   . "$host/vm.env" || exit 255
 fi
 cd "$HOME" || exit 255

@@ -15,20 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from multihost.sandbox.standin.boot import run_ssh, ssh_launch_command
 from multihost.sandbox.standin.env import BUCKET as BUCKET
 from multihost.sandbox.standin.env import ZONE as ZONE
 from multihost.sandbox.standin.env import free_port, gcloud_env
 from multihost.sandbox.standin.faults import FaultProxy, Faults
 from multihost.sandbox.standin.gcs import FakeGcs
 from multihost.sandbox.standin.guest import GuestAgent
+from multihost.sandbox.standin.resources import QueuedResource, Worker
 from multihost.sandbox.standin.secrets import SecretManager
-from multihost.sandbox.standin.tpu_api import (
-    QueuedResource,
-    TpuApi,
-    Worker,
-    run_ssh,
-    ssh_launch_command,
-)
+from multihost.sandbox.standin.tpu_api import TpuApi
 from tests import fleet as loopback
 
 
