@@ -152,8 +152,8 @@ class Host:
 
 
 class Hosts:
-    """The sandbox's N hosts under ``state``: prepared and started by :meth:`start`, a VM
-    wiped by :meth:`clear`, all stopped by :meth:`stop`."""
+    """The sandbox's N hosts under ``state``: prepared and started by :meth:`Hosts.start`, a VM
+    wiped by :meth:`Hosts.clear`, all stopped by :meth:`Hosts.stop`."""
 
     def __init__(self, state: Path, n: int, sshd: str, path: str = VM_PATH) -> None:
         self.state = state

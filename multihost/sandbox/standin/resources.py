@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from multihost.sandbox.standin.metadata import MetadataServer
+from multihost.sandbox.standin.metadata_server import MetadataServer
 from multihost.sandbox.standin.zones import PROJECT_NUMBER
 
 

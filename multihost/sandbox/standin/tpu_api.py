@@ -20,8 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from multihost.sandbox.standin.env import ZONE as _ZONE
 from multihost.sandbox.standin.faults import Faults, answer
-from multihost.sandbox.standin.metadata import MetadataServer, worker_values
-from multihost.sandbox.standin.nodes import Nodes
+from multihost.sandbox.standin.metadata_server import MetadataServer, worker_values
 from multihost.sandbox.standin.resources import (
     QueuedResource,
     Request,
@@ -30,6 +29,7 @@ from multihost.sandbox.standin.resources import (
     operation,
     vm_values,
 )
+from multihost.sandbox.standin.tpu_nodes import Nodes
 from multihost.sandbox.standin.zones import (
     ACCELERATOR_TYPES,
     PROJECT_NUMBER,
