@@ -199,6 +199,7 @@ def test_documented_sequence_as_a_user_then_nothing_left(fresh: User) -> None:
     assert user.processes() == {}
     assert not state.exists()
     assert _files(user.home) == before | {"try/hello.py"}  # nothing left outside it either
+    assert loopback.scratch_of([user.name]) == []  # in /tmp and /var/tmp neither
     for argv in ("down", "env"):
         assert "the sandbox is not up" in one_line(user.shell(f"multihost sandbox {argv}"))
 

@@ -53,10 +53,8 @@ def _launcher(
                 "CLOUDSDK_CONFIG": f"{vm}/gcloud-vm",
             },
         )
-        storage = "http://127.0.0.1:9/" if qr.name in api.broken_storage else gcs.endpoint
-        env = gcloud_env("", api.endpoint, storage, secrets.endpoint)
-        env.pop("CLOUDSDK_CONFIG")
-        env |= {
+        # the startup script's: as the tests' fleet's VMs boot (tests/cloud/fixture.py)
+        env = {k: v for k, v in endpoints.items() if k != "CLOUDSDK_CONFIG"} | {
             "GCE_METADATA_HOST": worker.metadata.host,
             "MULTIHOST_WORK_DIR": f"{vm}/work",  # a job's, else /var/tmp/multihost-UID: shared
             "TMPDIR": str(host.tmp),
