@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -299,6 +300,18 @@ def test_no_fake_gcs_server_names_the_extra(tmp_path: Path) -> None:
 def test_bad_hosts_is_one_line(tmp_path: Path) -> None:
     assert "--hosts must be 1..64" in one_line(_up(tmp_path, "--hosts", "65"))
     assert not (tmp_path / "sb").exists()
+
+
+def test_an_sshd_that_fails_is_named_and_nothing_is_left(tmp_path: Path) -> None:
+    """An sshd that exits at once (``/bin/false``): ``up`` names the host and the cause in one
+    line, exit 1, and what it had started is stopped, its dir removed."""
+    res = _up(tmp_path, "--hosts", "2", "--sshd", "/bin/false")
+    assert res.returncode == 1, res.stderr
+    assert re.fullmatch(
+        r"multihost: the sandbox did not start: h[01]'s sshd did not start: exit 1\n", res.stderr
+    ), res.stderr
+    assert not (tmp_path / "sb").exists()
+    assert not procs.matching(lambda pid: str(tmp_path / "sb") in " ".join(procs.cmdline(pid)))
 
 
 def test_the_session_script_passes_shellcheck() -> None:

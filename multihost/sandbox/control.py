@@ -23,7 +23,7 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import GcloudMissing, MultihostError, UsageError
 from multihost.sandbox import procs
 from multihost.sandbox.hosts import MARK, find_client, find_sshd
-from multihost.sandbox.serve import READY
+from multihost.sandbox.serve import FAILED, READY
 from multihost.sandbox.standin import gcs
 
 DIR_ENV = "MULTIHOST_SANDBOX_DIR"
@@ -169,8 +169,7 @@ def up(
     try:
         while not (state / READY).exists():
             if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (state / "log").read_text(errors="replace").strip().splitlines()[-5:]
-                raise MultihostError("sandbox: did not start:\n  " + "\n  ".join(tail))
+                raise MultihostError(f"the sandbox did not start: {_why(state, proc)}")
             time.sleep(0.02)
     except BaseException:  # it failed, or Ctrl-C: nothing of it left
         with contextlib.suppress(ProcessLookupError):
@@ -179,6 +178,17 @@ def up(
         _clean(state)
         raise
     return Started(state, hosts, time.monotonic() - t0)
+
+
+def _why(state: Path, proc: subprocess.Popen[bytes]) -> str:
+    """What the background process said when it gave up (else its log's last lines)."""
+    lines = (state / "log").read_text(errors="replace").strip().splitlines()
+    said = [ln[len(FAILED) :] for ln in lines if ln.startswith(FAILED)]
+    if said:
+        return said[-1]
+    if proc.poll() is None:
+        return f"not ready after {READY_TIMEOUT:.0f} s"
+    return "\n  ".join(["its log ends:", *lines[-5:]])
 
 
 def env(state: Path | None = None) -> str:

@@ -288,8 +288,10 @@ ForceCommand {session}
                 if self.listener(h.index) is not None:
                     waiting.remove((h, init))
                 elif init.poll() is not None or time.monotonic() > deadline:
-                    log = (h.dir / "sshd.log").read_text(errors="replace").strip()
-                    why = log.splitlines()[-1] if log else f"exit {init.poll()}"
+                    log = h.dir / "sshd.log"
+                    said = log.read_text(errors="replace").strip() if log.exists() else ""
+                    code = init.poll()
+                    why = said.splitlines()[-1] if said else f"exit {code}" if code else "no pid"
                     raise RuntimeError(f"{h.alias}'s sshd did not start: {why}")
             time.sleep(0.01)
 

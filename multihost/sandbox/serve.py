@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from multihost.sandbox.standin.secrets import SecretManager
 from multihost.sandbox.standin.tpu_api import TpuApi
 
 READY = "env"  # the file written last: `up` waits for it, `env` prints it
+FAILED = "sandbox failed: "  # the log's last line when it could not start
 
 
 def _launcher(
@@ -87,6 +89,13 @@ def exports(state: Path, cloud: dict[str, str]) -> str:
     return export_lines(dict(sorted(chosen.items())))
 
 
+def _start(gcs: FakeGcs, failed: list[BaseException]) -> None:
+    try:
+        gcs.start()
+    except Exception as exc:
+        failed.append(exc)
+
+
 def serve(state: Path, n: int, sshd: str) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -100,13 +109,14 @@ def serve(state: Path, n: int, sshd: str) -> None:
     holder: list[TpuApi] = []
     tpu = TpuApi(range(n), _launcher(hosts, holder, gcs, secrets), hosts.clear)
     holder.append(tpu)
+    gcs_failed: list[BaseException] = []
+    gcs_ready = threading.Thread(target=_start, args=(gcs, gcs_failed))
     try:
-        gcs_ready = threading.Thread(target=gcs.start)  # its start overlaps the hosts'
-        gcs_ready.start()
+        gcs_ready.start()  # its start overlaps the hosts'
         hosts.start()
         gcs_ready.join()
-        if gcs.proc is None or gcs.proc.poll() is not None:
-            raise RuntimeError("fake-gcs-server did not start")
+        if gcs_failed:
+            raise gcs_failed[0]
         gcs.create_bucket(BUCKET)
         tpu.vm_image = True  # its VMs serve what a TPU VM serves to a session: autodown works
         tpu.host_key = lambda i: hosts.hosts[i].host_key()
@@ -123,6 +133,8 @@ def serve(state: Path, n: int, sshd: str) -> None:
         stop.wait()
     finally:
         (state / READY).unlink(missing_ok=True)
+        if gcs_ready.ident is not None:
+            gcs_ready.join()
         # each server's shutdown waits out its poll (0.5 s): all at once, the pods' processes
         # killed by the TPU API's, every host's by the hosts'
         stopping = [threading.Thread(target=f) for f in (tpu.stop, secrets.stop, gcs.stop)]
@@ -139,7 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, required=True)
     parser.add_argument("--sshd", required=True)
     args = parser.parse_args(argv)
-    serve(args.dir, args.hosts, args.sshd)
+    try:
+        serve(args.dir, args.hosts, args.sshd)
+    except Exception as exc:  # the cause, as the log's last line: `up` says it
+        traceback.print_exc()
+        print(f"{FAILED}{exc}", flush=True)
+        return 1
     return 0
 
 

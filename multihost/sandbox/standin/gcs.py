@@ -72,13 +72,15 @@ class FakeGcs:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2).read()
                 return
             except (urllib.error.URLError, OSError):
-                time.sleep(0.1)
-        raise RuntimeError("fake-gcs-server did not start")
+                time.sleep(0.05)
+        code = self.proc.poll()
+        why = f"exit {code}" if code is not None else "no answer in 20 s"
+        raise RuntimeError(f"fake-gcs-server did not start ({why})")
 
     def create_bucket(self, name: str) -> None:
         body = json.dumps({"name": name}).encode()
