@@ -1,8 +1,8 @@
 """IAP at pod scale: one tunnel per slice (workers hopped through it) vs one per worker.
 
-The stand-in of tests/cloud/ (the real gcloud CLI against the TPU API stand-in; the real
-``gcloud start-iap-tunnel`` against the relay of tests/cloud/iap.py) with the workers in a VPC
-of their own (tests/cloud/vpc.py: a network namespace the runner cannot reach). Each trial
+The stand-in of multihost/sandbox/standin/ (the real gcloud CLI against the TPU API stand-in;
+the real ``gcloud start-iap-tunnel`` against the relay of tests/cloud/iap.py) with the workers
+in a VPC of their own (tests/cloud/vpc.py: a network namespace the runner cannot reach). Each trial
 runs ``multihost run --prefix Q --tunnel-through-iap [--iap-per-host] --cmd 'echo hi'`` on
 SLICES slices of WORKERS workers and measures: tunnels the relay opened; the runner's CPU
 (user+sys of it and every child it waited for: discovery's gcloud calls, the tunnels); the
@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import write_section  # noqa: E402
+from multihost.sandbox.standin.tpu_api import WORKERS  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 from tests.cloud import vpc as vpcs  # noqa: E402
 from tests.cloud.fixture import ZONE, Cloud, standin  # noqa: E402
 from tests.cloud.iap import WRAPPER, IapRelay  # noqa: E402
-from tests.cloud.tpu_api import WORKERS  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICK = os.sysconf("SC_CLK_TCK")

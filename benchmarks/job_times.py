@@ -1,11 +1,12 @@
 """``multihost job`` on the stand-in: submit → all hosts running, preemption → attempt 1 running.
 
-The stand-in of tests/cloud/ (the real gcloud CLI, fake GCS, the TPU API stand-in, startup
-scripts on the loopback SSH fleet). Each trial submits a v4-16 job (2 workers) with ``--watch``,
-takes the last worker's ``.started`` time minus the moment the submit command was started
-(submit → all running), preempts the queued resource and takes attempt 1's last ``.started``
-time minus the preemption (preemption → attempt 1 running); the watcher then sees attempt 1
-finish. ``.started`` holds whole seconds (``date +%s`` on the worker): ±1 s per figure.
+The stand-in of multihost/sandbox/standin/ (the real gcloud CLI, fake GCS, the TPU API
+stand-in, startup scripts on the loopback SSH fleet). Each trial submits a v4-16 job (2
+workers) with ``--watch``, takes the last worker's ``.started`` time minus the moment the
+submit command was started (submit → all running), preempts the queued resource and takes
+attempt 1's last ``.started`` time minus the preemption (preemption → attempt 1 running); the
+watcher then sees attempt 1 finish. ``.started`` holds whole seconds (``date +%s`` on the
+worker): ±1 s per figure.
 
 Usage: ``python benchmarks/job_times.py [--repeat 5] [--polls 2,5]`` (root: the fleet). Hold
 the fleet lock. Writes its section of benchmarks/RESULTS.md.

@@ -50,6 +50,7 @@ class Defaults:
     env_wait: float = 1800.0  # s a job's host waits for process 0's environment (--env-wait)
     env_poll: int = 5  # s between its looks in the bucket (one gcloud call each)
     key_wait: float = 50.0  # s a key just added may take to be accepted ($MULTIHOST_KEY_WAIT)
+    sandbox_hosts: int = 8  # loopback hosts of `multihost sandbox up` (--hosts)
     # The supervisor's own bounds (not flags).
     connect_slack: float = 10.0  # beyond connect_timeout, for a whole connect step
     command_timeout: float = 120.0  # one command on every host (status, check, kill-stale)

@@ -1083,6 +1083,33 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "multihost: error: argument --cmd: not UTF-8 text",
     ),
     ("config-typo", ["config", "--bogus"], 2, "multihost: error: unknown option --bogus"),
+    (
+        "sandbox-none",
+        ["sandbox"],
+        2,
+        "multihost: error: the following arguments are required: sandbox_command",
+    ),
+    (
+        "sandbox-hosts-0",
+        ["sandbox", "up", "--hosts", "0"],
+        2,
+        "multihost: error: argument --hosts: must be positive: '0'",
+    ),
+    (
+        "sandbox-hosts-65",
+        ["sandbox", "up", "--hosts", "65"],
+        2,
+        "multihost: error: --hosts must be 1..64, not 65",
+    ),
+    (
+        "sandbox-no-sshd",
+        ["sandbox", "up", "--sshd", "/nonexistent/sshd"],
+        2,
+        "multihost: error: no sshd at /nonexistent/sshd: install OpenSSH's server",
+    ),
+    ("sandbox-env-not-up", ["sandbox", "env"], 2, "multihost: error: the sandbox is not up"),
+    ("sandbox-down-not-up", ["sandbox", "down"], 2, "multihost: error: the sandbox is not up"),
+    ("sandbox-typo", ["sandbox", "down", "--all"], 2, "multihost: error: unknown option --all"),
 ]
 
 FLEET_CASES: list[tuple[str, list[str], int, str]] = [

@@ -1,5 +1,5 @@
-"""``multihost job`` end to end on the stand-in control plane (tests/cloud/): the real gcloud CLI,
-fake GCS, the TPU API stand-in, startup scripts on the loopback fleet."""
+"""``multihost job`` end to end on the stand-in control plane (multihost/sandbox/standin/): the
+real gcloud CLI, fake GCS, the TPU API stand-in, startup scripts on the loopback fleet."""
 
 from __future__ import annotations
 

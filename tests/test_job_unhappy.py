@@ -1,6 +1,6 @@
-"""``multihost job`` where the control plane misbehaves (tests/cloud/faults.py: the REAL gcloud
-meets 503s, resets and 403s from the stand-in servers), where a queued resource is deleted, and
-where a secret must never reach a disk."""
+"""``multihost job`` where the control plane misbehaves (``multihost.sandbox.standin.faults``:
+the REAL gcloud meets 503s, resets and 403s from the stand-in servers), where a queued resource
+is deleted, and where a secret must never reach a disk."""
 
 from __future__ import annotations
 

@@ -89,9 +89,7 @@ def test_the_wheel_has_the_package_payloads_license_and_types(built: Built) -> N
     names = built.wheel_names()
     package = {n for n in _source_files() if n.startswith("multihost/") and n.endswith(".py")}
     assert package <= names, sorted(package - names)  # pyproject's package list is complete
-    scripts = {
-        n for n in _source_files() if n.startswith("multihost/remote/") and n.endswith(".sh")
-    }
+    scripts = {n for n in _source_files() if n.startswith("multihost/") and n.endswith(".sh")}
     assert scripts <= names, sorted(scripts - names)  # the hosts' scripts are package data
     assert {f"multihost/payloads/{n}" for n in PAYLOAD_FILES} <= names
     assert "multihost/py.typed" in names

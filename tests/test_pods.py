@@ -335,7 +335,7 @@ def test_the_type_table_agrees_with_the_price_table_and_the_standin() -> None:
     """Every priced type exists; the stand-in's own list of what the service offers is taken,
     and its workers per slice are multihost's."""
     from multihost.cloud import checks
-    from tests.cloud.zones import ACCELERATOR_TYPES, workers_of
+    from multihost.sandbox.standin.zones import ACCELERATOR_TYPES, workers_of
 
     for tpu, _region in prices.table():
         checks.check_tpu_type(tpu)

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 import multihost
+from multihost.sandbox.standin.gcs import FakeGcs
 from multihost.stage import pack
 from multihost.sweep.results import NO_RESULT
 from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes
 from tests.cloud.fixture import bucket_for_hosts
-from tests.cloud.gcs import FakeGcs
 from tests.helpers import wait_for
 from tests.test_stagevia import Sh, fetch, serving, stop
 

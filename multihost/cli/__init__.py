@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "pods": "cli.pods",
     "gc": "cli.pods",
     "autodown": "cli.pods",
+    "sandbox": "cli.sandbox",
 }
 
 

@@ -137,4 +137,12 @@ EXAMPLES: dict[str, str] = {
         "multihost gc --dry-run --zones us-central2-b,us-east1-d",
     ),
     "autodown": _block("multihost autodown exp1 30m", "multihost autodown exp1 off"),
+    "sandbox": _block(
+        "multihost sandbox up --hosts 4",
+        'multihost sandbox env   # in a shell: eval "$(multihost sandbox env)"',
+        "multihost sandbox down",
+    ),
+    "sandbox up": _block("multihost sandbox up", "multihost sandbox up --hosts 2"),
+    "sandbox env": _block('multihost sandbox env   # in a shell: eval "$(multihost sandbox env)"'),
+    "sandbox down": _block("multihost sandbox down"),
 }

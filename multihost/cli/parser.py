@@ -226,6 +226,38 @@ def _sweep(sub: Any) -> None:
     )
 
 
+def _sandbox(sub: Any) -> None:
+    sandbox = command(
+        sub, "sandbox", "try multihost without a cloud: loopback hosts and a stand-in Cloud TPU"
+    )
+    ssub = sandbox.add_subparsers(dest="sandbox_command", required=True, parser_class=Parser)
+    up = command(
+        ssub,
+        "up",
+        "start N loopback hosts (sshds run as you, no root) and the stand-in cloud",
+        under="sandbox",
+    )
+    up.at("hosts").add_argument(
+        "--hosts",
+        type=positive(int),
+        default=D.sandbox_hosts,
+        metavar="N",
+        help="loopback hosts, on 127.0.0.2 and up (default %(default)s, at most 64)",
+    )
+    up.at("connection").add_argument(
+        "--sshd",
+        metavar="PATH",
+        help="the OpenSSH server to run (default: sshd on PATH, else in /usr/sbin)",
+    )
+    command(
+        ssub,
+        "env",
+        "print the export lines that point gcloud and multihost at the sandbox",
+        under="sandbox",
+    )
+    command(ssub, "down", "stop everything the sandbox started and remove its dir", under="sandbox")
+
+
 # Each builder and the commands it adds, in the order ``multihost --help`` lists them.
 BUILDERS: tuple[tuple[tuple[str, ...], Callable[[Any], None]], ...] = (
     (("run",), _run),
@@ -236,6 +268,7 @@ BUILDERS: tuple[tuple[tuple[str, ...], Callable[[Any], None]], ...] = (
     (("ls", "clean"), _runs),
     (("job",), add_job_parser),
     (POD_COMMANDS, add_pod_parsers),
+    (("sandbox",), _sandbox),
 )
 
 
@@ -299,7 +332,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command's own parser: its --help is the one to see
         where = parser
-        for name in (args.command, getattr(args, "job_command", None)):
+        for name in (args.command, getattr(args, f"{args.command}_command", None)):
             if name is not None and where._subparsers is not None:
                 where = subparser(where, name)
         where.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -1,5 +1,5 @@
-"""A stand-in for Google's control plane: TPU v2 queued resources, metadata servers, fake GCS.
-
-Only Google is stood in for: the real ``gcloud`` CLI talks to these servers over HTTP, and the
-startup scripts run on the real OpenSSH loopback fleet (one fleet host per TPU VM worker).
+"""The tests' side of the stand-in cloud: the ``cloud`` fixture (fixture.py: the package's
+stand-in servers, ``multihost.sandbox.standin``, with the tests' root fleet as the TPU VMs, one
+Unix user per worker), and what only tests need: the IAP relay (iap.py) and a VPC the runner
+cannot reach (vpc.py).
 """

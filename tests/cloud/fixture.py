@@ -1,4 +1,6 @@
-"""The ``cloud`` pytest fixture: fake GCS + the TPU API stand-in + the loopback fleet."""
+"""The ``cloud`` pytest fixture: fake GCS + the TPU API stand-in + the loopback fleet (the
+stand-in's servers are the package's, ``multihost.sandbox.standin``; the fleet is the tests',
+one Unix user per host)."""
 
 from __future__ import annotations
 
@@ -13,34 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from multihost.sandbox.standin.boot import run_ssh, ssh_launch_command
+from multihost.sandbox.standin.env import BUCKET as BUCKET
+from multihost.sandbox.standin.env import ZONE as ZONE
+from multihost.sandbox.standin.env import free_port, gcloud_env
+from multihost.sandbox.standin.faults import FaultProxy, Faults
+from multihost.sandbox.standin.gcs import FakeGcs
+from multihost.sandbox.standin.guest import GuestAgent
+from multihost.sandbox.standin.resources import QueuedResource, Worker
+from multihost.sandbox.standin.secrets import SecretManager
+from multihost.sandbox.standin.tpu_api import TpuApi
 from tests import fleet as loopback
-from tests.cloud.faults import FaultProxy, Faults
-from tests.cloud.gcs import FakeGcs
-from tests.cloud.guest import GuestAgent
-from tests.cloud.secrets import SecretManager
-from tests.cloud.tpu_api import QueuedResource, TpuApi, Worker, run_ssh, ssh_launch_command
-from tests.helpers import free_port
-
-BUCKET = "mh-test"
-ZONE = "us-central2-b"
-PROJECT = "p"
-
-
-def gcloud_env(config_dir: str, tpu: str, storage: str, secrets: str) -> dict[str, str]:
-    """The settings that point the real gcloud CLI at the stand-ins."""
-    return {
-        "CLOUDSDK_CONFIG": config_dir,
-        "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
-        "CLOUDSDK_CORE_PROJECT": PROJECT,
-        "CLOUDSDK_COMPUTE_ZONE": ZONE,
-        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_TPU": tpu,
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": storage,
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_SECRETMANAGER": secrets,
-        # the compute API's project (``project-info describe``) and OS Login: the TPU stand-in
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": f"{tpu}compute/v1/",
-        "CLOUDSDK_API_ENDPOINT_OVERRIDES_OSLOGIN": tpu,
-    }
 
 
 @contextlib.contextmanager

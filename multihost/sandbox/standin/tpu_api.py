@@ -1,29 +1,36 @@
 """A TPU v2 API stand-in: queued resources, their state machine, and long-running operations.
 
-When a queued resource becomes ACTIVE, each of its TPU VM workers is one host of the loopback
-fleet: the server gives it a metadata server and runs the resource's startup script there over
-real ssh, detached, with a systemd-like environment (no ``HOME``) plus the gcloud settings that
-reach the fake Cloud Storage.
+When a queued resource becomes ACTIVE, each of its TPU VM workers is one loopback host (the
+sandbox's, or the tests' fleet): the server gives it a metadata server and has ``launch`` run
+the resource's startup script there over real ssh, detached, with a systemd-like environment
+(no ``HOME``) plus the gcloud settings that reach the fake Cloud Storage.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.cloud.faults import Faults, answer
-from tests.cloud.metadata import MetadataServer, worker_values
-from tests.cloud.zones import (
+from multihost.sandbox.standin.env import ZONE as _ZONE
+from multihost.sandbox.standin.faults import Faults, answer
+from multihost.sandbox.standin.metadata_server import MetadataServer, worker_values
+from multihost.sandbox.standin.resources import (
+    QueuedResource,
+    Request,
+    Worker,
+    error,
+    operation,
+    vm_values,
+)
+from multihost.sandbox.standin.tpu_nodes import Nodes
+from multihost.sandbox.standin.zones import (
     ACCELERATOR_TYPES,
     PROJECT_NUMBER,
     ZONES,
@@ -38,104 +45,16 @@ from tests.cloud.zones import (
     workers_of,
 )
 
-_ZONE = "us-central2-b"  # the fixture's zone (tests.cloud.fixture.ZONE)
 # v2, and v2alpha1 for gcloud's alpha track (``--best-effort``): the same resources
 _QR = re.compile(
     r"^/v2(?:alpha1)?/projects/([^/]+)/locations/([^/]+)/queuedResources(?:/([^/?]+))?$"
 )
 _OP = re.compile(r"^/v2(?:alpha1)?/projects/([^/]+)/locations/([^/]+)/operations/([^/?]+)$")
-# a real ed25519 public key that no fleet host has (served as a worker's "wrong" host key)
-WRONG_ED25519 = "AAAAC3NzaC1lZDI1NTE5AAAAIKgn1VTkT+8EQ8A/x51qiEooVwZIE5MYAk3dVp/EC14C"
 _PROJECT = re.compile(r"^/compute/v1/projects/([^/]+)$")
 _NODE = re.compile(r"^/v2/projects/([^/]+)/locations/([^/]+)/nodes(?:/([^/:?]+))?(:\w+)?$")
 
 
-@dataclass
-class Worker:
-    """One TPU VM worker: the fleet host standing in for it and its metadata server."""
-
-    host: int
-    slice_id: int
-    worker: int
-    metadata: MetadataServer
-
-
-@dataclass
-class QueuedResource:
-    """One queued resource as the server keeps it."""
-
-    name: str
-    project: str
-    zone: str
-    body: dict[str, Any]
-    state: str = "ACCEPTED"
-    workers: list[Worker] = field(default_factory=list)
-    created: float = field(default_factory=time.time)
-    history: list[str] = field(default_factory=lambda: ["ACCEPTED"])
-    internal_only: bool = False  # its workers' addresses: 127.1.x.y, where nothing listens
-    reason: dict[str, Any] = field(default_factory=dict)  # e.g. {"failedData": {"error": ...}}
-    metadata: dict[int, dict[str, str]] = field(default_factory=dict)  # slice -> node metadata
-
-    def node_metadata(self, slice_id: int) -> dict[str, str]:
-        """The node's metadata map (from the create request, then as PATCHed)."""
-        if slice_id not in self.metadata:
-            self.metadata[slice_id] = dict(self.node_spec["node"].get("metadata", {}))
-        return self.metadata[slice_id]
-
-    @property
-    def path(self) -> str:
-        return f"projects/{self.project}/locations/{self.zone}/queuedResources/{self.name}"
-
-    @property
-    def node_spec(self) -> dict[str, Any]:
-        spec: dict[str, Any] = self.body["tpu"]["nodeSpec"][0]
-        return spec
-
-    @property
-    def num_slices(self) -> int:
-        return int(self.node_spec.get("multisliceParams", {}).get("nodeCount", 1))
-
-    @property
-    def accelerator_type(self) -> str:
-        return str(self.node_spec["node"]["acceleratorType"])
-
-    @property
-    def startup_script(self) -> str:
-        return str(self.node_spec["node"].get("metadata", {}).get("startup-script", ""))
-
-    def node_names(self) -> list[str]:
-        if self.num_slices == 1:
-            return [str(self.node_spec.get("nodeId", self.name))]
-        prefix = self.node_spec.get("multisliceParams", {}).get("nodeIdPrefix") or self.name
-        return [f"{prefix}-{i}" for i in range(self.num_slices)]
-
-    def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.body.items() if k != "tpu"}
-        return out | {
-            "name": self.path,
-            "createTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.created)),
-            "state": {"state": self.state, **self.reason},
-            "tpu": self.body["tpu"],
-        }
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request the server received."""
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    body: dict[str, Any] | None
-    auth: str = ""  # the Authorization header: "" from the runner's gcloud, a worker's token
-
-    @property
-    def name(self) -> str:
-        """The queued resource's name, for a request about one."""
-        return self.path.rsplit("/", 1)[-1] if "/queuedResources/" in self.path else ""
-
-
-class TpuApi:
+class TpuApi(Nodes):
     """The server. ``hosts``: fleet host indices it may hand out as TPU VM workers."""
 
     def __init__(
@@ -166,13 +85,13 @@ class TpuApi:
         # a wrong one for the hosts in ``wrong_host_keys``, none for ``no_host_keys`` resources
         self.host_key: Callable[[int], str | None] = lambda host: None
         self.wrong_host_keys: set[int] = set()
-        # internal-only workers' addresses by fleet host (a VPC's, tests/cloud/vpc.py); unset:
+        # internal-only workers' addresses by fleet host (a VPC's, in the tests); unset:
         # 127.1.0.x, where nothing listens
         self.internal_address: Callable[[int], str] | None = None
         self.no_host_keys: set[str] = set()
         self.capacity = Capacity()  # quota refusals per region, zones with no capacity
         # provisioned workers look like TPU VM images to an ordinary SSH session: gcloud on
-        # PATH pointed here, the metadata server reachable (see tests.cloud.fixture)
+        # PATH pointed here, the metadata server reachable (``launch`` makes them so)
         self.vm_image = False
         self.lock = threading.RLock()
         api = self
@@ -228,10 +147,10 @@ class TpuApi:
         self, method: str, path: str, query: dict[str, list[str]], body: dict[str, Any] | None
     ) -> tuple[int, dict[str, Any]]:
         if m := _OP.match(path):
-            return 200, _operation(f"projects/{m[1]}/locations/{m[2]}/operations/{m[3]}")
+            return 200, operation(f"projects/{m[1]}/locations/{m[2]}/operations/{m[3]}")
         if m := _NODE.match(path):
             if m[2] not in ZONES and m[2] != "-":
-                return _error(403, unknown_location(m[2]), "PERMISSION_DENIED")
+                return error(403, unknown_location(m[2]), "PERMISSION_DENIED")
             return self._nodes(method, m[1], m[2], m[3], m[4], body, query)
         if (m := _PROJECT.match(path)) and method == "GET":
             items = [{"key": k, "value": v} for k, v in self.project_metadata.items()]
@@ -245,51 +164,50 @@ class TpuApi:
             return self._oslogin(method, path, body)
         m = _QR.match(path)
         if not m:
-            return _error(404, f"no such API path {path}")
+            return error(404, f"no such API path {path}")
         project, zone, name = "p" if m[1] == PROJECT_NUMBER else m[1], m[2], m[3]
         if zone not in ZONES:  # as the service answers for a location it does not have
-            return _error(403, unknown_location(zone), "PERMISSION_DENIED")
+            return error(403, unknown_location(zone), "PERMISSION_DENIED")
         ops = f"projects/{project}/locations/{zone}/operations/"
         if method == "POST" and name is None:
             qid = query.get("queuedResourceId", [""])[0]
             if not qid or body is None:
-                return _error(400, "queuedResourceId and a body are required")
+                return error(400, "queuedResourceId and a body are required")
             if qid in self.resources:
-                return _error(409, f"queued resource {qid} already exists", "ALREADY_EXISTS")
+                return error(409, f"queued resource {qid} already exists", "ALREADY_EXISTS")
             node = (body.get("tpu", {}).get("nodeSpec") or [{}])[0].get("node", {})
             kind = str(node.get("acceleratorType"))
             if kind not in ACCELERATOR_TYPES:  # the service's own refusal of a made-up type
-                return _error(400, unknown_type(kind, zone), "INVALID_ARGUMENT")
+                return error(400, unknown_type(kind, zone), "INVALID_ARGUMENT")
             ctype = capacity_type(body)
             if (region_of(zone), ctype) in self.capacity.quota:
-                return _error(
-                    429, quota_message(region_of(zone), ctype, kind), "RESOURCE_EXHAUSTED"
-                )
+                return error(429, quota_message(region_of(zone), ctype, kind), "RESOURCE_EXHAUSTED")
             for spec in body.get("tpu", {}).get("nodeSpec", []):  # v2alpha1's name for it
                 if "multiNodeParams" in spec:
                     spec["multisliceParams"] = spec.pop("multiNodeParams")
             qr = QueuedResource(qid, project, zone, body, internal_only=qid in self.internal_only)
             self.resources[qid] = qr
             threading.Thread(target=self._provision, args=(qr,), daemon=True).start()
-            return 200, _operation(ops + uuid.uuid4().hex)
+            return 200, operation(ops + uuid.uuid4().hex)
         if method == "GET" and name is None:
             here = [q for q in self.resources.values() if (q.project, q.zone) == (project, zone)]
             return 200, {"queuedResources": [q.to_json() for q in here]}
-        qr = self.resources.get(name or "")
-        if qr is None or (qr.project, qr.zone) != (project, zone):  # a resource lives in its zone
-            return _error(404, f"queued resource {name} not found", "NOT_FOUND")
+        found = self.resources.get(name or "")
+        if found is None or (found.project, found.zone) != (project, zone):  # in its zone only
+            return error(404, f"queued resource {name} not found", "NOT_FOUND")
+        qr = found
         if method == "GET":
             return 200, qr.to_json()
         if method == "DELETE":
             forced = query.get("force", ["false"])[0].lower() == "true"
             if qr.state in ("PROVISIONING", "ACTIVE") and not forced:
-                return _error(400, "it has nodes: delete with force", "FAILED_PRECONDITION")
+                return error(400, "it has nodes: delete with force", "FAILED_PRECONDITION")
             if qr.state == "DELETING":
-                return 200, _operation(ops + uuid.uuid4().hex)
+                return 200, operation(ops + uuid.uuid4().hex)
             self._set(qr, "DELETING")
             threading.Thread(target=self._delete, args=(qr,), daemon=True).start()
-            return 200, _operation(ops + uuid.uuid4().hex)
-        return _error(405, f"{method} not supported")
+            return 200, operation(ops + uuid.uuid4().hex)
+        return error(405, f"{method} not supported")
 
     # ------------------------------------------------------------ state machine
 
@@ -367,137 +285,6 @@ class TpuApi:
         with self.lock:
             self._release(qr)
             self.resources.pop(qr.name, None)
-
-    # ------------------------------------------------------------ nodes
-    # Nodes are the queued resources' slices: CREATING (no endpoints) while PROVISIONING,
-    # READY with one endpoint per worker once ACTIVE. Internal-only workers get a 127.1.x.y
-    # address where nothing listens (reach them through the IAP relay, tests/cloud/iap.py).
-
-    def node_json(self, qr: QueuedResource, slice_id: int) -> dict[str, Any]:
-        name = qr.node_names()[slice_id]
-        node: dict[str, Any] = {
-            "name": f"projects/{qr.project}/locations/{qr.zone}/nodes/{name}",
-            "acceleratorType": qr.accelerator_type,
-            "runtimeVersion": qr.node_spec["node"].get("runtimeVersion", ""),
-            "state": "READY" if qr.state == "ACTIVE" else "CREATING",
-            "queuedResource": qr.path,
-            "metadata": dict(qr.node_metadata(slice_id)),
-            "networkConfig": {"enableExternalIps": False},
-        }
-        if qr.state == "ACTIVE":
-            workers = [w for w in qr.workers if w.slice_id == slice_id]
-            node["networkEndpoints"] = [
-                {"ipAddress": self.worker_ip(qr, w), "port": 8470} for w in workers
-            ]
-            node["health"] = "HEALTHY"
-        return node
-
-    def worker_ip(self, qr: QueuedResource, w: Worker) -> str:
-        if qr.internal_only and self.internal_address is not None:
-            return self.internal_address(w.host)
-        return f"127.1.0.{2 + w.host}" if qr.internal_only else f"127.0.0.{2 + w.host}"
-
-    @staticmethod
-    def instance_name(qr: QueuedResource, w: Worker) -> str:
-        """``deviceInfo/hostname``: the worker's instance name, as GCE names TPU VMs."""
-        return f"t1v-n-{qr.name}-w-{w.slice_id}-{w.worker}"
-
-    def worker_by_instance(self, instance: str) -> Worker | None:
-        """The ACTIVE worker whose instance name is ``instance`` (the IAP relay asks)."""
-        with self.lock:
-            for qr in self.resources.values():
-                for w in qr.workers if qr.state == "ACTIVE" else ():
-                    if self.instance_name(qr, w) == instance:
-                        return w
-        return None
-
-    def guest_attributes(self, qr: QueuedResource, w: Worker) -> list[dict[str, str]]:
-        """What the guest agent publishes for one worker (items of ``queryValue``)."""
-        items = [{"namespace": "deviceInfo", "key": "hostname", "value": self.instance_name(qr, w)}]
-        key = None if qr.name in self.no_host_keys else self.host_key(w.host)
-        if key is not None:
-            kind, b64 = key.split()[:2]
-            if w.host in self.wrong_host_keys:
-                b64 = WRONG_ED25519 if kind == "ssh-ed25519" else b64[:-8] + "AAAAAAAA"
-            items.append({"namespace": "hostkeys", "key": kind, "value": b64})
-        return items
-
-    def _nodes(
-        self,
-        method: str,
-        project: str,
-        zone: str,
-        name: str | None,
-        verb: str | None,
-        body: dict[str, Any] | None,
-        query: dict[str, list[str]] | None = None,
-    ) -> tuple[int, dict[str, Any]]:
-        found = [
-            (qr, s)
-            for qr in self.resources.values()
-            if qr.project == project and qr.zone == zone and qr.state in ("PROVISIONING", "ACTIVE")
-            for s in range(qr.num_slices)
-        ]
-        if name is None:
-            return 200, {"nodes": [self.node_json(qr, s) for qr, s in found]}
-        picked = [(qr, s) for qr, s in found if qr.node_names()[s] == name]
-        if not picked:
-            return _error(404, f"node {name} not found", "NOT_FOUND")
-        qr, s = picked[0]
-        if method == "GET" and verb is None:
-            return 200, self.node_json(qr, s)
-        if method == "PATCH" and verb is None:
-            return self._patch(qr, s, body or {}, (query or {}).get("updateMask", [""])[0])
-        if method == "POST" and verb == ":getGuestAttributes":
-            workers = [w for w in qr.workers if w.slice_id == s] if qr.state == "ACTIVE" else []
-            return 200, {
-                "guestAttributes": [
-                    {
-                        "queryPath": (body or {}).get("queryPath", ""),
-                        "queryValue": {"items": self.guest_attributes(qr, w)},
-                    }
-                    for w in workers
-                ]
-            }
-        return _error(405, f"{method} {verb or ''} not supported on nodes")
-
-    def _patch(
-        self, qr: QueuedResource, s: int, body: dict[str, Any], mask: str
-    ) -> tuple[int, dict[str, Any]]:
-        """``nodes.patch``: only ``metadata`` here, replaced whole (as the API does: the CLI
-        sends the merged map); the guest agent installs ``ssh-keys`` on the workers soon."""
-        if set(mask.split(",")) != {"metadata"}:
-            return _error(400, f"updateMask {mask!r} not supported by the stand-in")
-        meta = body.get("metadata")
-        if not isinstance(meta, dict):
-            return _error(400, "metadata must be a map")
-        qr.metadata[s] = {str(k): str(v) for k, v in meta.items()}
-        workers = [w for w in qr.workers if w.slice_id == s]
-        keys = qr.metadata[s].get("ssh-keys", "")
-        threading.Thread(target=self.guest_agent, args=(workers, keys), daemon=True).start()
-        ops = f"projects/{qr.project}/locations/{qr.zone}/operations/"
-        return 200, _operation(ops + uuid.uuid4().hex) | {"response": self.node_json(qr, s)}
-
-    def _oslogin(
-        self, method: str, path: str, body: dict[str, Any] | None
-    ) -> tuple[int, dict[str, Any]]:
-        """The OS Login API: ``users/EMAIL/loginProfile`` and ``users/EMAIL:importSshPublicKey``
-        (the key also handed to the guest agent, as the OS Login NSS module would accept it)."""
-        profile = self.oslogin_profile
-        if profile is None:
-            return _error(403, "OS Login is not enabled here", "PERMISSION_DENIED")
-        if method == "GET" and path.endswith("/loginProfile"):
-            return 200, profile
-        if method == "POST" and ":importSshPublicKey" in path:
-            key = str((body or {}).get("key", "")).strip()
-            fp = uuid.uuid5(uuid.NAMESPACE_OID, key).hex
-            profile.setdefault("sshPublicKeys", {})[fp] = {"key": key, "fingerprint": fp}
-            workers = [w for qr in self.resources.values() for w in qr.workers]
-            names = [str(a.get("username")) for a in profile.get("posixAccounts", ())]
-            lines = "\n".join(f"{name}:{key} {name}" for name in names)  # its POSIX users'
-            threading.Thread(target=self.guest_agent, args=(workers, lines), daemon=True).start()
-            return 200, {"loginProfile": profile}
-        return _error(405, f"{method} {path} not supported by the OS Login stand-in")
 
     def release(self, name: str) -> None:
         """A resource held in PROVISIONING goes on to ACTIVE."""
@@ -597,54 +384,3 @@ class TpuApi:
         self.reset()
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-def worker_token(qr: QueuedResource, slice_id: int, worker: int) -> str:
-    """The access token a worker's metadata server hands out (its service account's)."""
-    return f"ya29.vm-{qr.name}-s{slice_id}-w{worker}"
-
-
-def vm_values(qr: QueuedResource, slice_id: int, worker: int) -> dict[str, str]:
-    """What every TPU VM's metadata server serves besides the TPU attributes."""
-    token = worker_token(qr, slice_id, worker)
-    return {
-        "instance/attributes/queued-resource-name": (
-            f"projects/{PROJECT_NUMBER}/locations/{qr.zone}/queuedResources/{qr.name}"
-        ),
-        "instance/zone": f"projects/{PROJECT_NUMBER}/zones/{qr.zone}",
-        "project/project-id": qr.project,
-        "project/numeric-project-id": PROJECT_NUMBER,
-        "instance/service-accounts/default/token": json.dumps(
-            {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}
-        ),
-    }
-
-
-def _operation(name: str) -> dict[str, Any]:
-    return {"name": name, "done": True, "response": {}}
-
-
-def _error(code: int, message: str, status: str = "INVALID_ARGUMENT") -> tuple[int, dict[str, Any]]:
-    return code, {"error": {"code": code, "message": message, "status": status}}
-
-
-def ssh_launch_command(env: dict[str, str], scratch: str) -> str:
-    """What runs on a fleet host: the script (on stdin) saved, then started detached as a
-    systemd unit would start it: from ``/``, with a clean environment and no ``HOME``."""
-    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    d = shlex.quote(scratch)
-    return (
-        f"mkdir -p {d}/gcloud && cat > {d}/startup.sh || exit 1; cd / || exit 1; "
-        f"env -i PATH=/usr/local/bin:/usr/bin:/bin {assigns} CLOUDSDK_CONFIG={d}/gcloud "
-        f"setsid sh {d}/startup.sh </dev/null >{d}/startup.log 2>&1 &"
-    )
-
-
-def run_ssh(ssh_config: str, alias: str, command: str, stdin: str) -> None:
-    subprocess.run(
-        ["ssh", "-F", ssh_config, alias, command],
-        input=stdin.encode(),
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
