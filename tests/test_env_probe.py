@@ -92,15 +92,21 @@ def host(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return base, {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path)}
 
 
-def _probe(base: Path, env: dict[str, str], source: str = "", ruv: str = "0.13.9") -> str:
-    source = source or python_source("env_probe")
-    command = script(
+def _command(base: Path, source: str, ruv: str) -> str:
+    """The check's command, with ``source`` as the kit's env_probe.py (staged with the kit)."""
+    kit = base.parent / "kit"
+    kit.mkdir(exist_ok=True)
+    (kit / "env_probe.py").write_text(source)
+    return script(
         PROBE,
-        paths={"b": str(base), "r": str(base / "runs" / "r1")},
+        paths={"b": str(base), "r": str(base / "runs" / "r1"), "k": str(kit)},
         lock="ab" * 32,
         ruv=ruv,
-        probe=source,
     )
+
+
+def _probe(base: Path, env: dict[str, str], source: str = "", ruv: str = "0.13.9") -> str:
+    command = _command(base, source or python_source("env_probe"), ruv)
     out = subprocess.run(
         ["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=60
     )
@@ -171,14 +177,9 @@ def test_warm_check_hands_anything_else_to_the_probe(
         cache.write_text("/bin/sh\n" + cache.read_text().split("\n", 1)[1])
     else:
         ruv = "0.14.0"  # a host without uv gets another version: another key
-    command = script(
-        PROBE,
-        paths={"b": str(base), "r": str(base / "runs" / "r1")},
-        lock="ab" * 32,
-        ruv=ruv,
-        probe=NO_PYTHON,
+    out = subprocess.run(
+        ["sh", "-c", _command(base, NO_PYTHON, ruv)], env=env, capture_output=True, timeout=60
     )
-    out = subprocess.run(["sh", "-c", command], env=env, capture_output=True, timeout=60)
     assert out.returncode == 7, out
     said = _words(_probe(base, env, ruv=ruv))
     if change == "another libc":  # the probe says the same key, and leaves its cache again
@@ -204,7 +205,7 @@ def test_stage_then_runs_on_the_staging_channel(tmp_path: Path) -> None:
     paths = Paths(str(base), f"{base}/code/{archive.short}", f"{base}/runs/r1")
     conn = LocalConnection(Host("local0"))
     then = "echo said; echo oops >&2; exit 9"
-    sent, done = asyncio.run(stage_then(conn, archive, paths, then, claim=True))
+    sent, done, _kit = asyncio.run(stage_then(conn, archive, paths, then, claim=True))
     assert sent == len(archive.data)
     assert (base / "runs" / "r1").is_dir()
     assert (done.exit_status, done.stdout, done.stderr) == (9, b"said\n", b"oops\n")

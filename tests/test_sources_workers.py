@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from multihost.commands import host_env
+from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job, host_ranges
 from multihost.sources.workers import parse, select
@@ -111,6 +112,9 @@ def test_a_subset_gets_no_jax_wiring_and_keeps_its_numbers() -> None:
         "MULTIHOST_WORKER_ID": "1",
         "MULTIHOST_PROCESS_ID": "5",
         "MULTIHOST_WORKERS": "s0/w2,s1/w1",
+        # no JAX job, but a program of its own may still use JAX: the compile cache is on
+        "MULTIHOST_COMPILE_CACHE": "~/.multihost/compile-cache",
+        "MULTIHOST_COMPILE_CACHE_MAX": str(DEFAULTS.compile_cache_max),
         "A": "1",
     }
     whole = host_env(host, FLEET, Job(command="true", run_name="r"), {})

@@ -258,11 +258,22 @@ class TpuApi(Nodes):
                 self._release(qr)
                 return
             self._set(qr, "ACTIVE")
-        threads = [threading.Thread(target=self.launch, args=(w, qr), daemon=True) for w in workers]
+        threads = [threading.Thread(target=self._boot, args=(w, qr), daemon=True) for w in workers]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+
+    def _boot(self, worker: Worker, qr: QueuedResource) -> None:
+        """A worker's startup script started; a VM deleted while it booted (its host's
+        processes killed, its ssh cut) is no failure of the stand-in's."""
+        try:
+            self.launch(worker, qr)
+        except Exception:
+            with self.lock:
+                if self.resources.get(qr.name) is qr and worker in qr.workers:
+                    raise
+                return
 
     def _expire(self, qr: QueuedResource) -> None:
         """Past its valid-until with no capacity: FAILED, with the capacity message."""
