@@ -2,10 +2,10 @@
 
 The public API is what this package exports (``__all__``), and only that:
 
-- run: ``run``, ``run_async``, ``call``, ``run_sweep``, ``make_fleet``;
+- run: ``run``, ``run_async``, ``call``, ``session``, ``run_sweep``, ``make_fleet``;
 - runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``;
 - results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``,
-  ``CallResult``, ``SweepResult``;
+  ``CallResult``, ``SweepResult``; a session's handle, ``Session``;
 - the fleet and the run: ``Fleet``, ``Host``, ``Job``, ``State``, ``RunOptions``, ``SSHOptions``;
 - errors: ``MultihostError`` and the tree under it.
 
@@ -40,10 +40,12 @@ __all__ = [
     "RunOptions",
     "RunResult",
     "SSHOptions",
+    "Session",
     "StackReport",
     "State",
     "SweepResult",
     "UsageError",
+    "WarmError",
     "attach",
     "call",
     "kill",
@@ -53,6 +55,7 @@ __all__ = [
     "run",
     "run_async",
     "run_sweep",
+    "session",
     "stacks",
     "status",
 ]
@@ -72,8 +75,9 @@ _WHERE = {
         ),
         "multihost.api",
     ),
-    **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
+    "call": "multihost.remote_call",
     **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.sweep.api"),
+    **dict.fromkeys(("Session", "session"), "multihost.warm.session"),
     **dict.fromkeys(
         (
             "ConnectError",
@@ -88,11 +92,12 @@ _WHERE = {
             "RemoteCallError",
             "RemoteError",
             "UsageError",
+            "WarmError",
         ),
         "multihost.errors",
     ),
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
-    **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.runresult"),
+    **dict.fromkeys(("CallResult", "HostResult", "PullResult", "RunResult"), "multihost.runresult"),
     "StackReport": "multihost.diagnose.stacks",
     "RunOptions": "multihost.options",
     "SSHOptions": "multihost.transport",
@@ -124,13 +129,15 @@ if TYPE_CHECKING:
         RemoteCallError,
         RemoteError,
         UsageError,
+        WarmError,
     )
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
-    from multihost.remote_call import CallResult, call
-    from multihost.runresult import HostResult, PullResult, RunResult
+    from multihost.remote_call import call
+    from multihost.runresult import CallResult, HostResult, PullResult, RunResult
     from multihost.sweep.api import SweepResult, run_sweep
     from multihost.transport import SSHOptions
+    from multihost.warm.session import Session, session
 
 
 def __getattr__(name: str) -> Any:

@@ -55,6 +55,7 @@ class Defaults:
     run_name_max: int = 100  # characters in a run name
     local_max: int = 1024  # --local workers, each a process on this machine (more: refused)
     manifest_interval: float = 0.5  # s between run.json rewrites (final states always write)
+    warm_start_timeout: float = 600.0  # s for warm processes to start and join their JAX job
 
 
 DEFAULTS = Defaults()
