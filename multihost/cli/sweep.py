@@ -53,6 +53,7 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
         point_timeout=args.point_timeout,
         resume=args.resume,
         parallel=args.parallel,
+        warm=args.warm,
     )
 
 

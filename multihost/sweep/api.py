@@ -11,7 +11,7 @@ from typing import Any
 from multihost.bridge import blocking, ctrl_c
 from multihost.commands import check_run_name
 from multihost.errors import EnvFailed, UsageError
-from multihost.keywords import events_of, plan_run
+from multihost.keywords import SWEEP_KEYWORDS, events_of, plan_run
 from multihost.options import default_run_name
 from multihost.runresult import Staging, aligned
 from multihost.sweep.grid import _check_axis, check_template, expand
@@ -87,8 +87,9 @@ def run_sweep(
 ) -> SweepResult:
     """Run ``template`` once per grid point (``{name}`` filled in), rank the points by
     process 0's ``MULTIHOST_RESULT`` ``metric``; keywords otherwise as :func:`multihost.run`
-    (``run_name=`` names the sweep; ``stream=`` defaults to "none"). Each finished point is
-    printed as one line, or handed to ``on_record``."""
+    (``run_name=`` names the sweep; ``stream=`` defaults to "none"), and the sweep's flags by
+    their names (``warm=True``: every point in warm processes, as ``--warm``). Each finished
+    point is printed as one line, or handed to ``on_record``."""
     axes: dict[str, tuple[str, ...]] = {}
     for name, values in grid.items():
         axes[name] = tuple(str(v) for v in values)
@@ -98,7 +99,9 @@ def run_sweep(
         raise UsageError("resume=True needs the run_name of the sweep to resume")
     name = check_run_name(options.pop("run_name", None) or f"sweep-{default_run_name()}")
     given = {"stream": "none", **options, "run_name": name}
-    plan = plan_run("", {**given, **SWEEP_SETTINGS}, "run_sweep", (*SWEEP_OPTIONS, "on_record"))
+    own = (*SWEEP_OPTIONS, *SWEEP_KEYWORDS, "on_record")
+    plan = plan_run("", {**given, **SWEEP_SETTINGS}, "run_sweep", own)
+    flags = {k: given.pop(k, default) for k, default in SWEEP_KEYWORDS.items()}
     spec = SweepSpec(
         name=name,
         template=template,
@@ -110,6 +113,7 @@ def run_sweep(
         point_timeout=point_timeout,
         resume=resume,
         parallel=parallel,
+        warm=bool(flags["warm"]),
     )
 
     def said(record: Record) -> None:
