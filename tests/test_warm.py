@@ -152,8 +152,7 @@ def test_the_portal_stops_once_then_leaves_on_ctrl_c() -> None:
     try:
 
         async def stoppable() -> str:
-            while not stopped.is_set():
-                await asyncio.sleep(0.01)
+            await asyncio.to_thread(stopped.wait)
             return "stopped"
 
         policy = Interrupt(stopped.set, "stopping", say=said.append, label="interrupted")
@@ -182,7 +181,8 @@ def test_the_server_is_one_self_contained_file(tmp_path: Path) -> None:
     """It runs on a host from its text alone (standard library; jax only when there), and
     says why it leaves when nobody opens its channel in time."""
     text = python_source("warm_server")
-    assert "import multihost" not in text and "from multihost" not in text
+    assert "import multihost" not in text
+    assert "from multihost" not in text
     run = tmp_path / "run"
     run.mkdir()
     (run / "warm_server.py").write_text(text)
@@ -198,4 +198,5 @@ def test_the_server_is_one_self_contained_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "no runner opened the channel within its wait: leaving" in done.stderr
-    assert (run / "warm.in").is_fifo() and (run / "warm.out").is_fifo()
+    assert (run / "warm.in").is_fifo()
+    assert (run / "warm.out").is_fifo()

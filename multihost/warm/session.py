@@ -217,10 +217,15 @@ def _loads(value: bytes) -> Any:
 
 
 def _first(done: PieceResult, failed: list[CallResult]) -> CallResult:
-    """The host that raised (over those stopped because of it); the first to end among them."""
-    raised = [o for o in failed if o.traceback] or failed
-    ended = {o.host.process_id: o.ended_at or float("inf") for o in done.outcomes}
-    return min(raised, key=lambda o: (ended[o.host.process_id], o.host.process_id))
+    """The host that failed first of its own (raised, or its process ended) over those
+    stopped because of it; among them, one that raised, then the first to end."""
+    said = {o.host.process_id: o for o in done.outcomes}
+
+    def rank(c: CallResult) -> tuple[bool, bool, float, int]:
+        o = said[c.host.process_id]
+        return (o.stopped, not c.traceback, o.ended_at or float("inf"), o.host.process_id)
+
+    return min(failed, key=rank)
 
 
 def _message(o: CallResult) -> str:
