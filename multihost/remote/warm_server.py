@@ -1,38 +1,21 @@
-"""multihost's warm process: one long-lived Python per host that runs many pieces of work.
+"""multihost's warm process: one long-lived Python per host, many pieces of work run in it.
 
-Started by a warm set's run (``multihost.warm``) as ``PYTHON $MULTIHOST_RUN_DIR/warm_server.py``
-with the staged code as its working directory, in the run's process group like any job: stopping
-the run (``multihost kill``, Ctrl-C, fail-fast) stops it. Standard library only, and jax when
-the job has it.
+Run by a warm set's run (``multihost.warm``) as ``PYTHON $MULTIHOST_RUN_DIR/warm_server.py`` in
+the staged code, in the run's process group: what stops a run stops it. Standard library, and
+jax when the job has it. It makes two FIFOs in the run's directory, ``warm.in`` and ``warm.out``
+(the runner's channel, ``warm_channel.sh``, holds them open), joins the run's JAX job once (the
+staged hook joins it), says ``ready``, then runs one piece at a time: ``script`` (as ``python
+SCRIPT ARGS``: ``__main__``, a fresh namespace, its ``sys.argv``; ``SystemExit`` honoured),
+``module`` (``python -m``), ``main`` (a bundled payload's ``main(ARGS)``) or ``call`` (a
+function by value). Its fd 1 and 2 go back as ``out`` frames, then ``done`` (exit code, what it
+raised, value, memory). ``sys.argv``, ``sys.path``, the working directory and ``os.environ``
+are put back after a piece; modules, JAX's config and caches are not. A piece's
+``jax.distributed.initialize()`` is a no-op once joined, ``shutdown()`` always.
 
-It makes two FIFOs in the run's directory, ``warm.in`` (the runner's frames) and ``warm.out``
-(its own), which the runner's channel (``warm_channel.sh``) holds open; imports jax and joins
-the run's JAX job once (the staged hook joins it before the first backend); says ``ready``;
-then runs one piece at a time, each on every host together (one SPMD job):
-
-- ``script``: ``python SCRIPT ARGS`` as the interpreter would run it (``__main__``, a fresh
-  module namespace, its ``sys.argv``, its folder first on ``sys.path``; ``SystemExit``
-  honoured);
-- ``module``: ``python -m MODULE ARGS``;
-- ``main``: a bundled payload through its ``main(ARGS)`` (its module imported once, so what it
-  compiled stays compiled);
-- ``call``: a function sent by value (cloudpickle), its value sent back.
-
-While a piece runs, what the process writes to its stdout and stderr (fd 1 and 2, so also C
-libraries and subprocesses) goes back as ``out`` frames; then ``done``: its exit code, what it
-raised (and the traceback), its value, and memory (RSS, JAX's live arrays). Between pieces the
-same output goes to the run's log. After a piece, ``sys.argv``, ``sys.path``, the working
-directory and ``os.environ`` are put back; imported modules, JAX's config and caches are not.
-A piece's own ``jax.distributed.initialize()`` is a no-op once the process is in its job, and
-``jax.distributed.shutdown()`` always is (the job outlives the piece).
-
-Frames, both ways: ``KIND LENGTH\\n`` then LENGTH bytes. From the runner: ``work`` (a JSON
-line, then the call's bytes) and ``quit``. To it: ``ready`` (JSON), ``out``, ``done`` (a JSON
-line, then the value's bytes) and ``bye``.
-
-It leaves on ``quit`` (``jax.distributed.shutdown`` with every host, bounded, then exit 0);
-when the channel closes without one (the runner gone: exit 1, whatever runs); and when nobody
-opens the channel within ``MULTIHOST_WARM_WAIT`` seconds of its start (exit 1).
+Frames: ``KIND LENGTH\n`` then LENGTH bytes; in: ``work`` (JSON line, call bytes), ``quit``;
+out: ``ready``, ``out``, ``done`` (JSON line, value bytes), ``bye``. It leaves on ``quit``
+(exit 0, after leaving the JAX job with the others, bounded); when the channel closes without
+one (the runner is gone); when nobody opens it within ``MULTIHOST_WARM_WAIT`` s (exit 1).
 """
 
 from __future__ import annotations
@@ -41,9 +24,11 @@ import contextlib
 import errno
 import functools
 import gc
+import importlib
 import json
 import os
 import queue
+import runpy
 import select
 import signal
 import sys
@@ -76,7 +61,7 @@ class Channel:
         self._in = os.open(self.inbox, os.O_RDONLY | os.O_NONBLOCK)
         self._out = -1
         self._lock = threading.Lock()
-        self._buffer = b""
+        self._buffer = bytearray()
 
     def open_out(self, deadline: float) -> None:
         """Wait for the runner's channel to hold the outbox (no reader: ENXIO)."""
@@ -102,32 +87,24 @@ class Channel:
         poller.register(self._in, select.POLLIN)
         while True:
             poller.poll()
-            try:
+            with contextlib.suppress(BlockingIOError):
                 data = os.read(self._in, CHUNK)
-            except BlockingIOError:
-                continue
-            if not data:
-                raise EOFError("the runner's channel closed")
-            return data
+                if not data:
+                    raise EOFError("the runner's channel closed")
+                return data
 
     def receive(self) -> tuple[str, bytes]:
         """The next frame (EOFError: the channel is gone)."""
-        while b"\n" not in self._buffer:
+        while b"\n" not in self._buffer[:65]:
             if len(self._buffer) > 64:
-                raise EOFError(f"not a frame: {self._buffer[:64]!r}")
+                raise EOFError(f"not a frame: {bytes(self._buffer[:64])!r}")
             self._buffer += self._more()
-        head, self._buffer = self._buffer.split(b"\n", 1)
+        head, _, rest = self._buffer.partition(b"\n")
         kind, size = head.decode().split(" ")
-        need = int(size)
-        parts = [self._buffer[:need]]
-        got = len(parts[0])
-        self._buffer = self._buffer[need:]
-        while got < need:
-            data = self._more()
-            parts.append(data[: need - got])
-            self._buffer = data[need - got :]
-            got += len(parts[-1])
-        return kind, b"".join(parts)
+        while len(rest) < int(size):
+            rest += self._more()
+        self._buffer = rest[int(size) :]
+        return kind, bytes(rest[: int(size)])
 
 
 def say(text: str) -> None:
@@ -270,35 +247,23 @@ SHUTDOWN: list[Callable[[], None]] = []  # jax.distributed's own shutdown, for t
 
 def _exit_code(exc: SystemExit) -> int:
     """What the interpreter would exit with (a message is printed, as it prints it)."""
-    code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF if code >= 0 else (256 + code) & 0xFF
-    print(code, file=sys.stderr)
+    if exc.code is None or isinstance(exc.code, int):
+        return (exc.code or 0) & 0xFF
+    print(exc.code, file=sys.stderr)
     return 1
 
 
 def _memory() -> dict[str, Any]:
+    """RSS, and JAX's live arrays once it has a backend (never made here)."""
     stats: dict[str, Any] = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    stats["rss_bytes"] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        rss = [line.split()[1] for line in f if line.startswith("VmRSS:")]
+        stats["rss_bytes"] = int(rss[0]) * 1024 if rss else None
     jax = sys.modules.get("jax")
-    if jax is not None:
-        try:
-            from jax._src import xla_bridge
-
-            if xla_bridge.backends_are_initialized():  # never make a backend here
-                arrays = jax.live_arrays()
-                stats["live_arrays"] = len(arrays)
-                stats["live_bytes"] = sum(a.nbytes for a in arrays)
-        except Exception:
-            pass
+    with contextlib.suppress(Exception):
+        if jax is not None and sys.modules["jax._src.xla_bridge"].backends_are_initialized():
+            arrays = jax.live_arrays()
+            stats.update(live_arrays=len(arrays), live_bytes=sum(a.nbytes for a in arrays))
     return stats
 
 
@@ -327,7 +292,7 @@ def _traceback(exc: BaseException) -> str:
     """The traceback as the interpreter prints it for the program: without this server's
     frames and runpy's in front of the piece's own."""
     tb = exc.__traceback__
-    ours = (os.path.abspath(__file__), os.path.abspath(runpy_file()))
+    ours = (os.path.abspath(__file__), os.path.abspath(runpy.__file__ or "runpy"))
     while tb is not None and tb.tb_next is not None:
         name = tb.tb_frame.f_code.co_filename
         if os.path.abspath(name) not in ours and not name.startswith("<frozen runpy"):
@@ -336,18 +301,9 @@ def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def runpy_file() -> str:
-    import runpy
-
-    return runpy.__file__ or "runpy"
-
-
 def run_piece(work: dict[str, Any], blob: bytes) -> tuple[Outcome, bytes]:
     """One piece; the process is as it was before, less what the piece imported or set in
     modules (see the module's docstring)."""
-    import importlib
-    import runpy
-
     argv, path, cwd, env = list(sys.argv), list(sys.path), os.getcwd(), dict(os.environ)
     kind, args = work["kind"], list(work.get("args", ()))
     started = time.time()
@@ -403,6 +359,9 @@ def leave() -> None:
 
 
 def main() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:
+        del sys.path[0]  # the run's directory: nothing there for a piece to import
     run_dir = os.environ["MULTIHOST_RUN_DIR"]
     deadline = time.monotonic() + float(os.environ.get("MULTIHOST_WARM_WAIT") or 600)
     channel = Channel(run_dir)

@@ -5,6 +5,7 @@ many pieces of work run in it (a sweep's points with ``--warm``, a session's cal
   point's command read as one.
 - :mod:`.frames` — the frames the runner and a warm process exchange.
 - :mod:`.channel` — one host's channel to its warm process.
+- :mod:`.outcome` — what a piece gave back, each host's and as a run's result.
 - :mod:`.warmset` — ``WarmSet``: the processes as a run, pieces on every host, breaking and
   stopping.
 - :mod:`.session` — ``multihost.session``: a warm set for a ``with`` block.

@@ -32,8 +32,9 @@ from multihost.planner import Plan
 from multihost.runresult import CallResult, RunResult
 from multihost.stage import Archive, pack
 from multihost.transport import Connection
+from multihost.warm.outcome import PieceResult
 from multihost.warm.pieces import Layout, Piece, bundled
-from multihost.warm.warmset import PieceResult, WarmSet
+from multihost.warm.warmset import WarmSet
 
 
 async def open_hosts(

@@ -22,8 +22,7 @@ import contextlib
 import shlex
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from multihost.core import HostStep, Run
@@ -36,12 +35,13 @@ from multihost.model import Fleet, Host, Job, State
 from multihost.options import RunOptions
 from multihost.remote import script
 from multihost.remote.warm import PUT, SERVER, server_source
-from multihost.runresult import HostResult, RunResult, read_result
+from multihost.runresult import RunResult
 from multihost.stage import Archive
 from multihost.stream import LogSink
 from multihost.transport import Connection, burst
 from multihost.warm.channel import HostChannel
 from multihost.warm.frames import Frame, work_frame
+from multihost.warm.outcome import HostOutcome, PieceResult, as_run, outcome_of
 from multihost.warm.pieces import Layout, Piece
 
 WAIT_ENV = "MULTIHOST_WARM_WAIT"  # how long a warm process waits for its runner's channel
@@ -60,41 +60,6 @@ async def put_server(sup: Supervisor, host: Host) -> None:
     if res.exit_status != 0:
         why = res.stderr.decode(errors="replace").strip() or f"exit {res.exit_status}"
         raise RemoteError(host, f"could not write the warm server: {why}")
-
-
-@dataclass(frozen=True)
-class HostOutcome:
-    """One host's end of a piece: its exit code and what it raised, or why there is none."""
-
-    host: Host
-    exit_code: int | None = None  # None: no outcome came back (``error`` says why)
-    error: str | None = None  # "raised ValueError: boom", or why no outcome came back
-    traceback: str = ""
-    value: bytes = field(default=b"", repr=False)  # a call's value, cloudpickled
-    started_at: float | None = None
-    ended_at: float | None = None
-    stats: Mapping[str, Any] = field(default_factory=dict)  # rss_bytes, live_arrays, ...
-    stopped: bool = False  # no outcome because the set was stopped under it
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and self.error is None
-
-    @property
-    def reason(self) -> str:
-        if self.error:
-            return self.error
-        return f"exited with code {self.exit_code}" if self.exit_code else ""
-
-
-@dataclass(frozen=True)
-class PieceResult:
-    """A piece on every host: each host's outcome, and as a run's result (its logs, its
-    first failure; ``timed_out``, ``interrupted``). ``broken``: why the set was stopped."""
-
-    outcomes: tuple[HostOutcome, ...]
-    result: RunResult
-    broken: str | None = None
 
 
 class WarmSet:
@@ -253,7 +218,15 @@ class WarmSet:
         for sink in self._sinks.values():
             sink.close()
         ordered = tuple(outcomes[h.process_id] for h in self.fleet)
-        result = self._result(name, folder, ordered, timed_out)
+        result = as_run(
+            name,
+            folder,
+            ordered,
+            self._sinks,
+            timed_out=timed_out,
+            interrupted=self.interrupted,
+            broken=self.broken,
+        )
         if self.broken and not self.interrupted:
             self._emit(Note(f"warm processes {self.name} stopped: {self.broken}", "warning"))
         return PieceResult(ordered, result, self.broken)
@@ -292,7 +265,7 @@ class WarmSet:
                 if wait.exception() is not None:
                     why = self._ended.get(pid) or str(wait.exception())
                     return False, f"{host.name}'s warm process ended: {why}"
-                outcomes[pid] = _outcome(host, wait.result())
+                outcomes[pid] = outcome_of(host, wait.result())
                 if not outcomes[pid].ok and failed_at is None:
                     failed_at = time.monotonic()
             if not pending:
@@ -320,45 +293,6 @@ class WarmSet:
             return HostOutcome(host, error=f"{mine.reason} (its warm process ended)")
         why = self.broken if timed_out else f"stopped: {self.broken}"
         return HostOutcome(host, error=why, stopped=True)
-
-    def _result(
-        self, name: str, folder: Path, outcomes: tuple[HostOutcome, ...], timed_out: bool
-    ) -> RunResult:
-        hosts = []
-        for o in outcomes:
-            sink = self._sinks[o.host.process_id]
-            if o.ok:
-                state = State.DONE
-            elif o.stopped:
-                state = State.KILLED
-            else:
-                state = State.FAILED
-            hosts.append(
-                HostResult(
-                    host=o.host,
-                    state=state,
-                    exit_code=o.exit_code,
-                    error=o.error,
-                    started_at=o.started_at,
-                    ended_at=o.ended_at,
-                    last_line=sink.last_line,
-                    log=sink.path,
-                    reported=read_result(sink.path) if sink.may_have_result else None,
-                )
-            )
-        failures = sorted(
-            (o for o in outcomes if not o.ok and not o.stopped),
-            key=lambda o: (o.ended_at or float("inf"), o.host.process_id),
-        )
-        first = f"{failures[0].host.name} {failures[0].reason}" if failures else None
-        return RunResult(
-            run_name=name,
-            hosts=tuple(hosts),
-            log_dir=folder,
-            first_failure=first or (None if self.interrupted else self.broken),
-            interrupted=self.interrupted,
-            timed_out=timed_out,
-        )
 
     # -- the end -----------------------------------------------------------------------------
     def interrupt(self) -> None:
@@ -397,21 +331,6 @@ class WarmSet:
             return await self._task
         except Exception:
             return None
-
-
-def _outcome(host: Host, f: Frame) -> HostOutcome:
-    said = f.json()
-    error = said.get("error")
-    return HostOutcome(
-        host,
-        exit_code=said.get("exit"),
-        error=f"raised {error}" if error else None,
-        traceback=said.get("traceback") or "",
-        value=f.tail,
-        started_at=said.get("started"),
-        ended_at=said.get("ended"),
-        stats={k: v for k, v in said.items() if k in ("rss_bytes", "live_arrays", "live_bytes")},
-    )
 
 
 def _why(result: RunResult) -> str:
