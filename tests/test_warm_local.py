@@ -277,3 +277,28 @@ def test_a_warm_sweep_stopped_in_its_middle_leaves_nothing(
             proc.communicate()
     rows = [json.loads(line) for line in (logs / "wc" / "results.jsonl").read_text().splitlines()]
     assert [(r["kind"], r["status"]) for r in rows] == [("ok", "ok")]  # the rest: not run
+
+
+def test_run_sweep_takes_warm_as_the_flag_does(home: Path, code: Path) -> None:
+    """``warm=True`` is ``--warm``: the points in warm processes, one set for the sweep."""
+    (code / "point.py").write_text(POINT)
+    seen: list[str] = []
+    result = multihost.run_sweep(
+        f"{sys.executable} point.py {{kind}}",
+        {"kind": ["ok", "fine"]},
+        metric="score",
+        local=2,
+        env=CPU,
+        script_dir=code,
+        warm=True,
+        run_name="api",
+        on_record=lambda r: seen.append(r.status),
+    )
+    assert result.ok, result
+    assert seen == ["ok", "ok"]
+    pids = {r.result["pid"] for r in result.records}
+    assert len(pids) == 1  # both points in the same process 0
+    assert sorted(p.name for p in result.dir.glob("warm-*")) == ["warm-1"]
+    with pytest.raises(multihost.UsageError, match="without a shell"):
+        multihost.run_sweep("echo {a}", {"a": [1]}, local=2, script_dir=code, warm=True)
+    wait_for(lambda: not leftovers(home), 30, "the warm processes to end")

@@ -37,18 +37,19 @@ from multihost.warm.pieces import Layout, Piece, bundled
 from multihost.warm.warmset import WarmSet
 
 
-async def open_hosts(
-    plan: Plan, archive: Archive, on_event: Callable[[Event], None] | None
-) -> dict[int, Connection]:
-    """Every host connected and the code staged, as a run stages it (``--stage-via``); the
-    connections by process id (a UsageError when a host cannot be reached or staged)."""
-    session = Supervisor(plan.fleet, plan.job, plan.options, on_event, code_hash=archive.short)
+async def open_hosts(session: Supervisor, archive: Archive) -> dict[int, Connection]:
+    """Every host of ``session`` connected and the code staged, as a run stages it
+    (``--stage-via``); the connections by process id (a UsageError when a host cannot be
+    reached or staged; Ctrl-C, ``session.interrupt()``: a KeyboardInterrupt)."""
     try:
         outcomes = await Prepare(session, archive).session()
     except BaseException:
         await session.close_all()
         raise
     conns = {pid: s.conn for pid, s in session.slots.items() if s.conn is not None}
+    if session.interrupted:
+        await asyncio.gather(*(c.close() for c in conns.values()), return_exceptions=True)
+        raise KeyboardInterrupt("multihost: interrupted while connecting")
     failed = [o for o in outcomes if o.error]
     if failed:
         await asyncio.gather(*(c.close() for c in conns.values()), return_exceptions=True)
@@ -73,6 +74,7 @@ class Session:
         self._conns: dict[int, Connection] = {}
         self._archive: Archive | None = None
         self._warm: WarmSet | None = None
+        self._opening: Supervisor | None = None  # while connecting and staging
         self._sets = 0
         self._pieces = 0
         self.closed = False
@@ -103,9 +105,16 @@ class Session:
         if self.closed:
             raise WarmError(f"session {self.name} is closed")
         if self._archive is None:
-            opts = self.plan.options
-            archive = await asyncio.to_thread(pack, opts.script_dir, opts.excludes)
-            self._conns = await open_hosts(self.plan, archive, self._emit)
+            plan = self.plan
+            archive = await asyncio.to_thread(pack, plan.options.script_dir, plan.options.excludes)
+            opening = Supervisor(
+                plan.fleet, plan.job, plan.options, self._emit, code_hash=archive.short
+            )
+            self._opening = opening
+            try:
+                self._conns = await open_hosts(opening, archive)
+            finally:
+                self._opening = None
             self._archive = archive
         if self._warm is not None and (self._warm.broken or self._warm.interrupted):
             await self._warm.close()
@@ -123,10 +132,17 @@ class Session:
                 staged=self._archive,
             )
             self._warm = warm
-            await warm.start()
+            try:
+                await warm.start()
+            except WarmError:
+                if warm.interrupted:
+                    raise KeyboardInterrupt("multihost: interrupted while starting") from None
+                raise
         return self._warm
 
     def _interrupt(self) -> None:
+        if self._opening is not None:
+            self._opening.interrupt()
         if self._warm is not None:
             self._warm.interrupt()
 
@@ -256,7 +272,7 @@ def session(
     ``local=`` fleets this Python; in a locked environment, its ``python``). Other keywords:
     as :func:`multihost.run` (``script_dir=``: the code ``run_script`` runs, default the
     current directory; ``run_name=``: the session's name)."""
-    check_options("session", options, ("python",))
+    check_options("session", options)
     for name in ("detach", "pull", "trace"):
         if options.get(name):
             raise ValueError(f"session() runs pieces in warm processes: {name}= is not taken")
@@ -264,7 +280,7 @@ def session(
     fleet_kw = {
         k: v for k, v in (("hosts", hosts), ("prefix", prefix), ("local", local)) if v is not None
     }
-    plan = plan_run("", {**options, **fleet_kw, "run_name": name}, "session", ("python",))
+    plan = plan_run("", {**options, **fleet_kw, "run_name": name}, "session")
     default = sys.executable if plan.fleet.local else "python3"
     interpreter = python or ("python" if plan.options.environment else default)
     plan = replace(plan, job=replace(plan.job, command=""))
