@@ -37,21 +37,26 @@ from benchmarks.results import markers, write_section  # noqa: E402
 SECTION = "warm"
 HOSTS = 4
 CPU = {"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
-SIZES = "-d 256 -b 32 -n 2 --tries 5"
+# the payload's sizes: as the tests run it (start-up dominates), and heavier (compile and steps
+# take a larger share, which a warm process does not save)
+SIZES = {"small": "-d 128 -b 8 -n 1 --tries 1", "medium": "-d 256 -b 32 -n 2 --tries 5"}
 TEMPLATE = (
     f"{sys.executable} payloads/shardings.py --ici_fsdp_parallelism {{fsdp}} "
-    f"--ici_tensor_parallelism {{tp}} --impl {{impl}} {SIZES}"
+    "--ici_tensor_parallelism {tp} --impl {impl} "
 )
 GRID = ["--grid", "fsdp=1,2,4,8", "--grid", "tp=1,2,4,8", "--grid", "impl=jit,shard_map"]
 
 
-def sweep(logs: Path, name: str, warm: bool, home: Path) -> tuple[float, list[dict[str, Any]]]:
+def sweep(
+    logs: Path, name: str, warm: bool, home: Path, sizes: str
+) -> tuple[float, list[dict[str, Any]]]:
     """One ``multihost sweep`` from outside: (wall seconds, its records)."""
     args = [sys.executable, "-m", "multihost", "sweep", "--local", str(HOSTS)]
     args += ["--script-dir", str(ROOT), "--log-dir", str(logs), "--run-name", name]
     for k, v in CPU.items():
         args += ["--env", f"{k}={v}"]
-    args += ["--cmd", TEMPLATE, *GRID, "--where", "fsdp*tp == 8", "--point-timeout", "600"]
+    args += ["--cmd", TEMPLATE + sizes, *GRID, "--where", "fsdp*tp == 8"]
+    args += ["--point-timeout", "600"]
     args += ["--warm"] if warm else []
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
@@ -101,7 +106,8 @@ def memory(points: int) -> list[list[tuple[int, int, int]]]:
     """Each point's [(live arrays, their bytes, RSS) per host], the same payload each time."""
     import multihost
 
-    args = ["--ici_fsdp_parallelism", "4", "--ici_tensor_parallelism", "2", *SIZES.split()]
+    args = ["--ici_fsdp_parallelism", "4", "--ici_tensor_parallelism", "2"]
+    args += SIZES["medium"].split()
     seen = []
     with multihost.session(local=HOSTS, stream="none", env=CPU, script_dir=ROOT) as s:
         for _ in range(points):
@@ -114,17 +120,37 @@ def _median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+Kind = tuple[str, bool]  # (sizes, warm)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=3, help="sweeps of each kind; calls ×5")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--save", type=Path, help="keep the measurements in this JSON file")
+    p.add_argument("--load", type=Path, help="only make the table from a --save file")
     args = p.parse_args(argv)
+    if args.load:
+        raw = json.loads(args.load.read_text())
+        kinds = [(size, warm) for size in SIZES for warm in (False, True)]
+        walls = {k: raw["walls"][f"{k[0]}/{k[1]}"] for k in kinds}
+        records = {k: raw["records"][f"{k[0]}/{k[1]}"] for k in kinds}
+        seen = [[tuple(h) for h in point] for point in raw["seen"]]
+        args.repeat = raw["repeat"]
+        text = report(
+            args, walls, records, raw["fresh"], raw["warm"], raw["start"], seen, raw["loads"]
+        )  # type: ignore[arg-type]
+        print(text)
+        if not args.no_write:
+            write_section(SECTION, text)
+        return 0
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     loads = [os.getloadavg()[0]]
-    walls: dict[bool, list[float]] = {False: [], True: []}
-    records: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    kinds = [(size, warm) for size in SIZES for warm in (False, True)]
+    walls: dict[Kind, list[float]] = {k: [] for k in kinds}
+    records: dict[Kind, list[dict[str, Any]]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory(prefix="multihost-warm-bench-") as tmp:
         scratch = Path(tmp)
         home, logs = scratch / "home", scratch / "logs"
@@ -132,16 +158,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["HOME"] = str(home)
         os.environ["MULTIHOST_LOG_DIR"] = str(logs)
         for i in range(args.repeat):
-            for warm in (False, True):  # interleaved: the load falls on both alike
-                wall, rows = sweep(logs, f"{'warm' if warm else 'cold'}-{i}", warm, home)
-                walls[warm].append(wall)
-                records[warm] += rows
+            for size, warm in kinds:  # interleaved: the load falls on every kind alike
+                name = f"{size}-{'warm' if warm else 'cold'}-{i}"
+                wall, rows = sweep(logs, name, warm, home, SIZES[size])
+                walls[(size, warm)].append(wall)
+                records[(size, warm)] += rows
                 loads.append(os.getloadavg()[0])
-                print(f"sweep {'warm' if warm else 'cold'} {i}: {wall:.1f} s", file=sys.stderr)
+                print(f"sweep {name}: {wall:.1f} s", file=sys.stderr)
         fresh, warm_calls, session_start = calls(args.repeat * 5)
         loads.append(os.getloadavg()[0])
         seen = memory(10)
         loads.append(os.getloadavg()[0])
+    if args.save:
+        raw = {
+            "repeat": args.repeat,
+            "walls": {f"{k[0]}/{k[1]}": v for k, v in walls.items()},
+            "records": {f"{k[0]}/{k[1]}": v for k, v in records.items()},
+            "fresh": fresh,
+            "warm": warm_calls,
+            "start": session_start,
+            "seen": seen,
+            "loads": loads,
+        }
+        args.save.write_text(json.dumps(raw))
     text = report(args, walls, records, fresh, warm_calls, session_start, seen, loads)
     print(text)
     if not args.no_write:
@@ -149,63 +188,75 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _per_point(rows: list[dict[str, Any]], field: str) -> dict[str, float]:
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            out.setdefault(r["point"], []).append(float(r[field]))
+    return {k: _median(v) for k, v in out.items()}
+
+
 def report(
     args: argparse.Namespace,
-    walls: dict[bool, list[float]],
-    records: dict[bool, list[dict[str, Any]]],
+    walls: dict[Kind, list[float]],
+    records: dict[Kind, list[dict[str, Any]]],
     fresh: list[float],
     warm_calls: list[float],
     session_start: float,
     seen: list[list[tuple[int, int, int]]],
     loads: list[float],
 ) -> str:
-    cold_wall, warm_wall = _median(walls[False]), _median(walls[True])
-    ok = {w: sum(r["status"] == "ok" for r in records[w]) for w in (False, True)}
-    total = {w: len(records[w]) for w in (False, True)}
-
-    def per_point(warm: bool, field: str) -> dict[str, float]:
-        out: dict[str, list[float]] = {}
-        for r in records[warm]:
-            if r["status"] == "ok":
-                out.setdefault(r["point"], []).append(float(r[field]))
-        return {k: _median(v) for k, v in out.items()}
-
-    steps = {w: per_point(w, "step_time_s") for w in (False, True)}
-    prints = {w: per_point(w, "fingerprint") for w in (False, True)}
-    durations = {
-        w: _median([r["ended"] - r["started"] for r in records[w] if r["status"] == "ok"])
-        for w in (False, True)
-    }
-    points = sorted(steps[False])
-    ratio = [steps[True][p] / steps[False][p] for p in points if p in steps[True]]
-    same_prints = all(prints[True].get(p) == prints[False][p] for p in points)
     rows = [
-        "| sweep | runs | points ok | wall (s): median | min | max | per point (s): median |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| sizes | sweep | runs | points ok | wall (s): median | min | max | warm / cold "
+        "| per point (s): median |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for w in (False, True):
-        ws = walls[w]
-        rows.append(
-            f"| {'`--warm`' if w else 'cold'} | {len(ws)} | {ok[w]}/{total[w]} | "
-            f"{_median(ws):.1f} | {min(ws):.1f} | {max(ws):.1f} | {durations[w]:.2f} |"
+    verdicts, model = [], []
+    for size in SIZES:
+        cold, warm = walls[(size, False)], walls[(size, True)]
+        ratio = _median(warm) / _median(cold)
+        each = {}
+        for w in (False, True):
+            recs = records[(size, w)]
+            ok = sum(r["status"] == "ok" for r in recs)
+            each[w] = _median([r["ended"] - r["started"] for r in recs if r["status"] == "ok"])
+            ws = walls[(size, w)]
+            rows.append(
+                f"| `{SIZES[size]}` | {'`--warm`' if w else 'cold'} | {len(ws)} | "
+                f"{ok}/{len(recs)} | {_median(ws):.1f} | {min(ws):.1f} | {max(ws):.1f} | "
+                f"{f'**{ratio:.2f}**' if w else ''} | {each[w]:.2f} |"
+            )
+        oks = [sum(r["status"] == "ok" for r in records[(size, w)]) for w in (False, True)]
+        prints = [_per_point(records[(size, w)], "fingerprint") for w in (False, True)]
+        verdicts.append(
+            f"`{SIZES[size]}`: warm / cold {ratio:.2f} (target ≤ 0.5: "
+            f"{'met' if ratio <= 0.5 else 'MISSED'}); the same points succeeded: "
+            f"{'yes' if oks[0] == oks[1] == len(records[(size, False)]) else 'NO'}; the "
+            "fingerprints of the updated weights, point by point: "
+            f"{'identical' if prints[0] == prints[1] else 'DIFFERENT'}"
         )
+        model.append((size, each[False] - each[True], each[False], each[True]))
+    steps = [_per_point(records[("medium", w)], "step_time_s") for w in (False, True)]
     point_rows = [
         "| point | step, cold (ms) | step, warm (ms) | warm / cold |",
         "|---|---:|---:|---:|",
     ]
-    for p in points:
-        c, w = steps[False][p], steps[True].get(p, float("nan"))
-        point_rows.append(f"| {p} | {c * 1e3:.2f} | {w * 1e3:.2f} | {w / c:.2f} |")
+    ratios = []
+    for point in sorted(steps[0]):
+        c, w = steps[0][point], steps[1].get(point, float("nan"))
+        ratios.append(w / c)
+        point_rows.append(f"| {point} | {c * 1e3:.1f} | {w * 1e3:.1f} | {w / c:.2f} |")
     call_ratio = _median(warm_calls) / _median(fresh)
     first, last = seen[0], seen[-1]
     arrays = sorted({h[0] for point in seen for h in point})
     live_bytes = sorted({h[1] for point in seen for h in point})
-    rss_growth = max(last[i][2] - first[i][2] for i in range(len(first)))
-    rss_growth_late = max(last[i][2] - seen[2][i][2] for i in range(len(first)))
-    start_cost = durations[False] - durations[True]
-    n = total[True] // max(1, len(walls[True]))
+    growth = max(last[i][2] - first[i][2] for i in range(len(first)))
+    growth_late = max(last[i][2] - seen[2][i][2] for i in range(len(first)))
     begin, end = markers(SECTION)
-    wall_ratio = warm_wall / cold_wall
+    saved = "; ".join(
+        f"`{SIZES[size]}`: {start:.1f} s of a cold point's {cold:.1f} s (warm {warm:.1f} s)"
+        for size, start, cold, warm in model
+    )
     lines = [
         begin,
         "## Warm processes: `sweep --warm` and `multihost.session` (benchmarks/warm.py)",
@@ -217,44 +268,46 @@ def report(
         "",
         f"Command: `python benchmarks/warm.py --repeat {args.repeat}`. The sweep: `multihost "
         f"sweep --local {HOSTS} --env JAX_PLATFORMS=cpu --env JAX_NUM_CPU_DEVICES=2 --cmd "
-        f"'python payloads/shardings.py --ici_fsdp_parallelism {{fsdp}} "
-        f"--ici_tensor_parallelism {{tp}} --impl {{impl}} {SIZES}' --grid fsdp=1,2,4,8 --grid "
-        "tp=1,2,4,8 --grid impl=jit,shard_map --where 'fsdp*tp == 8'` (8 points), cold and "
-        "with `--warm`, interleaved; wall from outside, the CLI's whole life; per point: a "
-        "record's `ended − started` (a cold point's includes its processes' start).",
+        "'python payloads/shardings.py --ici_fsdp_parallelism {fsdp} --ici_tensor_parallelism "
+        "{tp} --impl {impl} SIZES' --grid fsdp=1,2,4,8 --grid tp=1,2,4,8 --grid "
+        "impl=jit,shard_map --where 'fsdp*tp == 8'` (8 points, each a program of its own), "
+        "cold and with `--warm`, at two sizes, every kind in turn in each repeat; wall from "
+        "outside, the CLI's whole life; per point: a record's `ended − started` (a cold "
+        "point's includes its processes' start and end).",
         "",
         *rows,
         "",
-        f"`--warm` / cold wall: **{wall_ratio:.2f}** (target ≤ 0.5: "
-        f"{'met' if wall_ratio <= 0.5 else 'MISSED'}); the same points succeeded: "
-        f"{'yes' if ok[True] == ok[False] == total[False] else 'NO'}; the fingerprints of the "
-        f"updated weights, cold and warm: {'identical' if same_prints else 'DIFFERENT'}; each "
-        f"point's median step time warm / cold: {min(ratio):.2f}–{max(ratio):.2f} (median "
-        f"{_median(ratio):.2f}):",
+        *(f"- {v}" for v in verdicts),
+        "",
+        f"Each point's median step time (`{SIZES['medium']}`), warm / cold "
+        f"{min(ratios):.2f}–{max(ratios):.2f} (median {_median(ratios):.2f}): the same program "
+        "on the same devices, the spread the machine's load:",
         "",
         *point_rows,
         "",
         f"A trivial function (`os.getpid`) on `--local {HOSTS}`: a fresh `multihost.call` "
         f"{_median(fresh) * 1e3:.0f} ms (median of {len(fresh)}), a session's `call` from the "
         f"second on {_median(warm_calls) * 1e3:.1f} ms (median of {len(warm_calls)}): "
-        f"**{call_ratio:.3f}×** (target ≤ 0.3: {'met' if call_ratio <= 0.3 else 'MISSED'}); the "
-        f"session's start (connect, stage, start the processes, join) {session_start:.1f} s.",
+        f"**{call_ratio:.3f}×** (target ≤ 0.3: {'met' if call_ratio <= 0.3 else 'MISSED'}); "
+        f"the session's start (connect, stage, start the processes, join) {session_start:.1f} s.",
         "",
-        f"Memory over ten points (the shardings payload ten times in one session, fsdp 4 × tp "
-        f"2, then each host's state read): JAX live arrays after every point: {arrays} (count), "
-        f"{live_bytes} (bytes); RSS growth per host, point 1 → 10: at most "
-        f"{rss_growth / 2**20:.1f} MiB; point 3 → 10: at most {rss_growth_late / 2**20:.1f} MiB "
-        f"(RSS after point 1: {first[0][2] / 2**20:.0f} MiB on host 0).",
+        "Memory over ten points (the shardings payload, fsdp 4 × tp 2, "
+        f"`{SIZES['medium']}`, ten times in one session, each host's state read after each): "
+        f"JAX live arrays after every point {arrays} (count), {live_bytes} (bytes); RSS growth "
+        f"per host, point 1 → 10 at most {growth / 2**20:.1f} MiB, point 3 → 10 at most "
+        f"{growth_late / 2**20:.1f} MiB (RSS after point 1: {first[0][2] / 2**20:.0f} MiB on "
+        "host 0).",
         "",
-        "The model for a pod, from these numbers: a cold point costs its processes' start (the "
-        "interpreter, `import jax`, joining the job, the backend) plus its compile plus its "
-        f"steps; here the start is {start_cost:.1f} s of a cold point's {durations[False]:.1f} s "
-        f"(warm: {durations[True]:.1f} s). With `--warm` the start is paid once per warm set, "
-        "and a compile once per program the processes have not compiled yet (jit caches carry "
-        "over; a point of another shape still compiles). On a TPU pod the backend's start and "
-        "XLA's compile are each tens of seconds: an N-point sweep saves about (N − 1) × start, "
-        f"and a repeat of a shape its compile too; here {n} points saved "
-        f"{cold_wall - warm_wall:.0f} s of {cold_wall:.0f} s.",
+        "The model for a pod: a cold point costs its processes' start (the interpreter, `import "
+        "jax`, joining the job, the backend) and end, plus its compile, plus its steps; a warm "
+        "point only the last two, and its compile only for a program the processes have not "
+        "compiled yet (a repeat of a point runs the step compiled then). Here the start and end "
+        f"are {saved}. So an N-point warm sweep costs one start + N × (compile + steps) against "
+        "N × (start + compile + steps): the more a point's start weighs against its compile and "
+        "steps, the more `--warm` saves. On a TPU pod the backend's start and XLA's compile are "
+        "each tens of seconds: `--warm` saves (N − 1) starts (tens of seconds each, more with "
+        "many hosts joining) and, for repeated points, their compiles; distinct points still "
+        "compile each.",
         end,
     ]
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -191,7 +192,8 @@ if kind == "hang":
     time.sleep(600)
 if me == 0:
     print("MULTIHOST_RESULT " + json.dumps({"score": len(kind), "pid": os.getpid(),
-                                            "devices": jax.device_count()}))
+                                            "devices": jax.device_count(),
+                                            "mode": os.environ.get("MODE")}))
 """
 
 
@@ -280,12 +282,13 @@ def test_a_warm_sweep_stopped_in_its_middle_leaves_nothing(
 
 
 def test_run_sweep_takes_warm_as_the_flag_does(home: Path, code: Path) -> None:
-    """``warm=True`` is ``--warm``: the points in warm processes, one set for the sweep."""
+    """``warm=True`` is ``--warm``: the points in warm processes, a set for each layout (here
+    the variable a point's command sets)."""
     (code / "point.py").write_text(POINT)
     seen: list[str] = []
     result = multihost.run_sweep(
-        f"{sys.executable} point.py {{kind}}",
-        {"kind": ["ok", "fine"]},
+        f"MODE={{mode}} {sys.executable} point.py {{kind}}",
+        {"mode": ["a", "b"], "kind": ["ok", "fine"]},
         metric="score",
         local=2,
         env=CPU,
@@ -295,10 +298,42 @@ def test_run_sweep_takes_warm_as_the_flag_does(home: Path, code: Path) -> None:
         on_record=lambda r: seen.append(r.status),
     )
     assert result.ok, result
-    assert seen == ["ok", "ok"]
-    pids = {r.result["pid"] for r in result.records}
-    assert len(pids) == 1  # both points in the same process 0
-    assert sorted(p.name for p in result.dir.glob("warm-*")) == ["warm-1"]
+    assert seen == ["ok"] * 4
+    pids: dict[str, set[int]] = {}
+    for r in result.records:
+        assert r.result["mode"] == r.values["mode"]
+        pids.setdefault(str(r.values["mode"]), set()).add(r.result["pid"])
+    assert [len(p) for p in pids.values()] == [1, 1]  # each layout's points in one process 0
+    assert pids["a"] != pids["b"]
+    assert sorted(p.name for p in result.dir.glob("warm-*")) == ["warm-1", "warm-2"]
     with pytest.raises(multihost.UsageError, match="without a shell"):
         multihost.run_sweep("echo {a}", {"a": [1]}, local=2, script_dir=code, warm=True)
     wait_for(lambda: not leftovers(home), 30, "the warm processes to end")
+
+
+def test_a_session_whose_runner_dies_leaves_nothing(home: Path, code: Path) -> None:
+    """The Python that holds a session is SIGKILLed: no close, no atexit; each warm process
+    sees its channel gone and leaves."""
+    program = (
+        "import sys, time, multihost\n"
+        f"s = multihost.session(local=2, script_dir={str(code)!r}, env={CPU!r})\n"
+        "s.start()\n"
+        "print('warm', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, cwd=code
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "warm\n"
+        assert leftovers(home)
+        proc.kill()
+        proc.wait(timeout=30)
+        wait_for(lambda: not leftovers(home), 60, "the warm processes to leave")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

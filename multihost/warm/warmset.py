@@ -263,8 +263,10 @@ class WarmSet:
                 pid = pending.pop(wait)
                 host = self.channels[pid].host
                 if wait.exception() is not None:
-                    why = self._ended.get(pid) or str(wait.exception())
-                    return False, f"{host.name}'s warm process ended: {why}"
+                    if pid in self._ended:
+                        return False, f"{host.name}'s warm process ended: {self._ended[pid]}"
+                    why = f"{host.name}'s channel to its warm process ended: {wait.exception()}"
+                    return False, why
                 outcomes[pid] = outcome_of(host, wait.result())
                 if not outcomes[pid].ok and failed_at is None:
                     failed_at = time.monotonic()
