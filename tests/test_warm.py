@@ -6,6 +6,7 @@ tests/test_warm_ssh.py (the sshd fleet)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -200,3 +201,39 @@ def test_the_server_is_one_self_contained_file(tmp_path: Path) -> None:
     assert "no runner opened the channel within its wait: leaving" in done.stderr
     assert (run / "warm.in").is_fifo()
     assert (run / "warm.out").is_fifo()
+
+
+def test_warm_processes_that_cannot_start_stop_the_sweep_at_the_second(
+    code: Path, tmp_path: Path
+) -> None:
+    """Each point would fail the same way: the first two say why, the rest are not run."""
+    (code / "t.py").write_text("")
+    logs = tmp_path / "logs"
+    res = cli(
+        [
+            "sweep",
+            "--local",
+            "2",
+            "--warm",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(logs),
+            "--run-name",
+            "nope",
+            "--cmd",
+            "python9.99 t.py {a}",
+            "--grid",
+            "a=1,2,3",
+        ],
+        HOME=str(tmp_path / "home"),
+    )
+    assert res.returncode == 1, res.stderr
+    rows = [json.loads(line) for line in (logs / "nope" / "results.jsonl").read_text().splitlines()]
+    why = "the warm processes did not start: s0/w"
+    assert why in rows[0]["status"]
+    assert "exited with code 127" in rows[0]["status"]
+    assert "python9.99" in rows[0]["status"]  # the shell's own words, from the run's log
+    assert why in rows[1]["status"]
+    assert rows[2]["status"].startswith(f"not run: {why}")
+    assert rows[2]["status"].endswith("(twice in a row)")

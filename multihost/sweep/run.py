@@ -346,7 +346,7 @@ class Sweep:
             self._after(warm.run, group)
             self._failed_starts += 1
             if self._failed_starts >= 2 and self.stopped is None and not self.interrupted:
-                self.stopped = f"the warm processes did not start twice in a row ({exc})"
+                self.stopped = f"{exc} (twice in a row)"
             return str(exc)
         self._failed_starts = 0
         return warm

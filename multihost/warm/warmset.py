@@ -182,9 +182,14 @@ class WarmSet:
                 raise WarmError(f"the warm processes did not start: {_why(result)}")
             for pid, wait in waits.items():
                 if wait in done and wait.exception() is not None:
+                    # its process ended (the channel saw its exit file): the run says how
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(DEFAULTS.last_report):
+                            result = await asyncio.shield(self._task)
+                            raise WarmError(f"the warm processes did not start: {_why(result)}")
                     host = self.channels[pid].host
-                    why = self._ended.get(pid) or str(wait.exception())
-                    raise WarmError(f"{host.name}'s warm process did not start: {why}")
+                    why = f"{host.name}'s warm process did not start: {wait.exception()}"
+                    raise WarmError(why)
         self.ready = {pid: w.result() for pid, w in waits.items()}
         for pid, said in self.ready.items():
             index = said.get("process_index")
@@ -336,7 +341,12 @@ class WarmSet:
 
 
 def _why(result: RunResult) -> str:
-    """Why a warm run ended, in words: its first failure, or the first host's reason."""
+    """Why a warm run ended, in words: its first failure (with that host's last line: what
+    the server said), or the first host's reason."""
+    for r in result.hosts:
+        first = result.first_failure
+        if first and first.startswith(f"{r.host.name} ") and r.last_line:
+            return f"{first}: {r.last_line}"
     if result.first_failure:
         return result.first_failure
     for r in result.hosts:
