@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -139,9 +140,13 @@ def test_the_portal_keeps_its_loop_between_calls() -> None:
         portal.call(make)
 
 
-def _ctrl_c() -> None:
-    """Ctrl-C as a terminal or a kernel sends it, to the thread blocked in the call."""
-    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+def _ctrl_c(after: threading.Event, times: int = 1) -> None:
+    """Ctrl-C as a terminal or a kernel sends it, to the thread blocked in the call, once the
+    work runs (``after``)."""
+    assert after.wait(30)
+    for _ in range(times):
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        time.sleep(0.2)
 
 
 def test_the_portal_stops_once_then_leaves_on_ctrl_c() -> None:
@@ -149,30 +154,31 @@ def test_the_portal_stops_once_then_leaves_on_ctrl_c() -> None:
     what it returns; the second one is a KeyboardInterrupt and the work is cancelled."""
     portal = Portal()
     said: list[str] = []
-    stopped = threading.Event()
+    stopped, running = threading.Event(), threading.Event()
     try:
 
         async def stoppable() -> str:
+            running.set()
             await asyncio.to_thread(stopped.wait)
             return "stopped"
 
         policy = Interrupt(stopped.set, "stopping", say=said.append, label="interrupted")
-        threading.Timer(0.1, _ctrl_c).start()
+        threading.Thread(target=_ctrl_c, args=(running,)).start()
         assert portal.call(stoppable, policy) == "stopped"
         assert said == ["multihost: interrupted: stopping"]
 
-        cancelled = threading.Event()
+        cancelled, running = threading.Event(), threading.Event()
 
         async def stubborn() -> None:
+            running.set()
             try:
                 await asyncio.Event().wait()
             finally:
                 cancelled.set()
 
-        for delay in (0.1, 0.3):
-            threading.Timer(delay, _ctrl_c).start()
+        threading.Thread(target=_ctrl_c, args=(running, 2)).start()
         with pytest.raises(KeyboardInterrupt):
-            portal.call(stubborn, policy.__class__(lambda: None, "ignored", say=said.append))
+            portal.call(stubborn, Interrupt(lambda: None, "ignored", say=said.append))
         assert cancelled.wait(5)
     finally:
         portal.close()
