@@ -17,6 +17,7 @@ under the same policy, until ``close``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -190,14 +191,15 @@ class Portal:
                     raise Detached from None
                 raise
 
-        future = asyncio.run_coroutine_threadsafe(main(), self._loop)
-        finished = threading.Event()
-        future.add_done_callback(lambda _f: finished.set())
+        future: concurrent.futures.Future[T] | None = None
         try:
+            future = asyncio.run_coroutine_threadsafe(main(), self._loop)
+            finished = threading.Event()
+            future.add_done_callback(lambda _f: finished.set())
             _wait(finished, interrupt, box)
         except KeyboardInterrupt:
-            if "task" in box:  # the work does not go on behind the caller's back
-                self._loop.call_soon_threadsafe(box["task"].cancel)
+            if future is not None:  # the work does not go on behind the caller's back
+                future.cancel()
             raise
         return future.result()
 

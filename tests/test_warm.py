@@ -144,6 +144,7 @@ def _ctrl_c(after: threading.Event, times: int = 1) -> None:
     """Ctrl-C as a terminal or a kernel sends it, to the thread blocked in the call, once the
     work runs (``after``)."""
     assert after.wait(30)
+    time.sleep(0.2)  # the caller is waiting by now (a signal before that is its own test)
     for _ in range(times):
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
         time.sleep(0.2)
@@ -159,7 +160,7 @@ def test_the_portal_stops_once_then_leaves_on_ctrl_c() -> None:
 
         async def stoppable() -> str:
             running.set()
-            await asyncio.to_thread(stopped.wait)
+            await asyncio.to_thread(stopped.wait, 30)
             return "stopped"
 
         policy = Interrupt(stopped.set, "stopping", say=said.append, label="interrupted")
