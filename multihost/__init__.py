@@ -2,11 +2,12 @@
 
 The public API is what this package exports (``__all__``), and only that:
 
-- run: ``run``, ``run_async``, ``call``, ``run_sweep``, ``make_fleet``;
+- run: ``run``, ``run_async``, ``call``, ``session``, ``run_sweep``, ``make_fleet``;
 - runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``,
   ``top``, ``plot``;
 - results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``, ``FleetSnapshot``,
-  ``CallResult``, ``SweepResult``; a dry run's plan: ``DryRun``, ``HostPreview``;
+  ``CallResult``, ``SweepResult``; a dry run's plan: ``DryRun``, ``HostPreview``; a
+  session's handle, ``Session``;
 - the fleet and the run: ``Fleet``, ``Host``, ``Job``, ``State``, ``RunOptions``, ``SSHOptions``;
 - errors: ``MultihostError`` and the tree under it.
 
@@ -44,10 +45,12 @@ __all__ = [
     "RunOptions",
     "RunResult",
     "SSHOptions",
+    "Session",
     "StackReport",
     "State",
     "SweepResult",
     "UsageError",
+    "WarmError",
     "attach",
     "call",
     "kill",
@@ -58,6 +61,7 @@ __all__ = [
     "run",
     "run_async",
     "run_sweep",
+    "session",
     "stacks",
     "status",
     "top",
@@ -80,8 +84,9 @@ _WHERE = {
         ),
         "multihost.api",
     ),
-    **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
+    "call": "multihost.remote_call",
     **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.sweep.api"),
+    **dict.fromkeys(("Session", "session"), "multihost.warm.session"),
     **dict.fromkeys(
         (
             "ConnectError",
@@ -96,11 +101,12 @@ _WHERE = {
             "RemoteCallError",
             "RemoteError",
             "UsageError",
+            "WarmError",
         ),
         "multihost.errors",
     ),
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
-    **dict.fromkeys(("HostResult", "PullResult", "RunResult"), "multihost.runresult"),
+    **dict.fromkeys(("CallResult", "HostResult", "PullResult", "RunResult"), "multihost.runresult"),
     **dict.fromkeys(("DryRun", "HostPreview"), "multihost.planner"),
     "StackReport": "multihost.diagnose.stacks",
     "FleetSnapshot": "multihost.live.snapshot",
@@ -136,15 +142,17 @@ if TYPE_CHECKING:
         RemoteCallError,
         RemoteError,
         UsageError,
+        WarmError,
     )
     from multihost.live.snapshot import FleetSnapshot
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
     from multihost.planner import DryRun, HostPreview
-    from multihost.remote_call import CallResult, call
-    from multihost.runresult import HostResult, PullResult, RunResult
+    from multihost.remote_call import call
+    from multihost.runresult import CallResult, HostResult, PullResult, RunResult
     from multihost.sweep.api import SweepResult, run_sweep
     from multihost.transport import SSHOptions
+    from multihost.warm.session import Session, session
 
 
 def __getattr__(name: str) -> Any:

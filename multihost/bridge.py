@@ -8,11 +8,16 @@ and SIGHUP) calls ``stop`` once — every host is stopped and the work returns w
 or, with no ``stop``, detaches: the work is cancelled, nothing on the hosts is touched, and
 :class:`Detached` is raised. The second signal leaves at once: a command exits (130) without
 waiting, a library call gets its KeyboardInterrupt.
+
+A :class:`Portal` is the same for work that must outlive one call (a session's connections and
+warm processes): one private loop in a thread of its own, each ``call`` run there to its end
+under the same policy, until ``close``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -126,6 +131,16 @@ def _in_thread(
             finished.set()
 
     threading.Thread(target=work, name="multihost", daemon=True).start()
+    _wait(finished, interrupt, box)
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
+
+
+def _wait(finished: threading.Event, interrupt: Interrupt | None, box: dict[str, Any]) -> None:
+    """Block until ``finished``; the first Ctrl-C is the interrupt's first signal (its
+    ``stop``, or a detach), the next one a KeyboardInterrupt here."""
     interrupted = False
     while not finished.is_set():
         try:
@@ -138,10 +153,63 @@ def _in_thread(
             _say(interrupt, interrupt.first(signal.SIGINT))
             act = interrupt.stop if interrupt.stop is not None else box["task"].cancel
             box["loop"].call_soon_threadsafe(act)
-    if "error" in box:
-        raise box["error"]
-    value: T = box["value"]
-    return value
+
+
+class Portal:
+    """One private event loop in a daemon thread, for work that outlives a call (a session's
+    connections and warm processes). ``call`` runs ``make()`` there and blocks until it is
+    done, with :func:`blocking`'s interrupt policy; the same from a script, a command or a
+    notebook's running loop. ``close`` stops the loop (its work must have ended)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="multihost-portal", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._loop.is_closed()
+
+    def call(
+        self, make: Callable[[], Coroutine[Any, Any, T]], interrupt: Interrupt | None = None
+    ) -> T:
+        """``make()`` run to its end on the portal's loop; a second Ctrl-C cancels it and is a
+        KeyboardInterrupt here."""
+        if self._loop.is_closed():
+            raise RuntimeError("this portal is closed")
+        box: dict[str, Any] = {"loop": self._loop}
+
+        async def main() -> T:
+            task: asyncio.Task[T] = asyncio.ensure_future(make())
+            box["task"] = task
+            try:
+                return await task
+            except asyncio.CancelledError:
+                if interrupt is not None and interrupt.stop is None and box.get("presses"):
+                    raise Detached from None
+                raise
+
+        future: concurrent.futures.Future[T] | None = None
+        try:
+            future = asyncio.run_coroutine_threadsafe(main(), self._loop)
+            finished = threading.Event()
+            future.add_done_callback(lambda _f: finished.set())
+            _wait(finished, interrupt, box)
+        except KeyboardInterrupt:
+            if future is not None:  # the work does not go on behind the caller's back
+                future.cancel()
+            raise
+        return future.result()
+
+    def close(self) -> None:
+        """Stop the loop and its thread (idempotent)."""
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
 
 
 def ctrl_c(stop: Callable[[], None]) -> Interrupt:

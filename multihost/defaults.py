@@ -73,6 +73,7 @@ class Defaults:
     top_rows: int = 64  # beyond this many hosts, top shows slices and outliers, not every row
     gather_pending: int = 10_000  # run --gather: lines held back at most (then the oldest go)
     plot_bins: int = 500  # multihost plot: columns of steps at most (each a bin of steps)
+    warm_start_timeout: float = 600.0  # s for warm processes to start and join their JAX job
 
 
 DEFAULTS = Defaults()

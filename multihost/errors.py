@@ -16,6 +16,7 @@ MultihostError
       │    └── EnvFailed       the locked environment could not be built or installed there
       ├── RemoteCallError      a function sent by multihost.call raised there (.results)
       └── HostLost             the connection went away and did not come back
+ ├── WarmError                 warm processes did not start, or were used once stopped
  └── CloudError                a gcloud call failed (gcloud's own words, one line)
       ├── GcloudMissing        the Google Cloud CLI is not installed (also a UsageError: exit 2)
       ├── CloudNotFound        the resource, object or bucket does not exist
@@ -133,6 +134,11 @@ class RemoteCallError(HostError):
 
 class HostLost(HostError):
     """The connection to the host was lost and could not be re-established."""
+
+
+class WarmError(MultihostError):
+    """Warm processes (``multihost.session``, ``sweep --warm``) did not start, or were used
+    after they were stopped; the message says why, in words."""
 
 
 class CloudError(MultihostError):

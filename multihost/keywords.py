@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from multihost.events import Event, Note
 from multihost.planner import Plan, plan
-from multihost.settings.schema import KEYWORDS, RUN_COMMAND, flags_of
+from multihost.settings.schema import KEYWORDS, RUN_COMMAND, SWEEP, flags_of
 from multihost.stream import Line
 
 Stream = Literal["all", "host0", "none"]
@@ -28,6 +28,11 @@ ACCEPTED: tuple[str, ...] = tuple(
         | {*KEYWORDS, *_EVENTS, *_ALIASES}
     )
 )
+
+
+SWEEP_KEYWORDS: dict[str, Any] = {f.dest: f.default for f in flags_of(SWEEP)}
+"""``run_sweep``'s keywords from the schema's sweep flags (``--warm``: ``warm=``), with their
+flags' defaults."""
 
 
 # The run's keywords that a function has no use for, each refused by name with why: a keyword
@@ -65,6 +70,7 @@ OWN: dict[str, tuple[str, ...]] = {
         "parallel",
         "resume",
         "on_record",
+        *SWEEP_KEYWORDS,
     ),
 }
 

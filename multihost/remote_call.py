@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,9 @@ from multihost.core import Run
 from multihost.errors import RemoteCallError, SettingError
 from multihost.fanout import on_every_host
 from multihost.keywords import check_options, events_of, planned
-from multihost.model import Host
 from multihost.options import default_run_name
 from multihost.planner import Plan
-from multihost.runresult import RunResult
+from multihost.runresult import CallResult, RunResult
 from multihost.transport import Connection
 
 SCRIPT = "_multihost_call.py"
@@ -84,20 +83,6 @@ except BaseException as exc:
 sys.stdout.flush()
 finish({"value": value}, 0)
 '''
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """One host's outcome of :func:`call`: its return value, or what it raised and where."""
-
-    host: Host
-    value: Any = None
-    error: str | None = None  # "ValueError: boom", or why no value came back
-    traceback: str = ""  # the remote traceback, as text
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 def call(

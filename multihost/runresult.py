@@ -1,7 +1,8 @@
-"""How a run ended, as values: ``HostResult``, ``RunResult``, ``Staging``, and what the work after
-a run brought back (``PullResult``, ``TpuLogs``); their one host row and
-one verdict, which every face formats (plain text and HTML here, the terminal's table in
-``multihost.cli.report``); and the payload's ``MULTIHOST_RESULT {json}`` line. Pure: no rich."""
+"""How a run ended, as values: ``HostResult``, ``RunResult``, ``Staging``, a function's outcome
+on a host (``CallResult``), and what the work after a run brought back (``PullResult``,
+``TpuLogs``); their one host row and one verdict, which every face formats (plain text and
+HTML here, the terminal's table in ``multihost.cli.report``); and the payload's
+``MULTIHOST_RESULT {json}`` line. Pure: no rich."""
 
 from __future__ import annotations
 
@@ -126,6 +127,21 @@ class HostResult:
         if self.exit_code:
             return f"exited with code {self.exit_code}"
         return ""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One host's outcome of a function sent by value (``multihost.call``, a session's
+    ``call``): its return value, or what it raised and where."""
+
+    host: Host
+    value: Any = None
+    error: str | None = None  # "ValueError: boom", or why no value came back
+    traceback: str = ""  # the remote traceback, as text
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ real step, which is what the CLI runs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,10 +61,13 @@ class Hooks:
 REAL = Hooks()
 
 
+@functools.lru_cache(maxsize=64)
 def make_step(
     mesh: Any, impl: str = "jit", lr: float = 1e-4, hooks: Hooks = REAL
 ) -> Callable[[Any, Layers], tuple[Any, Layers]]:
-    """The jitted step (x, layers) → (loss, updated layers), sharded as MaxText shards it."""
+    """The jitted step (x, layers) → (loss, updated layers), sharded as MaxText shards it; one
+    per (mesh, impl, lr, hooks), so that a process that runs the payload again (``sweep
+    --warm``, a session) runs the step it compiled then."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P

@@ -223,6 +223,7 @@ def _sweep(sub: Any) -> None:
         s.STAGE_VIA,
         s.STAGE_BUCKET,
         s.RUN_NAME.but(help="sweep name (default: sweep-<timestamp>-<random>)"),
+        *s.SWEEP,
     )
 
 

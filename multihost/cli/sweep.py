@@ -54,6 +54,7 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
         point_timeout=args.point_timeout,
         resume=args.resume,
         parallel=args.parallel,
+        warm=args.warm,
     )
 
 
@@ -153,7 +154,8 @@ def _sweep(args: argparse.Namespace, err: Console) -> int:
     todo = total = len(sweep.todo())
     err.print(
         f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
-        f"{todo} to run on {groups} group(s); results in {sweep.dir}",
+        f"{todo} to run on {groups} group(s){' in warm processes' if spec.warm else ''}; "
+        f"results in {sweep.dir}",
         style="dim",
         markup=False,
     )

@@ -334,6 +334,22 @@ PULL_TO = Flag(
 )
 
 
+# -- what `sweep` has beyond a run -----------------------------------------------------------
+WARM = Flag(
+    "warm",
+    kind="switch",
+    default=False,
+    setting=False,
+    help="run every point in one long-lived Python per host, JAX imported and the job joined "
+    "once (jit caches carry over; imported modules and JAX's config are not reset between "
+    "points); the command must be [NAME=VALUE ...] python SCRIPT ARGS (default: each point "
+    "starts its own processes)",
+    group="sweep",
+)
+SWEEP: Group = (WARM,)
+"""The flags only ``sweep`` takes that the API takes too (``run_sweep``'s keywords)."""
+
+
 def flags_of(group: Group) -> tuple[Flag, ...]:
     return tuple(f for item in group for f in (item.flags if isinstance(item, OneOf) else (item,)))
 

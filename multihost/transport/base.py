@@ -105,7 +105,8 @@ def default_state_dir() -> Path:
 
 class Shell(Protocol):
     """A POSIX sh started on a host ahead of time, idle until it is sent one script: what a
-    launch needs from the host (a session, a shell) is paid before the launch itself."""
+    launch needs from the host (a session, a shell) is paid before the launch itself. A held
+    script's stdin can carry more after it (``write``): a warm process's channel."""
 
     def stream(
         self, script: str, stderr: bytearray | None = None, *, hold: bool = False
@@ -117,6 +118,12 @@ class Shell(Protocol):
     def send(self, data: bytes) -> None:
         """Writes ``data`` to a held script's stdin, then ends it (a gone host: ignored, its
         output ends)."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Writes ``data`` to a held script's stdin and waits until it can take more; stdin
+        stays open (a channel that carries many messages; ``send`` ends it). A gone host:
+        ignored, its output ends."""
         ...
 
     async def close(self) -> None:

@@ -114,6 +114,13 @@ class LocalShell:
             stdin.write(data)
             stdin.close()  # after what is buffered has gone out
 
+    async def write(self, data: bytes) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(data)
+            await stdin.drain()
+
     async def close(self) -> None:
         _kill_group(self._proc)
         await self._proc.wait()

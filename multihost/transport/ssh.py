@@ -181,6 +181,11 @@ class SSHShell:
             self._proc.stdin.write(data)
             self._proc.stdin.write_eof()
 
+    async def write(self, data: bytes) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            self._proc.stdin.write(data)
+            await self._proc.stdin.drain()
+
     async def close(self) -> None:
         self._proc.close()
 
