@@ -38,6 +38,7 @@ flags' defaults."""
 # The run's keywords that a function has no use for, each refused by name with why: a keyword
 # is accepted only where it has its flag's effect (tests/test_api_keywords.py walks them all).
 _CALL_CODE = "call() stages its own code dir (the function travels by value)"
+_WARM = "a session's processes run many pieces: no run's hang watch, trace or pull"
 NOT_FOR: dict[str, dict[str, str]] = {
     "run": {},
     "run_async": {},
@@ -56,6 +57,18 @@ NOT_FOR: dict[str, dict[str, str]] = {
         "fail_fast": "each point fails fast: one failed host ends it",
         "reconnect_timeout": "a lost host is retried for the default time",
     },
+    "session": {
+        "dry_run": "session() starts processes to run work in: there is no plan to return",
+        "detach": "a session's processes end with it",
+        "timeout": "a session lasts until it is closed; each piece takes timeout= of its own",
+        "fail_fast": "a session's processes stop together when one ends",
+        "hang_timeout": _WARM,
+        "on_hang": _WARM,
+        "trace": _WARM,
+        "trace_after": _WARM,
+        "pull": _WARM,
+        "pull_to": _WARM,
+    },
 }
 OWN: dict[str, tuple[str, ...]] = {
     "run": (),
@@ -72,11 +85,13 @@ OWN: dict[str, tuple[str, ...]] = {
         "on_record",
         *SWEEP_KEYWORDS,
     ),
+    "session": ("python",),
 }
 
 
 def accepted(function: str) -> tuple[str, ...]:
-    """Every keyword ``function`` (``run``, ``run_async``, ``call``, ``run_sweep``) takes."""
+    """Every keyword ``function`` (``run``, ``run_async``, ``call``, ``run_sweep``,
+    ``session``) takes."""
     return tuple(sorted({*ACCEPTED, *OWN[function]} - set(NOT_FOR[function])))
 
 

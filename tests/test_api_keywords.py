@@ -310,6 +310,7 @@ SWEEP_OWN: dict[str, tuple[Any, list[str]]] = {
     "point_timeout": (5.0, ["--point-timeout", "5"]),
     "parallel": ("slice", ["--parallel", "slice"]),
     "resume": (True, ["--resume"]),
+    "warm": (True, ["--warm"]),
 }
 
 
@@ -427,3 +428,19 @@ def test_stream_on_output_on_event(function: str, home: Path, code: Path) -> Non
         want = "hi 0"
     assert lines == [("s0/w0", want)]
     assert any(isinstance(e, HostEvent) for e in events)
+
+
+def test_session_takes_what_the_gate_says(home: Path) -> None:
+    """``session()``'s own parameters are the gate's; a run keyword its warm processes have no
+    use for (a run's timeout, hang watch, traces, pulls) is refused by name, with why, before
+    anything starts."""
+    params = inspect.signature(multihost.session).parameters.values()
+    named = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    assert named <= set(keywords.accepted("session")), named - set(keywords.accepted("session"))
+    assert set(keywords.OWN["session"]) <= named
+    for name, why in keywords.NOT_FOR["session"].items():
+        assert why
+        with pytest.raises(TypeError, match=rf"session\(\) does not take {name}=: "):
+            multihost.session(local=1, **{name: SAMPLES.get(name, True)})
+    with pytest.raises(TypeError, match=r"session\(\) got an unexpected keyword argument 'nope'"):
+        multihost.session(local=1, nope=1)

@@ -2,7 +2,7 @@
 
 Run by a warm set's run (``multihost.warm``) as ``PYTHON $MULTIHOST_RUN_DIR/warm_server.py`` in
 the staged code, in the run's process group: what stops a run stops it. Standard library, and
-jax when the job has it. It makes two FIFOs in the run's directory, ``warm.in`` and ``warm.out``
+jax when the job has it. It makes two FIFOs in the run's directory, warm.in and warm.out
 (the runner's channel, ``warm_channel.sh``, holds them open), joins the run's JAX job once (the
 staged hook joins it), says ``ready``, then runs one piece at a time: ``script`` (as ``python
 SCRIPT ARGS``: ``__main__``, a fresh namespace, its ``sys.argv``; ``SystemExit`` honoured),

@@ -11,7 +11,7 @@ from typing import Any
 from multihost.bridge import blocking, ctrl_c
 from multihost.commands import check_run_name
 from multihost.errors import EnvFailed, UsageError
-from multihost.keywords import SWEEP_KEYWORDS, check_options, events_of, planned
+from multihost.keywords import check_options, events_of, planned
 from multihost.options import default_run_name
 from multihost.planner import Plan
 from multihost.runresult import Staging, aligned
@@ -123,18 +123,18 @@ def run_sweep(
     point_timeout: float | None = None,
     parallel: str = "none",
     resume: bool = False,
+    warm: bool = False,
     on_record: Callable[[Record], None] | None = None,
     **options: Any,
 ) -> SweepResult:
     """Run ``template`` once per grid point (``{name}`` filled in), rank the points by
     process 0's ``MULTIHOST_RESULT`` ``metric``; keywords otherwise as :func:`multihost.run`
-    (``run_name=`` names the sweep; ``stream=`` defaults to "none"), and the sweep's flags by
-    their names (``warm=True``: every point in warm processes, as ``--warm``). Each finished
-    point is printed as one line, or handed to ``on_record``."""
+    (``run_name=`` names the sweep; ``stream=`` defaults to "none"); ``warm=True``: every
+    point in warm processes, as ``--warm``. Each finished point is printed as one line, or
+    handed to ``on_record``."""
     if resume and not options.get("run_name"):
         raise UsageError("resume=True needs the run_name of the sweep to resume")
     name = check_run_name(options.pop("run_name", None) or f"sweep-{default_run_name()}")
-    flags = {k: options.pop(k, default) for k, default in SWEEP_KEYWORDS.items()}
     spec = sweep_spec(
         name,
         template,
@@ -146,7 +146,7 @@ def run_sweep(
         point_timeout=point_timeout,
         parallel=parallel,
         resume=resume,
-        warm=bool(flags["warm"]),
+        warm=warm,
     )
     given = {"stream": "none", **options, "run_name": name}
     plan = plan_sweep(given)

@@ -273,9 +273,6 @@ def session(
     as :func:`multihost.run` (``script_dir=``: the code ``run_script`` runs, default the
     current directory; ``run_name=``: the session's name)."""
     check_options("session", options)
-    for name in ("detach", "pull", "trace"):
-        if options.get(name):
-            raise ValueError(f"session() runs pieces in warm processes: {name}= is not taken")
     name = check_run_name(options.pop("run_name", None) or default_run_name("session"))
     fleet_kw = {
         k: v for k, v in (("hosts", hosts), ("prefix", prefix), ("local", local)) if v is not None
