@@ -72,10 +72,10 @@ _WHERE = {
             "stacks",
             "status",
         ),
-        "multihost.api",
+        "multihost.api.runs",
     ),
-    **dict.fromkeys(("CallResult", "call"), "multihost.remote_call"),
-    **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.sweep.api"),
+    **dict.fromkeys(("CallResult", "call"), "multihost.api.call"),
+    **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.api.sweep"),
     **dict.fromkeys(
         (
             "ConnectError",
@@ -102,7 +102,8 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from multihost.api import (
+    from multihost.api.call import CallResult, call
+    from multihost.api.runs import (
         attach,
         kill,
         make_fleet,
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
         stacks,
         status,
     )
+    from multihost.api.sweep import SweepResult, run_sweep
     from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
         ConnectError,
@@ -131,9 +133,7 @@ if TYPE_CHECKING:
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
     from multihost.planner import DryRun, HostPreview
-    from multihost.remote_call import CallResult, call
     from multihost.runresult import HostResult, PullResult, RunResult
-    from multihost.sweep.api import SweepResult, run_sweep
     from multihost.transport import SSHOptions
 
 

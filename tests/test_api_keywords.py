@@ -28,19 +28,19 @@ from typing import Any
 import pytest
 
 import multihost
-from multihost import keywords
+from multihost.api import keywords
+from multihost.api.call import plan_call
+from multihost.api.sweep import plan_sweep, sweep_spec
 from multihost.cli import parse
 from multihost.cli.fleet import with_payload
 from multihost.cli.sweep import sweep_settings
 from multihost.cli.sweep import sweep_spec as cli_sweep_spec
 from multihost.events import HostEvent
 from multihost.planner import DryRun, Settings
-from multihost.remote_call import plan_call
 from multihost.settings.checks import env_of
 from multihost.settings.flag import Flag
 from multihost.settings.fleetflags import SOURCES
 from multihost.settings.schema import RUN_COMMAND, flags_of
-from multihost.sweep.api import plan_sweep, sweep_spec
 from multihost.transport import SSHOptions
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {

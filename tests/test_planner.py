@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from multihost.api.keywords import ACCEPTED, plan_run
 from multihost.cli import build_parser, parse, subparser
 from multihost.defaults import GOOGLE_KEY
 from multihost.errors import SettingError, UsageError
-from multihost.keywords import ACCEPTED, plan_run
 from multihost.options import RunOptions
 from multihost.planner import DERIVED, Settings, plan
 from multihost.settings.flag import Flag

@@ -59,7 +59,7 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
 
 def sweep_settings(args: argparse.Namespace, name: str) -> dict[str, object]:
     """What the sweep's base run is planned from: its flags, as ``run_sweep``'s keywords are
-    (``multihost.sweep.api.plan_sweep``)."""
+    (``multihost.api.sweep.plan_sweep``)."""
     return {**vars(args), "cmd": "", "run_name": name, **SWEEP_SETTINGS}
 
 

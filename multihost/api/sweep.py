@@ -8,10 +8,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from multihost.api.keywords import check_options, events_of, planned
 from multihost.bridge import blocking, ctrl_c
 from multihost.commands import check_run_name
 from multihost.errors import EnvFailed, UsageError
-from multihost.keywords import check_options, events_of, planned
 from multihost.options import default_run_name
 from multihost.planner import Plan
 from multihost.runresult import Staging, aligned

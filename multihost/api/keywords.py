@@ -1,7 +1,6 @@
 """The API's keywords: the schema's settings of ``run`` by their dests, checked, layered over
 a config profile, turned into a plan by the one planner; and where a run's events go
-(``stream=``, ``on_output=``, ``on_event=``). Used by ``multihost.api``, ``run_sweep`` and
-``call``."""
+(``stream=``, ``on_output=``, ``on_event=``). Used by the API's runs, sweep and call."""
 
 from __future__ import annotations
 

@@ -14,12 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from multihost.api.keywords import OnOutput, Stream, check_options, events_of, output_events
+from multihost.api.keywords import plan_run as plan_run
 from multihost.bridge import blocking, ctrl_c
 from multihost.core import Attach, Run, Stop
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
-from multihost.keywords import OnOutput, Stream, check_options, events_of, output_events
-from multihost.keywords import plan_run as plan_run
 from multihost.model import Fleet
 from multihost.options import default_log_dir
 from multihost.pastruns import (
@@ -89,7 +89,7 @@ def run(command: str, **options: Any) -> RunResult | DryRun:
     ``prefix=`` (with ``project=``, ``zone=``, ``ip=``); ``user=``, ``ssh_config=``. The job:
     ``env=``, ``run_name=``, ``script_dir=``, ``stage_via=`` ("auto", "direct", "peer",
     "gs://BUCKET"). Output: ``stream=`` ("all", "host0", "none")
-    and ``on_output=(host_name, line)``. Any :class:`RunOptions` field (``timeout=``,
+    and ``on_output=(host_name, line)``. Any :class:`multihost.RunOptions` field (``timeout=``,
     ``fail_fast=``, ``log_dir=``, ``detach=``, ...). ``profile=`` layers the config files
     under the keywords (see :func:`plan_run`). ``dry_run=True``: nothing runs anywhere; the
     value is the :class:`DryRun` (each host's environment and exact command, what
