@@ -1,5 +1,6 @@
 """The records multihost keeps of the pods it made: ``$MULTIHOST_LOG_DIR/pods/NAME/pod.json``
-(default ``~/multihost-logs``), private (0700 directory, 0600 file), replaced atomically."""
+(default ``~/multihost-logs``), private (0700 directory, 0600 file), replaced atomically by the
+one writer of records (``multihost.recordfile``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,12 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from multihost import recordfile
 from multihost.errors import UsageError
-from multihost.runrecord import private_dir
 
 SCHEMA = 1
 FILE = "pod.json"
@@ -107,16 +107,8 @@ def base_dir() -> Path:
 
 
 def save(record: PodRecord) -> Path:
-    path = private_dir(base_dir() / record.name) / FILE
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".pod.json.")  # mkstemp: 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(record.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """The pod's record, through the one writer of records (``multihost.recordfile``)."""
+    return recordfile.save(base_dir() / record.name / FILE, record)
 
 
 def find(name: str) -> PodRecord | None:
