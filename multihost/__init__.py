@@ -4,6 +4,10 @@ The public API is what this package exports (``__all__``), and only that:
 
 - run: ``run``, ``run_async``, ``call``, ``run_sweep``, ``make_fleet``;
 - runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``;
+- a pod's life: ``up``, ``down``, ``pods``, ``gc``, ``autodown``, ``with pod(...)``, a
+  :class:`Pod` each; a run's ``up=``/``down=``;
+- the production path: ``submit_job`` (a :class:`JobHandle`: ``watch``, ``status``, ``logs``,
+  ``stop``), ``jobs``;
 - results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``,
   ``CallResult``, ``SweepResult``; a dry run's plan: ``DryRun``, ``HostPreview``;
 - the fleet and the run: ``Fleet``, ``Host``, ``Job``, ``State``, ``RunOptions``, ``SSHOptions``;
@@ -17,6 +21,8 @@ no rich) until the API is actually called.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
@@ -35,7 +41,9 @@ __all__ = [
     "HostResult",
     "InventoryError",
     "Job",
+    "JobHandle",
     "MultihostError",
+    "Pod",
     "PullResult",
     "RemoteCallError",
     "RemoteError",
@@ -47,9 +55,15 @@ __all__ = [
     "SweepResult",
     "UsageError",
     "attach",
+    "autodown",
     "call",
+    "down",
+    "gc",
+    "jobs",
     "kill",
     "make_fleet",
+    "pod",
+    "pods",
     "pull",
     "pull_logs",
     "run",
@@ -57,6 +71,8 @@ __all__ = [
     "run_sweep",
     "stacks",
     "status",
+    "submit_job",
+    "up",
 ]
 
 _WHERE = {
@@ -75,6 +91,9 @@ _WHERE = {
         "multihost.api.runs",
     ),
     **dict.fromkeys(("CallResult", "call"), "multihost.api.call"),
+    **dict.fromkeys(("autodown", "down", "gc", "pod", "pods", "up"), "multihost.api.pods"),
+    **dict.fromkeys(("JobHandle", "jobs", "submit_job"), "multihost.api.jobs"),
+    "Pod": "multihost.pods.records",
     **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.api.sweep"),
     **dict.fromkeys(
         (
@@ -103,6 +122,8 @@ _WHERE = {
 
 if TYPE_CHECKING:
     from multihost.api.call import CallResult, call
+    from multihost.api.jobs import JobHandle, jobs, submit_job
+    from multihost.api.pods import autodown, down, gc, pod, pods, up
     from multihost.api.runs import (
         attach,
         kill,
@@ -133,8 +154,23 @@ if TYPE_CHECKING:
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
     from multihost.planner import DryRun, HostPreview
+    from multihost.pods.records import Pod
     from multihost.runresult import HostResult, PullResult, RunResult
     from multihost.transport import SSHOptions
+
+
+class _Package(types.ModuleType):
+    """``multihost`` itself: the function ``pods`` keeps its name when the subpackage of that
+    name is imported (the import system sets a subpackage as its parent's attribute; this
+    one is reached as ``multihost.pods.…`` through sys.modules all the same)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _WHERE and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -18,8 +18,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -60,7 +61,9 @@ def blocking(make: Callable[[], Coroutine[Any, Any, T]], interrupt: Interrupt | 
         task: asyncio.Task[T] = asyncio.ensure_future(make())
         box["task"] = task
         hooked = interrupt is not None and threading.current_thread() is threading.main_thread()
+        before = {}
         if interrupt is not None and hooked:
+            before = {s: signal.getsignal(s) for s in (*interrupt.signals, signal.SIGQUIT)}
             _hook(loop, task, interrupt, box)
         try:
             return await task
@@ -72,6 +75,9 @@ def blocking(make: Callable[[], Coroutine[Any, Any, T]], interrupt: Interrupt | 
             if interrupt is not None and hooked:
                 for sig in (*interrupt.signals, signal.SIGQUIT):
                     loop.remove_signal_handler(sig)
+                for sig, handler in before.items():  # what the caller had (``terminating``)
+                    if handler is not None:
+                        signal.signal(sig, handler)
 
     try:
         asyncio.get_running_loop()
@@ -142,6 +148,32 @@ def _in_thread(
         raise box["error"]
     value: T = box["value"]
     return value
+
+
+def _as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def terminating(
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP),
+) -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP end the work as Ctrl-C does (a
+    KeyboardInterrupt), so that what it made is given back on the way out (a pod: deleted, its
+    cost said) instead of the process dying with it; the handlers before are put back after.
+    Only in the main thread, where Python delivers signals (elsewhere the block runs as is).
+    Work that runs through :func:`blocking` inside the block keeps its own policy meanwhile."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        signal.signal(sig, _as_ctrl_c)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def ctrl_c(stop: Callable[[], None]) -> Interrupt:

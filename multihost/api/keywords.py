@@ -1,6 +1,7 @@
-"""The API's keywords: the schema's settings of ``run`` by their dests, checked, layered over
-a config profile, turned into a plan by the one planner; and where a run's events go
-(``stream=``, ``on_output=``, ``on_event=``). Used by the API's runs, sweep and call."""
+"""The API's keywords: the schema's settings of each function's command by their dests (a
+run's, a pod's, a job's), checked, layered over a config profile, turned into a plan by the
+one planner; and where a run's events go (``stream=``, ``on_output=``, ``on_event=``). The
+one gate of every function's keywords (:func:`accepted`, :data:`NOT_FOR`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from typing import Any, Literal
 
 from multihost.events import Event, Note
 from multihost.planner import Plan, plan
-from multihost.settings.schema import KEYWORDS, RUN_COMMAND, flags_of
+from multihost.settings.cloudcommands import (
+    AUTODOWN_COMMAND,
+    JOB_SUBMIT,
+    JOB_WATCH,
+    PODS_COMMAND,
+    UP_COMMAND,
+)
+from multihost.settings.flag import Group
+from multihost.settings.schema import KEYWORDS, POD_AROUND, RUN_COMMAND, WATCH, flags_of
 from multihost.stream import Line
 
 Stream = Literal["all", "host0", "none"]
@@ -27,6 +36,38 @@ ACCEPTED: tuple[str, ...] = tuple(
         | {*KEYWORDS, *_EVENTS, *_ALIASES}
     )
 )
+POD_KEYWORDS: tuple[str, ...] = tuple(f.dest for f in flags_of(POD_AROUND))
+"""A run's and a sweep's pod keywords (``up=``, ``down=``, ``tpu_type=``...): a pod's life
+around it, as ``run --prefix NAME --up --down`` (``multihost.pods.ops.around``)."""
+
+
+def wants_pod(options: Mapping[str, Any]) -> bool:
+    """Whether a run's or a sweep's settings give any of a pod's keywords."""
+    return any(options.get(k) not in (None, False) for k in POD_KEYWORDS)
+
+
+_NO_POD = (
+    "{f}() does not make or delete pods: a pod's life blocks on gcloud for minutes; put "
+    "multihost.pod() around it, or use run()"
+)
+
+
+def _dests(group: Group, *less: str) -> frozenset[str]:
+    return frozenset(f.dest for f in flags_of(group)) - set(less)
+
+
+# The functions on a pod and a job: their command's flags by dest (the output's --json is the
+# CLI's), and ``say=`` (what they tell as they go, instead of printing it).
+_WATCHING = _dests((WATCH, *JOB_WATCH))
+COMMANDS: dict[str, frozenset[str]] = {
+    "up": _dests(UP_COMMAND) | {"say"},
+    "pod": _dests(UP_COMMAND) | {"down", "say"},
+    "down": frozenset({"wait", "zone", "project", "say"}),
+    "pods": _dests(PODS_COMMAND, "json") | {"say"},
+    "gc": frozenset({"dry_run", "zones", "project", "say"}),
+    "autodown": _dests(AUTODOWN_COMMAND) | {"say"},
+    "submit_job": (_dests(JOB_SUBMIT, "cmd") - _WATCHING) | {"say"},
+}
 
 
 # The run's keywords that a function has no use for, each refused by name with why: a keyword
@@ -34,8 +75,9 @@ ACCEPTED: tuple[str, ...] = tuple(
 _CALL_CODE = "call() stages its own code dir (the function travels by value)"
 NOT_FOR: dict[str, dict[str, str]] = {
     "run": {},
-    "run_async": {},
+    "run_async": dict.fromkeys(POD_KEYWORDS, _NO_POD.format(f="run_async")),
     "call": {
+        **dict.fromkeys(POD_KEYWORDS, _NO_POD.format(f="call")),
         "dry_run": "call() runs the function for its values: there is no plan to return",
         "detach": "call() waits for its values",
         "script_dir": _CALL_CODE,
@@ -52,10 +94,11 @@ NOT_FOR: dict[str, dict[str, str]] = {
     },
 }
 OWN: dict[str, tuple[str, ...]] = {
-    "run": (),
+    "run": ("say",),  # what the pod's life around it tells
     "run_async": (),
     "call": ("kwargs", "python", "uv_project"),
     "run_sweep": (
+        "say",
         "where",
         "metric",
         "minimize",
@@ -69,17 +112,21 @@ OWN: dict[str, tuple[str, ...]] = {
 
 
 def accepted(function: str) -> tuple[str, ...]:
-    """Every keyword ``function`` (``run``, ``run_async``, ``call``, ``run_sweep``) takes."""
-    return tuple(sorted({*ACCEPTED, *OWN[function]} - set(NOT_FOR[function])))
+    """Every keyword ``function`` (``run``, ``run_async``, ``call``, ``run_sweep``, and the
+    functions on a pod and a job: :data:`COMMANDS`) takes."""
+    if function in COMMANDS:
+        return tuple(sorted(COMMANDS[function]))
+    return tuple(sorted({*ACCEPTED, *POD_KEYWORDS, *OWN[function]} - set(NOT_FOR[function])))
 
 
 def check_options(function: str, given: Mapping[str, object]) -> None:
     """A TypeError naming the first keyword ``function`` does not take (and why, for a run's
     keyword it has no use for), and every one it takes."""
     allowed = accepted(function)
+    refused = NOT_FOR.get(function, {})
     for name in given:
-        if name in NOT_FOR[function]:
-            raise TypeError(f"{function}() does not take {name}=: {NOT_FOR[function][name]}")
+        if name in refused:
+            raise TypeError(f"{function}() does not take {name}=: {refused[name]}")
         if name not in allowed:
             raise TypeError(
                 f"{function}() got an unexpected keyword argument {name!r}; "
@@ -99,7 +146,11 @@ def plan_run(command: str, kwargs: Mapping[str, Any], function: str = "run") -> 
 def planned(command: str, given: Mapping[str, Any]) -> Plan:
     """Keywords already checked (and a function's own settings added, as ``call``'s code dir)
     → the run's plan (see :func:`plan_run`)."""
-    given = {_ALIASES.get(k, k): v for k, v in given.items() if k not in _EVENTS}
+    given = {
+        _ALIASES.get(k, k): v
+        for k, v in given.items()
+        if k not in _EVENTS and k not in POD_KEYWORDS and k != "say"  # not the plan's
+    }
     profile = given.pop("profile", None)
     if profile is not None:
         from multihost.settings.layers import Resolved, layered

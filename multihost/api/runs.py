@@ -93,9 +93,25 @@ def run(command: str, **options: Any) -> RunResult | DryRun:
     ``fail_fast=``, ``log_dir=``, ``detach=``, ...). ``profile=`` layers the config files
     under the keywords (see :func:`plan_run`). ``dry_run=True``: nothing runs anywhere; the
     value is the :class:`DryRun` (each host's environment and exact command, what
-    ``run --dry-run`` prints). An unknown keyword is a TypeError.
+    ``run --dry-run`` prints). A pod around the run, as ``run --prefix NAME --up --down``:
+    ``up=True`` makes pod ``prefix`` first when missing (``tpu_type=``, ``runtime_version=``,
+    ``zones=``... or the profile's), ``down=True`` deletes it when the run ends however it
+    ends, its cost said (``say=``, default stderr); ``autodown=`` arms it. An unknown keyword
+    is a TypeError.
     """
-    p = plan_run(command, options)  # checked here, so that a bad keyword fails at once
+    check_options("run", options)  # here, so that a bad keyword fails at once
+    from multihost.api.pods import around, on_stderr
+
+    say = options.get("say") or on_stderr
+    with around(options, say) as box:
+        result = _run(command, options)
+        if box is not None and isinstance(result, RunResult):
+            box.ending = f"exit {result.exit_code}"
+    return result
+
+
+def _run(command: str, options: dict[str, Any]) -> RunResult | DryRun:
+    p = plan_run(command, options)
     if options.get("dry_run"):
         return dry_run(p)
     runner = Run(p.fleet, p.job, p.options, events_of(options, p.fleet.hosts[0].process_id))

@@ -6,15 +6,16 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
 from multihost import fleetops
+from multihost.api.keywords import wants_pod
 from multihost.bridge import blocking
 from multihost.bundled import payload_command, payloads_dir
 from multihost.cli import report
-from multihost.cli.pods_args import wants_pod
 from multihost.cli.reaching import reach_args
 from multihost.cli.wiring import (
     Display,
@@ -38,12 +39,24 @@ from multihost.transport import forget
 
 
 def cmd_run(args: argparse.Namespace, err: Console) -> int:
-    if wants_pod(args):  # a pod's flags: the pod made, checked or deleted around the run
-        # (its module imported only then)
-        from multihost.cli.pods import with_pod
-
-        return with_pod(args, err, lambda: _run(args, err))
+    if wants_pod(vars(args)):  # a pod's flags: the pod made, checked or deleted around the run
+        return around_pod(args, err, lambda: _run(args, err))
     return _run(args, err)
+
+
+def around_pod(args: argparse.Namespace, err: Console, work: Callable[[], int]) -> int:
+    """``run``/``sweep --prefix NAME`` with a pod's flags: ``work`` inside the pod's life
+    (``multihost.api.pods.around``, as ``run(up=True, down=True)``); a pod that --down could
+    not delete makes the exit 1 (the run's own failure wins)."""
+    from multihost.api.pods import around, configured
+    from multihost.cli.pods import say_on
+
+    config = configured(args.config.values if args.config else None)
+    with around(vars(args), say_on(err), config=config, strict=False) as box:
+        code = work()
+        if box is not None:
+            box.ending = f"exit {code}"
+    return code or (1 if box is not None and box.deleted is False else 0)
 
 
 def _run(args: argparse.Namespace, err: Console) -> int:

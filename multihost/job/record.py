@@ -66,14 +66,14 @@ class JobRecord:
     code_hash: str
     project: str | None = None
     zone: str | None = None
-    capacity: str = "on-demand"
+    capacity: str = DEFAULTS.capacity
     env: tuple[tuple[str, str], ...] = ()
     secrets: tuple[tuple[str, str], ...] = ()  # (KEY, Secret Manager secret NAME): names only
-    max_restarts: int = 0
-    log_interval: int = 10
-    start_timeout: float = 600.0
-    coordinator_port: int = 8476
-    megascale_port: int = 8081
+    max_restarts: int = DEFAULTS.max_restarts
+    log_interval: int = DEFAULTS.log_interval
+    start_timeout: float = DEFAULTS.start_timeout
+    coordinator_port: int = DEFAULTS.coordinator_port
+    megascale_port: int = DEFAULTS.megascale_port
     # the locked environment: env_lock "" = none; see multihost.job.startup
     env_lock: str = ""  # the hash of the lock and the selection (or of the requirements)
     env_select: str = ""  # uv's selection flags, words (checked names only)
