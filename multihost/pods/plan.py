@@ -8,7 +8,7 @@ import calendar
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from multihost.cloud import checks, queued
@@ -87,10 +87,11 @@ class PodFlags:
         if flags.capacity is not None:
             checks.check_capacity(flags.capacity)
         zones_of(flags.zone, flags.zones)
-        if flags.queue_timeout is not None:
-            parse_duration(flags.queue_timeout)
-        if flags.autodown is not None:
-            parse_autodown(flags.autodown)
+        if flags.queue_timeout is not None:  # seconds, however given ("15m", 900, "900")
+            flags = replace(flags, queue_timeout=parse_duration(flags.queue_timeout))
+        if flags.autodown is not None:  # seconds, or "off"
+            idle = parse_autodown(flags.autodown)
+            flags = replace(flags, autodown="off" if idle is None else idle)
         return flags
 
     def over(self, configured: PodFlags) -> PodFlags:
