@@ -309,10 +309,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         from multihost.settings.layers import Resolved
 
         resolved = Resolved.load(Path(script_dir or "."), profile)
-        configured = subparser(parser, command)
-        if command == "job":  # job submit: what its jobs are made of
-            configured = subparser(configured, "submit")
-        apply(resolved, [configured], NOTED_ONLY.get(command, frozenset()))
+        configured = [subparser(parser, command)]
+        if command == "job":  # what its jobs are made of, and how they are watched
+            configured = [subparser(configured[0], name) for name in ("submit", "watch", "logs")]
+        apply(resolved, configured, NOTED_ONLY.get(command, frozenset()))
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command's own parser: its --help is the one to see
         where = parser
