@@ -39,9 +39,9 @@ import pytest
 import multihost
 from multihost.api import keywords
 from multihost.api.call import plan_call
+from multihost.api.runs import with_payload
 from multihost.api.sweep import plan_sweep, sweep_spec
 from multihost.cli import parse
-from multihost.cli.fleet import with_payload
 from multihost.cli.sweep import sweep_settings
 from multihost.cli.sweep import sweep_spec as cli_sweep_spec
 from multihost.events import HostEvent
@@ -278,7 +278,11 @@ def _by_the_cli(function: str, name: str, argv: list[str], code: Path) -> dict[s
     def settings(extra: list[str]) -> dict[str, Any]:
         argv = [command, "--run-name", "walk", "--cmd", "true", "--script-dir", str(code), *extra]
         args = parse(argv)
-        given = sweep_settings(args, args.run_name) if command == "sweep" else with_payload(args)
+        given = (
+            sweep_settings(args, args.run_name)
+            if command == "sweep"
+            else with_payload(vars(args), None)
+        )
         return _flat(Settings.of(given))
 
     source = [] if name in SOURCES else ["--local", "2"]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from multihost.api.keywords import check_options
-from multihost.api.pods import on_stderr, profile_values
+from multihost.api.keywords import check_options, on_stderr
+from multihost.api.pods import profile_values
 from multihost.bridge import terminating
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError

@@ -41,6 +41,17 @@ POD_KEYWORDS: tuple[str, ...] = tuple(f.dest for f in flags_of(POD_AROUND))
 around it, as ``run --prefix NAME --up --down`` (``multihost.pods.ops.around``)."""
 
 
+def configured(values: Mapping[str, tuple[Any, str]] | None) -> dict[str, Any]:
+    """A config profile's values by dest (``multihost.settings.layers.Resolved.values``)."""
+    return {key.replace("-", "_"): value for key, (value, _) in (values or {}).items()}
+
+
+def on_stderr(text: str) -> None:
+    """The default ``say``: ``multihost: TEXT`` on stderr (a notebook shows it under the
+    cell)."""
+    print(f"multihost: {text}", file=sys.stderr, flush=True)
+
+
 def wants_pod(options: Mapping[str, Any]) -> bool:
     """Whether a run's or a sweep's settings give any of a pod's keywords."""
     return any(options.get(k) not in (None, False) for k in POD_KEYWORDS)

@@ -14,13 +14,12 @@ them (what a pod to make is: ``tpu_type``, ``zones``, ``runtime_version``, ``aut
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from multihost.api.keywords import check_options, wants_pod
+from multihost.api.keywords import check_options, configured, on_stderr, wants_pod
 from multihost.bridge import terminating
 from multihost.pods import ops
 from multihost.pods.ops import Around
@@ -28,17 +27,6 @@ from multihost.pods.plan import PodFlags
 from multihost.pods.records import Pod
 
 Say = Callable[[str], None]
-
-
-def on_stderr(text: str) -> None:
-    """The default ``say``: ``multihost: TEXT`` on stderr (a notebook shows it under the
-    cell)."""
-    print(f"multihost: {text}", file=sys.stderr, flush=True)
-
-
-def configured(values: Mapping[str, tuple[Any, str]] | None) -> dict[str, Any]:
-    """A config profile's values by dest (``multihost.settings.layers.Resolved.values``)."""
-    return {key.replace("-", "_"): value for key, (value, _) in (values or {}).items()}
 
 
 def profile_values(profile: str | None, start: str | Path | None = None) -> dict[str, Any]:

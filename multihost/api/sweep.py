@@ -8,8 +8,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from multihost.api.keywords import check_options, events_of, planned
-from multihost.api.pods import around, on_stderr
+from multihost.api.keywords import check_options, events_of, on_stderr, planned
+from multihost.api.pods import around
 from multihost.bridge import Interrupt, blocking, ctrl_c
 from multihost.commands import check_run_name
 from multihost.errors import EnvFailed, UsageError

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from multihost.api import pods as api
+from multihost.api.keywords import configured
 from multihost.pods import prices
 
 
@@ -22,7 +23,7 @@ def say_on(err: Console) -> Callable[[str], None]:
 
 
 def cmd_up(args: argparse.Namespace, err: Console) -> int:
-    config = api.configured(args.config.values if args.config else None)
+    config = configured(args.config.values if args.config else None)
     api.make(args.name, vars(args), config, say_on(err))
     return 0
 
