@@ -73,7 +73,7 @@ def test_submit_watch_status_logs_from_python(
         (0, 0, 0),
         (0, 1, 0),
     ]
-    assert job.logs("0/1").splitlines()[0] == "hi-from-1"
+    assert "hi-from-1" in job.logs("0/1").splitlines()
     assert [h.name for h in multihost.jobs()] == ["pyjob"]
     assert multihost.JobHandle("pyjob").record.state.value == "succeeded"
     out = capsys.readouterr()
