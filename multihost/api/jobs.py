@@ -133,7 +133,8 @@ class JobHandle:
         (None: not streamed), resubmitting after preemptions (``max_restarts``), the queued
         resource deleted at the end (unless ``keep``). Returns the outcome: the final record,
         the job's exit code and why. Ctrl-C, SIGTERM or SIGHUP stop the watching (a
-        KeyboardInterrupt), not the job."""
+        KeyboardInterrupt), not the job. ``fresh``: the record was just written from here
+        (``submit_job``), so the bucket's copy is not read first."""
         from multihost.cloud.retry import PatientGcloud
         from multihost.job.watch import watchers
         from multihost.job.watch.follow import Watcher
