@@ -174,11 +174,11 @@ def trial(
 
 
 def phases_worker(argv: Sequence[str]) -> int:
-    """``--phases-worker FLEET_JSON N SRC OUT ROOT``: one ``multihost.api.run`` (ROOT's) with
+    """``--phases-worker FLEET_JSON N SRC OUT ROOT``: one ``multihost.api.runs.run`` (ROOT's) with
     ``on_event``, writing each host's state times (by address:port) to OUT."""
     fleet_json, n, src, out, root = argv
     sys.path.insert(0, root)  # that checkout's multihost, not this one's (ROOT)
-    import multihost.api as api
+    import multihost.api.runs as api
     from multihost.events import HostEvent
 
     fleet = loopback.Fleet.from_json(Path(fleet_json).read_text()).head(int(n))

@@ -5,6 +5,10 @@ The public API is what this package exports (``__all__``), and only that:
 - run: ``run``, ``run_async``, ``call``, ``session``, ``run_sweep``, ``make_fleet``;
 - runs after the fact: ``status``, ``attach``, ``kill``, ``pull_logs``, ``pull``, ``stacks``,
   ``top``, ``plot``;
+- a pod's life: ``up``, ``down``, ``pods``, ``gc``, ``autodown``, ``with pod(...)``, a
+  :class:`Pod` each; a run's ``up=``/``down=``;
+- the production path: ``submit_job`` (a :class:`JobHandle`: ``watch``, ``status``, ``logs``,
+  ``stop``), ``jobs``;
 - results: ``RunResult``, ``HostResult``, ``PullResult``, ``StackReport``, ``FleetSnapshot``,
   ``CallResult``, ``SweepResult``; a dry run's plan: ``DryRun``, ``HostPreview``; a
   session's handle, ``Session``;
@@ -19,6 +23,8 @@ no rich) until the API is actually called.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
@@ -38,7 +44,9 @@ __all__ = [
     "HostResult",
     "InventoryError",
     "Job",
+    "JobHandle",
     "MultihostError",
+    "Pod",
     "PullResult",
     "RemoteCallError",
     "RemoteError",
@@ -52,10 +60,16 @@ __all__ = [
     "UsageError",
     "WarmError",
     "attach",
+    "autodown",
     "call",
+    "down",
+    "gc",
+    "jobs",
     "kill",
     "make_fleet",
     "plot",
+    "pod",
+    "pods",
     "pull",
     "pull_logs",
     "run",
@@ -64,7 +78,9 @@ __all__ = [
     "session",
     "stacks",
     "status",
+    "submit_job",
     "top",
+    "up",
 ]
 
 _WHERE = {
@@ -82,11 +98,14 @@ _WHERE = {
             "status",
             "top",
         ),
-        "multihost.api",
+        "multihost.api.runs",
     ),
-    "call": "multihost.remote_call",
-    **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.sweep.api"),
-    **dict.fromkeys(("Session", "session"), "multihost.warm.session"),
+    "call": "multihost.api.call",
+    **dict.fromkeys(("autodown", "down", "gc", "pod", "pods", "up"), "multihost.api.pods"),
+    **dict.fromkeys(("JobHandle", "jobs", "submit_job"), "multihost.api.jobs"),
+    "Pod": "multihost.pods.records",
+    **dict.fromkeys(("SweepResult", "run_sweep"), "multihost.api.sweep"),
+    **dict.fromkeys(("Session", "session"), "multihost.api.session"),
     **dict.fromkeys(
         (
             "ConnectError",
@@ -115,7 +134,10 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
-    from multihost.api import (
+    from multihost.api.call import call
+    from multihost.api.jobs import JobHandle, jobs, submit_job
+    from multihost.api.pods import autodown, down, gc, pod, pods, up
+    from multihost.api.runs import (
         attach,
         kill,
         make_fleet,
@@ -128,6 +150,8 @@ if TYPE_CHECKING:
         status,
         top,
     )
+    from multihost.api.session import Session, session
+    from multihost.api.sweep import SweepResult, run_sweep
     from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
         ConnectError,
@@ -148,11 +172,23 @@ if TYPE_CHECKING:
     from multihost.model import Fleet, Host, Job, State
     from multihost.options import RunOptions
     from multihost.planner import DryRun, HostPreview
-    from multihost.remote_call import call
+    from multihost.pods.records import Pod
     from multihost.runresult import CallResult, HostResult, PullResult, RunResult
-    from multihost.sweep.api import SweepResult, run_sweep
     from multihost.transport import SSHOptions
-    from multihost.warm.session import Session, session
+
+
+class _Package(types.ModuleType):
+    """``multihost`` itself: the function ``pods`` keeps its name when the subpackage of that
+    name is imported (the import system sets a subpackage as its parent's attribute; this
+    one is reached as ``multihost.pods.…`` through sys.modules all the same)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _WHERE and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

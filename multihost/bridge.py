@@ -23,11 +23,15 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+_TERMINATING = (signal.SIGTERM, signal.SIGHUP)  # what `terminating` makes a Ctrl-C
 
 
 class Detached(Exception):
@@ -65,24 +69,54 @@ def blocking(make: Callable[[], Coroutine[Any, Any, T]], interrupt: Interrupt | 
         task: asyncio.Task[T] = asyncio.ensure_future(make())
         box["task"] = task
         hooked = interrupt is not None and threading.current_thread() is threading.main_thread()
+        before = {}
         if interrupt is not None and hooked:
+            before = {s: signal.getsignal(s) for s in (*interrupt.signals, signal.SIGQUIT)}
             _hook(loop, task, interrupt, box)
+        ending = _terminating(loop, task, box) if interrupt is None else ()
         try:
             return await task
         except asyncio.CancelledError:
+            if box.get("terminated"):  # SIGTERM in a `terminating` block: as Ctrl-C, in order
+                raise KeyboardInterrupt from None
             if interrupt is not None and interrupt.stop is None and box.get("presses"):
                 raise Detached from None
             raise
         finally:
+            for sig in ending:
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, _as_ctrl_c)
             if interrupt is not None and hooked:
                 for sig in (*interrupt.signals, signal.SIGQUIT):
                     loop.remove_signal_handler(sig)
+                for sig, handler in before.items():  # what the caller had (``terminating``)
+                    if handler is not None:
+                        signal.signal(sig, handler)
 
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(main())
     return _in_thread(main, interrupt, box)
+
+
+def _terminating(
+    loop: asyncio.AbstractEventLoop, task: asyncio.Future[Any], box: dict[str, Any]
+) -> tuple[signal.Signals, ...]:
+    """Inside a :func:`terminating` block, its signals cancel the work (its connections and
+    processes closed in order, as asyncio does for Ctrl-C) and then end it as a
+    KeyboardInterrupt, never raised in the middle of the loop's own callbacks."""
+    if threading.current_thread() is not threading.main_thread():
+        return ()
+    signals = tuple(s for s in _TERMINATING if signal.getsignal(s) is _as_ctrl_c)
+
+    def end() -> None:
+        box["terminated"] = True
+        task.cancel()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, end)
+    return signals
 
 
 def _hook(
@@ -210,6 +244,31 @@ class Portal:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
+
+
+def _as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def terminating(signals: tuple[signal.Signals, ...] = _TERMINATING) -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP end the work as Ctrl-C does (a
+    KeyboardInterrupt), so that what it made is given back on the way out (a pod: deleted, its
+    cost said) instead of the process dying with it; the handlers before are put back after.
+    Only in the main thread, where Python delivers signals (elsewhere the block runs as is).
+    Work that runs through :func:`blocking` inside the block is cancelled in order by them
+    (then the KeyboardInterrupt), or keeps its own policy where it has one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        signal.signal(sig, _as_ctrl_c)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def ctrl_c(stop: Callable[[], None]) -> Interrupt:

@@ -44,7 +44,14 @@ class Defaults:
     trace_max: float = 3600.0  # the longest capture (trace --seconds, run --trace)
     pull_limit: int = 16  # hosts copying files back at once (multihost pull --limit)
     pull_files: int = 8  # files in flight at once on one host's connection
+    # A pod's or a job's request (up, run --up, job submit) and a job's course.
+    num_slices: int = 1  # slices of --tpu-type in one request
+    capacity: str = "on-demand"  # on-demand, spot, reserved, best-effort
     queue_timeout: float = 900.0  # s a pod's request waits for capacity in one zone (up)
+    max_restarts: int = 0  # new attempts a job makes after preemptions
+    log_interval: int = 10  # s between a job worker's log uploads to the bucket
+    start_timeout: float = 600.0  # s a job's workers have to report once it is ACTIVE
+    poll: float = 5.0  # s between a job watch's (or logs --follow's) looks
     gcloud_timeout: float = 120.0  # s one gcloud call may take ($MULTIHOST_GCLOUD_TIMEOUT)
     wait_poll: float = 5.0  # s between gcloud polls while --wait waits ($MULTIHOST_WAIT_POLL)
     env_wait: float = 1800.0  # s a job's host waits for process 0's environment (--env-wait)

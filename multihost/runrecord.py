@@ -1,10 +1,12 @@
 """``run.json``: the persisted record of a run — typed, versioned, written atomically.
 
-One pair of functions converts a :class:`RunRecord` to and from JSON; nothing else reads or
-writes the file's dicts. Each host's entry is its ``HostResult`` (the one shape of a host's
-outcome) with the record's own two facts: the environment it was launched with and its log's
-file name in the run's directory. A record from a newer multihost (a higher ``schema``) is
-refused with a message saying so, never half-read.
+One pair of functions converts a :class:`RunRecord` to and from JSON (its ``to_json`` and
+``from_json`` are them, as text); nothing else reads or writes the file's dicts, and the file
+is written through the one writer of records (``multihost.recordfile``). Each host's entry is
+its ``HostResult`` (the one shape of a host's outcome) with the record's own two facts: the
+environment it was launched with and its log's file name in the run's directory. A record
+from a newer multihost (a higher ``schema``) is refused with a message saying so, never
+half-read.
 """
 
 from __future__ import annotations
@@ -15,17 +17,18 @@ import fcntl
 import functools
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from multihost import recordfile
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job, State
 from multihost.phases import PHASES
+from multihost.recordfile import private_dir
 from multihost.runresult import HostResult, Staging
 
 MANIFEST = "run.json"
@@ -85,6 +88,21 @@ class RunRecord:
 
     def host(self, process_id: int) -> HostResult:
         return next(h for h in self.hosts if h.host.process_id == process_id)
+
+    def to_json(self) -> str:
+        """run.json's text (:func:`to_json`'s data, one top-level key a line)."""
+        return dumps(to_json(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes, run_dir: Path = Path()) -> RunRecord:
+        """A record from run.json's text (see :func:`from_json`)."""
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RecordError(f"not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise RecordError("not a multihost run record")
+        return from_json(data, run_dir)
 
     def logs(self, run_dir: Path) -> dict[int, Path]:
         """Each host's local log by process id: where the record says, in ``run_dir``."""
@@ -237,18 +255,6 @@ def _staging(data: Mapping[str, Any] | None) -> Staging | None:
 
 
 # -- files -----------------------------------------------------------------------------------
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file in the same directory, then rename it over ``path``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dumps(data))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def dumps(data: Any) -> str:
     """JSON text with one top-level key a line and each item of a top-level list on its own
     line (not ``indent=1`` everywhere: that takes json's pure-Python encoder, and a record
@@ -266,8 +272,9 @@ def dumps(data: Any) -> str:
 
 
 def write_record(run_dir: Path, record: RunRecord) -> None:
-    """Save the record as ``run_dir/run.json``, stamped with the time."""
-    write_json_atomic(run_dir / MANIFEST, to_json(dataclasses.replace(record, updated=time.time())))
+    """Save the record as ``run_dir/run.json``, stamped with the time (the one writer of
+    records: ``multihost.recordfile``)."""
+    recordfile.save(run_dir / MANIFEST, dataclasses.replace(record, updated=time.time()))
 
 
 def read_record(run_dir: Path) -> RunRecord:
@@ -282,31 +289,7 @@ def read_record(run_dir: Path) -> RunRecord:
         raise RecordError("not text (UTF-8)") from None
     except OSError as exc:
         raise RecordError(exc.strerror or str(exc)) from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise RecordError(f"not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise RecordError("not a multihost run record")
-    return from_json(data, run_dir)
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` (and missing parents) readable by this user only (0700); refuse a
-    symlink where the run's own directory should be, so logs never land elsewhere."""
-    missing = [p for p in (path, *path.parents) if not p.exists() and not p.is_symlink()]
-    for p in reversed(missing):
-        try:
-            p.mkdir(mode=0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise UsageError(f"cannot create {p}: {exc.strerror or exc}") from None
-    if path.is_symlink():
-        raise UsageError(f"{path} is a symbolic link: refusing to write run files through it")
-    if not path.is_dir():
-        raise UsageError(f"{path} exists and is not a directory")
-    return path
+    return RunRecord.from_json(text, run_dir)
 
 
 @contextlib.contextmanager

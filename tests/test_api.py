@@ -17,10 +17,10 @@ import cloudpickle
 import pytest
 
 import multihost
-from multihost.api import plan_run
+from multihost.api.call import RUNNER, SCRIPT
+from multihost.api.runs import plan_run
 from multihost.commands import check_run_name
 from multihost.options import default_run_name
-from multihost.remote_call import RUNNER, SCRIPT
 from tests.gcloud_fixtures import FAKE_GCLOUD_DIR, FIXTURE_DIR
 
 # The functions below are sent to local workers, which cannot import this test package: by value.

@@ -1,7 +1,8 @@
 """Every keyword the API accepts has its flag's effect, in every function that accepts it
-(``run``, ``run_async``, ``call``, ``run_sweep``); one a function has no use for is refused
-by name. The keywords are enumerated from the functions' own gate (``keywords.accepted``), so a
-keyword added later without an effect fails here.
+(``run``, ``run_async``, ``call``, ``run_sweep``; a pod's ``up``, ``pod``, ``down``,
+``pods``, ``gc``, ``autodown``; the job path's ``submit_job``); one a function has no use for
+is refused by name. The keywords are enumerated from the functions' own gate
+(``keywords.accepted``), so a keyword added later without an effect fails here.
 
 How an effect is shown, for each (function, keyword):
 
@@ -12,7 +13,15 @@ How an effect is shown, for each (function, keyword):
 - a keyword acted on after the plan (``dry_run``, ``detach``, ``stream``, ``on_output``,
   ``on_event``): on real ``--local`` runs;
 - a function's own keyword (``call``'s ``python=``, ``run_sweep``'s ``metric=``, ...): on what
-  the function makes of it (the call's command, the sweep's spec, the CLI's spec for its flag).
+  the function makes of it (the call's command, the sweep's spec, the CLI's spec for its flag);
+- a run's and a sweep's pod keywords (``up=``, ``down=``, ``tpu_type=``...): what reaches the
+  pod's life around them (``multihost.pods.ops.around``) is what ``run --prefix NAME`` with the
+  flag hands it;
+- the functions on a pod and a job: what reaches the library function below them (``ops.up``,
+  ``ops.delete``, ``ops.listing``, ``ops.collect``, ``ops.set_autodown``, ``ops.around``,
+  ``job.submit.submit``) differs from what reaches it without the keyword, and equals what
+  the command's flag hands it (``multihost up``, ``down``, ``pods``, ``gc``, ``autodown``,
+  ``job submit``; ``pod``'s are ``up``'s).
 """
 
 from __future__ import annotations
@@ -28,19 +37,19 @@ from typing import Any
 import pytest
 
 import multihost
-from multihost import keywords
+from multihost.api import keywords
+from multihost.api.call import plan_call
+from multihost.api.runs import with_payload
+from multihost.api.sweep import plan_sweep, sweep_spec
 from multihost.cli import parse
-from multihost.cli.fleet import with_payload
 from multihost.cli.sweep import sweep_settings
 from multihost.cli.sweep import sweep_spec as cli_sweep_spec
 from multihost.events import HostEvent
 from multihost.planner import DryRun, Settings
-from multihost.remote_call import plan_call
 from multihost.settings.checks import env_of
 from multihost.settings.flag import Flag
 from multihost.settings.fleetflags import SOURCES
 from multihost.settings.schema import RUN_COMMAND, flags_of
-from multihost.sweep.api import plan_sweep, sweep_spec
 from multihost.transport import SSHOptions
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -49,8 +58,19 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "call": multihost.call,
     "run_sweep": multihost.run_sweep,
 }
+ON_A_POD: dict[str, Callable[..., Any]] = {
+    "up": multihost.up,
+    "pod": multihost.pod,
+    "down": multihost.down,
+    "pods": multihost.pods,
+    "gc": multihost.gc,
+    "autodown": multihost.autodown,
+    "submit_job": multihost.submit_job,
+}
 # Acted on after the plan: each has its run-level test below, for every function taking it.
 AFTER_THE_PLAN = {"dry_run", "detach", "stream", "on_output", "on_event"}
+# A pod's life around a run: walked at the pod (test_a_pod_keyword_of_a_run_is_its_flag).
+AROUND = {*keywords.POD_KEYWORDS, "say"}
 RUN_FLAGS = {f.dest: f for f in flags_of(RUN_COMMAND)}
 
 
@@ -66,18 +86,27 @@ SWEEP_FLAGS = _sweep_flags()
 
 
 # -- the gate: what each function accepts is what keywords.accepted says ------------------------
-@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("function", [*FUNCTIONS, *ON_A_POD])
 def test_each_function_takes_what_the_gate_says(function: str, home: Path) -> None:
     """Its own parameters are the gate's (``OWN``, or the run's keywords it names: ``call``'s
     ``hosts=``); a run keyword it has no use for is refused by name, with why."""
-    params = inspect.signature(FUNCTIONS[function]).parameters.values()
+    fn = {**FUNCTIONS, **ON_A_POD}[function]
+    params = inspect.signature(fn).parameters.values()
     named = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
     named |= {
         p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty
     }
     assert named <= set(keywords.accepted(function)), named - set(keywords.accepted(function))
-    assert set(keywords.OWN[function]) <= named
+    if function in ON_A_POD:  # a command's flags by dest: the rest go through **keywords
+        takes_more = any(p.kind is p.VAR_KEYWORD for p in params)
+        assert takes_more or named == set(keywords.accepted(function))
+        with pytest.raises(TypeError, match=rf"{function}\(\) got an unexpected keyword"):
+            keywords.check_options(function, {"nope": 1})
+        return
+    takes_more = any(p.kind is p.VAR_KEYWORD for p in params)
+    assert set(keywords.OWN[function]) <= named or takes_more
     calls: dict[str, Callable[..., object]] = {
+        "run_async": lambda **kw: asyncio.run(multihost.run_async("true", local=1, **kw)),
         "call": lambda **kw: multihost.call(print, local=1, **kw),
         "run_sweep": lambda **kw: multihost.run_sweep("echo {a}", {"a": [1]}, local=1, **kw),
     }
@@ -173,9 +202,17 @@ SAMPLES: dict[str, Any] = {
     "lock_dir": Path("/the/project"),
     "stage_timeout": 7.0,
     "launch_timeout": 7.0,
+    "zone": "us-east1-d",
+    "zones": ("us-east1-d", "us-central2-b"),
+    "tpu_type": "v4-16",
+    "capacity": "spot",
+    "bucket": "gs://other-bucket",
+    "autodown": "30m",
+    "queue_timeout": "5m",
 }
 # The flag's words for a sample, where they are not ``--flag str(value)``.
 ARGV: dict[str, list[str]] = {
+    "zones": ["--zones", "us-east1-d,us-central2-b"],
     "env": ["--env", "K=v w"],
     "exclude": ["--exclude", "data/"],
     "excludes": ["--exclude", "data/"],
@@ -241,7 +278,11 @@ def _by_the_cli(function: str, name: str, argv: list[str], code: Path) -> dict[s
     def settings(extra: list[str]) -> dict[str, Any]:
         argv = [command, "--run-name", "walk", "--cmd", "true", "--script-dir", str(code), *extra]
         args = parse(argv)
-        given = sweep_settings(args, args.run_name) if command == "sweep" else with_payload(args)
+        given = (
+            sweep_settings(args, args.run_name)
+            if command == "sweep"
+            else with_payload(vars(args), None)
+        )
         return _flat(Settings.of(given))
 
     source = [] if name in SOURCES else ["--local", "2"]
@@ -251,7 +292,7 @@ def _by_the_cli(function: str, name: str, argv: list[str], code: Path) -> dict[s
 def _settings_walk() -> Iterator[tuple[str, str]]:
     for function in FUNCTIONS:
         for name in keywords.accepted(function):
-            if name not in AFTER_THE_PLAN and name not in keywords.OWN[function]:
+            if name not in AFTER_THE_PLAN | AROUND and name not in keywords.OWN[function]:
                 yield function, name
 
 
@@ -314,9 +355,12 @@ SWEEP_OWN: dict[str, tuple[Any, list[str]]] = {
 }
 
 
-@pytest.mark.parametrize("name", [n for n in keywords.OWN["run_sweep"] if n != "on_record"])
+@pytest.mark.parametrize(
+    "name", [n for n in keywords.OWN["run_sweep"] if n not in ("on_record", "say")]
+)
 def test_run_sweep_s_own_keywords_make_the_spec_its_flags_make(name: str, home: Path) -> None:
-    assert set(SWEEP_OWN) == set(keywords.OWN["run_sweep"]) - {"on_record"}
+    """(``say=``: where the pod around it tells, test_a_pod_keyword_of_a_run_is_its_flag.)"""
+    assert set(SWEEP_OWN) == set(keywords.OWN["run_sweep"]) - {"on_record", "say"}
     value, argv = SWEEP_OWN[name]
     grid = {"a": [1, 2, 3]}
     base = sweep_spec("s", "echo {a}", grid)
@@ -444,3 +488,278 @@ def test_session_takes_what_the_gate_says(home: Path) -> None:
             multihost.session(local=1, **{name: SAMPLES.get(name, True)})
     with pytest.raises(TypeError, match=r"session\(\) got an unexpected keyword argument 'nope'"):
         multihost.session(local=1, nope=1)
+
+
+# -- a pod's life: around a run, and the functions on a pod and a job -----------------------------
+def _catching(
+    where: object, name: str
+) -> Callable[[Callable[[], object]], tuple[tuple[Any, ...], dict[str, Any]]]:
+    """What a function hands ``where.name`` (a library function below the API), nothing run."""
+
+    def catch(call: Callable[[], object]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+        def fake(*args: Any, **kw: Any) -> None:
+            seen.append((args, kw))
+            raise _Caught
+
+        real = getattr(where, name)
+        setattr(where, name, fake)
+        try:
+            with pytest.raises(_Caught):
+                call()
+        finally:
+            setattr(where, name, real)
+        return seen[0]
+
+    return catch
+
+
+def _cli(argv: list[str]) -> None:
+    """A command run as ``multihost ARGV`` runs it (its output to a console of its own)."""
+    from rich.console import Console
+
+    from multihost.cli import command
+
+    args = parse(argv)
+    command(args.command)(args, Console(stderr=True))
+
+
+def _profile(tmp_path: Path) -> None:
+    """A profile ``p`` that says what a pod and a job are made of, and how workers are reached."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.multihost.profiles.p]\ntpu-type = "v4-32"\nuser = "profiled"\nmax-restarts = 5\n'
+    )
+
+
+# What each function on a pod and a job is called with at least (the CLI's words for the same),
+# and its flag's words where the flag's are not ``--flag VALUE``.
+POD_BASE: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "up": (
+        {"tpu_type": "v4-8", "runtime_version": "v", "zone": "us-central2-b"},
+        ["up", "pp", "--tpu-type", "v4-8", "--runtime-version", "v", "--zone", "us-central2-b"],
+    ),
+    "pod": ({"tpu_type": "v4-8", "runtime_version": "v", "zone": "us-central2-b"}, []),
+    "down": ({}, ["down", "pp"]),
+    "pods": ({}, ["pods"]),
+    "gc": ({"dry_run": False}, ["gc"]),
+    "autodown": ({}, ["autodown", "pp", "30m"]),
+    "submit_job": (
+        {"tpu_type": "v4-8", "runtime_version": "v", "bucket": "gs://my-bucket"},
+        [
+            "job",
+            "submit",
+            "pp",
+            "--tpu-type",
+            "v4-8",
+            "--runtime-version",
+            "v",
+            "--bucket",
+            "gs://my-bucket",
+            "--cmd",
+            "true",
+        ],
+    ),
+}
+POD_ARGV: dict[tuple[str, str], list[str]] = {
+    ("down", "wait"): ["--no-wait"],
+    ("gc", "dry_run"): ["--dry-run"],
+}
+POD_SAMPLES: dict[tuple[str, str], Any] = {
+    ("down", "wait"): False,
+    ("gc", "dry_run"): True,
+    ("pod", "down"): False,
+}
+
+
+def _pod_call(function: str, given: Mapping[str, Any], code: Path) -> Callable[[], object]:
+    fn = ON_A_POD[function]
+    if function == "pod":
+        return lambda: fn("pp", **given).__enter__()
+    if function == "autodown":
+        return lambda: fn("pp", "30m", **given)
+    if function == "submit_job":
+        return lambda: fn("pp", "true", **{"script_dir": code, **given})
+    if function in ("up", "down"):
+        return lambda: fn("pp", **given)
+    return lambda: fn(**given)
+
+
+def _reached(function: str, seen: tuple[tuple[Any, ...], dict[str, Any]]) -> dict[str, Any]:
+    """What the library function was handed, as compared: a pod's flags (those of a pod to make:
+    given over configured), how its workers are reached, and the rest by name."""
+    from dataclasses import asdict
+
+    from multihost.fleetops.reach import ReachSettings
+    from multihost.pods.workers import access_of
+
+    def access(given: Mapping[str, Any]) -> dict[str, Any]:  # as the workers are reached
+        settings = _flat(ReachSettings.of(access_of(given)), "access.")
+        return {k: v for k, v in settings.items() if k != "access.progress"}
+
+    args, kw = seen
+    if function in ("up", "pod"):
+        flags = args[1] if function == "up" else args[1].over(kw["configured"])
+        out = {**asdict(flags), **access(args[2]), "say": args[3]}
+        if function == "pod":
+            out["down"] = kw["delete_after"]
+        return out
+    if function == "down":
+        return {**kw, "say": args[1]}
+    if function == "pods":
+        return {**kw, **access(args[0]), "say": args[1]}
+    if function == "gc":
+        return {**kw, "say": args[0]}
+    if function == "autodown":
+        return {**access(args[2]), "say": args[3]}
+    return {**vars(args[0]), "say": args[2]}  # submit_job: the JobRequest
+
+
+def _pod_walk() -> Iterator[tuple[str, str]]:
+    for function in ON_A_POD:
+        for name in keywords.accepted(function):
+            yield function, name
+
+
+@pytest.mark.parametrize(("function", "name"), list(_pod_walk()))
+def test_a_keyword_of_a_pod_or_a_job_is_its_flag(
+    function: str,
+    name: str,
+    home: Path,
+    code: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from multihost.job import submit as submitting
+    from multihost.pods import ops
+    from multihost.settings import cloudcommands, schema
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
+    if function == "autodown":  # a pod recorded here, to arm
+        from multihost.pods import records
+        from multihost.pods.plan import PodSpec
+
+        records.save(PodSpec("pp", "v4-8", "v", ("us-central2-b",)).record("us-central2-b", 1.0))
+    below = {
+        "up": "up",
+        "pod": "around",
+        "down": "delete",
+        "pods": "listing",
+        "gc": "collect",
+        "autodown": "set_autodown",
+        "submit_job": "submit",
+    }[function]
+    catch = _catching(submitting if function == "submit_job" else ops, below)
+    base, argv = POD_BASE[function]
+    if name == "zones":  # a place: --zones or --zone, not both
+        base = {k: v for k, v in base.items() if k != "zone"}
+        argv = [w for w in argv if w not in ("--zone", "us-central2-b")]
+    flags = {
+        f.dest: f
+        for f in schema.flags_of(
+            (*cloudcommands.UP_COMMAND, *cloudcommands.DOWN_COMMAND, *cloudcommands.LABELLED,
+             *cloudcommands.GC_COMMAND, *cloudcommands.PODS_COMMAND, *cloudcommands.JOB_SUBMIT)
+        )
+    }  # fmt: skip
+    flag = flags.get(name)
+    if name == "profile":
+        _profile(tmp_path)
+        value, words = "p", ["--profile", "p"]
+    elif name == "say":
+        value, words = (lambda _text: None), []
+    elif (function, name) in POD_SAMPLES:
+        value, words = POD_SAMPLES[function, name], POD_ARGV.get((function, name), [])
+    else:
+        value = _sample(name, flag)
+        words = _argv(name, flag, value) if flag is not None else []
+    if name == "script_dir":
+        value = tmp_path / "other"
+        value.mkdir()
+        words = ["--script-dir", str(value)]
+    without = _reached(function, catch(_pod_call(function, base, code)))
+    given = {**base, name: value}
+    with_it = _reached(function, catch(_pod_call(function, given, code)))
+    changed = _delta(without, with_it)
+    assert changed, f"{function}({name}=...) reaches {below} as if not given"
+    if name == "say":
+        assert with_it["say"] is value
+        return
+    if function == "pod":  # no command of its own: up's flag, for the same keyword
+        if name == "down":
+            return
+        function, (base, argv) = "up", POD_BASE["up"]
+        if name == "zones":
+            argv = [w for w in argv if w not in ("--zone", "us-central2-b")]
+        catch = _catching(ops, "up")
+        changed = {k: v for k, v in changed.items() if k != "down"}
+    if function == "submit_job" and name != "script_dir":
+        argv = [*argv, "--script-dir", str(code)]
+    cli_without = _reached(function, catch(lambda: _cli(argv)))
+    cli_with = _reached(function, catch(lambda: _cli([*argv, *words])))
+    cli = _delta(cli_without, cli_with)
+    changed.pop("say", None)
+    cli.pop("say", None)
+    assert changed == cli, f"{function}({name}=) is not what {' '.join(words)} hands {below}"
+
+
+@pytest.mark.parametrize("function", ["run", "run_sweep"])
+@pytest.mark.parametrize("name", sorted(AROUND))
+def test_a_pod_keyword_of_a_run_is_its_flag(
+    function: str,
+    name: str,
+    home: Path,
+    code: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run(prefix=NAME, up=True, ...)`` hands the pod's life around the run what ``run
+    --prefix NAME --up`` does (as ``run_sweep`` and ``sweep``); ``say=`` is where it tells."""
+    from dataclasses import asdict
+
+    from multihost.pods import ops
+    from multihost.settings.schema import POD_AROUND
+
+    monkeypatch.chdir(tmp_path)
+    catch = _catching(ops, "around")
+    flag = {f.dest: f for f in flags_of(POD_AROUND)}.get(name)
+    heard: list[str] = []
+    value = heard.append if name == "say" else _sample(name, flag)
+    base: dict[str, Any] = {"prefix": "pp", "script_dir": code, "up": True}
+    if function == "run":
+        call = lambda kw: lambda: multihost.run("true", **kw)  # noqa: E731
+        argv = ["run", "--prefix", "pp", "--script-dir", str(code), "--cmd", "true", "--up"]
+    else:
+        call = lambda kw: lambda: multihost.run_sweep("echo {a}", {"a": [1]}, **kw)  # noqa: E731
+        argv = ["sweep", "--prefix", "pp", "--script-dir", str(code), "--cmd", "echo {a}",
+                "--grid", "a=1", "--up"]  # fmt: skip
+
+    def reached(seen: tuple[tuple[Any, ...], dict[str, Any]]) -> dict[str, Any]:
+        args, kw = seen
+        return {"name": args[0], "flags": asdict(args[1]), "say": args[3], **kw}
+
+    with_it = reached(catch(call({**base, name: value})))
+    if name == "say":
+        assert with_it["say"] is value
+        return
+    words = _argv(name, flag, value) if flag is not None else []
+    cli = reached(catch(lambda: _cli([*argv, *words])))
+    for got in (with_it, cli):
+        got.pop("say")
+        got.pop("what", None)
+        got.pop("strict")
+    assert with_it == cli, f"{function}({name}=) is not what {' '.join(words)} hands around"
+    without = reached(catch(call(base)))
+    without.pop("say")
+    without.pop("what", None)
+    without.pop("strict")
+    if name != "up":
+        assert _delta(without, with_it), f"{function}({name}=...) as if not given"
+
+
+def test_run_async_and_call_refuse_a_pod() -> None:
+    for name in keywords.POD_KEYWORDS:
+        with pytest.raises(TypeError, match=rf"run_async\(\) does not take {name}=: "):
+            keywords.check_options("run_async", {name: True})
+        with pytest.raises(TypeError, match=rf"call\(\) does not take {name}=: "):
+            keywords.check_options("call", {name: True})

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import multihost
+from multihost.api.sweep import run_sweep
 from multihost.errors import UsageError
-from multihost.sweep.api import run_sweep
 from tests.clitools import no_processes
 from tests.helpers import wait_for
 from tests.test_diagnose_traces import STEPPER

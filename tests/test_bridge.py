@@ -35,3 +35,38 @@ def test_the_bridge_stops_once_or_detaches() -> None:
     with pytest.raises(Detached):
         blocking(forever, replace(policy, stop=None, what="detached", label="interrupted"))
     assert said[-1] == "multihost: interrupted: detached"
+
+
+def test_a_terminating_block_ends_on_sigterm_as_on_ctrl_c() -> None:
+    """In ``terminating()``, SIGTERM cancels the work a ``blocking`` call runs (its ``finally``
+    runs, in order) and ends it as a KeyboardInterrupt; a policy of the call's own is kept
+    meanwhile, and the handler before the block is back after it."""
+    from multihost.bridge import terminating
+
+    cleaned: list[str] = []
+
+    async def forever() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.Event().wait()
+        finally:
+            cleaned.append("work")
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), terminating():
+        blocking(forever)
+    assert cleaned == ["work"]
+    assert signal.getsignal(signal.SIGTERM) is before
+    stopped = asyncio.Event()
+
+    async def stoppable() -> str:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await stopped.wait()
+        return "stopped"
+
+    with terminating():  # the call's own policy stops it; the block's handler comes back
+        policy = Interrupt(stopped.set, "stopping", say=lambda _: None, signals=(signal.SIGTERM,))
+        assert blocking(stoppable, policy) == "stopped"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is before

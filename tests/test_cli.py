@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,9 @@ def test_exported_names() -> None:
         "HostResult",
         "InventoryError",
         "Job",
+        "JobHandle",
         "MultihostError",
+        "Pod",
         "PullResult",
         "RemoteCallError",
         "RemoteError",
@@ -44,10 +47,16 @@ def test_exported_names() -> None:
         "UsageError",
         "WarmError",
         "attach",
+        "autodown",
         "call",
+        "down",
+        "gc",
+        "jobs",
         "kill",
         "make_fleet",
         "plot",
+        "pod",
+        "pods",
         "pull",
         "pull_logs",
         "run",
@@ -56,10 +65,16 @@ def test_exported_names() -> None:
         "session",
         "stacks",
         "status",
+        "submit_job",
         "top",
+        "up",
     ]
     for name in multihost.__all__:
         assert getattr(multihost, name) is not None
+    # the function keeps its name beside the subpackage of that name (imported as any is)
+    importlib.import_module("multihost.pods.records")
+    assert callable(multihost.pods)
+    assert multihost.pods.__module__ == "multihost.api.pods"
 
 
 def _bad(tmp_path: Path, *args: str) -> str:

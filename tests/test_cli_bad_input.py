@@ -350,7 +350,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
             "true",
         ],
         2,
-        "multihost: error: bad bucket 'notabucket'",
+        "multihost: error: argument --bucket: bad bucket 'notabucket'",
     ),
     (
         "job-submit-port",
@@ -363,7 +363,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
             "--runtime-version",
             "v",
             "--bucket",
-            "gs://b",
+            "gs://bkt",
             "--coordinator-port",
             "99999",
             "--cmd",
@@ -388,7 +388,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
             "true",
         ],
         2,
-        "multihost: error: unknown TPU type 'v4-61': v4 slices (cores) are v4-8, v4-16, v4-32,",
+        "multihost: error: argument --tpu-type: unknown TPU type 'v4-61': v4 slices (cores) are "
+        "v4-8, v4-16, v4-32,",
     ),
     (
         "job-submit-slices",
@@ -408,7 +409,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
             "true",
         ],
         2,
-        "multihost: error: --num-slices must be 1 to 1024, not 1000000",
+        "multihost: error: argument --num-slices: the number of slices must be 1 to 1024, not "
+        "1000000",
     ),
     (
         "job-submit-zone",
@@ -441,7 +443,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
             "--runtime-version",
             "v",
             "--bucket",
-            "gs://b",
+            "gs://bkt",
             "--max-restarts",
             "-1",
             "--cmd",
@@ -463,7 +465,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "up-type",
         ["up", "x", "--tpu-type", "v9-1", "--runtime-version", "v", "--zone", "us-central2-b"],
         2,
-        "multihost: error: unknown TPU type 'v9-1'",
+        "multihost: error: argument --tpu-type: unknown TPU type 'v9-1'",
     ),
     (
         "up-zone",  # no --zone, and gcloud has no default zone (ENVS)
@@ -475,19 +477,21 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "up-type-size",
         ["up", "x", "--tpu-type", "v4-61", "--runtime-version", "v", "--zone", "us-central2-b"],
         2,
-        "multihost: error: unknown TPU type 'v4-61': v4 slices (cores) are v4-8, v4-16, v4-32,",
+        "multihost: error: argument --tpu-type: unknown TPU type 'v4-61': v4 slices (cores) are "
+        "v4-8, v4-16, v4-32,",
     ),
     (
         "up-type-small",
         ["up", "x", "--tpu-type", "v4-7", "--runtime-version", "v", "--zone", "us-central2-b"],
         2,
-        "multihost: error: unknown TPU type 'v4-7'",
+        "multihost: error: argument --tpu-type: unknown TPU type 'v4-7'",
     ),
     (
         "up-slices",
         [*UP, "--num-slices", "1000000"],
         2,
-        "multihost: error: --num-slices must be 1 to 1024, not 1000000",
+        "multihost: error: argument --num-slices: the number of slices must be 1 to 1024, not "
+        "1000000",
     ),
     (
         "up-gcloud-missing",  # $MULTIHOST_GCLOUD names no program (ENVS): said first, exit 2
@@ -600,7 +604,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
             "0",
         ],
         2,
-        "multihost: error: bad duration '0'",
+        "multihost: error: argument --queue-timeout: bad duration '0'",
     ),
     ("down-none", ["down", "nope"], 2, "multihost: error: no pod 'nope'"),
     ("pods-flag", ["pods", "--jsn"], 2, "multihost: error: unknown option --jsn"),
@@ -1062,7 +1066,8 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "job-submit-missing",
         ["job", "submit", "x", "--cmd", "true"],
         2,
-        "multihost: error: the following arguments are required: --tpu-type",
+        "multihost: error: --tpu-type is required to submit a job (e.g. --tpu-type v4-16; a "
+        "profile's tpu-type does too)",
     ),
     (
         "job-submit-bytes",
@@ -1075,7 +1080,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
             "--runtime-version",
             "v",
             "--bucket",
-            "gs://b",
+            "gs://bkt",
             "--cmd",
             f"echo {X}",
         ],

@@ -1,6 +1,8 @@
-"""A run's command passes the CLI glue (``multihost/cli/wiring.py``) twice: once as the settings
-built from the flags (``plan_args``), once as the run handed to the core (``execute_run``).
-Counted two ways: the functions whose parameters can carry it, and the calls a real run makes."""
+"""A run's command passes the CLI glue (``multihost/cli/wiring.py``) once: as the run handed to
+the core under the terminal's display (``execute_run``); the library plans it
+(``multihost.api.runs.execute``, as for ``multihost.run``). A sweep's base run is planned
+through ``plan_args``. Counted two ways: the functions whose parameters can carry it, and the
+calls a real run makes."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from multihost.cli import main
 # The shapes the command travels in from the flags to the host: the parsed flags, the settings
 # (a mapping, or the planner's Settings), the plan, its job, the run.
 CARRIERS = {"Namespace", "Mapping", "Settings", "Plan", "Job", "Run"}
-GLUE = {"plan_args", "execute_run"}
+GLUE = {"plan_args", "execute_run"}  # what can carry it: a sweep's plan, and a run
+RUN_GLUE = {"execute_run"}  # what a run's command passes
 
 
 def _names(node: ast.expr | None) -> set[str]:
@@ -69,7 +72,7 @@ def _holds(obj: object, mark: str, depth: int = 0, seen: set[int] | None = None)
 
 
 @pytest.mark.usefixtures("home")
-def test_a_local_run_hands_its_command_to_two_functions_of_the_glue(
+def test_a_local_run_hands_its_command_to_one_function_of_the_glue(
     code: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mark = "echo wiring-count-mark"
@@ -102,4 +105,4 @@ def test_a_local_run_hands_its_command_to_two_functions_of_the_glue(
         sys.settrace(None)
         threading.settrace(None)  # type: ignore[arg-type]
     assert done.value.code == 0, capsys.readouterr()
-    assert hit == GLUE
+    assert hit == RUN_GLUE

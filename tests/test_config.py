@@ -211,7 +211,7 @@ def test_an_unknown_profile_names_the_known_ones() -> None:
 
 def test_the_api_takes_a_profile_too(home: Path) -> None:
     """``multihost.run(..., profile=)`` plans from the same layers; keywords win."""
-    from multihost.api import plan_run
+    from multihost.api.runs import plan_run
 
     plan = plan_run("true", {"profile": "pod", "local": 1, "env": {"MINE": "1"}, "grace": 9})
     assert plan.fleet.local  # the given fleet replaces the profile's prefix

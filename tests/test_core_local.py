@@ -230,7 +230,7 @@ def test_a_host_step_runs_before_the_launch_and_its_failure_starts_nothing(
     keeps the run's directory and no job starts anywhere (pipelined, and phased by --stage-via)."""
     import asyncio
 
-    from multihost.api import plan_run
+    from multihost.api.runs import plan_run
     from multihost.commands import shell_path
     from multihost.core import HostStep, Run
     from multihost.core.supervisor import Supervisor
@@ -276,7 +276,7 @@ def test_ctrl_c_at_the_launch_gate_starts_nothing(home: Path, code: Path, tmp_pa
     starts anywhere and no host keeps the run's directory."""
     import asyncio
 
-    from multihost.api import plan_run
+    from multihost.api.runs import plan_run
     from multihost.core import Run
     from multihost.events import HostEvent
 

@@ -103,7 +103,7 @@ def test_api_reference_documents_every_public_name() -> None:
 def test_api_reference_names_the_run_flags_that_are_not_keywords() -> None:
     """The API page says a setting of ``multihost run`` is a keyword, and lists the flags that
     are not: that list is exactly the run flags the API refuses."""
-    from multihost.keywords import ACCEPTED
+    from multihost.api.keywords import accepted
 
     page = (ROOT / "docs" / "reference" / "api.md").read_text()
     said = page[page.index("- **Not keywords**") :].split("\n- ")[0].split("\n\n")[0]
@@ -113,7 +113,7 @@ def test_api_reference_names_the_run_flags_that_are_not_keywords() -> None:
         option
         for action in run._actions
         if action.option_strings and not isinstance(action, argparse._HelpAction)
-        if action.dest not in ACCEPTED
+        if action.dest not in accepted("run")
         for option in action.option_strings
         if option.startswith("--")
     }
@@ -213,7 +213,7 @@ def test_what_users_read_imports_only_the_public_names() -> None:
 _PACKAGE = ROOT / "multihost"
 _EXTENSIONS = {
     *("py", "sh", "toml", "json", "jsonl", "md", "txt", "yml", "yaml", "log", "csv", "lock"),
-    *("html", "cfg", "ini", "whl", "tar", "gz", "zst", "pid", "npz", "ipynb", "png", "css"),
+    *("html", "cfg", "ini", "whl", "tar", "gz", "zst", "pid", "npz", "ipynb", "png", "css", "out"),
 }
 _DOTTED = re.compile(r"(?<![\w./-])multihost(?:\.[A-Za-z_]\w*)+")
 _CODE = re.compile(r"``?([^`\s]+?)``?")

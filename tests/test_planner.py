@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from multihost.api.keywords import ACCEPTED, plan_run
 from multihost.cli import build_parser, parse, subparser
 from multihost.defaults import GOOGLE_KEY
 from multihost.errors import SettingError, UsageError
-from multihost.keywords import ACCEPTED, plan_run
 from multihost.options import RunOptions
 from multihost.planner import DERIVED, Settings, plan
 from multihost.settings.flag import Flag
@@ -91,7 +91,9 @@ def test_each_setting_is_one_flag_of_the_config_command() -> None:
     assert len(longs) == len(set(longs))
     assert {f"--{k}" for k in SETTINGS} <= set(longs)
     others = {f"--{f.name}" for f in flags_of(CONFIGURABLE) if not f.setting}
-    assert set(longs) - {f"--{k}" for k in SETTINGS} == {"-h", "--json", *others}
+    # a pick's switches: --spot is --capacity spot
+    picks = {f"--{c}" for f in flags_of(CONFIGURABLE) if f.kind == "pick" for c in f.choices or ()}
+    assert set(longs) - {f"--{k}" for k in SETTINGS} == {"-h", "--json", *others, *picks}
 
 
 RUN_FLAGS = {f.dest: f for f in flags_of(RUN_COMMAND)}

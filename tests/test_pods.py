@@ -84,8 +84,8 @@ def test_create_argv_single_and_multislice() -> None:
         ({"tpu_type": "v4"}, "unknown TPU type 'v4'"),
         ({"name": "Bad"}, "bad pod name 'Bad'"),
         ({"capacity": "cheap"}, "unknown capacity 'cheap'"),
-        ({"num_slices": 0}, "--num-slices must be 1 to 1024, not 0"),
-        ({"num_slices": 1000000}, "--num-slices must be 1 to 1024, not 1000000"),
+        ({"num_slices": 0}, "the number of slices must be 1 to 1024, not 0"),
+        ({"num_slices": 1000000}, "the number of slices must be 1 to 1024, not 1000000"),
         ({"tpu_type": "v4-61"}, r"unknown TPU type 'v4-61': v4 slices \(cores\) are v4-8, "),
         ({"tpu_type": "v4-7"}, "unknown TPU type 'v4-7'"),
         ({"tpu_type": "v5litepod-12"}, "unknown TPU type 'v5litepod-12'"),
@@ -377,7 +377,7 @@ def test_pod_flags_given_to_a_run_are_checked_against_the_pod() -> None:
     assert plan.PodFlags(autodown="2m").autodown_seconds == 120
     for bad, message in (
         ({"tpu_type": "v4-61"}, "unknown TPU type 'v4-61'"),
-        ({"num_slices": 1000000}, "--num-slices must be 1 to 1024"),
+        ({"num_slices": 1000000}, "the number of slices must be 1 to 1024"),
         ({"autodown": "30 m"}, "bad duration '30 m'"),
         ({"zones": "us-central2-z,nowhere"}, "bad zone 'nowhere'"),
     ):

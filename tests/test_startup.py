@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost import api
+from multihost.api import runs as api
 from multihost.diagnose import hookstart
 from multihost.model import Host, State
 from multihost.phases import PHASES, cell, parse, phase_times, startup_line

@@ -58,6 +58,30 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(tokens, namespace)
 
 
+class _Pick(argparse.Action):
+    """One option of a ``pick`` flag (``--capacity spot``, ``--spot``): a second one is refused.
+    Not an argparse exclusive group: that one's usage line would not wrap at 80 columns."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        if kw.get("const") is not None:
+            kw["nargs"] = 0
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        by = f"_{self.dest}_given_by"
+        seen = getattr(namespace, by, None)
+        if seen is not None and seen != option_string:
+            parser.error(f"argument {option_string}: not allowed with argument {seen}")
+        setattr(namespace, by, option_string)
+        setattr(namespace, self.dest, self.const if self.const is not None else values)
+
+
 def command(sub: Any, name: str, help: str, *, under: str = "") -> Parser:
     """``multihost NAME`` (``under`` a command: ``multihost job NAME``): its one-line help, also
     the top of its ``--help``, and its examples (``multihost.cli.examples``) at the end."""
@@ -76,6 +100,25 @@ def add(p: Container, *items: Item) -> None:
             where = p.at(item.flags[0].group) if isinstance(p, Parser) else p
             add(where.add_mutually_exclusive_group(required=item.required), *item.flags)
             continue
+        where = p.at(item.group) if isinstance(p, Parser) else p
+        if item.kind == "pick":  # --capacity spot, or --spot: one of them
+            where.add_argument(
+                item.option,
+                action=_Pick,
+                choices=item.choices,
+                default=item.default,
+                metavar=item.metavar,
+                help=item.help,
+            )
+            for choice in item.choices or ():
+                where.add_argument(
+                    f"--{choice}",
+                    dest=item.dest,
+                    action=_Pick,
+                    const=choice,
+                    help=f"{item.option} {choice}",
+                )
+            continue
         kw: dict[str, Any] = {"help": item.help}
         if item.kind == "switch":
             kw["action"] = "store_true"
@@ -90,4 +133,6 @@ def add(p: Container, *items: Item) -> None:
         for name in ("type", "choices", "metavar"):
             if getattr(item, name) is not None:
                 kw[name] = getattr(item, name)
-        (p.at(item.group) if isinstance(p, Parser) else p).add_argument(item.option, **kw)
+        if item.kind == "csv":
+            kw["type"] = item.items
+        where.add_argument(item.option, *item.aliases, **kw)

@@ -104,7 +104,7 @@ EXAMPLES: dict[str, str] = {
         "    --runtime-version tpu-ubuntu2204-base --zone us-central2-b \\",
         '    --bucket gs://my-bucket --cmd "python train.py"',
         "multihost job submit big --tpu-type v5p-64 --num-slices 2 \\",
-        "    --runtime-version V --bucket gs://b --spot --max-restarts 3 \\",
+        "    --runtime-version V --bucket gs://my-bucket --spot --max-restarts 3 \\",
         '    --secret HF_TOKEN=hf-token --cmd "python train.py" --watch',
     ),
     "job watch": _block("multihost job watch train", "multihost job watch train --keep --detach"),

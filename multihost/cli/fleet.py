@@ -4,29 +4,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
-from pathlib import Path
+from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 
 from multihost import fleetops
+from multihost.api.keywords import configured
+from multihost.api.runs import execute
 from multihost.bridge import blocking
-from multihost.bundled import payload_command, payloads_dir
 from multihost.cli import report
-from multihost.cli.pods_args import wants_pod
 from multihost.cli.reaching import reach_args
 from multihost.cli.wiring import (
     Display,
     execute_run,
     finish,
-    plan_args,
+    note,
+    progress,
     raise_nofile_limit,
     run_line,
+    warn,
 )
 from multihost.core import Run
 from multihost.core.postrun import pull_dest
-from multihost.errors import UsageError
+from multihost.events import Event
 from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import State
 from multihost.options import RunOptions
@@ -38,33 +39,81 @@ from multihost.transport import forget
 
 
 def cmd_run(args: argparse.Namespace, err: Console) -> int:
-    if wants_pod(args):  # a pod's flags: the pod made, checked or deleted around the run
-        # (its module imported only then)
-        from multihost.cli.pods import with_pod
+    view = RunView(err, args.stream, detach=args.detach, gather=args.gather)
+    config = configured(args.config.values if args.config else None)
+    # the settings as the parser made them, the config files already under them (no profile
+    # to layer again); the library runs it, the view shows it
+    execute({**vars(args), "profile": None}, view, config=config)
+    return view.code
 
-        return with_pod(args, err, lambda: _run(args, err))
-    return _run(args, err)
+
+class RunView:
+    """``multihost run``'s view of a run (``multihost.api.runs.RunView``): the plan's
+    warnings, the live display and its interrupt policy, a dry run printed host after host,
+    and at the end the summary, the work after the run and the exit code (``code``)."""
+
+    def __init__(self, err: Console, stream: str, *, detach: bool, gather: bool = False) -> None:
+        self.err, self.stream, self.detach, self.gather = err, stream, detach, gather
+        self.display: Display | None = None
+        self.options: RunOptions | None = None
+        self.code = 0
+
+    def say(self, text: str) -> None:
+        self.err.print(f"multihost: {escape(text)}", highlight=False)
+
+    @property
+    def progress(self) -> Callable[[str], None]:
+        return progress(self.err)
+
+    def planned(self, plan: Plan) -> None:
+        warn(self.err, plan.warnings)
+        note(self.err, plan.notes)
+        self.display = Display(
+            plan.fleet, plan.job.run_name, self.stream, self.err, gather=self.gather
+        )
+        self.options = plan.options
+
+    def event(self, event: Event) -> None:
+        if self.display is not None:
+            self.display(event)
+
+    def execute(self, run: Run) -> RunResult:
+        assert self.display is not None
+        raise_nofile_limit()
+        return execute_run(run, self.display)
+
+    def dry(self, plan: Plan) -> None:
+        self.code = dry_run(plan)
+
+    def finished(self, result: RunResult) -> None:
+        assert self.options is not None
+        if self.detach:
+            started = [r for r in result.hosts if r.state is State.RUNNING]
+            if len(started) == len(result.hosts):
+                print(f"run {result.run_name} started on {len(started)} host(s)")
+                print(f"attach: {run_line('attach', result.run_name, self.options.log_dir)}")
+                return
+            self.err.print(report.summary_table(result, all_hosts=False))
+            self.code = 1
+            return
+        code = finish(result, self.err, len(result.hosts))
+        pulled = after_run(result, self.options, self.err)
+        self.code = code or pulled
 
 
-def _run(args: argparse.Namespace, err: Console) -> int:
-    run = plan_args(with_payload(args), err)
-    fleet, job, options = run.fleet, run.job, run.options
-    if args.dry_run:
-        return dry_run(run)
-    raise_nofile_limit()
-    display = Display(fleet, job.run_name, args.stream, err, gather=args.gather)
-    result = execute_run(Run(fleet, job, options, display), display)
-    if args.detach:
-        started = [r for r in result.hosts if r.state is State.RUNNING]
-        if len(started) == len(result.hosts):
-            print(f"run {job.run_name} started on {len(started)} host(s)")
-            print(f"attach: {run_line('attach', job.run_name, options.log_dir)}")
-            return 0
-        err.print(report.summary_table(result, all_hosts=False))
-        return 1
-    code = finish(result, err, len(fleet))
-    pulled = after_run(result, options, err)
-    return code or pulled
+def around_pod(args: argparse.Namespace, err: Console, work: Callable[[], int]) -> int:
+    """``sweep --prefix NAME`` with a pod's flags: ``work`` inside the pod's life
+    (``multihost.api.pods.around``, as ``run_sweep(up=True, down=True)``); a pod that --down
+    could not delete makes the exit 1 (the sweep's own failure wins)."""
+    from multihost.api.pods import around
+    from multihost.cli.pods import say_on
+
+    config = configured(args.config.values if args.config else None)
+    with around(vars(args), say_on(err), config=config, strict=False) as box:
+        code = work()
+        if box is not None:
+            box.ending = f"exit {code}"
+    return code or (1 if box is not None and box.deleted is False else 0)
 
 
 def after_run(result: RunResult, options: RunOptions, err: Console) -> int:
@@ -86,32 +135,6 @@ def after_run(result: RunResult, options: RunOptions, err: Console) -> int:
     for line in report.pull_lines(result.pulled, dest, all_hosts=len(result.pulled) <= 32):
         print(line)
     return 0 if all(r.ok for r in result.pulled) else 1
-
-
-def with_payload(args: argparse.Namespace) -> dict[str, object]:
-    """The settings of ``run``: with ``--payload NAME [-- ARGS]``, the installed payloads are
-    the code to stage and ``PYTHON NAME.py ARGS`` the command (PYTHON: --python, else this one
-    with --local, else python3)."""
-    if args.payload is None:
-        if args.args:
-            raise UsageError(
-                f"unexpected arguments {shlex.join(args.args)}: only --payload "
-                "takes arguments after --"
-            )
-        return vars(args)
-    configured = args.config.values.get("script-dir", (None,))[0] if args.config else None
-    if args.script_dir not in (Path("."), configured):
-        raise UsageError(
-            "--payload stages the payloads that ship with multihost: leave out "
-            "--script-dir, or run your own code with --cmd"
-        )
-    python = args.python or (sys.executable if args.local is not None else "python3")
-    return {
-        **vars(args),
-        "script_dir": payloads_dir(),
-        "jax_job": f"--payload {args.payload}",
-        "cmd": payload_command(args.payload, args.args, python),
-    }
 
 
 def dry_run(run: Plan) -> int:

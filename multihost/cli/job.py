@@ -1,20 +1,21 @@
-"""``multihost job ...``: the queued-resource production path (argument parsing and printing)."""
+"""``multihost job ...``: the production path's arguments read, the library's functions
+called (``multihost.api.jobs``, as ``multihost.submit_job`` and a ``JobHandle`` are) and what
+they say and return printed."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
+import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from multihost.errors import UsageError
+from multihost.api import jobs as api
 
 
 class _Display:
@@ -47,27 +48,18 @@ class _Display:
         )
 
 
-class _JsonLines(_Display):
+def _json_line(attempt: int) -> Callable[[str, str], None]:
     """``logs --json``: one JSON object per log line on stdout."""
 
-    def __init__(self, err: Console, attempt: int) -> None:
-        super().__init__(err, show_hosts=False)
-        self.attempt = attempt
-
-    def line(self, host: str, text: str) -> None:
-        sys.stdout.write(json.dumps({"host": host, "attempt": self.attempt, "line": text}) + "\n")
+    def line(host: str, text: str) -> None:
+        sys.stdout.write(json.dumps({"host": host, "attempt": attempt, "line": text}) + "\n")
         sys.stdout.flush()
 
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+    return line
 
 
 def cmd_job(args: argparse.Namespace, err: Console) -> int:
-    from multihost.cloud.gcloud import Gcloud
-
-    gcloud = Gcloud.from_env()
-    handlers: dict[str, Callable[[argparse.Namespace, Console, Gcloud], int]] = {
+    handlers: dict[str, Callable[[argparse.Namespace, Console], int]] = {
         "submit": _submit,
         "watch": _watch,
         "status": _status,
@@ -75,57 +67,23 @@ def cmd_job(args: argparse.Namespace, err: Console) -> int:
         "stop": _stop,
         "ls": _ls,
     }
-    return handlers[args.job_command](args, err, gcloud)
+    return handlers[args.job_command](args, err)
 
 
-def _submit(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
-    from multihost.job.submit import JobRequest, submit
-
-    req = JobRequest(
-        name=args.name,
-        bucket=args.bucket,
-        tpu_type=args.tpu_type,
-        runtime_version=args.runtime_version,
-        command=args.cmd,
-        num_slices=args.num_slices,
-        project=args.project,
-        zone=args.zone,
-        capacity=args.capacity or "on-demand",
-        max_restarts=args.max_restarts,
-        script_dir=args.script_dir,
-        excludes=tuple(args.exclude),
-        env=tuple(args.env),
-        log_interval=args.log_interval,
-        start_timeout=args.start_timeout,
-        coordinator_port=args.coordinator_port,
-        megascale_port=args.megascale_port,
-        secrets=tuple(args.secret),
-        sync=not args.no_sync,
-        extras=tuple(args.extra),
-        all_extras=args.all_extras,
-        groups=tuple(args.group),
-        no_dev=args.no_dev,
-        requirements=args.requirements,
-        env_wait=args.env_wait,
-        compile_cache=args.compile_cache_max if args.compile_cache else 0,
-    )
-    display = _Display(err)
-    done = submit(req, gcloud, display.note)
-    display.note(
-        f"queued resource {done.record.resource} requested ({args.num_slices} x "
-        f"{args.tpu_type}); follow with: multihost job watch {args.name}"
-    )
+def _submit(args: argparse.Namespace, err: Console) -> int:
+    handle = api.submitted(args.name, vars(args), _Display(err).note)
     if args.watch and args.detach:
-        return _detach(args, err)
-    return _watch(args, err, gcloud, done.record) if args.watch else 0
+        return _detach(handle, args, err)
+    return _follow(handle, args, err, fresh=True) if args.watch else 0
 
 
-def _detach(args: argparse.Namespace, err: Console) -> int:
-    from multihost.job.watch import watchers
-
-    argv = ["--poll", str(args.poll), "--control-plane-timeout", str(args.control_plane_timeout)]
-    argv += ["--keep"] * args.keep + ["--resubmit"] * args.resubmit
-    pid, log = watchers.detach(args.name, argv)
+def _detach(handle: api.JobHandle, args: argparse.Namespace, err: Console) -> int:
+    pid, log = handle.detach(
+        keep=args.keep,
+        poll=args.poll,
+        resubmit=args.resubmit,
+        control_plane_timeout=args.control_plane_timeout,
+    )
     err.print(
         f"[bold]multihost:[/] watching job {escape(args.name)} in the background (pid {pid}); "
         f"its output: {escape(str(log))}; see it with: multihost job status {escape(args.name)}"
@@ -133,31 +91,31 @@ def _detach(args: argparse.Namespace, err: Console) -> int:
     return 0
 
 
-def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = None) -> int:
-    from multihost.cloud.retry import PatientGcloud
-    from multihost.job.record import load_local
-    from multihost.job.watch import watchers
-    from multihost.job.watch.follow import Watcher
-
-    fresh = record is not None
-    record = record or load_local(args.name)
+def _watch(args: argparse.Namespace, err: Console) -> int:
+    handle = api.job(args.name)
     if args.detach:
-        return _detach(args, err)
+        return _detach(handle, args, err)
+    return _follow(handle, args, err, fresh=False)
+
+
+def _follow(handle: api.JobHandle, args: argparse.Namespace, err: Console, *, fresh: bool) -> int:
     display = _Display(err)
-    gcloud = PatientGcloud.around(gcloud, timeout=args.control_plane_timeout, warn=display.warn)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
     try:
-        with watchers.marker(record.name):
-            watcher = Watcher(
-                record, gcloud, display, keep=args.keep, poll=args.poll, resubmit=args.resubmit
-            )
-            outcome = watcher.run(fresh=fresh)
+        outcome = handle.watch(
+            keep=args.keep,
+            poll=args.poll,
+            resubmit=args.resubmit,
+            control_plane_timeout=args.control_plane_timeout,
+            on_line=display.line,
+            on_hosts=display.hosts,
+            say=display.note,
+            fresh=fresh,
+        )
     except KeyboardInterrupt:
         display.note(
-            f"stopped watching; job {record.name} keeps running on its queued resource. "
-            f"Follow it again: multihost job watch {record.name} — "
-            f"end it: multihost job stop {record.name}"
+            f"stopped watching; job {handle.name} keeps running on its queued resource. "
+            f"Follow it again: multihost job watch {handle.name} — "
+            f"end it: multihost job stop {handle.name}"
         )
         return 130
     style = "green" if outcome.exit_code == 0 else "red"
@@ -168,16 +126,11 @@ def _watch(args: argparse.Namespace, err: Console, gcloud: Any, record: Any = No
     return outcome.exit_code
 
 
-def _status(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
-    import time
-
-    from multihost.job import ops
-    from multihost.job.record import load_local
-    from multihost.job.watch.watchers import watchers
-
-    st = ops.status(gcloud, load_local(args.name))
+def _status(args: argparse.Namespace, err: Console) -> int:
+    handle = api.job(args.name)
+    st = handle.status()
     r = st.record
-    watching = watchers(r.name)
+    watching = handle.watchers()
     if args.json:
         data = {
             "name": r.name,
@@ -226,69 +179,52 @@ def _status(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
     return 0
 
 
-def _parse_host(text: str) -> tuple[int, int]:
-    s, sep, w = text.partition("/")
-    if not sep or not s.isdigit() or not w.isdigit():
-        raise UsageError(f"--host expects SLICE/WORKER, e.g. 0/1: {text!r}")
-    return int(s), int(w)
+def _logs(args: argparse.Namespace, err: Console) -> int:
+    from multihost.errors import UsageError
 
-
-def _logs(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
-    from multihost.cloud.retry import PatientGcloud
-    from multihost.job import cloud, ops
-    from multihost.job.record import load_local
-    from multihost.job.watch.follow import Watcher
-
-    host = _parse_host(args.host)
-    record = load_local(args.name)
+    handle = api.job(args.name)
+    host = api._host(args.host)
     if args.follow:
-        warn = _Display(err).warn
-        gcloud = PatientGcloud.around(gcloud, timeout=args.control_plane_timeout, warn=warn)
-    record = cloud.load_record(gcloud, record)
-    attempt = record.attempt if args.attempt is None else args.attempt
-    if args.follow:
-        if args.all or attempt != record.attempt:
+        if args.all or args.attempt not in (None, handle.status().record.attempt):
             raise UsageError("--follow follows one host of the current attempt")
-        display = _JsonLines(err, attempt) if args.json else _Display(err, show_hosts=False)
-        watcher = Watcher(record, gcloud, display, keep=True, poll=args.poll, follow=host)
+        line = _json_line(handle.record.attempt) if args.json else _Display(err).line
         try:
-            watcher.run_logs()
+            handle.follow_log(
+                host,
+                on_line=line,
+                poll=args.poll,
+                control_plane_timeout=args.control_plane_timeout,
+                say=_Display(err).warn,
+            )
         except KeyboardInterrupt:
             return 130
         return 0
-    hosts = [host]
+    text = handle.logs(host, attempt=args.attempt)  # reads the bucket's record first
+    attempt = handle.record.attempt if args.attempt is None else args.attempt
+    hosts = {f"s{host[0]}/w{host[1]}": text}
     if args.all:
-        hosts = [(h.slice_id, h.worker) for h in ops.host_statuses(gcloud, record, attempt)]
-    jsonl = _JsonLines(err, attempt)
-    for key in hosts:
-        text = ops.log_text(gcloud, record, attempt, key).decode(errors="replace")
-        name = f"s{key[0]}/w{key[1]}"
-        for line in text.splitlines():
+        hosts = {
+            f"s{w.slice_id}/w{w.worker}": handle.logs((w.slice_id, w.worker), attempt=attempt)
+            for w in handle.workers(attempt)
+        }
+    jsonl = _json_line(attempt)
+    for name, text in hosts.items():
+        for each in text.splitlines():
             if args.json:
-                jsonl.line(name, line)
+                jsonl(name, each)
             else:
-                print(f"{name} | {line}" if args.all else line)
+                print(f"{name} | {each}" if args.all else each)
     return 0
 
 
-def _stop(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
-    from multihost.job import ops
-    from multihost.job.record import load_local
-
-    record, deleted = ops.stop(gcloud, load_local(args.name))
-    what = f"queued resource {record.resource} deleted" if deleted else "no queued resource left"
-    err.print(f"job {record.name}: {record.state.value}; {what}")
+def _stop(args: argparse.Namespace, err: Console) -> int:
+    api.job(args.name).stop(say=lambda text: err.print(escape(text)))
     return 0
 
 
-def _ls(args: argparse.Namespace, err: Console, gcloud: Any) -> int:
-    import time
-
-    from multihost.job.record import JobRecord, list_local
-
-    listed = list_local()
-    records = [r for r in listed if isinstance(r, JobRecord)]
-    unreadable = [r for r in listed if not isinstance(r, JobRecord)]
+def _ls(args: argparse.Namespace, err: Console) -> int:
+    handles, unreadable = api.listing()
+    records = [h.record for h in handles]
     if args.json:
         rows = [json.loads(r.to_json()) for r in records]
         rows += [{"name": u.name, "state": "unreadable", "error": u.why} for u in unreadable]

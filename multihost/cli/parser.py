@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from multihost.bundled import PAYLOADS
 from multihost.cli.args import Parser, add, command
 from multihost.cli.job_args import add_job_parser
-from multihost.cli.pods_args import POD_COMMANDS, add_pod_parsers, add_run_pod_flags
+from multihost.cli.pods_args import POD_COMMANDS, add_pod_parsers
 from multihost.cli.run_args import RUN_COMMANDS, add_run_commands
 from multihost.defaults import DEFAULTS as D
 from multihost.settings import schema as s
@@ -42,7 +42,13 @@ CONFIGURED = (
     "up",
     "pods",
     "autodown",
-)  # commands that read it (up, pods, autodown: the reach flags for a pod's workers)
+    "job",
+)  # commands that read it (up, pods, autodown: a pod and its workers; job: job submit)
+# What a profile says of a pod to make: on run and sweep (and up), what --up (up) makes a pod
+# of, said in --help but no default there: a configured --tpu-type must not make every run
+# want a pod. The library layers them under what is given (multihost.api.pods).
+MAKING = frozenset(f.name for f in s.flags_of(s.POD))
+NOTED_ONLY = {"run": MAKING, "sweep": MAKING, "up": MAKING | {"zone", "project"}}
 _DEFAULT_NOTE = re.compile(r"\s*\(default(?:[^()]|%\(default\))*\)$")  # the flag's own note
 
 
@@ -92,8 +98,7 @@ def _run(sub: Any) -> None:
     )
     add(run, *s.RUN, s.RUN_NAME, *s.RUN_ONLY, s.GATHER, s.DRY_RUN, s.DETACH)
     run.add_argument("args", nargs="*", metavar="ARG", help="after --: the --payload's arguments")
-    add(run, s.PULL, s.PULL_TO)
-    add_run_pod_flags(run)
+    add(run, s.PULL, s.PULL_TO, *s.POD_AROUND)
 
 
 def _config(sub: Any) -> None:
@@ -170,7 +175,7 @@ def _runs(sub: Any) -> None:
 
 def _sweep(sub: Any) -> None:
     sweep = command(sub, "sweep", "run a command over a grid of configs and rank them")
-    add_run_pod_flags(sweep)
+    add(sweep, *s.POD_AROUND)
     add(
         sweep,
         *s.fleet(),
@@ -298,10 +303,14 @@ def argv_hints(argv: Sequence[str]) -> tuple[str | None, str | None, str | None]
     return command, found.get("--profile"), found.get("--script-dir")
 
 
-def apply(resolved: Resolved, parsers: Iterable[argparse.ArgumentParser]) -> None:
+def apply(
+    resolved: Resolved,
+    parsers: Iterable[argparse.ArgumentParser],
+    noted_only: frozenset[str] = frozenset(),
+) -> None:
     """Make each configured value the default of its flag in ``parsers``,
     its help saying so. The fleet's source (hosts, local, prefix) is no default: ``parse``
-    adds it when the command line names none."""
+    adds it when the command line names none; nor are ``noted_only`` keys (only said)."""
     for parser in parsers:
         for group in parser._mutually_exclusive_groups:
             if resolved.gives_source and any(a.dest in s.SOURCES for a in group._group_actions):
@@ -312,10 +321,15 @@ def apply(resolved: Resolved, parsers: Iterable[argparse.ArgumentParser]) -> Non
                 continue
             value, source = resolved.values[key]
             shown = " ".join(value) if isinstance(value, list) else value
-            if action.help and action.help is not argparse.SUPPRESS:
+            if isinstance(value, tuple):  # --zones A,B
+                shown = ",".join(value)
+            main = action.option_strings[0] == f"--{key}"  # not --spot for --capacity
+            if main and action.help and action.help is not argparse.SUPPRESS:
                 note = f"(default {shown}, from {source})".replace("%", "%%")
+                if key in noted_only and parser.prog.split()[-1] != "up":
+                    note = f"(a pod --up makes: {shown}, from {source})".replace("%", "%%")
                 action.help = f"{_DEFAULT_NOTE.sub('', action.help)} {note}"
-            if key not in s.SOURCES:
+            if key not in s.SOURCES and key not in noted_only:
                 action.default = value
 
 
@@ -329,7 +343,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         from multihost.settings.layers import Resolved
 
         resolved = Resolved.load(Path(script_dir or "."), profile)
-        apply(resolved, [subparser(parser, command)])
+        configured = [subparser(parser, command)]
+        if command == "job":  # what its jobs are made of, and how they are watched
+            configured = [subparser(configured[0], name) for name in ("submit", "watch", "logs")]
+        apply(resolved, configured, NOTED_ONLY.get(command, frozenset()))
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command's own parser: its --help is the one to see
         where = parser

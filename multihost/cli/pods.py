@@ -1,108 +1,76 @@
-"""``multihost up``, ``down``, ``pods``, ``gc``, ``autodown`` and ``run/sweep --prefix NAME``
-with a pod's flags (``--up``, ``--down``, ``--autodown``, ...): the arguments read and what
-the library says printed; a pod's life itself is ``multihost.pods.ops``."""
+"""``multihost up``, ``down``, ``pods``, ``gc`` and ``autodown``: the arguments read, the
+library's functions called (``multihost.api.pods``, as ``multihost.up`` and the others are)
+and what they say and return printed."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
 from collections.abc import Callable
-from types import FrameType
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from multihost.pods import ops, prices
-from multihost.pods.plan import PodFlags
+from multihost.api import pods as api
+from multihost.api.keywords import configured
+from multihost.pods import prices
 
 
-def _say(err: Console) -> Callable[[str], None]:
+def say_on(err: Console) -> Callable[[str], None]:
+    """Where the library's ``say`` goes on the command line: ``multihost: TEXT`` on stderr."""
     return lambda text: err.print(f"multihost: {escape(text)}", highlight=False)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
-def _signals() -> None:
-    """SIGTERM and SIGHUP end ``up`` (and a run around a pod) like Ctrl-C: nothing left."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
-
-
 def cmd_up(args: argparse.Namespace, err: Console) -> int:
-    flags = PodFlags.of(vars(args))
-    _signals()
-    ops.up(args.name, flags, vars(args), _say(err))
+    config = configured(args.config.values if args.config else None)
+    api.make(args.name, vars(args), config, say_on(err))
     return 0
 
 
 def cmd_down(args: argparse.Namespace, err: Console) -> int:
-    _signals()
-    done = ops.delete(
-        args.name, _say(err), wait=not args.no_wait, zone=args.zone, project=args.project
+    api.down(
+        args.name, wait=not args.no_wait, zone=args.zone, project=args.project, say=say_on(err)
     )
-    _say(err)(done.line)
     return 0
 
 
-def _zones(args: argparse.Namespace) -> tuple[str, ...]:
-    """``--zones A,B``: where ``pods`` and ``gc`` also look for labelled requests."""
-    return tuple(z.strip() for z in (args.zones or "").split(",") if z.strip())
-
-
 def cmd_pods(args: argparse.Namespace, err: Console) -> int:
-    rows = ops.listing(vars(args), _say(err), zones=_zones(args), project=args.project)
+    found = api.listed(vars(args), say_on(err))
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps([p.row() for p in found], indent=1))
         return 0
-    if not rows:
-        where = f" in {args.zones}" if args.zones else " (--zones A,B also looks in those zones)"
-        _say(err)(f"no pods: none recorded here and none labelled{where}")
+    if not found:
+        where = f" in {','.join(args.zones)}" if args.zones else ""
+        where = where or " (--zones A,B also looks in those zones)"
+        say_on(err)(f"no pods: none recorded here and none labelled{where}")
         return 0
     table = Table(
         "pod", "zone", "type", "capacity", "state", "age", "$/h", "cost so far", "autodown"
     )
-    for row in rows:
-        state = str(row["state"]) + (f" ({row['reason']})" if row["reason"] else "")
-        state += "" if row["recorded"] else " (no record here)"
+    for p in found:
+        state = p.state + (f" ({p.reason})" if p.reason else "")
+        state += "" if p.recorded else " (no record here)"
         table.add_row(
-            str(row["name"]),
-            str(row["zone"]),
-            f"{row['num_slices']} x {row['tpu_type']}",
-            str(row["capacity"]),
+            p.name,
+            p.zone,
+            f"{p.num_slices} x {p.tpu_type}",
+            p.capacity,
             escape(state),
-            f"{row['age_s']} s",
-            prices.money(row["price_per_hour"]),  # type: ignore[arg-type]
-            prices.money(row["cost_so_far"]),  # type: ignore[arg-type]
-            escape(str(row["autodown"] or "off")),
+            f"{p.age_s} s",
+            prices.money(p.price_per_hour),
+            prices.money(p.cost_so_far),
+            escape(str(p.row()["autodown"] or "off")),
         )
     Console(highlight=False, width=200).print(table)
     return 0
 
 
 def cmd_gc(args: argparse.Namespace, err: Console) -> int:
-    ops.collect(_say(err), dry_run=args.dry_run, zones=_zones(args), project=args.project)
+    api.gc(dry_run=args.dry_run, zones=args.zones, project=args.project, say=say_on(err))
     return 0
 
 
 def cmd_autodown(args: argparse.Namespace, err: Console) -> int:
-    ops.set_autodown(args.name, args.duration, vars(args), _say(err))
+    api.arm(args.name, args.duration, vars(args), say_on(err))
     return 0
-
-
-def with_pod(args: argparse.Namespace, err: Console, inner: Callable[[], int]) -> int:
-    """``run``/``sweep --prefix NAME`` with a pod's flags (``multihost.pods.ops.around``)."""
-    flags = PodFlags.of(vars(args))
-    _signals()
-    return ops.around(
-        args.prefix,
-        flags,
-        inner,
-        vars(args),
-        _say(err),
-        make_it=args.up,
-        delete_after=args.down,
-    )

@@ -6,12 +6,12 @@ import argparse
 import shlex
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from multihost.bridge import blocking
+from multihost.api.keywords import wants_pod
 from multihost.cli import report, terminal
-from multihost.cli.pods_args import wants_pod
 from multihost.cli.wiring import kill_line, plan_args, raise_nofile_limit, signals
 from multihost.commands import check_run_name
 from multihost.defaults import DEFAULTS as D
@@ -25,8 +25,11 @@ from multihost.sweep.grid import (
     merge_grids,
     parse_grid_args,
 )
-from multihost.sweep.results import Record, latest, summarize, write_chart
+from multihost.sweep.results import Record, ResultsStore
 from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec
+
+if TYPE_CHECKING:
+    from multihost.api.sweep import SweepResult
 from multihost.sweep.where import Where
 
 
@@ -60,7 +63,7 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
 
 def sweep_settings(args: argparse.Namespace, name: str) -> dict[str, object]:
     """What the sweep's base run is planned from: its flags, as ``run_sweep``'s keywords are
-    (``multihost.sweep.api.plan_sweep``)."""
+    (``multihost.api.sweep.plan_sweep``)."""
     return {**vars(args), "cmd": "", "run_name": name, **SWEEP_SETTINGS}
 
 
@@ -122,83 +125,86 @@ def _warm(text: str) -> bool:
 
 
 def cmd_sweep(args: argparse.Namespace, err: Console) -> int:
-    if wants_pod(args):  # a pod's flags: the pod made, checked or deleted around the sweep
-        # (its module imported only then)
-        from multihost.cli.pods import with_pod
+    if wants_pod(vars(args)):  # a pod's flags: the pod made, checked or deleted around it
+        from multihost.cli.fleet import around_pod
 
-        return with_pod(args, err, lambda: _sweep(args, err))
+        return around_pod(args, err, lambda: _sweep(args, err))
     return _sweep(args, err)
 
 
 def _sweep(args: argparse.Namespace, err: Console) -> int:
+    from multihost.api.sweep import execute
+
     spec = sweep_spec(args)
     run = plan_args(sweep_settings(args, spec.name), err)
     raise_nofile_limit()
-    done = 0
+    done = total = 0
 
     def on_record(record: Record) -> None:
         nonlocal done
         done += 1
         err.print(report.record_line(done, total, record, spec.metric))
 
-    sweep = Sweep(
-        run.fleet,
-        spec,
-        run.job,
-        run.options,
-        on_record,
-        trial_notes(err),
-        lambda staging: err.print(report.staging_line(staging)),
-    )
-    groups = len(sweep.groups)
-    todo = total = len(sweep.todo())
-    err.print(
-        f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
-        f"{todo} to run on {groups} group(s){' in warm processes' if spec.warm else ''}; "
-        f"results in {sweep.dir}",
-        style="dim",
-        markup=False,
-    )
+    def on_start(sweep: Sweep) -> None:
+        nonlocal total
+        total = len(sweep.todo())
+        err.print(
+            f"multihost: sweep {spec.name}: {len(spec.points)} point(s) × {spec.repeat}, "
+            f"{total} to run on {len(sweep.groups)} group(s)"
+            f"{' in warm processes' if spec.warm else ''}; results in {sweep.dir}",
+            style="dim",
+            markup=False,
+        )
+
     kill = kill_line("RUN", run.options.log_dir)
     behind = (
         f"its trials may still be running on the hosts (stop each with: {kill}; RUN as "
         "multihost ls shows it)"
     )
-    stop = signals(err, sweep.interrupt, "stopping the sweep", left=behind)
-    records = blocking(sweep.execute, stop)
-    if sweep.env_failure is not None:
-        left = sum(1 for r in records if r.status.startswith("not run"))
+    result = execute(
+        run,
+        spec,
+        on_record,
+        trial_notes(err),
+        on_staged=lambda staging: err.print(report.staging_line(staging)),
+        on_start=on_start,
+        interrupt=lambda sweep: signals(err, sweep.interrupt, "stopping the sweep", left=behind),
+    )
+    return shown(args, result, err)
+
+
+def shown(args: argparse.Namespace, result: SweepResult, err: Console) -> int:
+    """The sweep's end, printed: why it stopped, the ranked table, the best point and how to
+    run it again, where the results are; the exit code."""
+    if result.env_failure is not None:
+        left = sum(1 for r in result.records if r.status.startswith("not run"))
         err.print(
-            f"multihost: the sweep stopped: {sweep.env_failure}; {left} trial(s) not run",
+            f"multihost: the sweep stopped: {result.env_failure}; {left} trial(s) not run",
             style="bold red",
             markup=False,
             highlight=False,
         )
-    rows = sweep.store.load()
-    if not rows:  # interrupted (or stopped) before any point finished: there is nothing to show
+    if not result.summary:  # interrupted (or stopped) before any point finished
         err.print(
-            f"multihost: no point finished: no results in {sweep.dir}",
-            style="bold red" if not sweep.interrupted else "",
+            f"multihost: no point finished: no results in {result.dir}",
+            style="bold red" if not result.interrupted else "",
             markup=False,
             highlight=False,
         )
-        return 130 if sweep.interrupted else 1
-    sweep.store.write_csv(latest(rows), list(spec.grid_names))
-    summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
-    Console(highlight=False).print(report.sweep_table(summary, spec.metric, spec.grid_names))
-    problem = write_chart(
-        sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names, spec.higher_is_better
-    )
-    if problem:
-        err.print(terminal.warning(f"no sweep.png: {problem}"))
-    top = summary[0] if summary and summary[0]["best"] else None
+        return 130 if result.interrupted else 1
+    summary = list(result.summary)
+    Console(highlight=False).print(report.sweep_table(summary, result.metric, result.grid_names))
+    if result.chart_problem:
+        err.print(terminal.warning(f"no sweep.png: {result.chart_problem}"))
+    top = result.best
     if top is not None:
-        print(f"best: {top['label']}  {spec.metric}={top['metric']}")
+        print(f"best: {top['label']}  {result.metric}={top['metric']}")
         print(f"reproduce: {reproduce(args, top['command'])}")
+    store = ResultsStore(result.dir)
     print(
-        f"results: {sweep.store.path}, {sweep.store.csv_path}"
-        + ("" if problem else f", {sweep.dir / 'sweep.png'}")
+        f"results: {store.path}, {store.csv_path}"
+        + ("" if result.chart_problem else f", {result.dir / 'sweep.png'}")
     )
-    if sweep.interrupted:
+    if result.interrupted:
         return 130
     return 0 if all(row["status"] == "ok" for row in summary) else 1

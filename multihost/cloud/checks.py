@@ -135,5 +135,5 @@ def check_capacity(capacity: str) -> str:
 
 def check_slices(num_slices: int) -> int:
     if not 1 <= num_slices <= MAX_SLICES:
-        raise UsageError(f"--num-slices must be 1 to {MAX_SLICES}, not {num_slices}")
+        raise UsageError(f"the number of slices must be 1 to {MAX_SLICES}, not {num_slices}")
     return num_slices

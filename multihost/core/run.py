@@ -20,7 +20,8 @@ from multihost.errors import EnvFailed, PortBusy, UsageError
 from multihost.events import Event
 from multihost.model import Fleet, Job
 from multihost.options import RunOptions
-from multihost.runrecord import MANIFEST, private_dir, watch_lock
+from multihost.recordfile import private_dir
+from multihost.runrecord import MANIFEST, watch_lock
 from multihost.runresult import RunResult
 from multihost.stage import Archive, pack
 from multihost.transport import Connection

@@ -19,7 +19,7 @@ from multihost import remote
 from multihost.diagnose.stacks import HostStacks, ProcessStack, StackReport, group, parse_dump
 from multihost.fanout import Outcome, map_hosts, on_every_host
 from multihost.model import Fleet, Host
-from multihost.runrecord import private_dir
+from multihost.recordfile import private_dir
 from multihost.transport import Connection, SSHOptions
 
 HOOK_DIR = "hook"  # under the run's directory on each host

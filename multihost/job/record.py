@@ -6,16 +6,16 @@ from __future__ import annotations
 import enum
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from multihost import recordfile
 from multihost.cloud import bucket as layout
 from multihost.cloud import checks
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
-from multihost.runrecord import private_dir
+from multihost.recordfile import private_dir
 
 SCHEMA = 1
 
@@ -66,14 +66,14 @@ class JobRecord:
     code_hash: str
     project: str | None = None
     zone: str | None = None
-    capacity: str = "on-demand"
+    capacity: str = DEFAULTS.capacity
     env: tuple[tuple[str, str], ...] = ()
     secrets: tuple[tuple[str, str], ...] = ()  # (KEY, Secret Manager secret NAME): names only
-    max_restarts: int = 0
-    log_interval: int = 10
-    start_timeout: float = 600.0
-    coordinator_port: int = 8476
-    megascale_port: int = 8081
+    max_restarts: int = DEFAULTS.max_restarts
+    log_interval: int = DEFAULTS.log_interval
+    start_timeout: float = DEFAULTS.start_timeout
+    coordinator_port: int = DEFAULTS.coordinator_port
+    megascale_port: int = DEFAULTS.megascale_port
     # the locked environment: env_lock "" = none; see multihost.job.startup
     env_lock: str = ""  # the hash of the lock and the selection (or of the requirements)
     env_select: str = ""  # uv's selection flags, words (checked names only)
@@ -225,17 +225,8 @@ def job_dir(name: str) -> Path:
 
 
 def save_local(record: JobRecord) -> Path:
-    """The local mirror of the record, 0600, replaced atomically."""
-    path = job_dir(record.name) / "job.json"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".job.json.")  # mkstemp: 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(record.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """The local mirror of the record, 0600, replaced atomically (``multihost.recordfile``)."""
+    return recordfile.save(job_dir(record.name) / "job.json", record)
 
 
 def read_local(path: Path) -> JobRecord:

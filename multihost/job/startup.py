@@ -46,10 +46,10 @@ class StartupValues:
     env: tuple[tuple[str, str], ...] = ()
     secrets: tuple[tuple[str, str], ...] = ()  # (KEY, secret NAME): names, never values
     project: str | None = None
-    log_interval: int = 10
+    log_interval: int = DEFAULTS.log_interval
     fetch_tries: int = 5
-    coordinator_port: int = 8476
-    megascale_port: int = 8081
+    coordinator_port: int = DEFAULTS.coordinator_port
+    megascale_port: int = DEFAULTS.megascale_port
     environment: EnvValues | None = None
     compile_cache_url: str = ""  # the job's compile caches in the bucket ("": none)
     compile_cache_max: int = 0  # each worker's cap, bytes

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from multihost.cloud import checks
 from multihost.cloud.bucket import check_bucket, code_url, env_prefix, uv_binary_url
 from multihost.cloud.gcloud import Gcloud
 from multihost.commands import parse_env
-from multihost.defaults import DEFAULTS
+from multihost.defaults import DEFAULTS, given_fields
 from multihost.envsync.request import request
 from multihost.envsync.uvbin import uv_binary, uv_version
 from multihost.errors import UsageError
@@ -32,19 +33,19 @@ class JobRequest:
     tpu_type: str
     runtime_version: str
     command: str
-    num_slices: int = 1
+    num_slices: int = DEFAULTS.num_slices
     project: str | None = None
     zone: str | None = None
-    capacity: str = "on-demand"
-    max_restarts: int = 0
+    capacity: str = DEFAULTS.capacity
+    max_restarts: int = DEFAULTS.max_restarts
     script_dir: Path = Path(".")
     excludes: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     secrets: tuple[str, ...] = ()  # KEY=NAME: Secret Manager secrets, read by each host
-    log_interval: int = 10
-    start_timeout: float = 600.0
-    coordinator_port: int = 8476
-    megascale_port: int = 8081
+    log_interval: int = DEFAULTS.log_interval
+    start_timeout: float = DEFAULTS.start_timeout
+    coordinator_port: int = DEFAULTS.coordinator_port
+    megascale_port: int = DEFAULTS.megascale_port
     # the locked environment, as for run: uv.lock in script_dir, or requirements
     sync: bool = True
     extras: tuple[str, ...] = ()
@@ -54,6 +55,54 @@ class JobRequest:
     requirements: Path | None = None
     env_wait: float = DEFAULTS.env_wait
     compile_cache: int = DEFAULTS.compile_cache_max  # each worker's cap in bytes; 0: none
+
+
+# JobRequest's fields that a setting of another name gives (``job submit``'s flags by dest,
+# ``multihost.submit_job``'s keywords)
+_BY_DEST = {
+    "cmd": "command",
+    "exclude": "excludes",
+    "secret": "secrets",
+    "extra": "extras",
+    "group": "groups",
+}
+_REQUIRED = {
+    "tpu_type": "--tpu-type is required to submit a job (e.g. --tpu-type v4-16; a profile's "
+    "tpu-type does too)",
+    "runtime_version": "--runtime-version is required to submit a job (e.g. "
+    "tpu-ubuntu2204-base; a profile's runtime-version does too)",
+    "bucket": "--bucket is required to submit a job (gs://BUCKET; a profile's bucket does too)",
+    "command": "--cmd is required: the command every worker runs",
+}
+
+
+def request_of(name: str, given: Mapping[str, Any]) -> JobRequest:
+    """The request a job's settings make (``vars(args)`` of ``job submit``, or the keywords of
+    ``multihost.submit_job``; by the schema's dests, None: not given, the default)."""
+    values = {_BY_DEST.get(k, k): v for k, v in given.items() if v is not None}
+    for key, why in _REQUIRED.items():
+        if not values.get(key):
+            raise UsageError(why)
+    if "no_sync" in values:
+        values["sync"] = not values.pop("no_sync")
+    cache = values.pop("compile_cache", True)
+    limit = values.pop("compile_cache_max", DEFAULTS.compile_cache_max)
+    values["compile_cache"] = limit if cache else 0
+    for key in ("excludes", "env", "secrets", "extras", "groups"):
+        if key in values:
+            values[key] = _strings(values[key])
+    if "script_dir" in values:
+        values["script_dir"] = Path(values["script_dir"]).expanduser()
+    return JobRequest(**{**given_fields(JobRequest, values), "name": name})
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    """A repeatable setting as given: one string, a list, or (``env``) a mapping."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Mapping):
+        return tuple(f"{k}={v}" for k, v in value.items())
+    return tuple(str(v) for v in value)  # type: ignore[attr-defined]
 
 
 def startup_script(record: JobRecord) -> str:

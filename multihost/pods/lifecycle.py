@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,7 +49,9 @@ def default_zone(gcloud: Runner) -> str | None:
     return zone or None
 
 
-def zones_for(zone: str | None, zones: str | None, gcloud: Runner) -> tuple[str, ...]:
+def zones_for(
+    zone: str | None, zones: str | Sequence[str] | None, gcloud: Runner
+) -> tuple[str, ...]:
     """Where to ask for a pod: ``--zones A,B,C`` or ``--zone Z``, else gcloud's default zone
     (the rule every command on a pod follows; a pod made is then found by its record)."""
     given = plan.zones_of(zone, zones)

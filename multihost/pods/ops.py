@@ -9,9 +9,10 @@ multihost made, its record's zone (``records.located``); else gcloud's default z
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ from multihost.defaults import DEFAULTS as D
 from multihost.errors import MultihostError, UsageError
 from multihost.pods import autodown, lifecycle, plan, prices, records, workers
 from multihost.pods.plan import PodFlags, PodSpec
-from multihost.pods.records import PodRecord
+from multihost.pods.records import Pod, PodRecord
 
 Say = Callable[[str], None]
 
@@ -36,19 +37,6 @@ def where(record: PodRecord) -> str:
     return (
         f"{record.num_slices} x {record.tpu_type} in {record.zone} ({record.capacity}), "
         f"{prices.money(per_hour, '/h')}"
-    )
-
-
-def ran(record: PodRecord, now: float) -> tuple[str, float | None]:
-    """How long the pod has been ACTIVE (``01:12:40``; "" when never) and what that cost
-    (None when its price is unknown)."""
-    if record.active_at is None:
-        return "", None
-    seconds = now - record.active_at
-    per_hour = prices.hourly(record.tpu_type, record.zone, record.capacity, record.num_slices)
-    whole = int(max(0.0, seconds))
-    return f"{whole // 3600:02d}:{whole // 60 % 60:02d}:{whole % 60:02d}", prices.cost(
-        per_hour, seconds
     )
 
 
@@ -75,7 +63,7 @@ class Deleted:
         r = self.record
         if r is None:
             return what
-        up_for, cost = ran(r, time.time())
+        up_for, cost = records.ran(r, time.time())
         if not up_for:
             return f"{what} ({r.num_slices} x {r.tpu_type}, never ACTIVE)"
         paid = (
@@ -85,16 +73,30 @@ class Deleted:
         )
         return f"{what} ({r.num_slices} x {r.tpu_type}, up {up_for}, {paid})"
 
+    @property
+    def cost(self) -> float | None:
+        """What the pod cost while ACTIVE (0 when it never was; None: its price is unknown, or
+        it had no record here)."""
+        if self.record is None:
+            return None
+        if self.record.active_at is None:
+            return 0.0
+        _, cost = records.ran(self.record, time.time())
+        return cost
+
 
 # -- up ------------------------------------------------------------------------------------
-def up(name: str, flags: PodFlags, access: Mapping[str, Any], say: Say) -> PodRecord:
-    """``multihost up NAME``: the pod requested zone by zone until one is ACTIVE, every worker
-    accepting SSH, autodown armed when asked. Until it returns, an interrupt (Ctrl-C; the
-    command line turns SIGTERM and SIGHUP into one) deletes what it made, and says so."""
+def up(
+    name: str, flags: PodFlags, access: Mapping[str, Any], say: Say, *, contact: bool = True
+) -> PodRecord:
+    """``multihost up NAME``: the pod requested zone by zone until one is ACTIVE, with
+    ``contact`` every worker accepting SSH, autodown armed when asked. Until it returns, an
+    interrupt (Ctrl-C; SIGTERM and SIGHUP are made one: ``multihost.bridge.terminating``)
+    deletes what it made, and says so."""
     checks.check_name(name)
     gcloud = lifecycle.gcloud_client(say)
     spec = flags.spec(name, lifecycle.zones_for(flags.zone, flags.zones, gcloud))
-    return make(spec, flags.autodown_seconds, access, say, gcloud=gcloud, contact=True)
+    return make(spec, flags.autodown_seconds, access, say, gcloud=gcloud, contact=contact)
 
 
 def make(
@@ -195,46 +197,30 @@ def listing(
     *,
     zones: tuple[str, ...] = (),
     project: str | None = None,
-) -> list[dict[str, object]]:
-    """``multihost pods``: each pod recorded here (and each labelled one in ``zones``) as a
-    row: where, state (asked of the API now), age, $/h, cost so far, what autodown says."""
+) -> list[Pod]:
+    """``multihost pods``: each pod recorded here (and each labelled one in ``zones``) as it
+    stands: where, its state (asked of the API now), age, $/h, cost so far, and what autodown
+    says (its daemon asked, on a pod that is ACTIVE)."""
     zones = tuple(dict.fromkeys(checks.check_zone(z) for z in zones))
     gcloud = lifecycle.gcloud_client(say)
     now = time.time()
-    rows = []
+    found = []
     for s in lifecycle.standings(gcloud, zones, project):
         r = s.record
-        up_for, cost = ran(r, now)
         auto = None
-        if r.autodown is not None:
-            auto = (
-                autodown_status(r, access, say) if s.state == "ACTIVE" else f"{r.autodown:g}s idle"
-            )
-        rows.append(
-            {
-                "name": r.name,
-                "zone": r.zone,
-                "tpu_type": r.tpu_type,
-                "num_slices": r.num_slices,
-                "capacity": r.capacity,
-                "state": s.state,
-                "reason": s.reason,
-                "age_s": round(now - r.created_at),
-                "up_for": up_for,
-                "price_per_hour": prices.hourly(r.tpu_type, r.zone, r.capacity, r.num_slices),
-                "cost_so_far": None if cost is None else round(cost, 2),
-                "autodown": auto,
-                "recorded": s.recorded,
-            }
+        if r.autodown is not None and s.state == "ACTIVE":
+            auto = autodown_status(r, access, say)
+        found.append(
+            Pod.of(r, s.state, now, reason=s.reason, recorded=s.recorded, autodown_status=auto)
         )
-    return rows
+    return found
 
 
 def collect(
     say: Say, *, dry_run: bool, zones: tuple[str, ...] = (), project: str | None = None
-) -> list[tuple[lifecycle.Standing, str]]:
+) -> list[Pod]:
     """``multihost gc``: the requests that can never run again deleted (or, ``dry_run``, only
-    named); each said."""
+    named), each said; each as it stood, its ``reason`` why it can never run again."""
     zones = tuple(dict.fromkeys(checks.check_zone(z) for z in zones))
     found = lifecycle.gc(
         lifecycle.gcloud_client(say), say, dry_run=dry_run, zones=zones, project=project
@@ -244,38 +230,66 @@ def collect(
         say(f"{verb} {s.record.name} in {s.record.zone}: {why}")
     if not found:
         say("nothing to collect")
-    return found
+    now = time.time()
+    return [Pod.of(s.record, s.state, now, reason=why, recorded=s.recorded) for s, why in found]
 
 
 # -- around a run --------------------------------------------------------------------------
+@dataclass
+class Around:
+    """A pod around some work (``around``): its record once made or found, how the work
+    ended (said with the pod's deletion: ``exit 0``; set by the work), and whether the pod was
+    deleted after it (None: not asked to)."""
+
+    name: str
+    record: PodRecord | None = None
+    ending: str | None = None
+    deleted: bool | None = None
+
+
+@contextlib.contextmanager
 def around(
     name: str | None,
     flags: PodFlags,
-    inner: Callable[[], int],
     access: Mapping[str, Any],
     say: Say,
     *,
     make_it: bool,
     delete_after: bool,
-) -> int:
-    """``run``/``sweep --prefix NAME`` with a pod's flags: the pod made first when missing
-    (``make_it``: ``--up``), its flags checked against it when it exists (one that disagrees
-    is refused, never ignored; ``--autodown`` arms it), ``inner`` run, and the pod deleted
-    when it ends however it ends (``delete_after``: ``--down``), said with the run's exit."""
+    configured: PodFlags | None = None,
+    contact: bool = False,
+    what: str = "run",
+    dry_run: bool = False,
+    strict: bool = False,
+) -> Iterator[Around]:
+    """A pod around a run, a sweep or a block (``run``/``sweep --prefix NAME`` with a pod's
+    flags; ``multihost.pod``): the pod made first when missing (``make_it``: ``--up``, of
+    ``flags`` over what a profile says, ``configured``; with ``contact``, every worker
+    accepting SSH), the flags given checked against it when it exists (one that disagrees is
+    refused, never ignored; ``--autodown`` arms it), and the pod deleted when the block ends
+    however it ends (``delete_after``: ``--down``), said with how it ended. A failed delete is
+    said, and with ``strict`` raised (after a block that ended well)."""
     if not name:
         given = "--up and --down need" if make_it or delete_after else f"{_first(flags)} needs"
         raise UsageError(f"{given} --prefix NAME (the pod)")
     checks.check_name(name)
-    record = records.find(name)
-    if make_it and record is None:
+    if dry_run and (make_it or delete_after or flags.autodown is not None):
+        raise UsageError(
+            "--dry-run makes, arms and deletes nothing: leave out --up, --down and --autodown"
+        )
+    box = Around(name, records.find(name))
+    if make_it and box.record is None:
+        making = flags.over(configured or PodFlags())
         gcloud = lifecycle.gcloud_client(say)
-        spec = flags.spec(name, lifecycle.zones_for(flags.zone, flags.zones, gcloud))
-        make(spec, flags.autodown_seconds, access, say, gcloud=gcloud, contact=False)
-    elif record is None:
-        making = flags.for_making()
-        if making:
+        spec = making.spec(name, lifecycle.zones_for(making.zone, making.zones, gcloud))
+        box.record = make(
+            spec, making.autodown_seconds, access, say, gcloud=gcloud, contact=contact
+        )
+    elif box.record is None:
+        named = flags.for_making()
+        if named:
             raise UsageError(
-                f"{making[0]} says what pod to make, and there is no pod {name!r} made from "
+                f"{named[0]} says what pod to make, and there is no pod {name!r} made from "
                 "here: add --up to make it"
             )
         if flags.autodown is not None:
@@ -284,20 +298,24 @@ def around(
                 "here (see multihost pods): add --up to make it"
             )
     else:
-        why = flags.disagreement(record)
+        why = flags.disagreement(box.record)
         if why is not None:
             raise UsageError(why)
         if make_it:
-            say(f"pod {name} exists ({record.state} in {record.zone}): using it")
+            say(f"pod {name} exists ({box.record.state} in {box.record.zone}): using it")
         if flags.autodown is not None:
-            arm(record, flags.autodown_seconds, access, say)
-    code = 130
+            box.record = arm(box.record, flags.autodown_seconds, access, say)
     try:
-        code = inner()
+        yield box
+    except BaseException as exc:
+        if box.ending is None:
+            box.ending = "interrupted" if isinstance(exc, KeyboardInterrupt) else type(exc).__name__
+        raise
     finally:
-        if delete_after and not _delete_after(name, flags, code, say):
-            code = code or 1  # the run went well but the pod may still be up: say it in the exit
-    return code
+        if delete_after:
+            box.deleted = _delete_after(box, flags, what, say)
+    if delete_after and not box.deleted and strict:
+        raise lifecycle.PodError(f"pod {name} may still be up (multihost down {name})")
 
 
 def _first(flags: PodFlags) -> str:
@@ -305,13 +323,14 @@ def _first(flags: PodFlags) -> str:
     return making[0] if making else "--autodown"
 
 
-def _delete_after(name: str, flags: PodFlags, code: int, say: Say) -> bool:
-    """``--down`` once the run has ended: the pod deleted and said so; a failure to delete is
-    said too (never hiding the run's own error) and returns False."""
+def _delete_after(box: Around, flags: PodFlags, what: str, say: Say) -> bool:
+    """``--down`` once the work has ended: the pod deleted and said so; a failure to delete
+    is said too (never hiding the work's own error) and returns False."""
+    ended = f"{what} ended ({box.ending or 'done'})"
     try:
-        done = delete(name, say, wait=True, zone=flags.zone, project=flags.project)
+        done = delete(box.name, say, wait=True, zone=flags.zone, project=flags.project)
     except MultihostError as exc:
-        say(f"run ended (exit {code}) but --down could not delete pod {name}: {exc}")
+        say(f"{ended} but --down could not delete pod {box.name}: {exc}")
         return False
-    say(f"run ended (exit {code}): {done.line}")
+    say(f"{ended}: {done.line}")
     return True

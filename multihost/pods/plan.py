@@ -8,7 +8,7 @@ import calendar
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from multihost.cloud import checks, queued
@@ -25,14 +25,16 @@ DEAD = ("FAILED", "SUSPENDED")
 WAITING = ("CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING")
 
 
-def zones_of(zone: str | None, zones: str | None) -> tuple[str, ...]:
+def zones_of(zone: str | None, zones: str | Sequence[str] | None) -> tuple[str, ...]:
     """``--zones A,B,C`` (tried in order) or ``--zone Z``; () when neither is given (then
     gcloud's default zone is asked: :func:`multihost.pods.lifecycle.zones_for`)."""
     if zone and zones:
         raise UsageError("give --zone or --zones, not both")
-    listed = [z.strip() for z in (zones or zone or "").split(",") if z.strip()]
+    if isinstance(zones, str) or zones is None:
+        zones = (zones or zone or "").split(",")
+    listed = [z.strip() for z in zones if z.strip()]
     if len(set(listed)) != len(listed):
-        raise UsageError(f"--zones names a zone twice: {zones}")
+        raise UsageError(f"--zones names a zone twice: {','.join(listed)}")
     return tuple(checks.check_zone(z) for z in listed)
 
 
@@ -55,18 +57,23 @@ def parse_autodown(text: str | float) -> float | None:
 
 @dataclass(frozen=True)
 class PodFlags:
-    """``up``'s flags as given (None: not given), to ``up`` or to ``run``/``sweep --prefix
-    NAME``: what a pod to make is, and whether autodown is to be set."""
+    """``up``'s flags (or keywords) as given (None: not given), to ``up`` or to ``run``/``sweep
+    --prefix NAME``: what a pod to make is, and whether autodown is to be set."""
 
     tpu_type: str | None = None
     runtime_version: str | None = None
     num_slices: int | None = None
     capacity: str | None = None
     zone: str | None = None
-    zones: str | None = None
+    zones: Sequence[str] | None = None  # kept as a tuple ("A,B" and lists are split)
     project: str | None = None
     queue_timeout: str | float | None = None
     autodown: str | float | None = None  # a duration, or "off"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.zones, str | list):  # "A,B", or a list
+            given = self.zones.split(",") if isinstance(self.zones, str) else self.zones
+            object.__setattr__(self, "zones", tuple(z.strip() for z in given if z.strip()))
 
     @classmethod
     def of(cls, given: Mapping[str, Any]) -> PodFlags:
@@ -80,11 +87,25 @@ class PodFlags:
         if flags.capacity is not None:
             checks.check_capacity(flags.capacity)
         zones_of(flags.zone, flags.zones)
-        if flags.queue_timeout is not None:
-            parse_duration(flags.queue_timeout)
-        if flags.autodown is not None:
-            parse_autodown(flags.autodown)
+        if flags.queue_timeout is not None:  # seconds, however given ("15m", 900, "900")
+            flags = replace(flags, queue_timeout=parse_duration(flags.queue_timeout))
+        if flags.autodown is not None:  # seconds, or "off"
+            idle = parse_autodown(flags.autodown)
+            flags = replace(flags, autodown="off" if idle is None else idle)
         return flags
+
+    def over(self, configured: PodFlags) -> PodFlags:
+        """These flags over what a profile says of a pod to make (``configured``): each one
+        given wins; a place given (``--zones``, or a ``--zone`` the profile does not say)
+        replaces the profile's place, and a profile's ``zones`` go before its own ``zone``."""
+        mine = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = {f.name: getattr(configured, f.name) for f in fields(self)}
+        if self.zones is not None or self.zone not in (None, configured.zone):
+            values["zone"] = values["zones"] = None
+        elif configured.zones:
+            mine["zone"] = values["zone"] = None
+        values.update({k: v for k, v in mine.items() if v is not None})
+        return PodFlags(**values)
 
     @property
     def autodown_seconds(self) -> float | None:

@@ -1,5 +1,6 @@
 """The records multihost keeps of the pods it made: ``$MULTIHOST_LOG_DIR/pods/NAME/pod.json``
-(default ``~/multihost-logs``), private (0700 directory, 0600 file), replaced atomically."""
+(default ``~/multihost-logs``), private (0700 directory, 0600 file), replaced atomically by the
+one writer of records (``multihost.recordfile``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from multihost import recordfile
 from multihost.errors import UsageError
-from multihost.runrecord import private_dir
+from multihost.pods import prices
 
 SCHEMA = 1
 FILE = "pod.json"
@@ -94,6 +95,95 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class Pod:
+    """A pod as it stands now (what ``multihost.up``, ``pods``, ``autodown`` and ``gc``
+    return): what it is, where, the TPU API's word on it, and what it costs.
+
+    ``state``: the queued resource's state as the API says it (``ACTIVE``,
+    ``WAITING_FOR_RESOURCES``, ``FAILED``...; ``GONE`` when it does not exist), with the
+    service's ``reason`` for a dead one (or, from ``gc``, why it can never run again).
+    ``price_per_hour`` and ``cost_so_far`` are None where the price table has no price (see
+    ``multihost.pods.prices``); the cost counts from when the pod was first seen ACTIVE.
+    ``autodown``: the idle seconds after which it deletes itself (None: off), and what its
+    daemon says of itself where it was asked (``autodown_status``).
+    """
+
+    name: str
+    zone: str
+    tpu_type: str
+    num_slices: int
+    capacity: str
+    runtime_version: str
+    state: str
+    price_per_hour: float | None
+    cost_so_far: float | None
+    autodown: float | None = None
+    autodown_status: str | None = None
+    reason: str = ""
+    project: str | None = None
+    age_s: int = 0
+    up_for: str = ""  # how long it has been ACTIVE, HH:MM:SS ("": never)
+    recorded: bool = True  # False: found by its label only (made from another machine)
+
+    @classmethod
+    def of(
+        cls,
+        record: PodRecord,
+        state: str,
+        now: float,
+        *,
+        reason: str = "",
+        recorded: bool = True,
+        autodown_status: str | None = None,
+    ) -> Pod:
+        up_for, cost = ran(record, now)
+        return cls(
+            name=record.name,
+            zone=record.zone,
+            tpu_type=record.tpu_type,
+            num_slices=record.num_slices,
+            capacity=record.capacity,
+            runtime_version=record.runtime_version,
+            state=state,
+            price_per_hour=prices.hourly(
+                record.tpu_type, record.zone, record.capacity, record.num_slices
+            ),
+            cost_so_far=None if cost is None else round(cost, 2),
+            autodown=record.autodown,
+            autodown_status=autodown_status,
+            reason=reason,
+            project=record.project,
+            age_s=round(now - record.created_at),
+            up_for=up_for,
+            recorded=recorded,
+        )
+
+    def row(self) -> dict[str, object]:
+        """As ``multihost pods --json`` shows it (``autodown``: what its daemon says, or its
+        idle time where not asked)."""
+        data = asdict(self)
+        auto = self.autodown_status
+        if auto is None and self.autodown is not None:
+            auto = f"{self.autodown:g}s idle"
+        data["autodown"] = auto
+        del data["autodown_status"]
+        return data
+
+
+def ran(record: PodRecord, now: float) -> tuple[str, float | None]:
+    """How long the pod has been ACTIVE (``01:12:40``; "" when never) and what that cost
+    (None when its price is unknown)."""
+    if record.active_at is None:
+        return "", None
+    seconds = now - record.active_at
+    per_hour = prices.hourly(record.tpu_type, record.zone, record.capacity, record.num_slices)
+    whole = int(max(0.0, seconds))
+    return f"{whole // 3600:02d}:{whole // 60 % 60:02d}:{whole % 60:02d}", prices.cost(
+        per_hour, seconds
+    )
+
+
 def _check(record: PodRecord) -> None:
     for name, kind in _TYPES.items():
         value = getattr(record, name)
@@ -107,16 +197,8 @@ def base_dir() -> Path:
 
 
 def save(record: PodRecord) -> Path:
-    path = private_dir(base_dir() / record.name) / FILE
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".pod.json.")  # mkstemp: 0600
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(record.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """The pod's record, through the one writer of records (``multihost.recordfile``)."""
+    return recordfile.save(base_dir() / record.name / FILE, record)
 
 
 def find(name: str) -> PodRecord | None:

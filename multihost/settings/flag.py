@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from multihost.defaults import DEFAULTS
 
-Kind = Literal["value", "append", "switch", "bool", "optional"]
+Kind = Literal["value", "append", "switch", "bool", "optional", "pick", "csv"]
 
 GROUPS: dict[str, str] = {
     "hosts": "hosts: which ones",
@@ -22,7 +22,9 @@ GROUPS: dict[str, str] = {
     "output": "output: what is shown and kept",
 }
 """Every flag's heading in ``--help`` (and the CLI reference), in the order shown."""
-# switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare
+# switch: store_true; bool: --x/--no-x; optional: --x [VALUE], ``const`` when bare; pick:
+# --x CHOICE, or one switch per choice (--spot for --capacity spot); csv: --x A,B,C (a tuple,
+# each item by ``type``; a config file may give a list)
 
 
 class _ByDest:
@@ -49,6 +51,7 @@ class Flag:
     setting: bool = True  # a key the config files may set (and `multihost config` shows)
     const: Any = None  # kind "optional": the value of the bare flag
     group: str = "launch"  # its heading in --help and the reference: a key of GROUPS
+    aliases: tuple[str, ...] = ()  # other options for it on the command line (--async)
 
     def __post_init__(self) -> None:
         if self.default is BY_DEST:  # the one source of defaults, read by name
@@ -62,6 +65,11 @@ class Flag:
     def dest(self) -> str:
         """Its name in ``vars(args)``, in the API's keywords and in the planner's settings."""
         return self.name.replace("-", "_")
+
+    def items(self, text: str) -> tuple[Any, ...]:
+        """A ``csv`` flag's value: ``A,B,C`` split, each item by the flag's type."""
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        return tuple(self.type(p) if self.type is not None else p for p in parts)
 
     @property
     def initial(self) -> Any:

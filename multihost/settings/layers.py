@@ -38,6 +38,15 @@ def convert(layer: Layer, key: str, raw: object, flag: Flag) -> Any:
             except UsageError as exc:
                 raise layer.error(key, str(exc)) from None
         return list(raw)
+    if flag.kind == "csv":  # --zones A,B: a list, or one string of them
+        if isinstance(raw, list) and all(isinstance(x, str) for x in raw):
+            raw = ",".join(raw)
+        if not isinstance(raw, str):
+            raise layer.error(key, f"must be a list of strings, not {raw!r}")
+        try:
+            return flag.items(raw)
+        except (ArgumentTypeError, TypeError, ValueError) as exc:
+            raise layer.error(key, str(exc) or f"bad value {raw!r}") from None
     if isinstance(raw, bool) or not isinstance(raw, str | int | float):
         raise layer.error(key, f"must be a string or a number, not {raw!r}")
     text = str(raw)

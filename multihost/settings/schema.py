@@ -1,10 +1,13 @@
 """Every setting once: its flag, type, default and help, in the groups the commands share.
 
-A command's parser is built from these groups (``multihost.cli.parser``); the config files'
-keys are the settings of ``run`` (:data:`SETTINGS`, checked with each one's own type by
-``multihost.settings.layers``); the API's keywords are their names with underscores.
+A command's parser is built from these groups (``multihost.cli.parser``; the commands on a
+pod and a job from ``multihost.settings.cloudcommands``); the config files' keys are the
+settings of ``run``, of a pod to make and of a job (:data:`SETTINGS`, checked with each one's
+own type by ``multihost.settings.layers``); the API's keywords are their names with
+underscores.
 
-A new flag: declare a :class:`Flag` here (a fleet flag in ``multihost.settings.fleetflags``)
+A new flag: declare a :class:`Flag` here (a fleet flag in ``multihost.settings.fleetflags``, a
+pod's or a job's in ``multihost.settings.cloudflags``)
 with its default (or, when other code needs that value too, a field of
 ``multihost.defaults.DEFAULTS`` under its ``dest``, which the flag reads by that name), and put
 it in the group of the commands that take it (or a new group). Then one more place, where it
@@ -20,12 +23,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from multihost.defaults import DEFAULTS as D
+
+# a pod's and a job's flags, declared in cloudflags, and the fleet's, declared in fleetflags,
+# re-exported: the schema stays the one place to look
+from multihost.settings.cloudflags import *  # noqa: F403
+from multihost.settings.cloudflags import (
+    CONTROL_PLANE_TIMEOUT,
+    JOB,
+    POD,
+)
 from multihost.settings.environment import ENVIRONMENT
 from multihost.settings.flag import Flag, Group, OneOf
-
-# the fleet's flags, declared in fleetflags, re-exported: the schema stays the one place to look
 from multihost.settings.fleetflags import *  # noqa: F403
-from multihost.settings.fleetflags import SUBSET, fleet
+from multihost.settings.fleetflags import (
+    SUBSET,
+    fleet,
+)
 from multihost.settings.types import (
     command_text,
     port,
@@ -354,9 +367,17 @@ def flags_of(group: Group) -> tuple[Flag, ...]:
     return tuple(f for item in group for f in (item.flags if isinstance(item, OneOf) else (item,)))
 
 
-CONFIGURABLE: Group = (*fleet(required=False), *RUN, *RUN_ONLY)  # `multihost config`'s flags
+CONFIGURABLE: Group = (  # `multihost config`'s flags
+    *fleet(required=False),
+    *RUN,
+    *RUN_ONLY,
+    *POD,
+    *JOB,
+    CONTROL_PLANE_TIMEOUT,
+)
 SETTINGS: dict[str, Flag] = {f.name: f for f in flags_of(CONFIGURABLE) if f.setting}
-"""The config files' keys, in the order `multihost config` shows them."""
+"""The config files' keys, in the order `multihost config` shows them: a run's, a pod's (what
+``up`` and ``run --up`` make), a job's (what ``job submit`` makes)."""
 
 RUN_COMMAND: Group = (
     *fleet(),

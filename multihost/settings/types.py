@@ -109,3 +109,64 @@ def stage_via(text: str) -> str:
     from multihost.stagevia import parse
 
     return str(parse(text))
+
+
+def _checked(check: Callable[[str], object], text: str) -> None:
+    """One of the library's own checks (a UsageError) as a value type's refusal."""
+    from multihost.errors import UsageError
+
+    try:
+        check(text)
+    except UsageError as exc:
+        raise ArgumentTypeError(str(exc)) from None
+
+
+def tpu_type(text: str) -> str:
+    """An accelerator type that exists (``v4-16``): ``multihost.cloud.checks``'s rule."""
+    from multihost.cloud.checks import check_tpu_type
+
+    _checked(check_tpu_type, text)
+    return text
+
+
+def slices(text: str) -> int:
+    """Slices of one request: 1 to ``multihost.cloud.checks.MAX_SLICES``."""
+    from multihost.cloud.checks import check_slices
+
+    n = int(positive(int)(text))
+    _checked(lambda _: check_slices(n), text)
+    return n
+
+
+def zone(text: str) -> str:
+    """A zone's shape (``us-central2-b``); whether it exists is the API's to say."""
+    from multihost.cloud.checks import check_zone
+
+    text = text.strip()
+    _checked(check_zone, text)
+    return text
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``2h``, ``1d``."""
+    from multihost.pods.plan import parse_duration
+
+    _checked(parse_duration, text)
+    return parse_duration(text)
+
+
+def autodown(text: str) -> str:
+    """An idle time before a pod deletes itself (as :func:`duration`), or ``off``: kept as
+    written (``off`` is a setting, not "not given")."""
+    from multihost.pods.plan import parse_autodown
+
+    _checked(parse_autodown, text)
+    return text.strip()
+
+
+def bucket(text: str) -> str:
+    """``gs://BUCKET``: a job's bucket, normalised (``multihost.cloud.bucket``'s rule)."""
+    from multihost.cloud.bucket import check_bucket
+
+    _checked(check_bucket, text)
+    return check_bucket(text)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multihost.runrecord import private_dir
+from multihost.recordfile import private_dir
 from multihost.runresult import RESULT_MARKER
 from multihost.sweep.grid import RESERVED
 from multihost.sweep.where import Value

@@ -25,7 +25,8 @@ from multihost.errors import EnvFailed, UsageError, WarmError
 from multihost.events import Event
 from multihost.model import Fleet, Host, Job, State
 from multihost.options import RunOptions
-from multihost.runrecord import private_dir, write_json_atomic
+from multihost.recordfile import private_dir, write_atomic
+from multihost.runrecord import dumps
 from multihost.runresult import HostResult, RunResult, Staging
 from multihost.stage import Archive, pack
 from multihost.sweep.grid import Point
@@ -149,7 +150,7 @@ class Sweep:
         """Stage once, then run every point still to do; returns this session's records."""
         archive = await asyncio.to_thread(pack, self.options.script_dir, self.options.excludes)
         private_dir(self.dir)
-        write_json_atomic(self.dir / "sweep.json", self._describe(archive))
+        write_atomic(self.dir / "sweep.json", dumps(self._describe(archive)))
         try:
             await self._open(archive)
             queue: asyncio.Queue[tuple[Point, int]] = asyncio.Queue()

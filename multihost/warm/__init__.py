@@ -8,8 +8,8 @@ many pieces of work run in it (a sweep's points with ``--warm``, a session's cal
 - :mod:`.outcome` — what a piece gave back, each host's and as a run's result.
 - :mod:`.warmset` — ``WarmSet``: the processes as a run, pieces on every host, breaking and
   stopping.
-- :mod:`.session` — ``multihost.session``: a warm set for a ``with`` block.
 
+``multihost.session`` (a warm set for a ``with`` block) is the API's: ``multihost.api.session``.
 The process on each host is ``multihost/remote/warm_server.py``; its channel
 ``multihost/remote/warm_channel.sh``.
 """

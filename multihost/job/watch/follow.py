@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 
 from multihost.cloud.bucket import parse_host_object
 from multihost.cloud.gcloud import Gcloud
+from multihost.defaults import DEFAULTS
 from multihost.errors import CloudError
 from multihost.job import cloud
 from multihost.job.cloud import GONE_STATES
@@ -49,7 +50,7 @@ class Watcher:
     gcloud: Gcloud
     display: Display
     keep: bool = False
-    poll: float = 5.0
+    poll: float = DEFAULTS.poll
     follow: HostKey | None = (0, 0)
     resubmit: bool = False  # once, when the resource is deleted or vanishes before ACTIVE
     clock: Callable[[], float] = time.time

@@ -20,13 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from multihost.api.keywords import check_options, events_of, plan_run
 from multihost.bridge import Portal, ctrl_c
 from multihost.commands import check_run_name
 from multihost.core.prepare import Prepare
 from multihost.core.supervisor import Supervisor
 from multihost.errors import RemoteCallError, UsageError, WarmError
 from multihost.events import Event
-from multihost.keywords import check_options, events_of, plan_run
 from multihost.options import default_run_name
 from multihost.planner import Plan
 from multihost.runresult import CallResult, RunResult

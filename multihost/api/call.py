@@ -23,12 +23,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from multihost.api.keywords import check_options, events_of, planned
 from multihost.bridge import blocking, ctrl_c
 from multihost.commands import Paths, shell_path
 from multihost.core import Run
 from multihost.errors import RemoteCallError, SettingError
 from multihost.fanout import on_every_host
-from multihost.keywords import check_options, events_of, planned
 from multihost.options import default_run_name
 from multihost.planner import Plan
 from multihost.runresult import CallResult, RunResult

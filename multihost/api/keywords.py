@@ -1,7 +1,7 @@
-"""The API's keywords: the schema's settings of ``run`` by their dests, checked, layered over
-a config profile, turned into a plan by the one planner; and where a run's events go
-(``stream=``, ``on_output=``, ``on_event=``). Used by ``multihost.api``, ``run_sweep`` and
-``call``."""
+"""The API's keywords: the schema's settings of each function's command by their dests (a
+run's, a pod's, a job's), checked, layered over a config profile, turned into a plan by the
+one planner; and where a run's events go (``stream=``, ``on_output=``, ``on_event=``). The
+one gate of every function's keywords (:func:`accepted`, :data:`NOT_FOR`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ from typing import Any, Literal
 
 from multihost.events import Event, Note
 from multihost.planner import Plan, plan
-from multihost.settings.schema import KEYWORDS, RUN_COMMAND, SWEEP, flags_of
+from multihost.settings.cloudcommands import (
+    AUTODOWN_COMMAND,
+    JOB_SUBMIT,
+    JOB_WATCH,
+    PODS_COMMAND,
+    UP_COMMAND,
+)
+from multihost.settings.flag import Group
+from multihost.settings.schema import KEYWORDS, POD_AROUND, RUN_COMMAND, SWEEP, WATCH, flags_of
 from multihost.stream import Line
 
 Stream = Literal["all", "host0", "none"]
@@ -28,6 +36,49 @@ ACCEPTED: tuple[str, ...] = tuple(
         | {*KEYWORDS, *_EVENTS, *_ALIASES}
     )
 )
+POD_KEYWORDS: tuple[str, ...] = tuple(f.dest for f in flags_of(POD_AROUND))
+"""A run's and a sweep's pod keywords (``up=``, ``down=``, ``tpu_type=``...): a pod's life
+around it, as ``run --prefix NAME --up --down`` (``multihost.pods.ops.around``)."""
+
+
+def configured(values: Mapping[str, tuple[Any, str]] | None) -> dict[str, Any]:
+    """A config profile's values by dest (``multihost.settings.layers.Resolved.values``)."""
+    return {key.replace("-", "_"): value for key, (value, _) in (values or {}).items()}
+
+
+def on_stderr(text: str) -> None:
+    """The default ``say``: ``multihost: TEXT`` on stderr (a notebook shows it under the
+    cell)."""
+    print(f"multihost: {text}", file=sys.stderr, flush=True)
+
+
+def wants_pod(options: Mapping[str, Any]) -> bool:
+    """Whether a run's or a sweep's settings give any of a pod's keywords."""
+    return any(options.get(k) not in (None, False) for k in POD_KEYWORDS)
+
+
+_NO_POD = (
+    "{f}() does not make or delete pods: a pod's life blocks on gcloud for minutes; put "
+    "multihost.pod() around it, or use run()"
+)
+
+
+def _dests(group: Group, *less: str) -> frozenset[str]:
+    return frozenset(f.dest for f in flags_of(group)) - set(less)
+
+
+# The functions on a pod and a job: their command's flags by dest (the output's --json is the
+# CLI's), and ``say=`` (what they tell as they go, instead of printing it).
+_WATCHING = _dests((WATCH, *JOB_WATCH))
+COMMANDS: dict[str, frozenset[str]] = {
+    "up": _dests(UP_COMMAND) | {"say"},
+    "pod": _dests(UP_COMMAND) | {"down", "say"},
+    "down": frozenset({"wait", "zone", "project", "say"}),
+    "pods": _dests(PODS_COMMAND, "json") | {"say"},
+    "gc": frozenset({"dry_run", "zones", "project", "say"}),
+    "autodown": _dests(AUTODOWN_COMMAND) | {"say"},
+    "submit_job": (_dests(JOB_SUBMIT, "cmd") - _WATCHING) | {"say"},
+}
 
 
 SWEEP_KEYWORDS: dict[str, Any] = {f.dest: f.default for f in flags_of(SWEEP)}
@@ -41,8 +92,9 @@ _CALL_CODE = "call() stages its own code dir (the function travels by value)"
 _WARM = "a session's processes run many pieces: no run's hang watch, trace or pull"
 NOT_FOR: dict[str, dict[str, str]] = {
     "run": {},
-    "run_async": {},
+    "run_async": dict.fromkeys(POD_KEYWORDS, _NO_POD.format(f="run_async")),
     "call": {
+        **dict.fromkeys(POD_KEYWORDS, _NO_POD.format(f="call")),
         "dry_run": "call() runs the function for its values: there is no plan to return",
         "detach": "call() waits for its values",
         "script_dir": _CALL_CODE,
@@ -58,6 +110,7 @@ NOT_FOR: dict[str, dict[str, str]] = {
         "reconnect_timeout": "a lost host is retried for the default time",
     },
     "session": {
+        **dict.fromkeys(POD_KEYWORDS, _NO_POD.format(f="session")),
         "dry_run": "session() starts processes to run work in: there is no plan to return",
         "detach": "a session's processes end with it",
         "timeout": "a session lasts until it is closed; each piece takes timeout= of its own",
@@ -71,10 +124,11 @@ NOT_FOR: dict[str, dict[str, str]] = {
     },
 }
 OWN: dict[str, tuple[str, ...]] = {
-    "run": (),
+    "run": ("say",),  # what the pod's life around it tells
     "run_async": (),
     "call": ("kwargs", "python", "uv_project"),
     "run_sweep": (
+        "say",
         "where",
         "metric",
         "minimize",
@@ -91,17 +145,20 @@ OWN: dict[str, tuple[str, ...]] = {
 
 def accepted(function: str) -> tuple[str, ...]:
     """Every keyword ``function`` (``run``, ``run_async``, ``call``, ``run_sweep``,
-    ``session``) takes."""
-    return tuple(sorted({*ACCEPTED, *OWN[function]} - set(NOT_FOR[function])))
+    ``session``, and the functions on a pod and a job: :data:`COMMANDS`) takes."""
+    if function in COMMANDS:
+        return tuple(sorted(COMMANDS[function]))
+    return tuple(sorted({*ACCEPTED, *POD_KEYWORDS, *OWN[function]} - set(NOT_FOR[function])))
 
 
 def check_options(function: str, given: Mapping[str, object]) -> None:
     """A TypeError naming the first keyword ``function`` does not take (and why, for a run's
     keyword it has no use for), and every one it takes."""
     allowed = accepted(function)
+    refused = NOT_FOR.get(function, {})
     for name in given:
-        if name in NOT_FOR[function]:
-            raise TypeError(f"{function}() does not take {name}=: {NOT_FOR[function][name]}")
+        if name in refused:
+            raise TypeError(f"{function}() does not take {name}=: {refused[name]}")
         if name not in allowed:
             raise TypeError(
                 f"{function}() got an unexpected keyword argument {name!r}; "
@@ -121,7 +178,11 @@ def plan_run(command: str, kwargs: Mapping[str, Any], function: str = "run") -> 
 def planned(command: str, given: Mapping[str, Any]) -> Plan:
     """Keywords already checked (and a function's own settings added, as ``call``'s code dir)
     → the run's plan (see :func:`plan_run`)."""
-    given = {_ALIASES.get(k, k): v for k, v in given.items() if k not in _EVENTS}
+    given = {
+        _ALIASES.get(k, k): v
+        for k, v in given.items()
+        if k not in _EVENTS and k not in POD_KEYWORDS and k != "say"  # not the plan's
+    }
     profile = given.pop("profile", None)
     if profile is not None:
         from multihost.settings.layers import Resolved, layered

@@ -8,18 +8,30 @@ Every blocking function works both in a plain script and inside a running event 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shlex
 import sys
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
+from multihost.api.keywords import (
+    OnOutput,
+    Stream,
+    check_options,
+    events_of,
+    on_stderr,
+    output_events,
+    planned,
+    wants_pod,
+)
+from multihost.api.keywords import plan_run as plan_run
 from multihost.bridge import blocking, ctrl_c
 from multihost.core import Attach, Run, Stop
 from multihost.defaults import DEFAULTS
 from multihost.errors import MultihostError, UsageError
-from multihost.keywords import OnOutput, Stream, check_options, events_of, output_events
-from multihost.keywords import plan_run as plan_run
+from multihost.events import Event
 from multihost.model import Fleet
 from multihost.options import default_log_dir
 from multihost.pastruns import (
@@ -30,13 +42,14 @@ from multihost.pastruns import (
     record_paths,
     sync_logs,
 )
-from multihost.planner import DryRun, dry_run
+from multihost.planner import DryRun, Plan, dry_run
 from multihost.runresult import HostResult, RunResult
 from multihost.sources import FleetSpec, resolve
 
 if TYPE_CHECKING:
     from multihost.diagnose.stacks import StackReport
     from multihost.live.snapshot import FleetSnapshot
+    from multihost.pods.ops import Around
     from multihost.runresult import PullResult
 
 
@@ -90,17 +103,139 @@ def run(command: str, **options: Any) -> RunResult | DryRun:
     ``prefix=`` (with ``project=``, ``zone=``, ``ip=``); ``user=``, ``ssh_config=``. The job:
     ``env=``, ``run_name=``, ``script_dir=``, ``stage_via=`` ("auto", "direct", "peer",
     "gs://BUCKET"). Output: ``stream=`` ("all", "host0", "none")
-    and ``on_output=(host_name, line)``. Any :class:`RunOptions` field (``timeout=``,
+    and ``on_output=(host_name, line)``. Any :class:`multihost.RunOptions` field (``timeout=``,
     ``fail_fast=``, ``log_dir=``, ``detach=``, ...). ``profile=`` layers the config files
     under the keywords (see :func:`plan_run`). ``dry_run=True``: nothing runs anywhere; the
     value is the :class:`DryRun` (each host's environment and exact command, what
-    ``run --dry-run`` prints). An unknown keyword is a TypeError.
+    ``run --dry-run`` prints). A pod around the run, as ``run --prefix NAME --up --down``:
+    ``up=True`` makes pod ``prefix`` first when missing (``tpu_type=``, ``runtime_version=``,
+    ``zones=``... or the profile's), ``down=True`` deletes it when the run ends however it
+    ends, its cost said (``say=``, default stderr); ``autodown=`` arms it. An unknown keyword
+    is a TypeError.
     """
-    p = plan_run(command, options)  # checked here, so that a bad keyword fails at once
-    if options.get("dry_run"):
-        return dry_run(p)
-    runner = Run(p.fleet, p.job, p.options, events_of(options, p.fleet.hosts[0].process_id))
-    return blocking(runner.execute, ctrl_c(runner.interrupt))
+    check_options("run", options)  # here, so that a bad keyword fails at once
+    result = execute({**options, "cmd": command}, _Called(options))
+    assert result is not None  # run()'s dry run is a DryRun
+    return result
+
+
+class RunView(Protocol):
+    """Who a run is for, and how it is shown and stopped: ``run()``'s caller (its lines
+    printed or handed to ``on_output=``, Ctrl-C stops every host) or ``multihost run`` (a live
+    status line, SIGTERM and SIGHUP too, the tables at the end)."""
+
+    def say(self, text: str) -> None:
+        """What the pod's life around the run tells."""
+
+    @property
+    def progress(self) -> Callable[[str], None] | None:
+        """Where a ``--wait`` for the fleet says how it goes (None: not said)."""
+
+    def planned(self, plan: Plan) -> None:
+        """The run is planned (its fleet known): what the source warned of and first contact
+        did, said."""
+
+    def event(self, event: Event) -> None:
+        """One of the run's events."""
+
+    def execute(self, run: Run) -> RunResult:
+        """The run to its end, under this view's interrupt policy."""
+
+    def dry(self, plan: Plan) -> DryRun | None:
+        """A dry run: the plan as data, or shown."""
+
+    def finished(self, result: RunResult) -> None:
+        """The run has ended, and the work after it (pulls, traces, TPU logs) with it."""
+
+
+def execute(
+    settings: Mapping[str, Any], view: RunView, *, config: Mapping[str, Any] | None = None
+) -> RunResult | DryRun | None:
+    """The one way a run goes, for ``run()`` and ``multihost run``: a pod's life around it
+    when its settings ask for one (``up=``, ``down=``...; ``config``: what a profile says of
+    a pod), ``--payload``'s command, the plan, then its dry run or the run to its end, each
+    step told to ``view``. Returns the result (a dry run's: what ``view.dry`` gives)."""
+    given = with_payload(settings, config)
+    pod: contextlib.AbstractContextManager[Around | None] = contextlib.nullcontext()
+    if wants_pod(given):  # the pod's modules only then: a plain run's start stays light
+        from multihost.api.pods import around
+
+        pod = around(given, view.say, config=config)
+    with pod as box:
+        p = planned(given["cmd"], {"progress": view.progress, **_given(given)})
+        view.planned(p)
+        if given.get("dry_run"):
+            return view.dry(p)
+        result = view.execute(Run(p.fleet, p.job, p.options, view.event))
+        if box is not None:
+            box.ending = f"exit {result.exit_code}"
+        view.finished(result)
+    return result
+
+
+def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if v is not None}
+
+
+def with_payload(settings: Mapping[str, Any], config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A run's settings, with ``--payload NAME [-- ARGS]`` (the command line's): the
+    installed payloads are the code to stage and ``PYTHON NAME.py ARGS`` the command (PYTHON:
+    ``python``, else this one with ``local``, else python3)."""
+    payload = settings.get("payload")
+    if payload is None:
+        if settings.get("args"):
+            raise UsageError(
+                f"unexpected arguments {shlex.join(settings['args'])}: only --payload "
+                "takes arguments after --"
+            )
+        return dict(settings)
+    from multihost.bundled import payload_command, payloads_dir
+
+    configured = (config or {}).get("script_dir")
+    if Path(settings.get("script_dir") or ".") not in (Path("."), configured):
+        raise UsageError(
+            "--payload stages the payloads that ship with multihost: leave out "
+            "--script-dir, or run your own code with --cmd"
+        )
+    local = settings.get("local") is not None
+    python = settings.get("python") or (sys.executable if local else "python3")
+    return {
+        **settings,
+        "script_dir": payloads_dir(),
+        "jax_job": f"--payload {payload}",
+        "cmd": payload_command(payload, settings.get("args") or [], python),
+    }
+
+
+@dataclass
+class _Called:
+    """``run()``'s view: its keywords' ``stream=``, ``on_output=``, ``on_event=`` and
+    ``say=``; Ctrl-C stops every host and ``run`` returns the result."""
+
+    options: Mapping[str, Any]
+    events: Callable[[Event], None] | None = None
+    say: Callable[[str], None] = on_stderr
+
+    def __post_init__(self) -> None:
+        self.say = self.options.get("say") or on_stderr
+
+    progress = None  # progress= is a keyword of its own, handed to the plan as given
+
+    def planned(self, plan: Plan) -> None:
+        self.events = events_of(self.options, plan.fleet.hosts[0].process_id)
+
+    def event(self, event: Event) -> None:
+        if self.events is not None:
+            self.events(event)
+
+    def execute(self, run: Run) -> RunResult:
+        return blocking(run.execute, ctrl_c(run.interrupt))
+
+    def dry(self, plan: Plan) -> DryRun:
+        return dry_run(plan)
+
+    def finished(self, result: RunResult) -> None:
+        pass  # the result is the value
 
 
 def _record(run_name: str, log_dir: str | Path | None) -> tuple[Path, Path, Any]:

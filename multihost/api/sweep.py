@@ -8,10 +8,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from multihost.bridge import blocking, ctrl_c
+from multihost.api.keywords import check_options, events_of, on_stderr, planned
+from multihost.api.pods import around
+from multihost.bridge import Interrupt, blocking, ctrl_c
 from multihost.commands import check_run_name
 from multihost.errors import EnvFailed, UsageError
-from multihost.keywords import check_options, events_of, planned
+from multihost.events import Event
 from multihost.options import default_run_name
 from multihost.planner import Plan
 from multihost.runresult import Staging, aligned
@@ -149,7 +151,8 @@ def run_sweep(
         warm=warm,
     )
     given = {"stream": "none", **options, "run_name": name}
-    plan = plan_sweep(given)
+    check_options("run_sweep", given)
+    say = given.get("say") or on_stderr
 
     def said(record: Record) -> None:
         values = " ".join(f"{k}={v}" for k, v in record.values.items())
@@ -157,18 +160,46 @@ def run_sweep(
         shown = f"  {metric}={value}" if value is not None else ""
         print(f"[{record.point}] {values} r{record.repeat} {record.status}{shown}", flush=True)
 
-    sweep = Sweep(plan.fleet, spec, plan.job, plan.options, on_record or said, events_of(given))
-    records = blocking(sweep.execute, ctrl_c(sweep.interrupt))
+    with around(given, say, what="sweep") as box:
+        result = execute(plan_sweep(given), spec, on_record or said, events_of(given))
+        if box is not None:
+            box.ending = "interrupted" if result.interrupted else "done"
+    return result
+
+
+def execute(
+    plan: Plan,
+    spec: SweepSpec,
+    on_record: Callable[[Record], None],
+    on_event: Callable[[Event], None],
+    *,
+    on_staged: Callable[[Staging], None] | None = None,
+    on_start: Callable[[Sweep], None] | None = None,
+    interrupt: Callable[[Sweep], Interrupt] | None = None,
+) -> SweepResult:
+    """The one way a sweep runs (``run_sweep``, ``multihost sweep``): its points on the
+    planned fleet, each finished one to ``on_record``, the trials' events to ``on_event``;
+    ``on_start`` sees the sweep before its first point (its groups, what is left to run),
+    ``interrupt`` says its interrupt policy (default: Ctrl-C stops it). Then the results are
+    ranked, their CSV and chart written (when a point finished)."""
+    sweep = Sweep(plan.fleet, spec, plan.job, plan.options, on_record, on_event, on_staged)
+    if on_start is not None:
+        on_start(sweep)
+    policy = interrupt(sweep) if interrupt is not None else ctrl_c(sweep.interrupt)
+    records = blocking(sweep.execute, policy)
     rows = sweep.store.load()
-    sweep.store.write_csv(latest(rows), list(spec.grid_names))
-    summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
-    problem = write_chart(
-        sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names, spec.higher_is_better
-    )
+    summary: list[Row] = []
+    problem: str | None = "no point finished"
+    if rows:
+        sweep.store.write_csv(latest(rows), list(spec.grid_names))
+        summary = summarize(rows, spec.metric, spec.grid_names, spec.higher_is_better)
+        problem = write_chart(
+            sweep.dir / "sweep.png", summary, spec.metric, spec.grid_names, spec.higher_is_better
+        )
     return SweepResult(
-        name=name,
+        name=spec.name,
         dir=sweep.dir,
-        metric=metric,
+        metric=spec.metric,
         grid_names=spec.grid_names,
         summary=tuple(summary),
         records=tuple(records),
