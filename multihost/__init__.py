@@ -89,17 +89,15 @@ _WHERE = {
             "attach",
             "kill",
             "make_fleet",
-            "plot",
             "pull",
             "pull_logs",
             "run",
             "run_async",
-            "stacks",
             "status",
-            "top",
         ),
         "multihost.api.runs",
     ),
+    **dict.fromkeys(("plot", "stacks", "top"), "multihost.api.watching"),
     "call": "multihost.api.call",
     **dict.fromkeys(("autodown", "down", "gc", "pod", "pods", "up"), "multihost.api.pods"),
     **dict.fromkeys(("JobHandle", "jobs", "submit_job"), "multihost.api.jobs"),
@@ -141,17 +139,15 @@ if TYPE_CHECKING:
         attach,
         kill,
         make_fleet,
-        plot,
         pull,
         pull_logs,
         run,
         run_async,
-        stacks,
         status,
-        top,
     )
     from multihost.api.session import Session, session
     from multihost.api.sweep import SweepResult, run_sweep
+    from multihost.api.watching import plot, stacks, top
     from multihost.diagnose.stacks import StackReport
     from multihost.errors import (
         ConnectError,

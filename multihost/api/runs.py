@@ -30,7 +30,7 @@ from multihost.api.keywords import plan_run as plan_run
 from multihost.bridge import blocking, ctrl_c
 from multihost.core import Attach, Run, Stop
 from multihost.defaults import DEFAULTS
-from multihost.errors import MultihostError, UsageError
+from multihost.errors import UsageError
 from multihost.events import Event
 from multihost.model import Fleet
 from multihost.options import default_log_dir
@@ -39,7 +39,6 @@ from multihost.pastruns import (
     host_statuses,
     mark_states,
     options_from_record,
-    record_paths,
     sync_logs,
 )
 from multihost.planner import DryRun, Plan, dry_run
@@ -47,8 +46,6 @@ from multihost.runresult import HostResult, RunResult
 from multihost.sources import FleetSpec, resolve
 
 if TYPE_CHECKING:
-    from multihost.diagnose.stacks import StackReport
-    from multihost.live.snapshot import FleetSnapshot
     from multihost.pods.ops import Around
     from multihost.runresult import PullResult
 
@@ -238,7 +235,8 @@ class _Called:
         pass  # the result is the value
 
 
-def _record(run_name: str, log_dir: str | Path | None) -> tuple[Path, Path, Any]:
+def find_record(run_name: str, log_dir: str | Path | None) -> tuple[Path, Path, Any]:
+    """The run's log dir, its folder and its record (``log_dir``: default, the default one)."""
     logs = Path(log_dir).expanduser() if log_dir is not None else default_log_dir()
     run_dir, record = find_run(logs, run_name)
     return logs, run_dir, record
@@ -251,7 +249,7 @@ def status(
     ``refresh=True``: then each also has ``log_bytes`` and ``log_mtime``), else from its
     run.json. A host that cannot be asked keeps its recorded outcome, with ``error`` saying
     why (after the error it had, if any)."""
-    logs, run_dir, record = _record(run_name, log_dir)
+    logs, run_dir, record = find_record(run_name, log_dir)
     if not (refresh or (refresh is None and record.state == "running")):
         return list(record.hosts)
     ssh = options_from_record(record, logs).ssh
@@ -276,7 +274,7 @@ def attach(
     reconnect_timeout: float | None = None,
 ) -> RunResult:
     """Follow an existing run from where its local logs end, to every host's exit."""
-    logs, _, record = _record(run_name, log_dir)
+    logs, _, record = find_record(run_name, log_dir)
     options = options_from_record(record, logs, reconnect_timeout=reconnect_timeout)
     first = record.hosts[0].host.process_id  # of a run on some hosts (workers=): its first
     runner = Attach(record, options, output_events(stream, on_output, None, first))
@@ -291,7 +289,7 @@ def kill(
     log_dir: str | Path | None = None,
 ) -> RunResult:
     """Send ``signal`` to every host's process group, KILL after ``grace`` s; wait for each."""
-    logs, _, record = _record(run_name, log_dir)
+    logs, _, record = find_record(run_name, log_dir)
     options = options_from_record(record, logs, grace=grace, reconnect_timeout=0.0)
     events = output_events("none", None, None)
     return blocking(lambda: Stop(record, options, events, signal=signal).execute())
@@ -300,7 +298,7 @@ def kill(
 def pull_logs(run_name: str, *, log_dir: str | Path | None = None) -> dict[str, Path]:
     """Bring each host's local log up to date (what ``multihost logs RUN`` does); returns the
     local log of every host by name. A host that cannot be reached is said on stderr."""
-    logs, run_dir, record = _record(run_name, log_dir)
+    logs, run_dir, record = find_record(run_name, log_dir)
     ssh = options_from_record(record, logs).ssh
     for o in blocking(lambda: sync_logs(run_dir, record, ssh)):
         if o.error:
@@ -322,97 +320,10 @@ def pull(
     result (files, bytes, and every problem: no match, unreadable, unreachable)."""
     from multihost.copyback import default_dest, pull_run
 
-    logs, _, record = _record(run_name, log_dir)
+    logs, _, record = find_record(run_name, log_dir)
     ssh = options_from_record(record, logs).ssh
     patterns = [paths] if isinstance(paths, str) else list(paths)
     dest = Path(to).expanduser() if to is not None else default_dest(run_name)
     return blocking(
         lambda: pull_run(record, patterns, dest, ssh, limit=limit or DEFAULTS.pull_limit)
     )
-
-
-def top(
-    run_name: str,
-    *,
-    log_dir: str | Path | None = None,
-    workers: str | None = None,
-    exclude_workers: str | None = None,
-) -> FleetSnapshot:
-    """Every host of a run at this moment (``multihost top --once`` as data): per host its
-    state, steps, step and own time per step, CPU, memory and accelerator; the straggler (the
-    host whose own time per step stands out) and the stuck hosts. Each host is looked at
-    twice, a second apart; one that cannot be reached is a row saying why."""
-    from multihost.live.watcher import look_once
-
-    logs, _, record = _record(run_name, log_dir)
-    opts = options_from_record(record, logs)
-    record = _some(record, workers, exclude_workers)
-    dirs = {pid: paths.run for pid, paths in record_paths(record).items()}
-    return blocking(
-        lambda: look_once(
-            run_name, record.fleet.hosts, dirs, opts.ssh, connect_limit=opts.connect_limit
-        )
-    )
-
-
-def plot(
-    run_name: str, *, log_dir: str | Path | None = None, out: str | Path | None = None
-) -> Path:
-    """Every host's step times over a run as a PNG (``multihost plot``; matplotlib from the
-    ``plot`` extra): step time and own time per step, hosts down, steps across. Returns where
-    it went (``out``, else ``steps.png`` in the run's log dir); a UsageError when no host
-    logged a step or the picture cannot be drawn."""
-    from multihost.live.plot import picture
-
-    logs, run_dir, record = _record(run_name, log_dir)
-    opts = options_from_record(record, logs)
-    dirs = {pid: paths.run for pid, paths in record_paths(record).items()}
-    path = Path(out).expanduser() if out is not None else run_dir / "steps.png"
-    made = blocking(
-        lambda: picture(run_name, record.fleet, dirs, opts.ssh, path, limit=opts.connect_limit)
-    )
-    if made.path is None:
-        raise MultihostError(made.problem or "no picture")
-    return made.path
-
-
-def _some(record: Any, workers: str | None, exclude: str | None) -> Any:
-    """The record with only the hosts ``workers`` names, less ``exclude``'s."""
-    from multihost.sources.workers import select
-
-    fleet, subset = select(record.fleet, workers, exclude, whose=f"run {record.run_name}")
-    if not subset:
-        return record
-    pids = {h.process_id for h in fleet}
-    return replace(record, hosts=tuple(h for h in record.hosts if h.host.process_id in pids))
-
-
-def stacks(
-    run_name: str,
-    *,
-    log_dir: str | Path | None = None,
-    native: bool = False,
-    all_threads: bool = False,
-) -> StackReport:
-    """Every host's Python stacks right now, grouped (``multihost stack`` as data): the groups
-    (hosts, frames; odd ones out first), the stragglers, the hosts that could not answer. The
-    raw dumps are saved under the run's log dir."""
-    from multihost.diagnose.collect import take
-
-    logs, run_dir, record = _record(run_name, log_dir)
-    if record.state != "running":
-        raise UsageError(f"run {run_name} is {record.state}: there are no stacks to take")
-    opts = options_from_record(record, logs)
-    dirs = {pid: paths.run for pid, paths in record_paths(record).items()}
-    report, _ = blocking(
-        lambda: take(
-            record.fleet.hosts,
-            dirs,
-            opts.ssh,
-            run_dir,
-            native=native,
-            all_threads=all_threads,
-            limit=opts.connect_limit,
-        )
-    )
-    return report
