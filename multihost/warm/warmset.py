@@ -295,11 +295,12 @@ class WarmSet:
         """The outcome of a host that gave none: its process ended, or the set was stopped."""
         if self.interrupted:
             return HostOutcome(host, error="interrupted", stopped=True)
+        if timed_out:  # stopped for the timeout: how its process then ended is not the cause
+            return HostOutcome(host, error=self.broken, stopped=True)
         mine = next((r for r in ran.hosts if r.host == host), None) if ran is not None else None
         if mine is not None and mine.state is not State.KILLED and mine.reason:
             return HostOutcome(host, error=f"{mine.reason} (its warm process ended)")
-        why = self.broken if timed_out else f"stopped: {self.broken}"
-        return HostOutcome(host, error=why, stopped=True)
+        return HostOutcome(host, error=f"stopped: {self.broken}", stopped=True)
 
     # -- the end -----------------------------------------------------------------------------
     def interrupt(self) -> None:
