@@ -250,6 +250,9 @@ def _as_ctrl_c(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+_HELD: dict[signal.Signals, tuple[int, Any]] = {}  # signal → open `terminating` blocks, before
+
+
 @contextlib.contextmanager
 def terminating(signals: tuple[signal.Signals, ...] = _TERMINATING) -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP end the work as Ctrl-C does (a
@@ -257,18 +260,29 @@ def terminating(signals: tuple[signal.Signals, ...] = _TERMINATING) -> Iterator[
     cost said) instead of the process dying with it; the handlers before are put back after.
     Only in the main thread, where Python delivers signals (elsewhere the block runs as is).
     Work that runs through :func:`blocking` inside the block is cancelled in order by them
-    (then the KeyboardInterrupt), or keeps its own policy where it has one."""
+    (then the KeyboardInterrupt), or keeps its own policy where it has one.
+
+    Blocks may end in any order (a session's pod is held until the session closes, and two
+    sessions close as their user likes): the handlers before the first block are put back when
+    the last one ends."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {sig: signal.getsignal(sig) for sig in signals}
     for sig in signals:
+        held, before = _HELD[sig] if sig in _HELD else (0, signal.getsignal(sig))
         signal.signal(sig, _as_ctrl_c)
+        _HELD[sig] = (held + 1, before)
     try:
         yield
     finally:
-        for sig, handler in before.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig in signals:
+            held, before = _HELD.pop(sig)
+            if held > 1:
+                _HELD[sig] = (held - 1, before)
+            elif threading.current_thread() is threading.main_thread():
+                signal.signal(sig, signal.SIG_DFL if before is None else before)
+            else:  # only the main thread sets handlers: the next block's end there puts it back
+                _HELD[sig] = (0, before)
 
 
 def ctrl_c(stop: Callable[[], None]) -> Interrupt:

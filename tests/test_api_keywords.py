@@ -477,11 +477,14 @@ def test_stream_on_output_on_event(function: str, home: Path, code: Path) -> Non
 def test_session_takes_what_the_gate_says(home: Path) -> None:
     """``session()``'s own parameters are the gate's; a run keyword its warm processes have no
     use for (a run's timeout, hang watch, traces, pulls) is refused by name, with why, before
-    anything starts."""
+    anything starts; a pod's keywords and ``say=`` are taken, as ``run()`` takes them (each
+    walked to the pod's life in test_a_pod_keyword_of_a_run_is_its_flag)."""
     params = inspect.signature(multihost.session).parameters.values()
     named = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
     assert named <= set(keywords.accepted("session")), named - set(keywords.accepted("session"))
     assert set(keywords.OWN["session"]) <= named
+    assert set(keywords.accepted("session")) >= AROUND
+    assert not AROUND & set(keywords.NOT_FOR["session"])
     for name, why in keywords.NOT_FOR["session"].items():
         assert why
         with pytest.raises(TypeError, match=rf"session\(\) does not take {name}=: "):
@@ -703,7 +706,7 @@ def test_a_keyword_of_a_pod_or_a_job_is_its_flag(
     assert changed == cli, f"{function}({name}=) is not what {' '.join(words)} hands {below}"
 
 
-@pytest.mark.parametrize("function", ["run", "run_sweep"])
+@pytest.mark.parametrize("function", ["run", "run_sweep", "session"])
 @pytest.mark.parametrize("name", sorted(AROUND))
 def test_a_pod_keyword_of_a_run_is_its_flag(
     function: str,
@@ -714,7 +717,8 @@ def test_a_pod_keyword_of_a_run_is_its_flag(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``run(prefix=NAME, up=True, ...)`` hands the pod's life around the run what ``run
-    --prefix NAME --up`` does (as ``run_sweep`` and ``sweep``); ``say=`` is where it tells."""
+    --prefix NAME --up`` does (as ``run_sweep`` and ``sweep``; ``session``, which has no
+    command, as ``run``); ``say=`` is where it tells."""
     from dataclasses import asdict
 
     from multihost.pods import ops
@@ -728,6 +732,9 @@ def test_a_pod_keyword_of_a_run_is_its_flag(
     base: dict[str, Any] = {"prefix": "pp", "script_dir": code, "up": True}
     if function == "run":
         call = lambda kw: lambda: multihost.run("true", **kw)  # noqa: E731
+        argv = ["run", "--prefix", "pp", "--script-dir", str(code), "--cmd", "true", "--up"]
+    elif function == "session":
+        call = lambda kw: lambda: multihost.session(**kw)  # noqa: E731
         argv = ["run", "--prefix", "pp", "--script-dir", str(code), "--cmd", "true", "--up"]
     else:
         call = lambda kw: lambda: multihost.run_sweep("echo {a}", {"a": [1]}, **kw)  # noqa: E731

@@ -1,25 +1,29 @@
 """A pod's life from Python, against the stand-in cloud (the real gcloud CLI): ``up``, ``pods``,
 ``autodown``, ``down`` as values; ``with multihost.pod(...)`` deleting its pod however the
 block ends (its end, an exception, Ctrl-C, SIGTERM to a real child process), its cost said;
-``run(..., up=True, down=True)``; a profile that says what a pod is made of, for ``multihost
-up NAME`` and ``multihost.up``."""
+``run(..., up=True, down=True)``; a warm ``multihost.session(..., up=True, down=True)`` whose
+pod goes however the session ends (its block's end, an exception, this Python's end); a profile
+that says what a pod is made of, for ``multihost up NAME`` and ``multihost.up``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import cloudpickle
 import pytest
 
 import multihost
 from multihost.errors import UsageError
-from tests.clitools import cli
+from tests.clitools import cli, no_processes
 from tests.cloud.fixture import ZONE, Cloud
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_for
+from tests.test_api_ssh import hosts_python
 from tests.test_pods_ssh import env, ssh_config
 
 pytestmark = pytest.mark.usefixtures("fresh_runs")
@@ -196,6 +200,144 @@ def test_run_up_down_from_python(standin: Cloud, tmp_path: Path) -> None:
     with pytest.raises(TypeError, match=r"run_async\(\) does not take up="):
         asyncio.run(multihost.run_async("true", up=True))
     assert standin.tpu.resources == {}
+
+
+def _where() -> tuple[int, str, int]:
+    """Which process of the job this is, on which worker, in which Python process."""
+    return int(os.environ["JAX_PROCESS_ID"]), os.environ["MULTIHOST_TEST_HOST"], os.getpid()
+
+
+def _session_kw(cloud: Cloud, tmp_path: Path, said: list[str]) -> dict[str, object]:
+    """A warm session's keywords on the stand-in's pods: their workers' python3 has cloudpickle
+    (this module's functions go by value), the output kept, what the pod's life says heard."""
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    return {
+        "runtime_version": "tpu-ubuntu2204-base",
+        "zone": ZONE,
+        "script_dir": code,
+        "log_dir": tmp_path / "logs",
+        "coordinator_port": free_port(),
+        "stream": "none",
+        "grace": 2,
+        "say": said.append,
+        **hosts_python(),
+        **_reach(cloud, tmp_path),
+    }
+
+
+def test_a_session_makes_its_pod_and_deletes_it_when_the_block_ends(
+    standin: Cloud, tmp_path: Path
+) -> None:
+    """``with multihost.session(prefix=NAME, up=True, down=True, ...)``: the pod made, the
+    warm processes on its workers (one Python each, every call in it), and after the block
+    the processes gone and the queued resource deleted, its cost said."""
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    said: list[str] = []
+    kw = _session_kw(standin, tmp_path, said)
+    with pytest.raises(UsageError, match="--up and --down need --prefix NAME"):
+        multihost.session(local=1, up=True, down=True)  # refused before anything is made
+    assert standin.tpu.resources == {}
+    with multihost.session(prefix="warm", up=True, down=True, tpu_type="v4-16", **kw) as s:
+        assert standin.tpu.resources["warm"].state == "ACTIVE"
+        first = s.call(_where)
+        assert [(p, host) for p, host, _ in first] == [(0, "h0"), (1, "h1")]
+        assert s.call(_where) == first  # the same processes: warm
+    assert standin.tpu.resources == {}
+    assert any(
+        line.startswith("session ended (closed): deleted pod warm in us-central2-b (1 x v4-16, up ")
+        and "cost about $" in line
+        for line in said
+    ), said
+    wait_for(lambda: no_processes(standin.fleet, 2), 30, "the warm processes to end")
+    assert multihost.pods(say=said.append) == []
+
+
+def test_a_session_whose_block_raises_deletes_its_pod(standin: Cloud, tmp_path: Path) -> None:
+    """An exception in the block: the processes end, the pod is deleted and said with it, the
+    exception goes on. A second session naming the pod with another type is refused, the pod
+    left to the first; one on a missing pod with a pod's flag but no ``up=`` is refused too."""
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    said: list[str] = []
+    kw = _session_kw(standin, tmp_path, said)
+    with pytest.raises(UsageError, match="--tpu-type says what pod to make"):
+        multihost.session(prefix="small", down=True, tpu_type="v4-8", **kw)
+    assert standin.tpu.resources == {}
+    seen: list[object] = []
+    with (  # noqa: PT012 (the block's work, then its exception)
+        pytest.raises(ZeroDivisionError),
+        multihost.session(prefix="small", up=True, down=True, tpu_type="v4-8", **kw) as s,
+    ):
+        seen.append([(p, host) for p, host, _ in s.call(_where)])
+        with pytest.raises(UsageError, match="v4-16"):
+            multihost.session(prefix="small", tpu_type="v4-16", **kw)
+        seen.append(standin.tpu.resources["small"].state)
+        raise ZeroDivisionError
+    assert seen == [[(0, "h0")], "ACTIVE"]
+    assert standin.tpu.resources == {}
+    ended = "session ended (ZeroDivisionError): deleted pod small in us-central2-b (1 x v4-8, up "
+    assert any(line.startswith(ended) for line in said), said
+    wait_for(lambda: no_processes(standin.fleet, 1), 30, "the warm process to end")
+
+
+SESSION_CHILD = """
+import os, sys, time, multihost
+
+def where():
+    return os.environ["MULTIHOST_TEST_HOST"]
+
+s = multihost.session(prefix="left", up=True, down=True, tpu_type="v4-8", zone=sys.argv[2],
+                      runtime_version="v", ssh_config=sys.argv[3], no_add_key=True,
+                      python="/usr/bin/python3", env={"PYTHONPATH": sys.argv[4]},
+                      script_dir=sys.argv[5], stream="none", grace=2)
+print("on", s.call(where), flush=True)
+if sys.argv[1] == "signalled":
+    with s:
+        print("inside", flush=True)
+        time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("end", ["at exit", "signalled"])
+def test_a_session_s_pod_goes_with_its_python(cloud: Cloud, tmp_path: Path, end: str) -> None:
+    """A script that makes a session with its pod and never closes it: at the script's end
+    the processes end and the pod is deleted, said on stderr. One sent SIGTERM inside its block
+    ends the block as Ctrl-C does: the same. Nothing is left in the cloud or on the worker."""
+    e = env(cloud, tmp_path)
+    code = tmp_path / "code"
+    code.mkdir()
+    site = hosts_python()["env"]["PYTHONPATH"]  # type: ignore[index]
+    argv = [end, ZONE, str(ssh_config(cloud.fleet, tmp_path)), site, str(code)]
+    err = tmp_path / "err"
+    with err.open("w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SESSION_CHILD, *argv],
+            env=e,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=f,
+            text=True,
+        )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "on ['h0']\n", err.read_text()
+        if end == "signalled":
+            assert proc.stdout.readline() == "inside\n", err.read_text()
+            assert cloud.tpu.resources["left"].state == "ACTIVE"
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    text = err.read_text()
+    assert (proc.returncode == 0) == (end == "at exit"), text
+    ending = "at exit" if end == "at exit" else "interrupted"
+    said = f"session ended ({ending}): deleted pod left in us-central2-b (1 x v4-8, up "
+    assert said in text, text
+    assert "cost about $" in text
+    assert cloud.tpu.resources == {}
+    wait_for(lambda: no_processes(cloud.fleet, 1), 30, "the warm process to end")
 
 
 def test_a_profile_says_what_pod_up_makes(cloud: Cloud, tmp_path: Path) -> None:

@@ -27,20 +27,24 @@ def by_value() -> Iterator[None]:
     cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture
-def hosts_env(ssh_fleet, tmp_path: Path) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    """Keywords for the first two fleet hosts, whose system python3 gets cloudpickle from a
-    world-readable copy of this interpreter's."""
+def hosts_python() -> dict[str, object]:
+    """Keywords for the fleet's system python3, which gets cloudpickle from a world-readable
+    copy of this interpreter's."""
     source = Path(cloudpickle.__file__).parent
     if not (SITE / "cloudpickle").is_dir():
         shutil.copytree(source, SITE / "cloudpickle")
     for path in (SITE, *SITE.rglob("*")):
         path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+    return {"python": "/usr/bin/python3", "env": {"PYTHONPATH": str(SITE)}}
+
+
+@pytest.fixture
+def hosts_env(ssh_fleet, tmp_path: Path) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Keywords for the first two fleet hosts (their python3: :func:`hosts_python`)."""
     return {
         "hosts": ",".join(ssh_fleet.aliases[:2]),
         "ssh_config": ssh_fleet.ssh_config,
-        "python": "/usr/bin/python3",
-        "env": {"PYTHONPATH": str(SITE)},
+        **hosts_python(),
         "log_dir": tmp_path / "logs",
         "grace": 2,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from dataclasses import replace
 
 import pytest
@@ -69,4 +70,30 @@ def test_a_terminating_block_ends_on_sigterm_as_on_ctrl_c() -> None:
         assert blocking(stoppable, policy) == "stopped"
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_terminating_blocks_may_end_in_any_order() -> None:
+    """Two blocks held open (two sessions' pods), the first one ended first: SIGTERM is still
+    a Ctrl-C until the last one ends, then the handler before them is back. A block ended in
+    another thread (where no handler can be set) leaves it to the next block's end here."""
+    from multihost.bridge import terminating
+
+    before = signal.getsignal(signal.SIGTERM)
+    first, second = terminating(), terminating()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGTERM)
+    second.__exit__(None, None, None)
+    assert signal.getsignal(signal.SIGTERM) is before
+    held = terminating()
+    held.__enter__()
+    elsewhere = threading.Thread(target=held.__exit__, args=(None, None, None))
+    elsewhere.start()
+    elsewhere.join()
+    assert signal.getsignal(signal.SIGTERM) is not before
+    with terminating():
+        pass
     assert signal.getsignal(signal.SIGTERM) is before

@@ -560,15 +560,6 @@ def test_warnings_are_admonitions() -> None:
     )
 
 
-# Pages other work is rewriting now, whose figures are still to move to the performance page:
-# each is named here until it has none (the test fails when one here has no figure left).
-_FIGURES_NOT_YET_MOVED = {
-    "docs/getting-started/sandbox.md",
-    "docs/how-to/iterate.md",
-    "docs/how-to/jobs.md",
-}
-
-
 def _stray_figures(path: Path) -> list[str]:
     """The figure-like lines of one page: table rows with a ratio, and paragraphs that say
     "measured" (or give a load) next to a figure."""
@@ -592,20 +583,12 @@ def test_figures_live_on_the_performance_page() -> None:
     read, outside code blocks (sample output keeps its own numbers)."""
     pages = [ROOT / "README.md", *_site_pages()]
     found: list[str] = []
-    waiting: list[str] = []
     for path in pages:
-        name = path.relative_to(ROOT).as_posix()
-        if name == "docs/performance.md":
-            continue
-        stray = _stray_figures(path)
-        if name in _FIGURES_NOT_YET_MOVED:
-            waiting += [] if stray else [name]
-        else:
-            found += stray
+        if path.relative_to(ROOT).as_posix() != "docs/performance.md":
+            found += _stray_figures(path)
     assert not found, (
         "figures belong on docs/performance.md (link to its section instead):\n" + "\n".join(found)
     )
-    assert not waiting, f"no figure left: take these out of _FIGURES_NOT_YET_MOVED: {waiting}"
 
 
 def test_the_docs_rules_see_what_they_look_for(tmp_path: Path) -> None:

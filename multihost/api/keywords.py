@@ -37,8 +37,8 @@ ACCEPTED: tuple[str, ...] = tuple(
     )
 )
 POD_KEYWORDS: tuple[str, ...] = tuple(f.dest for f in flags_of(POD_AROUND))
-"""A run's and a sweep's pod keywords (``up=``, ``down=``, ``tpu_type=``...): a pod's life
-around it, as ``run --prefix NAME --up --down`` (``multihost.pods.ops.around``)."""
+"""A run's, a sweep's and a session's pod keywords (``up=``, ``down=``, ``tpu_type=``...): a
+pod's life around it, as ``run --prefix NAME --up --down`` (``multihost.pods.ops.around``)."""
 
 
 def configured(values: Mapping[str, tuple[Any, str]] | None) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def on_stderr(text: str) -> None:
 
 
 def wants_pod(options: Mapping[str, Any]) -> bool:
-    """Whether a run's or a sweep's settings give any of a pod's keywords."""
+    """Whether a run's, a sweep's or a session's settings give any of a pod's keywords."""
     return any(options.get(k) not in (None, False) for k in POD_KEYWORDS)
 
 
@@ -110,7 +110,6 @@ NOT_FOR: dict[str, dict[str, str]] = {
         "reconnect_timeout": "a lost host is retried for the default time",
     },
     "session": {
-        **dict.fromkeys(POD_KEYWORDS, _NO_POD.format(f="session")),
         "dry_run": "session() starts processes to run work in: there is no plan to return",
         "detach": "a session's processes end with it",
         "timeout": "a session lasts until it is closed; each piece takes timeout= of its own",
@@ -139,7 +138,7 @@ OWN: dict[str, tuple[str, ...]] = {
         "on_record",
         *SWEEP_KEYWORDS,
     ),
-    "session": ("python",),
+    "session": ("python", "say"),  # say: what the pod's life around it tells
 }
 
 

@@ -228,8 +228,8 @@ def around(
     life around it (``multihost.pods.ops.around``), ``config`` (a profile's values, by dest;
     default: ``options``' own ``profile=``) saying what a pod to make is. The block sets the
     box's ``ending`` (``exit 0``) to say how it ended. A warm session takes its pod the same
-    way: its keywords checked with ``POD_KEYWORDS`` accepted (``multihost.api.keywords``), the
-    session's life inside this block, its ``ending`` said when it closes."""
+    way (``multihost.api.session``): the block entered before its hosts are planned, ended
+    after its processes, its ``ending`` said when it closes."""
     if not wants_pod(options):
         yield None
         return

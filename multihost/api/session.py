@@ -3,7 +3,9 @@ script; ``call`` and ``run_script`` run in them, one after another, as often as 
 
 The hosts are connected and the code staged once (as a sweep does); the warm processes are
 started at the block's start and end with it (with Ctrl-C, the kernel's shutdown, or this
-Python's end; and by themselves when their runner is gone). A piece that ends its processes
+Python's end; and by themselves when their runner is gone). A session may take its pod as a run
+does (``prefix=NAME, up=True, down=True``): made before its hosts are planned, deleted after its
+processes have ended, however the session ends. A piece that ends its processes
 (``os._exit``, a crash, its ``timeout=``) is said, and the next call starts new ones. The
 session's loop lives in a thread of its own (``bridge.Portal``), so the same code works in a
 script and inside Jupyter's running loop.
@@ -13,14 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import sys
 import weakref
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from multihost.api.keywords import check_options, events_of, plan_run
+from multihost.api.keywords import check_options, events_of, on_stderr, plan_run, wants_pod
 from multihost.bridge import Portal, ctrl_c
 from multihost.commands import check_run_name
 from multihost.core.prepare import Prepare
@@ -35,6 +38,9 @@ from multihost.transport import Connection
 from multihost.warm.outcome import PieceResult
 from multihost.warm.pieces import Layout, Piece, bundled
 from multihost.warm.warmset import WarmSet
+
+if TYPE_CHECKING:
+    from multihost.pods.ops import Around
 
 
 async def open_hosts(session: Supervisor, archive: Archive) -> dict[int, Connection]:
@@ -61,11 +67,55 @@ async def open_hosts(session: Supervisor, archive: Archive) -> dict[int, Connect
     return conns
 
 
+@dataclass
+class _Pod:
+    """The pod a session holds (``up=``, ``down=``...): the open block of its life
+    (``multihost.api.pods.around``), ended when the session ends, and what it says of it."""
+
+    block: contextlib.ExitStack
+    box: Around
+
+    @classmethod
+    def around(cls, options: dict[str, Any], say: Callable[[str], None]) -> _Pod | None:
+        """The pod's life begun (the pod made when ``up`` and missing, or found and checked
+        against the keywords); None when no pod keyword is given."""
+        if not wants_pod(options):
+            return None
+        from multihost.api.pods import around  # the pod's modules only then, as for a run
+
+        block = contextlib.ExitStack()
+        box = block.enter_context(around(options, say, what="session"))
+        assert box is not None  # a pod keyword is given
+        return cls(block, box)
+
+    def end(self, exc: BaseException | None, ending: str) -> None:
+        """The pod's life ended as the session's did: ``ending`` when it closed, else the
+        exception it ended with (a KeyboardInterrupt: "interrupted"); with ``down``, the pod
+        deleted and its cost said."""
+        if exc is None:
+            self.box.ending = ending
+            self.block.close()
+        else:
+            self.block.__exit__(type(exc), exc, exc.__traceback__)
+
+
+# Sessions holding a pod: kept until they close, so that their pod goes with close() or this
+# Python's end, never with the garbage collector (in whatever thread it runs).
+_KEPT: set[Session] = set()
+
+
 class Session:
     """Warm processes on every host: ``call(fn, *args)`` and ``run_script(path, *args)`` run
-    in them; ``close()`` (or the ``with`` block's end) ends them. Made by :func:`session`."""
+    in them; ``close()`` (or the ``with`` block's end) ends them, and the session's pod when it
+    took one with ``down=True``. Made by :func:`session`."""
 
-    def __init__(self, plan: Plan, python: str, on_event: Callable[[Event], None]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        python: str,
+        on_event: Callable[[Event], None],
+        pod: _Pod | None = None,
+    ) -> None:
         self.plan = plan
         self.name = plan.job.run_name
         self.layout = Layout(python)
@@ -77,7 +127,10 @@ class Session:
         self._opening: Supervisor | None = None  # while connecting and staging
         self._sets = 0
         self._pieces = 0
+        self._pod = pod
         self.closed = False
+        if pod is not None:
+            _KEPT.add(self)
         atexit.register(_close_at_exit, weakref.ref(self))
 
     @property
@@ -93,8 +146,8 @@ class Session:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self._end(exc, "closed")
 
     # -- the processes --------------------------------------------------------------------
     def start(self) -> None:
@@ -153,7 +206,21 @@ class Session:
 
     def close(self) -> None:
         """End the warm processes (each leaves its JAX job with the others) and the
-        connections; idempotent."""
+        connections, then the session's pod (``down=True``: deleted, its cost said);
+        idempotent."""
+        self._end(None, "closed")
+
+    def _end(self, exc: BaseException | None, ending: str) -> None:
+        """The processes ended, then the pod, with how the session ended (``exc``: the
+        exception its block ended with; else ``ending``)."""
+        try:
+            self._stop()
+        except BaseException as failed:  # (a second Ctrl-C while closing) the pod goes too
+            self._let_go(exc or failed, ending)
+            raise
+        self._let_go(exc, ending)
+
+    def _stop(self) -> None:
         if self._portal.closed:
             return
         self.closed = True
@@ -161,6 +228,12 @@ class Session:
             self._portal.call(self._close)
         finally:
             self._portal.close()
+
+    def _let_go(self, exc: BaseException | None, ending: str) -> None:
+        pod, self._pod = self._pod, None
+        _KEPT.discard(self)
+        if pod is not None:
+            pod.end(exc, ending)
 
     async def _close(self) -> None:
         if self._warm is not None:
@@ -254,8 +327,8 @@ def _message(o: CallResult) -> str:
 def _close_at_exit(ref: weakref.ReferenceType[Session]) -> None:
     """This Python is ending (a script's end, a kernel's shutdown): end the processes."""
     session = ref()
-    if session is not None and not session.closed:
-        session.close()
+    if session is not None:
+        session._end(None, "at exit")
 
 
 def session(
@@ -264,6 +337,7 @@ def session(
     prefix: str | None = None,
     local: int | None = None,
     python: str | None = None,
+    say: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Session:
     """Warm processes on every host, for as long as the ``with`` block (or until ``close()``):
@@ -271,14 +345,28 @@ def session(
     imported and the job joined once. ``python``: the interpreter (default ``python3``; for
     ``local=`` fleets this Python; in a locked environment, its ``python``). Other keywords:
     as :func:`multihost.run` (``script_dir=``: the code ``run_script`` runs, default the
-    current directory; ``run_name=``: the session's name)."""
+    current directory; ``run_name=``: the session's name).
+
+    A pod for the session, as ``run(..., up=True, down=True)``: ``up=True`` makes pod
+    ``prefix`` here when missing (``tpu_type=``, ``runtime_version=``, ``zones=``... or the
+    profile's; an existing pod is used, the keywords given checked against it), ``down=True``
+    deletes it when the session ends however it ends (the block's end, an exception, Ctrl-C,
+    SIGTERM, ``close()``, this Python's end), its cost said (``say=``, default stderr);
+    ``autodown=`` arms it."""
     check_options("session", options)
     name = check_run_name(options.pop("run_name", None) or default_run_name("session"))
     fleet_kw = {
         k: v for k, v in (("hosts", hosts), ("prefix", prefix), ("local", local)) if v is not None
     }
-    plan = plan_run("", {**options, **fleet_kw, "run_name": name}, "session")
-    default = sys.executable if plan.fleet.local else "python3"
-    interpreter = python or ("python" if plan.options.environment else default)
-    plan = replace(plan, job=replace(plan.job, command=""))
-    return Session(plan, interpreter, events_of(options))
+    given = {**options, **fleet_kw, "run_name": name}
+    pod = _Pod.around(given, say or on_stderr)
+    try:
+        plan = plan_run("", given, "session")
+        default = sys.executable if plan.fleet.local else "python3"
+        interpreter = python or ("python" if plan.options.environment else default)
+        plan = replace(plan, job=replace(plan.job, command=""))
+        return Session(plan, interpreter, events_of(options), pod)
+    except BaseException as exc:  # (the pod's hosts cannot be planned) it goes as it came
+        if pod is not None:
+            pod.end(exc, "not started")
+        raise
