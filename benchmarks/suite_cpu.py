@@ -58,7 +58,8 @@ _ENV_LOG = "MULTIHOST_SUITE_CPU_LOG"  # where the plugin appends one JSON line p
 
 
 def _tree_cpu(top: int) -> float:
-    """utime+stime+cutime+cstime (seconds) of every process under ``top`` (not ``top``)."""
+    """utime+stime+cutime+cstime (seconds) of every process under ``top``, and ``top``'s
+    cutime+cstime: the orphans it reaped (its own CPU is the measuring's, not the tests')."""
     parent: dict[int, int] = {}
     cpu: dict[int, float] = {}
     for name in os.listdir("/proc"):
@@ -72,13 +73,14 @@ def _tree_cpu(top: int) -> float:
         fields = stat[stat.rindex(")") + 2 :].split()
         pid = int(name)
         parent[pid] = int(fields[1])
-        cpu[pid] = sum(int(x) for x in fields[11:15]) / _TICK
+        first = 13 if pid == top else 11  # utime, stime, cutime, cstime; top: the last two
+        cpu[pid] = sum(int(x) for x in fields[first:15]) / _TICK
     total = 0.0
     for pid, ticks in cpu.items():
         p = pid
         while p > 1 and p != top:
             p = parent.get(p, 0)
-        if p == top and pid != top:
+        if p == top:
             total += ticks
     return total
 
