@@ -106,7 +106,7 @@ def _gcloud_dirs(item: Any) -> list[Path]:
     tmp = funcargs.get("tmp_path")
     if isinstance(tmp, Path):
         dirs += [p.parent for p in tmp.rglob("logs") if (p.parent / "active_config").exists()]
-    return dirs
+    return sorted(set(dirs))  # ``cloud`` and ``cloud_plane`` are one stand-in
 
 
 def _gcloud_calls(dirs: list[Path], since: float) -> dict[str, int]:
