@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import fleet as loopback
+from tests.helpers import JAX_TEST_ENV
 
 pytest_plugins = ["tests.cloud.fixture"]
 
@@ -24,13 +25,15 @@ _SCRATCH: list[Path] = []
 def pytest_configure(config: pytest.Config) -> None:
     """The developer's own ~/.config/multihost/config.toml must not change what the CLI tests
     see: every test (and every CLI it starts) reads an empty user config dir unless it sets
-    one; it is removed when the session ends."""
+    one; it is removed when the session ends. JAX runs on the CPU, compiled cheaply."""
     import tempfile
 
     _watch_mkdir()
     scratch = Path(tempfile.mkdtemp(prefix="multihost-test-xdg-"))
     _SCRATCH.append(scratch)
     os.environ["XDG_CONFIG_HOME"] = str(scratch)
+    for key, value in JAX_TEST_ENV.items():  # every local JAX process inherits them
+        os.environ.setdefault(key, value)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -285,7 +288,11 @@ def remote_jax(ssh_fleet: loopback.Fleet) -> dict[str, str]:
     /root)."""
     for site, packages in REMOTE_SITES.items():
         _remote_site(site, packages)
-    return {"PYTHONPATH": ":".join(map(str, REMOTE_SITES)), "PYTHON": "/usr/bin/python3"}
+    return {
+        "PYTHONPATH": ":".join(map(str, REMOTE_SITES)),
+        "PYTHON": "/usr/bin/python3",
+        "XLA_FLAGS": JAX_TEST_ENV["XLA_FLAGS"],  # for --env: the hosts do not get this session's
+    }
 
 
 def _tier(item: pytest.Item) -> int:

@@ -9,6 +9,14 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+# What every JAX process the tests start gets: this session's environment (conftest.py), and
+# the fleet's hosts through ``--env`` (the ``remote_jax`` fixture's XLA_FLAGS). XLA's backend
+# (LLVM) optimisations are most of a small program's compile time on CPU: without them a
+# payload test costs about a quarter to a third less CPU (benchmarks/RESULTS.md, "Test suite
+# CPU"), and its results agree with an optimised build's far within the tests' tolerances. The
+# tests check results, shardings and processes, never the speed of the code XLA generates.
+JAX_TEST_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+
 
 def wait_for(
     predicate: Callable[[], T], timeout: float = 30, what: str = "condition", interval: float = 0.1

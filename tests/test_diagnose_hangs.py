@@ -59,6 +59,8 @@ def _args(
         "--env",
         f"PYTHONPATH={remote_jax['PYTHONPATH']}",
         "--env",
+        f"XLA_FLAGS={remote_jax['XLA_FLAGS']}",
+        "--env",
         "JAX_PLATFORMS=cpu",
         "--coordinator-port",
         str(free_port()),

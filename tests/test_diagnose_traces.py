@@ -322,6 +322,8 @@ def test_fleet_hosts_are_traced_into_one_folder_each(  # type: ignore[no-untyped
         "--env",
         f"PYTHONPATH={remote_jax['PYTHONPATH']}",
         "--env",
+        f"XLA_FLAGS={remote_jax['XLA_FLAGS']}",
+        "--env",
         "JAX_PLATFORMS=cpu",
         "--env",
         f"STOP_DIR={stop}",

@@ -159,6 +159,8 @@ def test_a_pod_script_runs_unmodified_on_a_fleet(  # type: ignore[no-untyped-def
         "--env",
         f"PYTHONPATH={remote_jax['PYTHONPATH']}",
         "--env",
+        f"XLA_FLAGS={remote_jax['XLA_FLAGS']}",
+        "--env",
         "JAX_PLATFORMS=cpu",
         "--env",
         "JAX_NUM_CPU_DEVICES=2",

@@ -59,6 +59,8 @@ def submit_args(name: str, script_dir: Path, cmd: str, *extra: str) -> list[str]
         cmd,
         "--log-interval",
         "3",
+        # a poll is one or two runs of gcloud (about half a second of CPU each): every 2 s
+        # shows a test each state soon enough, every second would double what the watch costs
         "--poll",
         "2",
         *extra,

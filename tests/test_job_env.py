@@ -136,9 +136,13 @@ def test_a_failing_build_stops_every_worker_at_once(
     assert done.returncode == 0, done.stderr
 
     def exits() -> list[str] | None:
-        names = [f"multihost/jobs/broken/attempt-0/slice-{s}-worker-{w}.exit" for s, w in HOSTS]
+        # each worker's last log and its exit go up in one gcloud call that may finish either
+        # first: wait for both
+        names = [f"multihost/jobs/broken/attempt-0/slice-{s}-worker-{w}" for s, w in HOSTS]
         there = cloud.objects("multihost/jobs/broken/attempt-0/")
-        return [cloud.read(n) for n in names] if all(n in there for n in names) else None
+        if not all(f"{n}.exit" in there and f"{n}.log" in there for n in names):
+            return None
+        return [cloud.read(f"{n}.exit") for n in names]
 
     assert wait_for(exits, 120, "every worker to exit") == ["121\n"] * 4
     text = _log(cloud, "broken", 0, 0, 0)

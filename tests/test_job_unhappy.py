@@ -58,7 +58,7 @@ def test_watch_outlasts_a_flaky_window_with_a_preemption_inside(
     assert sub.returncode == 0, sub.stderr
     wait_for(lambda: started_times(cloud, "flaky", 0, 2), 60, "attempt 0 to run")
     proc = watch(
-        cloud, "flaky", "--poll", "1", "--control-plane-timeout", "120", env=cloud.faulty_env
+        cloud, "flaky", "--poll", "2", "--control-plane-timeout", "120", env=cloud.faulty_env
     )
     try:
         n = len(cloud.tpu.requests)
@@ -89,7 +89,7 @@ def test_watch_outlasts_a_flaky_window_with_a_preemption_inside(
 def test_permission_denied_ends_the_watch_in_seconds(cloud: Cloud, tmp_path: Path) -> None:
     sub = multihost(cloud, *submit_args("denied", code_dir(tmp_path), "sleep 300"))
     assert sub.returncode == 0, sub.stderr
-    proc = watch(cloud, "denied", "--poll", "1", env=cloud.faulty_env)
+    proc = watch(cloud, "denied", "--poll", "2", env=cloud.faulty_env)
     n = len(cloud.tpu.requests)
     wait_for(lambda: len(cloud.tpu.requests) > n, 30, "the watch to poll")
     cloud.faults.deny()
@@ -137,7 +137,7 @@ def watch_submit(cloud: Cloud, name: str, code: Path, *extra: str) -> subprocess
             "-m",
             "multihost",
             "job",
-            *submit_args(name, code, "python3 main.py", "--watch", "--poll", "1", *extra),
+            *submit_args(name, code, "python3 main.py", "--watch", *extra),
         ],
         env=cloud.env,
         stdout=subprocess.PIPE,
@@ -218,7 +218,7 @@ def watch_submit_cmd(
             "-m",
             "multihost",
             "job",
-            *submit_args(name, code_dir(where), cmd, "--watch", "--poll", "1", *extra),
+            *submit_args(name, code_dir(where), cmd, "--watch", *extra),
         ],
         env=cloud.env,
         stdout=subprocess.PIPE,
@@ -239,7 +239,7 @@ def test_detached_watch_is_seen_by_status_and_resumes_a_preemption(
     assert sub.returncode == 0, sub.stderr
     st = multihost(cloud, "status", "bg")
     assert "nothing watches this job from here" in st.stdout, st.stdout
-    det = multihost(cloud, "watch", "bg", "--detach", "--poll", "1")
+    det = multihost(cloud, "watch", "bg", "--detach", "--poll", "2")
     assert det.returncode == 0, det.stderr
     assert "watching job bg in the background (pid" in det.stderr
     pid = int(det.stderr.split("(pid ")[1].split(")")[0])

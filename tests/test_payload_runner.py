@@ -67,8 +67,14 @@ def _local(tmp_path: Path, run: str, cmd: str, n: int = 4) -> list[dict[str, Any
     return _results(tmp_path, run)
 
 
-def test_shardings_local_4(tmp_path: Path) -> None:
-    first = _check_same(_local(tmp_path, "sh", f"{sys.executable} {SHARDINGS}"), 4)
+@pytest.fixture(scope="module")
+def shardings_local_4(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """SHARDINGS over ``--local 4``, run once: its own test and the SSH run's reference."""
+    return _local(tmp_path_factory.mktemp("local4"), "sh", f"{sys.executable} {SHARDINGS}")
+
+
+def test_shardings_local_4(shardings_local_4: list[dict[str, Any]]) -> None:
+    first = _check_same(shardings_local_4, 4)
     assert first["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
     assert first["payload"] == "shardings"
 
@@ -88,7 +94,9 @@ def test_train_local_4(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("fresh_runs")  # the run name is fixed, the hosts are shared
-def test_shardings_over_ssh(ssh_fleet, remote_jax: dict[str, str], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_shardings_over_ssh(  # type: ignore[no-untyped-def]
+    ssh_fleet, remote_jax: dict[str, str], shardings_local_4: list[dict[str, Any]], tmp_path: Path
+) -> None:
     res = cli(
         [
             "run",
@@ -108,6 +116,8 @@ def test_shardings_over_ssh(ssh_fleet, remote_jax: dict[str, str], tmp_path: Pat
             "JAX_PLATFORMS=cpu",
             "--env",
             f"PYTHONPATH={remote_jax['PYTHONPATH']}",
+            "--env",
+            f"XLA_FLAGS={remote_jax['XLA_FLAGS']}",
             "--coordinator-port",
             str(free_port()),
             "--timeout",
@@ -119,5 +129,5 @@ def test_shardings_over_ssh(ssh_fleet, remote_jax: dict[str, str], tmp_path: Pat
     )
     assert res.returncode == 0, res.stderr[-3000:]
     ssh = _check_same(_results(tmp_path, "ssh-sh"), 4)
-    local = _check_same(_local(tmp_path, "loc-sh", f"{sys.executable} {SHARDINGS}"), 4)
+    local = _check_same(shardings_local_4, 4)  # the same command over --local 4
     assert ssh["fingerprint"] == pytest.approx(local["fingerprint"], rel=1e-6)

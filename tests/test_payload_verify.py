@@ -112,8 +112,10 @@ def run_matrix() -> None:
 @pytest.fixture(scope="module")
 def matrix() -> dict[tuple[str, str, str], dict[str, Any]]:
     """Run the child once; {(name, impl, layout): case}."""
+    from tests.helpers import JAX_TEST_ENV  # here: the child runs this file as a script
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="8")
+    env.update(JAX_TEST_ENV, JAX_NUM_CPU_DEVICES="8")
     proc = subprocess.run(
         [sys.executable, __file__], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
     )

@@ -1,4 +1,4 @@
-"""``multihost sweep`` end to end: shardings.py over --local 4, failures and --resume,
+"""``multihost sweep`` end to end: shardings.py over --local 2, failures and --resume,
 --parallel slice over two SSH slices, and usage errors."""
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ def _rows(path: Path) -> list[dict[str, object]]:
 @pytest.mark.jax
 @pytest.mark.slow
 def test_sharding_sweep_local(tmp_path: Path) -> None:
+    """Every 8-device layout, each point two JAX processes of 4 devices (two, not more: each
+    process is a JAX start and a compile, and two make it multi-process all the same)."""
     cmd = (
         f"{sys.executable} payloads/shardings.py --ici_fsdp_parallelism {{fsdp}} "
         "--ici_tensor_parallelism {tp} -d 128 -b 8 -n 1 --tries 1"
@@ -39,7 +41,7 @@ def test_sharding_sweep_local(tmp_path: Path) -> None:
         [
             "sweep",
             "--local",
-            "4",
+            "2",
             "--script-dir",
             str(REPO),
             "--log-dir",
@@ -47,7 +49,7 @@ def test_sharding_sweep_local(tmp_path: Path) -> None:
             "--run-name",
             "shs",
             "--env",
-            "JAX_NUM_CPU_DEVICES=2",
+            "JAX_NUM_CPU_DEVICES=4",
             "--env",
             "JAX_PLATFORMS=cpu",
             "--cmd",
@@ -78,7 +80,7 @@ def test_sharding_sweep_local(tmp_path: Path) -> None:
     png = (tmp_path / "shs" / "sweep.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
     assert "best: fsdp=" in res.stdout
-    assert "reproduce: multihost run --local 4" in res.stdout
+    assert "reproduce: multihost run --local 2" in res.stdout
 
 
 def test_failures_recorded_then_resume(code: Path, tmp_path: Path) -> None:
