@@ -192,6 +192,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "multihost: error: argument --remote-dir: must name a directory",
     ),
     (
+        "run-remote-dir-user",
+        ["run", "--local", "2", "--remote-dir", "~root/x", "--cmd", "true"],
+        2,
+        "multihost: error: argument --remote-dir: ~USER is not expanded on hosts",
+    ),
+    (
         "run-empty-prefix",
         ["run", "--prefix", "", "--cmd", "true"],
         2,
