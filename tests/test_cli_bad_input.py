@@ -339,7 +339,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "multihost: error: --grid x not used by --cmd",
     ),
-    ("job-none", ["job"], 2, "multihost: error: the following arguments are required"),
+    ("job-none", ["job"], 2, "multihost: error: job needs a command: submit, watch, status"),
     (
         "job-submit-bucket",
         [
@@ -1098,7 +1098,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "sandbox-none",
         ["sandbox"],
         2,
-        "multihost: error: the following arguments are required: sandbox_command",
+        "multihost: error: sandbox needs a command: up, env, down (see multihost sandbox --help)",
     ),
     (
         "sandbox-hosts-0",
