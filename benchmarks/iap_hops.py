@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import write_section  # noqa: E402
-from multihost.sandbox.standin.tpu_api import WORKERS  # noqa: E402
+from multihost.sandbox.standin.zones import ACCELERATOR_TYPES, workers_of  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 from tests.cloud import vpc as vpcs  # noqa: E402
 from tests.cloud.fixture import ZONE, Cloud, standin  # noqa: E402
@@ -160,10 +160,12 @@ def trial(
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--slices", type=int, default=2)
-    p.add_argument("--type", default="v4-64", choices=sorted(WORKERS))
+    p.add_argument("--type", default="v4-64", help="a TPU type the stand-in offers (v4-64)")
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
-    n = args.slices * WORKERS[args.type]
+    if args.type not in ACCELERATOR_TYPES:
+        p.error(f"--type: not a TPU type the stand-in offers: {args.type}")
+    n = args.slices * workers_of(args.type)
     fleet = loopback.up(n)
     results: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     load = [os.getloadavg()[0]]
@@ -216,7 +218,7 @@ def write(
         "",
         f"Machine: 2 cores shared with other work, {version}, Python {sys.version.split()[0]}, "
         f"{datetime.date.today()}; load average before/after {load[0]:.1f} / {load[1]:.1f}. "
-        f"{args.slices} slices × {WORKERS[args.type]} workers ({args.type}) = {n} workers with "
+        f"{args.slices} slices × {workers_of(args.type)} workers ({args.type}) = {n} workers with "
         "internal addresses only, in a network namespace the runner cannot reach "
         "(tests/cloud/vpc.py); the real `gcloud start-iap-tunnel` against the relay stand-in. "
         "*runner CPU*: user+sys of `multihost run` and every child it waited for (discovery's "

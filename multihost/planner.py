@@ -35,6 +35,7 @@ from multihost.settings.checks import (
     device_glob,
     env_of,
     log_dir,
+    remote_base,
     utf8,
 )
 from multihost.sources import workers
@@ -139,7 +140,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
         command=command,
         run_name=check_run_name(s.run_name or default_run_name()),
         env=env | ({} if s.jax_init else {JOIN_ENV: "0"}),
-        remote_dir=s.remote_dir,
+        remote_dir=remote_base(s.remote_dir),
         coordinator_port=coordinator_port(where.fleet, s.coordinator_port),
         megascale_port=s.megascale_port,
         workers=where.subset,

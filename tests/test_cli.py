@@ -123,6 +123,16 @@ def test_other_bad_input(tmp_path: Path, args: list[str]) -> None:
     _bad(tmp_path, *args)
 
 
+def test_no_command_names_the_commands(tmp_path: Path) -> None:
+    """``multihost`` alone, or a group alone (``multihost sandbox``): one line naming what
+    could follow, not argparse's dest."""
+    for argv, first in (([], "multihost needs a command: run, "), (["sandbox"], "sandbox needs")):
+        res = cli(argv, cwd=tmp_path, timeout=30)
+        assert res.returncode == 2
+        assert res.stderr.startswith(f"multihost: error: {first}"), res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
+
+
 def test_unknown_subcommand(tmp_path: Path) -> None:
     res = cli(["fly"], cwd=tmp_path, timeout=30)
     assert res.returncode == 2

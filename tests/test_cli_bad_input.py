@@ -192,6 +192,12 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "multihost: error: argument --remote-dir: must name a directory",
     ),
     (
+        "run-remote-dir-user",
+        ["run", "--local", "2", "--remote-dir", "~root/x", "--cmd", "true"],
+        2,
+        "multihost: error: argument --remote-dir: ~USER is not expanded on hosts",
+    ),
+    (
         "run-empty-prefix",
         ["run", "--prefix", "", "--cmd", "true"],
         2,
@@ -333,7 +339,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         2,
         "multihost: error: --grid x not used by --cmd",
     ),
-    ("job-none", ["job"], 2, "multihost: error: the following arguments are required"),
+    ("job-none", ["job"], 2, "multihost: error: job needs a command: submit, watch, status"),
     (
         "job-submit-bucket",
         [
@@ -1092,7 +1098,7 @@ CASES: list[tuple[str, list[str], int, str]] = [
         "sandbox-none",
         ["sandbox"],
         2,
-        "multihost: error: the following arguments are required: sandbox_command",
+        "multihost: error: sandbox needs a command: up, env, down (see multihost sandbox --help)",
     ),
     (
         "sandbox-hosts-0",

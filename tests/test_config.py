@@ -10,6 +10,7 @@ import pytest
 
 from multihost.cli import parse
 from multihost.config import ConfigError, user_config_path
+from multihost.errors import SettingError
 from tests.clitools import cli
 
 PYPROJECT = """\
@@ -141,7 +142,7 @@ def test_help_shows_the_configured_default(home: Path) -> None:
         COLUMNS="400",
     ).stdout
     assert "(default ~/project, from " in text
-    assert "staging base on each host (default ~/project" in text  # the flag's own note replaced
+    assert "under the remote home (default ~/project" in text  # the flag's own note replaced
 
 
 def test_a_profile_reaches_the_run(home: Path) -> None:
@@ -226,3 +227,17 @@ def test_the_api_takes_a_profile_too(home: Path) -> None:
     assert plan.job.env == {"XLA_FLAGS": "--xla_dump_to=/tmp/d", "MINE": "1"}
     with pytest.raises(ConfigError, match="no profile 'nope'"):
         plan_run("true", {"profile": "nope", "local": 1})
+
+
+def test_a_relative_remote_dir_is_under_the_remote_users_home(home: Path) -> None:
+    """From the config file, a flag (its type) or the API's keyword (the planner): ``work`` is
+    ``~/work`` on each host; ``~USER`` is refused in words."""
+    from multihost.api.runs import plan_run
+
+    pyproject = home / "project" / "pyproject.toml"
+    pyproject.write_text(PYPROJECT.replace('remote-dir = "~/project"', 'remote-dir = "work"'))
+    assert plan_run("true", {"profile": "pod", "local": 1}).job.remote_dir == "~/work"
+    assert parse(_run("--local", "1", "--remote-dir", "./mh")).remote_dir == "~/mh"
+    assert plan_run("true", {"local": 1, "remote_dir": "a b"}).job.remote_dir == "~/a b"
+    with pytest.raises(SettingError, match="remote_dir: ~USER is not expanded"):
+        plan_run("true", {"local": 1, "remote_dir": "~alice/mh"})

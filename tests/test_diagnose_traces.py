@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.diagnose.capture import TRACE, new_folder, ready_ago, trace_command
+from multihost.diagnose.capture import new_folder, ready_ago, stepping_command, trace_command
 from multihost.diagnose.captured import (
     Capture,
     HostCapture,
@@ -156,13 +156,25 @@ def test_a_capture_never_overwrites_an_earlier_one(tmp_path: Path) -> None:
         new_folder(tmp_path, "../x")
 
 
-def test_the_host_script_is_clean_sh_and_its_arguments_quoted() -> None:
-    subprocess.run(["sh", "-n"], input=TRACE, text=True, check=True)
-    lint = subprocess.run(
-        ["shellcheck", "--shell=sh", "-"], input=TRACE, text=True, capture_output=True
-    )
-    assert lint.returncode == 0, lint.stdout
-    assert "'~/x y'" in trace_command("~/x y", "c", 1.0, 2.0)
+def test_the_host_scripts_take_an_awkward_home_relative_run_dir(tmp_path: Path) -> None:
+    """``remote/trace.sh`` and ``remote/stepping.sh`` as sent, run by plain sh (shellcheck
+    checks the files in tests/test_remote.py): a run dir with a space, under ``~``."""
+    run = tmp_path / "x y"
+    run.mkdir()
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def sh(command: str) -> str:
+        return subprocess.run(
+            ["sh", "-c", command], env=env, capture_output=True, text=True, check=True
+        ).stdout
+
+    assert sh(trace_command("~/x y", "c", 1.0, 2.0)) == "nohook\n"
+    (run / "hook").mkdir()
+    assert sh(trace_command("~/x y", "c", 1.0, 2.0)) == "none\n"
+    assert sh(stepping_command("~/x y")).startswith("now ")
+    (run / "exit").write_text("0\n")
+    assert sh(trace_command("~/x y", "c", 1.0, 2.0)) == "finished\n"
+    assert sh(stepping_command("~/x y")).splitlines()[1:] == ["finished"]
 
 
 @pytest.fixture

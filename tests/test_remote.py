@@ -83,6 +83,28 @@ def test_script_refuses_missing_or_unknown_arguments() -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "based"),
+    [
+        ("/srv/mh", "/srv/mh"),
+        ("~", "~"),
+        ("~/.multihost", "~/.multihost"),
+        ("work", "~/work"),
+        ("./work/mh", "~/work/mh"),
+        (".", "~"),
+        ("dir with 'quotes' $x", "~/dir with 'quotes' $x"),
+    ],
+)
+def test_a_relative_base_dir_is_under_the_remote_users_home(given: str, based: str) -> None:
+    """As scp takes a relative path; the wrapper and the job run in other directories."""
+    assert remote.home_based(given) == based
+
+
+def test_a_base_dir_from_another_users_home_is_refused() -> None:
+    with pytest.raises(ValueError, match="~USER is not expanded"):
+        remote.home_based("~alice/mh")
+
+
+@pytest.mark.parametrize(
     "command",
     [check_command("~/x", 8476), stale_command(kill=True), stale_command(kill=False)],
 )

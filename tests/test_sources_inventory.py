@@ -79,6 +79,7 @@ hosts = [{ address = "b0", port = 2200, internal_address = "10.1.0.2" }, "root@b
         ("[[slices]\nhosts = ['a']", "not valid TOML"),
         ("[[racks]]\nhosts = ['a']", "unknown top-level"),
         ("[[slices]]\nhosts = [{ address = 'a', remote_dir = '/' }]", "remote_dir"),
+        ("[[slices]]\nhosts = [{ address = 'a', remote_dir = '~u/x' }]", "~USER"),
     ],
 )
 def test_malformed_inventory(tmp_path: Path, text: str, match: str) -> None:
@@ -86,6 +87,15 @@ def test_malformed_inventory(tmp_path: Path, text: str, match: str) -> None:
     inv.write_text(text)
     with pytest.raises(InventoryError, match=match):
         resolve_hosts(str(inv))
+
+
+def test_a_relative_remote_dir_is_under_the_remote_users_home(tmp_path: Path) -> None:
+    inv = tmp_path / "fleet.toml"
+    inv.write_text(
+        "[[slices]]\nhosts = [{ address = 'a', remote_dir = 'work' }, "
+        "{ address = 'b', remote_dir = '/srv/mh' }]"
+    )
+    assert [h.remote_dir for h in resolve_hosts(str(inv))] == ["~/work", "/srv/mh"]
 
 
 def test_missing_inventory_file(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""``multihost sweep`` end to end: shardings.py over --local 2, failures and --resume,
---parallel slice over two SSH slices, and usage errors."""
+"""``multihost sweep`` end to end: shardings.py over --local 2, failures and --resume, some
+workers and their files pulled, --parallel slice over two SSH slices, and usage errors."""
 
 from __future__ import annotations
 
@@ -119,6 +119,61 @@ def test_failures_recorded_then_resume(code: Path, tmp_path: Path) -> None:
     assert len(rows) == 7  # only the two points that were not ok ran again
     assert sorted((r["a"], r["b"]) for r in rows[5:]) == [(2, 2), (3, 1)]
     assert "2 to run" in again.stderr
+
+
+def test_some_workers_and_their_files_pulled_per_point(code: Path, tmp_path: Path) -> None:
+    """``--workers`` and ``--pull``/``--pull-to`` as ``run_sweep(workers=, pull=, pull_to=)``
+    take them: each point on those hosts only, its files in a folder of its own; the
+    reproduce line names the same hosts."""
+    (code / "w.py").write_text(
+        "import json, os, sys\n"
+        "open('out.txt', 'w').write(os.environ['MULTIHOST_WORKERS'] + ' ' + sys.argv[1])\n"
+        "print('MULTIHOST_RESULT ' + json.dumps({'score': int(sys.argv[1])}))\n"
+    )
+    pulled = tmp_path / "pulled"
+    res = cli(
+        [
+            "sweep",
+            "--local",
+            "4",
+            "--workers",
+            "s0/w1,s0/w3",
+            "--script-dir",
+            str(code),
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--run-name",
+            "ws",
+            "--cmd",
+            f"{sys.executable} w.py {{a}}",
+            "--grid",
+            "a=1,2",
+            "--metric",
+            "score",
+            "--pull",
+            "out.txt",
+            "--pull-to",
+            str(pulled),
+        ],
+        HOME=str(tmp_path / "home"),
+    )
+    assert res.returncode == 0, res.stderr
+    found = sorted(str(f.relative_to(pulled)) for f in pulled.rglob("out.txt"))
+    assert found == [f"a{a}/s0/w{w}/out.txt" for a in (1, 2) for w in (1, 3)]
+    assert (pulled / "a2" / "s0" / "w3" / "out.txt").read_text() == "s0/w1,s0/w3 2"
+    assert "reproduce: multihost run --local 4 --workers s0/w1,s0/w3" in res.stdout
+
+
+def test_the_reproduce_line_keeps_the_hosts_and_the_secrets() -> None:
+    import argparse
+
+    from multihost.cli.sweep import reproduce
+
+    args = argparse.Namespace(
+        script_dir=Path("."), local=4, exclude_workers="s0/w0", secret=["TOKEN=tok"]
+    )
+    line = reproduce(args, "true")
+    assert line == ("multihost run --local 4 --exclude-workers s0/w0 --secret TOKEN=tok --cmd true")
 
 
 @pytest.mark.usefixtures("fresh_runs")  # the sweep name is fixed, the hosts are shared

@@ -34,6 +34,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """One line and exit 2, never the usage dump."""
+        for action in self._actions:  # a group's command left out: its commands, not its dest
+            missing = f"the following arguments are required: {action.dest}"
+            if isinstance(action, argparse._SubParsersAction) and message == missing:
+                group = self.prog.split(" ", 1)[-1]  # "sandbox", or "multihost" itself
+                message = f"{group} needs a command: {', '.join(action.choices or ())}"
         raise UsageError(f"{message} (see {self.prog} --help)")
 
     def parse_known_args(  # type: ignore[override]

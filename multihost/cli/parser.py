@@ -179,6 +179,7 @@ def _sweep(sub: Any) -> None:
     add(
         sweep,
         *s.fleet(),
+        *s.SUBSET,
         s.CMD.but(help="command template with {name} fields (or cmd in --grid-file)"),
     )
     grid = sweep.at("sweep")
@@ -228,6 +229,11 @@ def _sweep(sub: Any) -> None:
         s.STAGE_VIA,
         s.STAGE_BUCKET,
         s.RUN_NAME.but(help="sweep name (default: sweep-<timestamp>-<random>)"),
+        s.SECRET,
+        s.PULL,
+        s.PULL_TO.but(
+            help="where --pull copies to, DIR/POINT/s0/w2 (default ./multihost-pull/SWEEP)"
+        ),
         *s.SWEEP,
     )
 

@@ -79,11 +79,13 @@ def reproduce(args: argparse.Namespace, command: str) -> str:
         "ssh_config",
         "user",
         "requirements",
+        "workers",
+        "exclude_workers",
     ):
         value = getattr(args, flag, None)
         if value is not None:
             parts += [f"--{flag.replace('_', '-')}", str(value)]
-    for flag in ("env", "extra", "group"):
+    for flag in ("env", "secret", "extra", "group"):
         for item in getattr(args, flag, None) or ():
             parts += [f"--{flag}", item]
     parts += [

@@ -1,10 +1,10 @@
 """Taking a trace: every JAX process of a run traces the same seconds, then the files come back.
 
-On each host one script writes the run's ``hook/trace.request`` (capture name, a common start
-time, seconds); the hook's watcher thread in every process that imported jax picks it up (see
-``diagnose/hook.py``). The script waits, bounded, until each such process of the run says it is
-done or failed (or is gone), prints one line per process, and the runner pulls
-``<run dir>/traces/<capture>/`` into ``<local run dir>/traces/<capture>/<host>/``.
+On each host one script (``remote/trace.sh``) writes the run's ``hook/trace.request`` (capture
+name, a common start time, seconds); the hook's watcher thread in every process that imported
+jax picks it up (see ``diagnose/hook.py``). The script waits, bounded, until each such process
+of the run says it is done or failed (or is gone), prints one line per process, and the runner
+pulls ``<run dir>/traces/<capture>/`` into ``<local run dir>/traces/<capture>/<host>/``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from multihost import remote
 from multihost.copyback import pull_host
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.captured import (
@@ -35,82 +36,8 @@ from multihost.transport import Connection, SSHOptions, connect
 START_MARGIN_S = 1.5  # the request reaches every host before the common start time
 END_MARGIN_S = 30.0  # after start + seconds, a process that has not said it is done is late
 
-TRACE = r"""
-r=$1 capture=$2 start_at=$3 seconds=$4 deadline=$5
-# shellcheck disable=SC2088 # a literal ~ from the runner, expanded here on purpose
-case $r in "~") r=$HOME ;; "~/"*) r=$HOME/${r#"~/"} ;; esac
-d=$r/hook
-test -d "$d" || { echo "nohook"; exit 0; }
-if [ -e "$r/exit" ]; then echo "finished"; exit 0; fi
-printf '{"capture": "%s", "start_at": %s, "seconds": %s}\n' "$capture" "$start_at" "$seconds" \
-  > "$d/trace.request.$$" && mv -f "$d/trace.request.$$" "$d/trace.request"
-mine() { tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF "MULTIHOST_STACK_DIR=$d"; }
-pids=
-for m in "$d"/*.trace-ready; do
-  [ -e "$m" ] || continue
-  p=${m##*/}; p=${p%.trace-ready}
-  mine "$p" && pids="$pids $p"
-done
-for m in "$d"/*.ready; do
-  [ -e "$m" ] || continue
-  p=${m##*/}; p=${p%.ready}
-  [ -e "$d/$p.trace-ready" ] && continue
-  mine "$p" && printf 'nojax %s %s\n' "$p" "$(cat "$m" 2>/dev/null)"
-done
-[ -n "$pids" ] || { echo "none"; exit 0; }
-left=$pids
-while [ -n "$left" ]; do
-  now=$(date +%s)
-  rest=
-  for p in $left; do
-    # alive or not is read before the answers: a process that writes its answer as it exits
-    # (the job ended during the capture) is gone only if it had none before it went
-    alive=1
-    [ -d "/proc/$p" ] || alive=0
-    if [ -e "$d/$p.$capture.done" ]; then
-      printf 'done %s %s\n' "$p" "$(cat "$d/$p.$capture.done")"
-    elif [ -e "$d/$p.$capture.error" ]; then
-      printf 'error %s %s\n' "$p" "$(head -c 500 "$d/$p.$capture.error")"
-    elif [ "$alive" = 0 ]; then
-      printf 'gone %s\n' "$p"
-    elif [ "$now" -ge "$deadline" ]; then
-      if [ -e "$d/$p.$capture.started" ]; then
-        printf 'late %s started but did not finish\n' "$p"
-      else
-        printf 'late %s never started (busy in native code without releasing the GIL?)\n' "$p"
-      fi
-    else
-      rest="$rest $p"
-    fi
-  done
-  left=$rest
-  [ -z "$left" ] || sleep 0.2
-done
-echo "end"
-"""
-
-# Vars: $1 run dir. Prints "now T" (host clock), then "p PID STEPPING STEPPED BACKEND" for every
-# process of the run that imported jax ("-" for a mark not yet there): what ``run --trace``
-# waits for. Builtins only, but for the environ check of each process.
-STEPPING = r"""
-r=$1
-# shellcheck disable=SC2088 # a literal ~ from the runner, expanded here on purpose
-case $r in "~") r=$HOME ;; "~/"*) r=$HOME/${r#"~/"} ;; esac
-d=$r/hook
-echo "now $(date +%s.%N)"
-if [ -e "$r/exit" ]; then echo finished; exit 0; fi
-for m in "$d"/*.trace-ready; do
-  [ -e "$m" ] || continue
-  p=${m##*/}; p=${p%.trace-ready}
-  [ -d "/proc/$p" ] || continue
-  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qxF "MULTIHOST_STACK_DIR=$d" || continue
-  s=; e=; b=
-  { read -r s < "$d/$p.stepping"; } 2>/dev/null
-  { read -r e < "$d/$p.stepped"; } 2>/dev/null
-  { read -r b < "$d/$p.backend"; } 2>/dev/null
-  echo "p $p ${s:--} ${e:--} ${b:--}"
-done
-"""
+TRACE = remote.load("trace")  # r capture start_at seconds deadline
+STEPPING = remote.load("stepping")  # r: what ``run --trace`` waits for
 
 
 def ready_ago(text: str, after: float | None = None) -> float | None:
@@ -167,8 +94,20 @@ def new_folder(local_run_dir: Path, name: str) -> tuple[str, Path]:
 def trace_command(run_dir: str, capture: str, start_at: float, seconds: float) -> str:
     """The host's script with its five arguments, quoted."""
     deadline = int(start_at + seconds + END_MARGIN_S) + 1
-    args = [run_dir, capture, f"{start_at:.3f}", f"{seconds:g}", str(deadline)]
-    return f"sh -c {shlex.quote(TRACE)} sh " + " ".join(shlex.quote(a) for a in args)
+    text = remote.script(
+        TRACE,
+        r=run_dir,  # as given: the script expands a leading ~ itself
+        capture=capture,
+        start_at=f"{start_at:.3f}",
+        seconds=f"{seconds:g}",
+        deadline=deadline,
+    )
+    return f"sh -c {shlex.quote(text)}"
+
+
+def stepping_command(run_dir: str) -> str:
+    """The host's readiness script (see :func:`ready_ago`) for the run in ``run_dir``."""
+    return f"sh -c {shlex.quote(remote.script(STEPPING, r=run_dir))}"
 
 
 async def capture(
@@ -262,8 +201,7 @@ async def when_stepping(
     has ended. The run's end cancels it."""
 
     async def ask(host: Host) -> float | None:
-        script = f"sh -c {shlex.quote(STEPPING)} sh {shlex.quote(run_dirs[host.process_id])}"
-        res = await conns[host.process_id].run(script)
+        res = await conns[host.process_id].run(stepping_command(run_dirs[host.process_id]))
         return ready_ago(res.stdout.decode(errors="replace"), after)
 
     while True:

@@ -75,6 +75,23 @@ CLEAN_CACHE = load("clean_cache")  # d mode
 PULL_LIST = load("pull_list")  # w pats
 
 
+def home_based(path: str) -> str:
+    """A host's base directory as every script takes it, from ``/`` or from ``~``: a relative
+    one is under the remote user's home, as scp takes it (``work`` is ``~/work``), since the
+    wrapper and the job run in other directories. ``~USER`` is refused (a ValueError): hosts
+    are not asked to expand it."""
+    if path.startswith("/") or path == "~" or path.startswith("~/"):
+        return path
+    if path.startswith("~"):
+        raise ValueError(
+            f"~USER is not expanded on hosts; give the directory from / or ~/: {path!r}"
+        )
+    rest = path
+    while rest.startswith("./"):
+        rest = rest[2:].lstrip("/")
+    return "~" if rest in ("", ".") else f"~/{rest}"
+
+
 def remote_path(path: str) -> str:
     """A remote path as a quoted shell word, a leading ``~/`` left to the host's $HOME."""
     if path == "~":

@@ -25,6 +25,19 @@ def check_port(name: str, value: object) -> None:
         raise SettingError(f"{name}={value!r}: not a port (1-65535)")
 
 
+def remote_base(value: str) -> str:
+    """The hosts' base dir, a relative one under the remote user's home (the flag's type
+    checks the CLI's and the config files'; this, the API's)."""
+    from argparse import ArgumentTypeError
+
+    from multihost.settings.types import remote_dir
+
+    try:
+        return remote_dir(utf8("remote_dir", value))
+    except ArgumentTypeError as exc:
+        raise SettingError(f"remote_dir: {exc}") from None
+
+
 def device_glob() -> str | None:
     """``$MULTIHOST_DEVICE_GLOB``: which device files count as held accelerators."""
     from multihost.fleetops.stale import DEVICE_GLOB_ENV

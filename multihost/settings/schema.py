@@ -92,7 +92,7 @@ REMOTE_DIR = Flag(
     "remote-dir",
     type=remote_dir,
     metavar="DIR",
-    help="staging base on each host (default %(default)s)",
+    help="staging base on each host; a relative DIR is under the remote home (default %(default)s)",
     group="staging",
 )
 GRACE = Flag(

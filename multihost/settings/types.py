@@ -83,10 +83,16 @@ def command_text(text: str) -> str:
 
 
 def remote_dir(text: str) -> str:
-    """A directory for staged code and runs on each host: never empty or ``/``."""
+    """A directory for staged code and runs on each host: never empty or ``/``; a relative one
+    is under the remote user's home (``work`` is ``~/work``)."""
+    from multihost.remote import home_based
+
     if not text.strip().strip("/") or "\n" in text:
         raise ArgumentTypeError(f"must name a directory, e.g. ~/.multihost: {text!r}")
-    return text
+    try:
+        return home_based(text)
+    except ValueError as exc:
+        raise ArgumentTypeError(str(exc)) from None
 
 
 def stage_bucket(text: str) -> str:

@@ -182,6 +182,13 @@ def _host_entry(entry: Any, defaults: Mapping[str, Any], where: str) -> Host:
             raise InventoryError(f"{where}: port must be 1-65535 ({value!r})")
         if key == "remote_dir" and not value.strip().strip("/"):
             raise InventoryError(f"{where}: remote_dir must name a directory ({value!r})")
+    if "remote_dir" in merged:  # a relative one is under the remote user's home
+        from multihost.remote import home_based  # its scripts are read only when needed
+
+        try:
+            merged["remote_dir"] = home_based(merged["remote_dir"])
+        except ValueError as exc:
+            raise InventoryError(f"{where}: remote_dir: {exc}") from None
     return Host(
         address=host.address,
         user=host.user or merged.get("user"),
