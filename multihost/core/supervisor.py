@@ -176,7 +176,8 @@ class Supervisor:
             slot = self.slots[host.process_id]
             assert slot.conn is not None
             assert slot.paths is not None
-            self.set_state(slot, State.STOPPING)
+            if not slot.state.final:  # it may have ended since it was picked: keep how
+                self.set_state(slot, State.STOPPING)
             return await stop(slot.conn, slot.paths, self.stop_signal, self.options.grace)
 
         await map_hosts(
