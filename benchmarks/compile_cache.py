@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import markers, write_section  # noqa: E402
-from multihost.phases import phase_times  # noqa: E402
+from multihost.results.phases import phase_times  # noqa: E402
 
 SECTION = "compile-cache"
 PAYLOAD = ["-d", "256", "-b", "32", "-if", "-1"]  # the REFERENCE's measurement, every device fsdp

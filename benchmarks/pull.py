@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import multihost  # noqa: E402
 from benchmarks.results import markers, write_section  # noqa: E402
-from multihost.pastruns import find_run  # noqa: E402
+from multihost.runs.past import find_run  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 
 BEGIN, END = markers("pull")

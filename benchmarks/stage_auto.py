@@ -2,7 +2,7 @@
 
 For each (hosts, MB) cell, ``--stage-via direct`` and ``peer`` run alternately (the trial of
 benchmarks/stage_via.py: a fresh code dir of MB incompressible megabytes, then ``true``) and
-the median walls are compared. The threshold in ``multihost.stagevia.AUTO_THRESHOLD`` (hosts ×
+the median walls are compared. The threshold in ``multihost.staging.via.AUTO_THRESHOLD`` (hosts ×
 archive bytes) is set from the smallest product at which peer was not slower than direct.
 
 Usage (hold the fleet lock; needs ``python3 tests/fleet.py up 40``): ``flock /tmp/mh-ssh.lock
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import markers, write_section  # noqa: E402
 from benchmarks.stage_via import Trial, trial  # noqa: E402
-from multihost import stagevia  # noqa: E402
+from multihost.staging import via as stagevia  # noqa: E402
 from tests import fleet as loopback  # noqa: E402
 
 BEGIN, END = markers("stage-auto")
@@ -107,7 +107,7 @@ def main() -> int:
             *lines,
             "",
             f"Peer was not slower from {min(wins) if wins else '—'} MB (hosts × archive) in this "
-            f"run; auto's threshold is {threshold:.0f} MiB (`stagevia.AUTO_THRESHOLD`, override "
+            f"run; auto's threshold is {threshold:.0f} MiB (`staging.via.AUTO_THRESHOLD`, override "
             f"with ${stagevia.THRESHOLD_ENV}).",
         ]
     )

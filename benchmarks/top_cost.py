@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import markers, write_section  # noqa: E402
-from multihost.commands import hook_text  # noqa: E402
 from multihost.live.watcher import top_command  # noqa: E402
+from multihost.remote.commands import hook_text  # noqa: E402
 
 BEGIN, END = markers("top-cost")
 GOAL_PCT = 1.0  # top.sh plus the hook's writer: at most 1 % of one core

@@ -123,7 +123,9 @@ _WHERE = {
         "multihost.errors",
     ),
     **dict.fromkeys(("Fleet", "Host", "Job", "State"), "multihost.model"),
-    **dict.fromkeys(("CallResult", "HostResult", "PullResult", "RunResult"), "multihost.runresult"),
+    **dict.fromkeys(
+        ("CallResult", "HostResult", "PullResult", "RunResult"), "multihost.results.records"
+    ),
     **dict.fromkeys(("DryRun", "HostPreview"), "multihost.planner"),
     "StackReport": "multihost.diagnose.stacks",
     "FleetSnapshot": "multihost.live.snapshot",
@@ -169,7 +171,7 @@ if TYPE_CHECKING:
     from multihost.options import RunOptions
     from multihost.planner import DryRun, HostPreview
     from multihost.pods.records import Pod
-    from multihost.runresult import CallResult, HostResult, PullResult, RunResult
+    from multihost.results.records import CallResult, HostResult, PullResult, RunResult
     from multihost.transport import SSHOptions
 
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from multihost.model import Host
-    from multihost.runresult import RunResult
+    from multihost.results.records import RunResult
 
 
 class MultihostError(Exception):

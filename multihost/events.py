@@ -1,5 +1,5 @@
 """What a run tells as it goes: a host changed state (``HostEvent``), a host's output line
-(``Line``, from ``multihost.stream``), a message about the whole run (``Note``), bytes moving
+(``Line``), a message about the whole run (``Note``), bytes moving
 (``Transfer``). Every callback of the API and the CLI's views take these."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from multihost.model import Host, State
-from multihost.stream import Line
 
 
 @dataclass(frozen=True)
@@ -17,6 +16,16 @@ class HostEvent:
     host: Host
     state: State
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class Line:
+    """Lines of one host's output, in order: what one chunk from the host completed (one
+    event per chunk, not per line, so that a chatty host costs the runner little per line)."""
+
+    host: Host
+    stream: str
+    texts: tuple[str, ...]
 
 
 @dataclass(frozen=True)

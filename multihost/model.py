@@ -1,5 +1,5 @@
 """Frozen data that the pipeline passes around: hosts, fleets, jobs and the one State enum.
-No I/O here; how a run ended is in :mod:`multihost.runresult`."""
+No I/O here; how a run ended is in :mod:`multihost.results.records`."""
 
 from __future__ import annotations
 

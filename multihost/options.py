@@ -1,5 +1,5 @@
 """What a run is told: its options (``RunOptions``), its default log dir and run name. What it
-tells as it goes is in ``multihost.events``; how it ended in ``multihost.runresult``."""
+tells as it goes is in ``multihost.events``; how it ended in ``multihost.results.records``."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class RunOptions:
     grace: float = DEFAULTS.grace
     timeout: float | None = None
     stage_timeout: float = DEFAULTS.stage_timeout
-    stage_via: str = DEFAULTS.stage_via  # see multihost.stagevia
+    stage_via: str = DEFAULTS.stage_via  # see multihost.staging.via
     stage_bucket: str = DEFAULTS.stage_bucket  # the bucket auto may choose ("": none)
     launch_timeout: float = DEFAULTS.launch_timeout
     reconnect_timeout: float = DEFAULTS.reconnect_timeout

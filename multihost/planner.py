@@ -20,13 +20,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from multihost.commands import JOIN_ENV, check_run_name, job_script, plan_host
 from multihost.defaults import DEFAULTS as D
 from multihost.defaults import given_fields
 from multihost.errors import UsageError
 from multihost.fleetops.reach import ReachSettings, reach
 from multihost.model import Fleet, Host, Job
 from multihost.options import RunOptions, default_run_name
+from multihost.remote.commands import JOIN_ENV, check_run_name, job_script, plan_host
 from multihost.settings.checks import (
     check_code_dir,
     check_log_dir,
@@ -156,7 +156,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     check_log_dir(logs)
     script_dir = Path(s.script_dir).expanduser()
     from multihost.envsync.request import request as environment
-    from multihost.stage import excluded, outputs_excluded
+    from multihost.staging.archive import excluded, outputs_excluded
 
     pulled = Path("multihost-pull")  # where pulls land by default (made by an earlier pull)
     outputs = [logs, *([pulled] if pulled.is_dir() else [])]
@@ -165,7 +165,7 @@ def plan(settings: Settings | Mapping[str, Any]) -> Plan:
     if script_dir.is_dir():  # the run's own outputs there are never staged
         excludes += outputs_excluded(script_dir, outputs, job.run_name)
     check_code_dir(script_dir, excludes, s.max_stage_bytes)
-    from multihost.stagevia import parse as parse_stage_via
+    from multihost.staging.via import parse as parse_stage_via
 
     options = replace(
         s.options,
@@ -286,7 +286,7 @@ def preview_hosts(p: Plan, code: str) -> Iterator[HostPreview]:
 
 def dry_run(p: Plan) -> DryRun:
     """The plan's :class:`DryRun`: its code packed (nothing leaves this machine)."""
-    from multihost.stage import pack
+    from multihost.staging.archive import pack
 
     archive = pack(p.options.script_dir, p.options.excludes)
     return DryRun(

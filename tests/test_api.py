@@ -19,8 +19,8 @@ import pytest
 import multihost
 from multihost.api.call import RUNNER, SCRIPT
 from multihost.api.runs import plan_run
-from multihost.commands import check_run_name
 from multihost.options import default_run_name
+from multihost.remote.commands import check_run_name
 from tests.gcloud_fixtures import FAKE_GCLOUD_DIR, FIXTURE_DIR
 
 # The functions below are sent to local workers, which cannot import this test package: by value.
@@ -288,7 +288,7 @@ def test_import_is_light_and_results_render_without_rich() -> None:
     code = (
         "import sys, multihost; heavy = ('asyncssh', 'rich', 'cloudpickle')\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'import multihost'\n"
-        "from multihost import model, runresult\n"
+        "from multihost.results import faces, records\n"
         "assert not [m for m in sys.modules if m.split('.')[0] in heavy], 'result'\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -53,6 +53,7 @@ SPAWNERS = {
 SPAWNING = {
     "envsync/request.py": "uv (lock --check)",
     "envsync/uvbin.py": "uv (--version)",
+    "fleetops/contact/keys.py": "ssh-keygen (gcloud's key, created as gcloud does)",
     "job/watch/watchers.py": "multihost itself (a detached job watch)",
     "remote/env_probe.py": "uv on the host (runs there, not here)",
     "sandbox/control.py": "the sandbox's background process (python -m multihost.sandbox.serve)",
@@ -60,8 +61,7 @@ SPAWNING = {
     "sandbox/vminit.py": "a sandbox host's sshd",
     "sandbox/standin/gcs.py": "fake-gcs-server",
     "sandbox/standin/boot.py": "ssh (a worker's startup script, as the VM's boot runs it)",
-    "sources/tpukeys.py": "ssh-keygen (gcloud's key, created as gcloud does)",
-    "stage.py": "git (the files to pack)",
+    "staging/archive.py": "git (the files to pack)",
     "transport/local.py": "the user's command (--local)",
 }
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import (
+from multihost.errors import UsageError
+from multihost.model import Fleet, Host, Job
+from multihost.remote.commands import (
     Paths,
     check_run_name,
     host_env,
@@ -18,10 +20,8 @@ from multihost.commands import (
     shell_path,
     watch_command,
 )
-from multihost.errors import UsageError
-from multihost.model import Fleet, Host, Job
+from multihost.runs.stream import Exit, parse_watch_end
 from multihost.sources.inventory import parse_host_list
-from multihost.stream import Exit, parse_watch_end
 
 
 def test_env_single_slice() -> None:

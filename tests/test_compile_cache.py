@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import CACHE_ENV, CACHE_MAX_ENV, cache_env, hook_text, host_env
 from multihost.defaults import DEFAULTS
 from multihost.diagnose import hookstart
 from multihost.job.record import JobRecord
 from multihost.job.submit import startup_script
 from multihost.model import Fleet, Host, Job
 from multihost.planner import Settings, plan
+from multihost.remote.commands import CACHE_ENV, CACHE_MAX_ENV, cache_env, hook_text, host_env
 from tests.clitools import REPO, cli, fleet_run_args, host_logs, no_processes
 from tests.helpers import free_port, wait_for
 
@@ -69,8 +69,8 @@ def test_every_host_gets_its_own_cache_unless_told_otherwise(tmp_path: Path) -> 
 
 def test_the_record_keeps_a_cap_that_is_not_the_default() -> None:
     from multihost.model import State
-    from multihost.runrecord import RunRecord, from_json, to_json
-    from multihost.runresult import HostResult
+    from multihost.results.records import HostResult
+    from multihost.runs.record import RunRecord, from_json, to_json
 
     hosts = (HostResult(Host(address="a"), State.DONE),)
     default = to_json(RunRecord("r", Job("true", "r"), hosts))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.copyback import RemoteFile, list_command, parse_listing
 from multihost.errors import UsageError
+from multihost.runs.pull import RemoteFile, list_command, parse_listing
 from tests.clitools import REPO, cli
 
 N = 3

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.runrecord import SCHEMA, RecordError, dumps, from_json, read_record, to_json
+from multihost.runs.record import SCHEMA, RecordError, dumps, from_json, read_record, to_json
 from tests.clitools import cli, host_logs, manifest, spawn
 from tests.helpers import wait_for
 
@@ -176,7 +176,7 @@ def test_watcher_error_is_not_swallowed(
     home: Path, code: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bug in a watcher surfaces (the TaskGroup raises it) instead of vanishing."""
-    from multihost import stream
+    from multihost.runs import stream
 
     async def broken(self: stream.Follower) -> stream.Exit:
         raise RuntimeError("bug in a watcher")
@@ -231,10 +231,10 @@ def test_a_host_step_runs_before_the_launch_and_its_failure_starts_nothing(
     import asyncio
 
     from multihost.api.runs import plan_run
-    from multihost.commands import shell_path
     from multihost.core import HostStep, Run
     from multihost.core.supervisor import Supervisor
     from multihost.errors import RemoteError
+    from multihost.remote.commands import shell_path
 
     seen: dict[int, str] = {}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import hook_text
+from multihost.remote.commands import hook_text
 from tests.clitools import cli, host_logs
 from tests.helpers import free_port
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from multihost import remote
-from multihost.commands import hook_text
 from multihost.diagnose.collect import collect_command, parse_collect
 from multihost.diagnose.stacks import (
     Frame,
@@ -21,6 +20,7 @@ from multihost.diagnose.stacks import (
     parse_dump,
 )
 from multihost.model import Host, host_ranges
+from multihost.remote.commands import hook_text
 from tests.helpers import wait_for
 
 PROGRAM = """\

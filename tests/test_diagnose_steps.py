@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import hook_text
 from multihost.diagnose.hooksteps import _AfterImport
+from multihost.remote.commands import hook_text
 
 LOOP = """\
 import time

@@ -464,7 +464,7 @@ def test_the_name_check_sees_what_is_gone() -> None:
     """The check above against lines of each kind: what is gone is found, what is there and
     what is the user's own are not."""
     here = ROOT / "docs"
-    assert _broken("multihost.core.slot, `multihost.runresult.Staging`", here) == [
+    assert _broken("multihost.core.slot, `multihost.results.records.Staging`", here) == [
         "multihost.core.slot"
     ]
     paths = "cli/gone.py, core/start.py, remote/job_startup.sh, payloads/train.py, tests/"
@@ -473,10 +473,10 @@ def test_the_name_check_sees_what_is_gone() -> None:
         "docs/notes/"
     ]
     assert _broken("your train.py, out/metrics.json, ~/.config/multihost/config.toml", here) == []
-    tokens = ["plan.plan_hosts", "record.write_record", "commands.plan_hosts", "steps.Hooks"]
+    tokens = ["plan.plan_hosts", "record.write_records", "commands.plan_hosts", "steps.Hooks"]
     tokens += ["config.toml", "jax.jit", "args.config", "r.result()", "core.Run.execute"]
     gone = [t for t in tokens if _module_name(t) and not _module_name_resolves(t)]
-    assert gone == ["plan.plan_hosts", "record.write_record"]
+    assert gone == ["plan.plan_hosts", "record.write_records"]
     assert not _role_resolves(".slot", "multihost.core", "multihost.core")
     assert _role_resolves(".livehost.LiveHost", "multihost.core", "multihost.core")
     assert _role_resolves("Detached", "multihost.bridge", "multihost")

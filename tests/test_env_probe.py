@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import Paths
 from multihost.errors import RunNameTaken, UsageError
-from multihost.launch import claim
 from multihost.model import Host
 from multihost.remote import env_probe, script
+from multihost.remote.commands import Paths
 from multihost.remote.envsync import PROBE
 from multihost.remote.staging import python_source
-from multihost.stage import pack, stage_then
+from multihost.runs.launch import claim
+from multihost.staging.archive import pack, stage_then
 from multihost.transport import Completed
 from multihost.transport.local import LocalConnection
 

@@ -26,7 +26,7 @@ from multihost.errors import UsageError
 from multihost.events import Note
 from multihost.remote import script
 from multihost.remote.envsync import PROBE
-from multihost.runresult import RunResult
+from multihost.results.records import RunResult
 from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes, spawn
 from tests.cloud.fixture import bucket_for_hosts

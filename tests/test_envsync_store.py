@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.commands import Paths, claim_command, kit, release_command
 from multihost.envsync.probe import Probe
 from multihost.envsync.store import EnvStore, parse_store, store_command
 from multihost.model import Host
 from multihost.remote import sourced
+from multihost.remote.commands import Paths, claim_command, kit, release_command
 from multihost.remote.envsync import PROBE
 from tests.clitools import cli
 from tests.pyindex import Index, uv_project

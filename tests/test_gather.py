@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.gather import LiveGather, Output, Segment, gather, read_tail, render
 from multihost.model import Host, host_ranges
+from multihost.runs.gather import LiveGather, Output, Segment, gather, read_tail, render
 from tests.clitools import REPO, cli
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import JOIN_ENV
 from multihost.diagnose.hook import JOIN, joins
 from multihost.planner import Settings, plan
+from multihost.remote.commands import JOIN_ENV
 from tests.clitools import cli, fleet_run_args, host_logs, no_processes, wait_for
 from tests.helpers import free_port
 

@@ -27,8 +27,9 @@ from multihost.core.watch import explain_jax
 from multihost.diagnose.jaxfaults import Fault, explain, find_fault, read_fault
 from multihost.model import Fleet, Host, Job, State
 from multihost.options import RunOptions
-from multihost.runrecord import _host_entry, _host_of
-from multihost.runresult import HostResult, host_row
+from multihost.results.faces import host_row
+from multihost.results.records import HostResult
+from multihost.runs.record import _host_entry, _host_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "jax_faults"
 NAMES = {i: f"s0/w{i}" for i in range(4)}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import host_env
 from multihost.model import Fleet, Host, Job
+from multihost.remote.commands import host_env
 from tests.cloud.fixture import BUCKET, Cloud
 from tests.helpers import wait_for
 

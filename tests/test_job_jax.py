@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.stage import pack
+from multihost.staging.archive import pack
 from tests.clitools import REPO, cli, host_logs
 from tests.cloud.fixture import Cloud
 from tests.helpers import free_port, wait_for

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import hook_text, kit
+from multihost.remote.commands import hook_text, kit
 from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes
 from tests.helpers import wait_for

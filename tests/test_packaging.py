@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.stage import list_files
+from multihost.staging.archive import list_files
 from tests.clitools import REPO
 
 PAYLOAD_FILES = sorted(p.name for p in (REPO / "payloads").glob("*.py"))
@@ -159,7 +159,7 @@ def test_the_installed_payload_is_staged(built: Built, tmp_path: Path) -> None:
     assert f": {len(PAYLOAD_FILES)} files," in res.stdout.splitlines()[0]
     assert "exec sh -c 'python3 shardings.py -d 2048 --tag '\"'\"'a b'\"'\"''" in res.stdout
     where = subprocess.run(
-        [sys.executable, "-c", "import multihost.bundled as b; print(b.payloads_dir())"],
+        [sys.executable, "-c", "import multihost.staging.bundled as b; print(b.payloads_dir())"],
         capture_output=True,
         text=True,
         timeout=60,

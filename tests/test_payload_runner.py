@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from multihost.runresult import RESULT_MARKER
+from multihost.results.records import RESULT_MARKER
 from tests.clitools import REPO, cli, host_logs
 from tests.helpers import free_port
 

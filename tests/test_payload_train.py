@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from multihost.model import Host, State
-from multihost.runresult import HostResult, RunResult, payload_lines
+from multihost.results.faces import payload_lines
+from multihost.results.records import HostResult, RunResult
 
 try:
     from tests.test_payload_shardings import (

@@ -1,5 +1,5 @@
 """The one writer of records: run.json, a pod's pod.json and a job's job.json are each written
-by ``multihost.recordfile.save`` (a private dir, a 0600 file, replaced atomically) and read
+by ``multihost.runs.files.save`` (a private dir, a 0600 file, replaced atomically) and read
 back by their own class as what was written."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from multihost import recordfile
 from multihost.errors import UsageError
 from multihost.job.record import JobRecord, read_local, save_local
 from multihost.model import Host, Job, State
 from multihost.pods import records
 from multihost.pods.records import PodRecord
-from multihost.runrecord import RunRecord, read_record, write_record
-from multihost.runresult import HostResult
+from multihost.results.records import HostResult
+from multihost.runs import files
+from multihost.runs.record import RunRecord, read_record, write_record
 
 POD = PodRecord("p1", "v4-8", 1, "tpu-ubuntu2204-base", "spot", "us-central2-b", created_at=1.0)
 JOB = JobRecord("j1", "gs://b", "v4-8", 1, "v", "true", "abc", created_at=1.0)
@@ -38,13 +38,13 @@ def test_each_record_is_written_by_the_one_writer_and_read_back(
 ) -> None:
     monkeypatch.setenv("MULTIHOST_LOG_DIR", str(tmp_path / "logs"))
     written: list[Path] = []
-    real = recordfile.save
+    real = files.save
 
-    def spy(path: Path, record: recordfile.TypedRecord) -> Path:
+    def spy(path: Path, record: files.TypedRecord) -> Path:
         written.append(path)
         return real(path, record)
 
-    monkeypatch.setattr(recordfile, "save", spy)
+    monkeypatch.setattr(files, "save", spy)
     pod = records.save(POD)
     job = save_local(JOB)
     run_dir = tmp_path / "logs" / "runs" / "r1"
@@ -64,7 +64,7 @@ def test_each_record_is_written_by_the_one_writer_and_read_back(
 
 def test_a_failed_write_keeps_the_old_record_and_leaves_no_temporary_file(tmp_path: Path) -> None:
     path = tmp_path / "d" / "pod.json"
-    recordfile.save(path, POD)
+    files.save(path, POD)
 
     class Broken:
         schema = 1
@@ -73,7 +73,7 @@ def test_a_failed_write_keeps_the_old_record_and_leaves_no_temporary_file(tmp_pa
             return "\udcff"  # not encodable: the write fails halfway
 
     with pytest.raises(UnicodeEncodeError):
-        recordfile.save(path, Broken())
+        files.save(path, Broken())
     assert PodRecord.from_json(path.read_text()) == POD
     _private(path)
 
@@ -82,5 +82,5 @@ def test_no_record_is_written_through_a_symlink(tmp_path: Path) -> None:
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "d").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(UsageError, match="is a symbolic link"):
-        recordfile.save(tmp_path / "d" / "pod.json", POD)
+        files.save(tmp_path / "d" / "pod.json", POD)
     assert list((tmp_path / "elsewhere").iterdir()) == []

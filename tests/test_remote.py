@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from multihost import remote
-from multihost.commands import (
+from multihost.fleetops.preflight import check_command
+from multihost.fleetops.stale import stale_command
+from multihost.model import Job
+from multihost.remote.commands import (
     Paths,
     claim_command,
     clean_command,
@@ -28,10 +31,7 @@ from multihost.commands import (
     status_command,
     watch_command,
 )
-from multihost.fleetops.preflight import check_command
-from multihost.fleetops.stale import stale_command
-from multihost.model import Job
-from multihost.stream import parse_exit, parse_watch_end
+from multihost.runs.stream import parse_exit, parse_watch_end
 from tests.helpers import wait_for
 
 SCRIPTS = sorted(resources.files(remote).joinpath(".").iterdir(), key=lambda p: p.name)

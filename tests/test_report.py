@@ -13,8 +13,8 @@ from rich.console import Console
 from multihost.cli import report, terminal
 from multihost.errors import UsageError
 from multihost.model import Host, State
-from multihost.runresult import HostResult, RunResult
-from multihost.stage import list_files
+from multihost.results.records import HostResult, RunResult
+from multihost.staging.archive import list_files
 from multihost.sweep.results import PLOT_MISSING
 
 

@@ -12,9 +12,10 @@ from rich.console import Console
 from multihost.cli import report
 from multihost.core.livehost import LiveHost
 from multihost.model import Host, State
-from multihost.pastruns import parse_status
-from multihost.runresult import COLUMNS, HostResult, RunResult, host_row, read_result, verdict
-from multihost.stream import Exit, LogSink
+from multihost.results.faces import COLUMNS, host_row, verdict
+from multihost.results.records import HostResult, RunResult, read_result
+from multihost.runs.past import parse_status
+from multihost.runs.stream import Exit, LogSink
 
 HOST = Host("10.0.0.1", user="me", port=2222)
 
@@ -79,7 +80,7 @@ def _payload_run(*steps: float, **first: object) -> RunResult:
 
 
 def test_a_payload_run_in_words() -> None:
-    from multihost.runresult import payload_lines
+    from multihost.results.faces import payload_lines
 
     run = _payload_run(
         0.5, 0.51, 0.5, timings_s=[1, 1, 1], tflops_per_device=2.0, device_kind="cpu"
@@ -113,7 +114,7 @@ def test_the_verdict_counts_one_host_as_one() -> None:
 def test_pull_totals_count_the_hosts_that_gave_files(tmp_path: Path) -> None:
     """A host that gave files but missed a pattern is counted as giving them (and said to
     have had problems): never "pulled 6 file(s) from 0 of 3 host(s)"."""
-    from multihost.copyback import PullResult
+    from multihost.runs.pull import PullResult
 
     results = [
         PullResult(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from multihost.cloud.tpus import update_metadata_argv
-from multihost.sources.tpukeys import SSH_KEYS, has_key, key_line, merged, oslogin_on
+from multihost.fleetops.contact.keys import SSH_KEYS, has_key, key_line, merged, oslogin_on
 
 
 def test_the_line_and_the_merge_are_gclouds() -> None:

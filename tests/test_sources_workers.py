@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from multihost.commands import host_env
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job, host_ranges
+from multihost.remote.commands import host_env
 from multihost.sources.workers import parse, select
 from tests.clitools import cli
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from multihost.stage import list_files, outputs_excluded
+from multihost.staging.archive import list_files, outputs_excluded
 from tests.clitools import cli, manifest
 
 

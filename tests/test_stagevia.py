@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 import multihost
-from multihost.commands import COMPLETE, Paths, stage_command
 from multihost.errors import UsageError
 from multihost.model import Host
 from multihost.remote import script
+from multihost.remote.commands import COMPLETE, Paths, stage_command
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
-from multihost.runrecord import read_record
-from multihost.stage import pack
-from multihost.stagevia import StageVia, choose, choose_environment, parse
+from multihost.runs.record import read_record
+from multihost.staging.archive import pack
+from multihost.staging.via import StageVia, choose, choose_environment, parse
 from multihost.sweep.results import NO_RESULT
 from tests.clitools import cli
 from tests.helpers import wait_for

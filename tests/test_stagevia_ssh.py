@@ -13,7 +13,7 @@ import pytest
 
 import multihost
 from multihost.sandbox.standin.gcs import FakeGcs
-from multihost.stage import pack
+from multihost.staging.archive import pack
 from multihost.sweep.results import NO_RESULT
 from tests import fleet as loopback
 from tests.clitools import cli, manifest, no_processes

@@ -17,10 +17,10 @@ import pytest
 from multihost.api import runs as api
 from multihost.diagnose import hookstart
 from multihost.model import Host, State
-from multihost.phases import PHASES, cell, parse, phase_times, startup_line
-from multihost.runrecord import from_json, read_record, to_json
-from multihost.runresult import HostResult, RunResult
-from multihost.stream import parse_exit, parse_watch_end
+from multihost.results.phases import PHASES, cell, parse, phase_times, startup_line
+from multihost.results.records import HostResult, RunResult
+from multihost.runs.record import from_json, read_record, to_json
+from multihost.runs.stream import parse_exit, parse_watch_end
 from tests.clitools import cli, fleet_run_args, manifest, no_processes
 
 STEADY = {"import": 1.0, "join": 1.2, "devices": 1.3, "compile": 3.0, "first_step": 3.4}
@@ -83,7 +83,7 @@ def test_the_end_line_and_the_state_header_carry_the_phases() -> None:
 
 def test_run_json_keeps_them_and_older_records_still_read(tmp_path: Path) -> None:
     from multihost.model import Job
-    from multihost.runrecord import RunRecord
+    from multihost.runs.record import RunRecord
 
     host = Host(address="a")
     record = RunRecord(
@@ -178,7 +178,7 @@ print("ok", flush=True)
 
 def _hooked(tmp_path: Path, how: str, **env: str) -> dict[str, float]:
     """Run PROGRAM with the staged hook as sitecustomize; its phases as written."""
-    from multihost.commands import hook_text
+    from multihost.remote.commands import hook_text
 
     hook, stacks = tmp_path / "hook", tmp_path / f"stacks-{how}"
     hook.mkdir(exist_ok=True)

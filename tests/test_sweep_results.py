@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from multihost.runresult import find_result, read_result
+from multihost.results.records import find_result, read_result
 from multihost.sweep.grid import Point, expand
 from multihost.sweep.results import (
     NO_RESULT,
@@ -323,7 +323,7 @@ def test_chart_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_payloads_print_the_marker_sweeps_read() -> None:
     """Payloads are standalone scripts (no multihost import on the hosts), so they keep their
     own copy of the marker; it must be the one the runner reads."""
-    from multihost.runresult import RESULT_MARKER
+    from multihost.results.records import RESULT_MARKER
 
     text = (Path(__file__).resolve().parent.parent / "payloads" / "meshing.py").read_text()
     assert f'RESULT_PREFIX = "{RESULT_MARKER} "' in text

@@ -10,7 +10,7 @@ import pytest
 
 from multihost.errors import ConnectError
 from multihost.model import Fleet, Host
-from multihost.runrecord import _host_json
+from multihost.runs.record import _host_json
 from multihost.sources.iap import through_iap
 from multihost.transport import SSHOptions
 from multihost.transport.hops import Pool, jump_host

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from multihost.bridge import Interrupt, Portal
-from multihost.bundled import payloads_dir
 from multihost.errors import UsageError
 from multihost.remote.staging import python_source
+from multihost.staging.bundled import payloads_dir
 from multihost.warm.frames import Frame, FrameError, FrameReader, frame, work_frame
 from multihost.warm.pieces import Layout, Piece, from_command
 from tests.clitools import cli

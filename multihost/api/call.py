@@ -25,14 +25,14 @@ from typing import Any
 
 from multihost.api.keywords import check_options, events_of, planned
 from multihost.bridge import blocking, ctrl_c
-from multihost.commands import Paths, shell_path
 from multihost.core import Run
 from multihost.errors import RemoteCallError, SettingError
-from multihost.fanout import on_every_host
 from multihost.options import default_run_name
 from multihost.planner import Plan
-from multihost.runresult import CallResult, RunResult
+from multihost.remote.commands import Paths, shell_path
+from multihost.results.records import CallResult, RunResult
 from multihost.transport import Connection
+from multihost.transport.fanout import on_every_host
 
 SCRIPT = "_multihost_call.py"
 PAYLOAD = "_multihost_call.pkl"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from multihost.events import Event, Note
+from multihost.events import Event, Line, Note
 from multihost.planner import Plan, plan
 from multihost.settings.cloudcommands import (
     AUTODOWN_COMMAND,
@@ -21,7 +21,6 @@ from multihost.settings.cloudcommands import (
 )
 from multihost.settings.flag import Group
 from multihost.settings.schema import KEYWORDS, POD_AROUND, RUN_COMMAND, SWEEP, WATCH, flags_of
-from multihost.stream import Line
 
 Stream = Literal["all", "host0", "none"]
 OnOutput = Callable[[str, str], None]

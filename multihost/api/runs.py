@@ -34,20 +34,20 @@ from multihost.errors import UsageError
 from multihost.events import Event
 from multihost.model import Fleet
 from multihost.options import default_log_dir
-from multihost.pastruns import (
+from multihost.planner import DryRun, Plan, dry_run
+from multihost.results.records import HostResult, RunResult
+from multihost.runs.past import (
     find_run,
     host_statuses,
     mark_states,
     options_from_record,
     sync_logs,
 )
-from multihost.planner import DryRun, Plan, dry_run
-from multihost.runresult import HostResult, RunResult
 from multihost.sources import FleetSpec, resolve
 
 if TYPE_CHECKING:
     from multihost.pods.ops import Around
-    from multihost.runresult import PullResult
+    from multihost.results.records import PullResult
 
 
 def make_fleet(
@@ -186,7 +186,7 @@ def with_payload(settings: Mapping[str, Any], config: Mapping[str, Any] | None) 
                 "takes arguments after --"
             )
         return dict(settings)
-    from multihost.bundled import payload_command, payloads_dir
+    from multihost.staging.bundled import payload_command, payloads_dir
 
     configured = (config or {}).get("script_dir")
     if Path(settings.get("script_dir") or ".") not in (Path("."), configured):
@@ -318,7 +318,7 @@ def pull(
     """Copy files, directories or globs back from every host of a run (``multihost pull``)
     into ``to`` (default ``./multihost-pull/RUN``), one folder per host; returns each host's
     result (files, bytes, and every problem: no match, unreadable, unreachable)."""
-    from multihost.copyback import default_dest, pull_run
+    from multihost.runs.pull import default_dest, pull_run
 
     logs, _, record = find_record(run_name, log_dir)
     ssh = options_from_record(record, logs).ssh

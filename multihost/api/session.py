@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from multihost.api.keywords import check_options, events_of, on_stderr, plan_run, wants_pod
 from multihost.bridge import Portal, ctrl_c
-from multihost.commands import check_run_name
 from multihost.core.prepare import Prepare
 from multihost.core.supervisor import Supervisor
 from multihost.errors import RemoteCallError, UsageError, WarmError
 from multihost.events import Event
 from multihost.options import default_run_name
 from multihost.planner import Plan
-from multihost.runresult import CallResult, RunResult
-from multihost.stage import Archive, pack
+from multihost.remote.commands import check_run_name
+from multihost.results.records import CallResult, RunResult
+from multihost.staging.archive import Archive, pack
 from multihost.transport import Connection
 from multihost.warm.outcome import PieceResult
 from multihost.warm.pieces import Layout, Piece, bundled

@@ -11,12 +11,13 @@ from typing import Any
 from multihost.api.keywords import check_options, events_of, on_stderr, planned
 from multihost.api.pods import around
 from multihost.bridge import Interrupt, blocking, ctrl_c
-from multihost.commands import check_run_name
 from multihost.errors import EnvFailed, UsageError
 from multihost.events import Event
 from multihost.options import default_run_name
 from multihost.planner import Plan
-from multihost.runresult import Staging, aligned
+from multihost.remote.commands import check_run_name
+from multihost.results.faces import aligned
+from multihost.results.records import Staging
 from multihost.sweep.grid import _check_axis, check_template, expand
 from multihost.sweep.results import Record, Row, latest, summarize, sweep_rows, write_chart
 from multihost.sweep.run import SWEEP_SETTINGS, Sweep, SweepSpec

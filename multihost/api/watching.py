@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from multihost.api.runs import find_record
 from multihost.bridge import blocking
 from multihost.errors import MultihostError, UsageError
-from multihost.pastruns import options_from_record, record_paths
+from multihost.runs.past import options_from_record, record_paths
 
 if TYPE_CHECKING:
     from multihost.diagnose.stacks import StackReport

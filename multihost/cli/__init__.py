@@ -87,7 +87,7 @@ def _latest(args: argparse.Namespace, err: Console) -> None:
     """RUN ``last`` (or left out) on a command about one run: the latest run, said once."""
     if getattr(args, "run", None) != "last" or not hasattr(args, "log_dir"):
         return
-    from multihost.pastruns import latest_run
+    from multihost.runs.past import latest_run
     from multihost.settings.checks import log_dir
 
     logs = log_dir(args.log_dir)

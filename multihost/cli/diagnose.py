@@ -9,23 +9,23 @@ from dataclasses import asdict
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from multihost import pastruns
 from multihost.bridge import blocking
 from multihost.cli.wiring import chosen_hosts, record_options
 from multihost.diagnose.collect import take
 from multihost.diagnose.stacks import StackReport
 from multihost.errors import UsageError
 from multihost.model import host_ranges
+from multihost.runs import past
 from multihost.settings.checks import log_dir
 
 
 def cmd_stack(args: argparse.Namespace, err: Console) -> int:
-    run_dir, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    run_dir, record = past.find_run(log_dir(args.log_dir), args.run)
     if record.state != "running":
         raise UsageError(f"run {args.run} is {record.state}: there are no stacks to take")
     record = chosen_hosts(record, args.workers, args.exclude_workers)
     options = record_options(record, args.log_dir, args.ssh_config)
-    dirs = {pid: paths.run for pid, paths in pastruns.record_paths(record).items()}
+    dirs = {pid: paths.run for pid, paths in past.record_paths(record).items()}
     report, folder = blocking(
         lambda: take(
             record.fleet.hosts,

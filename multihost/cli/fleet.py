@@ -32,9 +32,10 @@ from multihost.fleetops.preflight import PACKAGES, mismatches
 from multihost.model import State
 from multihost.options import RunOptions
 from multihost.planner import DryRun, Plan, preview_hosts
-from multihost.runresult import RunResult, size
+from multihost.results.faces import size
+from multihost.results.records import RunResult
 from multihost.settings.checks import device_glob
-from multihost.stage import pack
+from multihost.staging.archive import pack
 from multihost.transport import forget
 
 

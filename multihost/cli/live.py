@@ -19,7 +19,6 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from multihost import pastruns
 from multihost.bridge import Interrupt, blocking
 from multihost.cli.terminal import safe_text
 from multihost.cli.wiring import chosen_hosts, record_options
@@ -27,6 +26,7 @@ from multihost.defaults import DEFAULTS as D
 from multihost.live.snapshot import FleetSnapshot, HostRow, SliceSummary
 from multihost.live.watcher import FleetWatch, look_once
 from multihost.model import host_ranges
+from multihost.runs import past
 from multihost.settings.checks import log_dir
 
 STATE_STYLE = {
@@ -45,10 +45,10 @@ KEYS = "q: quit (the run goes on)"
 
 
 def cmd_top(args: argparse.Namespace, err: Console) -> int:
-    _, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    _, record = past.find_run(log_dir(args.log_dir), args.run)
     record = chosen_hosts(record, args.workers, args.exclude_workers)
     options = record_options(record, args.log_dir, args.ssh_config)
-    dirs = {pid: paths.run for pid, paths in pastruns.record_paths(record).items()}
+    dirs = {pid: paths.run for pid, paths in past.record_paths(record).items()}
     hosts = record.fleet.hosts
     if args.once or args.json:
         snap = blocking(
@@ -346,10 +346,10 @@ def _fraction(used: int | None, total: int | None) -> str:
 def cmd_plot(args: argparse.Namespace, err: Console) -> int:
     from multihost.live.plot import picture
 
-    run_dir, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    run_dir, record = past.find_run(log_dir(args.log_dir), args.run)
     record = chosen_hosts(record, args.workers, args.exclude_workers)
     options = record_options(record, args.log_dir, args.ssh_config)
-    dirs = {pid: paths.run for pid, paths in pastruns.record_paths(record).items()}
+    dirs = {pid: paths.run for pid, paths in past.record_paths(record).items()}
     path = Path(args.out).expanduser() if args.out else run_dir / "steps.png"
     made = blocking(
         lambda: picture(

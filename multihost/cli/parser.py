@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from multihost.bundled import PAYLOADS
 from multihost.cli.args import Parser, add, command
 from multihost.cli.job_args import add_job_parser
 from multihost.cli.pods_args import POD_COMMANDS, add_pod_parsers
@@ -17,6 +16,7 @@ from multihost.cli.run_args import RUN_COMMANDS, add_run_commands
 from multihost.defaults import DEFAULTS as D
 from multihost.settings import schema as s
 from multihost.settings.types import positive
+from multihost.staging.bundled import PAYLOADS
 
 if TYPE_CHECKING:
     from multihost.settings.layers import Resolved

@@ -10,22 +10,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from multihost import pastruns
 from multihost.bridge import blocking
 from multihost.cli import report
 from multihost.cli.progress import TransferView
 from multihost.cli.wiring import chosen_hosts, record_options
-from multihost.copyback import check_dest, check_patterns, default_dest, pull_run
 from multihost.events import Event, Transfer
-from multihost.runrecord import RunRecord
-from multihost.runresult import PullResult
+from multihost.results.records import PullResult
+from multihost.runs import past
+from multihost.runs.pull import check_dest, check_patterns, default_dest, pull_run
+from multihost.runs.record import RunRecord
 from multihost.settings.checks import log_dir
 from multihost.transport import SSHOptions
 
 
 def cmd_pull(args: argparse.Namespace, err: Console) -> int:
     patterns = check_patterns(args.paths)
-    _, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    _, record = past.find_run(log_dir(args.log_dir), args.run)
     record = chosen_hosts(record, args.workers, args.exclude_workers)
     options = record_options(record, args.log_dir, args.ssh_config)
     dest = check_dest(args.to if args.to is not None else default_dest(args.run))

@@ -1,5 +1,5 @@
 """Rich renderables as pure functions of state; the Console is always passed in. A run's
-table and verdict format the records' own row and verdict (``multihost.runresult``)."""
+table and verdict format the records' own row and verdict (``multihost.results.records``)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,16 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
-from multihost import phases
 from multihost.cli.terminal import safe_text
 from multihost.model import Host, State, signal_name
-from multihost.runresult import (
-    COLUMNS,
-    HostResult,
-    PullResult,
-    RunResult,
-    Staging,
-    host_row,
-    size,
-)
-from multihost.runresult import verdict as run_verdict
+from multihost.results import phases
+from multihost.results.faces import COLUMNS, host_row, size
+from multihost.results.faces import verdict as run_verdict
+from multihost.results.records import HostResult, PullResult, RunResult, Staging
 
 if TYPE_CHECKING:
     from multihost.envsync.store import EnvStore
-    from multihost.runrecord import RunRecord
+    from multihost.runs.record import RunRecord
 
 STATE_STYLE = {
     State.DONE: "green",

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from multihost import pastruns
 from multihost.bridge import Detached, blocking
 from multihost.cli import report, terminal
 from multihost.cli.wiring import (
@@ -26,18 +25,19 @@ from multihost.cli.wiring import (
 from multihost.core import Attach, Stop
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
-from multihost.gather import gather, read_tail, render
 from multihost.model import Host, State, host_ranges
-from multihost.phases import startup_line
-from multihost.runresult import HostResult
+from multihost.results.phases import startup_line
+from multihost.results.records import HostResult
+from multihost.runs import past
+from multihost.runs.gather import gather, read_tail, render
+from multihost.runs.stream import MAX_LINE
 from multihost.settings.checks import log_dir
-from multihost.stream import MAX_LINE
 
 
 def cmd_attach(args: argparse.Namespace, err: Console) -> int:
     """Follow a run again. A run outlives its runner: Ctrl-C (SIGTERM, SIGHUP) detaches and
     leaves it running, unless ``--stop-on-interrupt``."""
-    _, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    _, record = past.find_run(log_dir(args.log_dir), args.run)
     options = record_options(
         record, args.log_dir, args.ssh_config, reconnect_timeout=args.reconnect_timeout
     )
@@ -58,7 +58,7 @@ def cmd_attach(args: argparse.Namespace, err: Console) -> int:
 def cmd_kill(args: argparse.Namespace, err: Console) -> int:
     """Stop a run on every host; one its record shows ended everywhere is left alone and said
     so (a host that was lost may still run its job: then every host is asked)."""
-    _, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    _, record = past.find_run(log_dir(args.log_dir), args.run)
     if all(h.state in _ENDED for h in record.hosts):
         err.print(
             f"multihost: run {args.run} had already ended ({record.state}): nothing to stop",
@@ -84,15 +84,15 @@ _ENDED = frozenset(
 
 
 def cmd_status(args: argparse.Namespace, err: Console) -> int:
-    run_dir, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    run_dir, record = past.find_run(log_dir(args.log_dir), args.run)
     rows: list[dict[str, object]] = []
     asked = args.refresh or record.state == "running"
     known: list[HostResult] = []
     if asked:
         options = record_options(record, args.log_dir, args.ssh_config)
         some = chosen_hosts(record, args.workers, args.exclude_workers)
-        statuses = blocking(lambda: pastruns.host_statuses(some, options.ssh))
-        pastruns.mark_states(run_dir, record, statuses)  # the whole record, the asked hosts' news
+        statuses = blocking(lambda: past.host_statuses(some, options.ssh))
+        past.mark_states(run_dir, record, statuses)  # the whole record, the asked hosts' news
         for o in statuses:
             rows.append(report.status_row(o.host, o.value, o.error.message if o.error else None))
             known += [o.value] if o.value is not None else []
@@ -121,7 +121,7 @@ def _by_name(known: list[HostResult], rows: list[dict[str, object]]) -> list[Hos
 
 
 def cmd_ls(args: argparse.Namespace, err: Console) -> int:
-    found, unreadable = pastruns.scan_runs(log_dir(args.log_dir))
+    found, unreadable = past.scan_runs(log_dir(args.log_dir))
     rows = [report.ls_row(name, record) for name, record in found]
     if args.json:
         rows += [{"run": name, "state": "unreadable", "error": why} for name, why in unreadable]
@@ -148,7 +148,7 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         raise UsageError("--gather compares every host's log: it takes no --host or --all")
     if args.json and not args.gather:
         raise UsageError("--json goes with --gather")
-    run_dir, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    run_dir, record = past.find_run(log_dir(args.log_dir), args.run)
     if args.host and some:
         raise UsageError("--host prints one host's log: it takes no --workers (use --all)")
     whole, record = record, chosen_hosts(record, args.workers, args.exclude_workers)
@@ -164,7 +164,7 @@ def cmd_logs(args: argparse.Namespace, err: Console) -> int:
         )
         result = execute_run(follow, display, what=what)
         return 0 if not result.interrupted else 130
-    for o in blocking(lambda: pastruns.sync_logs(run_dir, record, options.ssh)):
+    for o in blocking(lambda: past.sync_logs(run_dir, record, options.ssh)):
         if o.error:
             err.print(f"multihost: {o.host.name}: {o.error.message}", style="yellow", markup=False)
     logs = record.logs(run_dir)
@@ -261,12 +261,12 @@ def cmd_clean(args: argparse.Namespace, err: Console) -> int:
         raise UsageError("clean needs --older-than AGE (old runs), --compile-caches, or both")
     logs = log_dir(args.log_dir)
     if args.compile_caches:  # first: the runs' records say which hosts to ask
-        for line in blocking(lambda: pastruns.clean_caches(logs, dry_run=args.dry_run)):
+        for line in blocking(lambda: past.clean_caches(logs, dry_run=args.dry_run)):
             print(line)
     if args.older_than is None:
         return 0
-    age = pastruns.parse_age(args.older_than)
-    said = blocking(lambda: pastruns.clean(logs, age, None, dry_run=args.dry_run))
+    age = past.parse_age(args.older_than)
+    said = blocking(lambda: past.clean(logs, age, None, dry_run=args.dry_run))
     for line in said or [f"nothing older than {args.older_than} in {logs}"]:
         print(line)
     return 0

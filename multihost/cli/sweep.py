@@ -13,11 +13,11 @@ from rich.console import Console
 from multihost.api.keywords import wants_pod
 from multihost.cli import report, terminal
 from multihost.cli.wiring import kill_line, plan_args, raise_nofile_limit, signals
-from multihost.commands import check_run_name
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import UsageError
 from multihost.events import Event, Note
 from multihost.options import default_run_name
+from multihost.remote.commands import check_run_name
 from multihost.sweep.grid import (
     check_template,
     expand,

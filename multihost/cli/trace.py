@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from multihost import pastruns
 from multihost.bridge import blocking
 from multihost.cli.wiring import record_options
 from multihost.diagnose.capture import capture
 from multihost.diagnose.captured import Capture, summary
 from multihost.errors import UsageError
+from multihost.runs import past
 from multihost.settings.checks import log_dir
 
 OPEN_HINT = (
@@ -91,11 +91,11 @@ def report(result: Capture, as_json: bool, err: Console) -> int:
 
 
 def cmd_trace(args: argparse.Namespace, err: Console) -> int:
-    run_dir, record = pastruns.find_run(log_dir(args.log_dir), args.run)
+    run_dir, record = past.find_run(log_dir(args.log_dir), args.run)
     if record.state != "running":
         raise UsageError(f"run {args.run} is {record.state}: there is nothing to trace")
     options = record_options(record, args.log_dir, args.ssh_config)
-    dirs = {pid: paths.run for pid, paths in pastruns.record_paths(record).items()}
+    dirs = {pid: paths.run for pid, paths in past.record_paths(record).items()}
     err.print(
         f"tracing {len(record.hosts)} host(s) for {args.seconds:g} s…",
         style="dim",

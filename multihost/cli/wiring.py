@@ -21,16 +21,16 @@ from multihost.cli import report, terminal
 from multihost.cli.output import stdout
 from multihost.core import Attach, Run
 from multihost.defaults import DEFAULTS as D
-from multihost.events import Event, HostEvent, Note, Transfer
-from multihost.gather import LiveGather, Segment
+from multihost.events import Event, HostEvent, Line, Note, Transfer
 from multihost.model import Fleet, Host, State, host_ranges
 from multihost.options import RunOptions
 from multihost.planner import Plan, plan
-from multihost.runrecord import RunRecord
-from multihost.runresult import RESULT_MARKER, RunResult, run_lines
+from multihost.results.faces import run_lines
+from multihost.results.records import RESULT_MARKER, RunResult
+from multihost.runs.gather import LiveGather, Segment
+from multihost.runs.record import RunRecord
 from multihost.settings.checks import log_dir
 from multihost.sources import workers
-from multihost.stream import Line
 from multihost.transport.sshconfig import given_config
 
 if TYPE_CHECKING:  # drawn only on a terminal: imported when a live status line starts
@@ -356,9 +356,9 @@ def record_options(
     record: RunRecord, logs: str | Path | None, config: str | Path | None, **kw: object
 ) -> RunOptions:
     """A recorded run's options: its log dir (``--log-dir``), ``--ssh-config`` over its own."""
-    from multihost import pastruns  # a past run's record (its env store comes with it)
+    from multihost.runs import past  # a past run's record (its env store comes with it)
 
-    opts = pastruns.options_from_record(record, log_dir(logs), **kw)
+    opts = past.options_from_record(record, log_dir(logs), **kw)
     if config is not None:
         opts = replace(opts, ssh=replace(opts.ssh, config=given_config(config)))
     return opts

@@ -13,13 +13,13 @@ from multihost.core.watch import watch_all
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError
 from multihost.events import Event
-from multihost.fanout import map_hosts
 from multihost.model import Host, State
 from multihost.options import RunOptions
-from multihost.runrecord import RunRecord, watch_lock
-from multihost.runresult import RunResult
-from multihost.stream import LogSink
+from multihost.results.records import RunResult
+from multihost.runs.record import RunRecord, watch_lock
+from multihost.runs.stream import LogSink
 from multihost.transport import Connection, connect
+from multihost.transport.fanout import map_hosts
 
 
 class Attach:

@@ -10,11 +10,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from multihost.commands import plan_host
 from multihost.core.supervisor import Supervisor
 from multihost.errors import HostError
-from multihost.launch import Ready, launch_ready
 from multihost.model import Host
+from multihost.remote.commands import plan_host
+from multihost.runs.launch import Ready, launch_ready
 from multihost.transport import Connection, Shell
 
 

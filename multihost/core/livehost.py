@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from multihost.commands import Paths
-from multihost.launch import Ready, Started
 from multihost.model import Host, State
-from multihost.runresult import HostResult, read_result
-from multihost.stream import Exit, LogSink, code_and_signal
+from multihost.remote.commands import Paths
+from multihost.results.records import HostResult, read_result
+from multihost.runs.launch import Ready, Started
+from multihost.runs.stream import Exit, LogSink, code_and_signal
 
 if TYPE_CHECKING:  # read only when a host failed (core.watch)
     from multihost.diagnose.jaxfaults import Fault

@@ -14,7 +14,7 @@ from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.events import Event, Note
 from multihost.options import RunOptions
-from multihost.runresult import RunResult
+from multihost.results.records import RunResult
 
 
 def check_pull(options: RunOptions, run_name: str) -> None:
@@ -26,7 +26,7 @@ def check_pull(options: RunOptions, run_name: str) -> None:
             "--pull copies files back after the run ends; with --detach it does "
             "not end here (use multihost pull RUN PATH later)"
         )
-    from multihost.copyback import check_dest, check_patterns
+    from multihost.runs.pull import check_dest, check_patterns
 
     check_patterns(options.pull)
     check_dest(pull_dest(options, run_name))
@@ -34,7 +34,7 @@ def check_pull(options: RunOptions, run_name: str) -> None:
 
 def pull_dest(options: RunOptions, run_name: str) -> Path:
     """Where ``pull=`` copies to: ``pull_to``, else ``./multihost-pull/RUN``."""
-    from multihost.copyback import default_dest
+    from multihost.runs.pull import default_dest
 
     return options.pull_to if options.pull_to is not None else default_dest(run_name)
 
@@ -69,8 +69,8 @@ async def after_run(
             got = await fetch_tpu_logs(which, options.ssh, log_dir, limit=DEFAULTS.pull_limit)
             result = replace(result, tpu_logs=tuple(got))
     if options.pull:
-        from multihost.copyback import pull_run
-        from multihost.pastruns import find_run
+        from multihost.runs.past import find_run
+        from multihost.runs.pull import pull_run
 
         _, record = find_run(options.log_dir, result.run_name)
         dest = pull_dest(options, result.run_name)

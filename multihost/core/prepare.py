@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from multihost import stagevia
-from multihost.commands import Paths
 from multihost.core.early import EarlyLaunch
 from multihost.core.setup import before_launch
 from multihost.core.steps import HostStep, port_free, stale_check
@@ -34,12 +32,14 @@ from multihost.errors import (
     UsageError,
 )
 from multihost.events import Transfer
-from multihost.fanout import Outcome
-from multihost.launch import claim, name_taken, release
 from multihost.model import Host, State
-from multihost.runresult import Staging
-from multihost.stage import Archive, stage_then
+from multihost.remote.commands import Paths
+from multihost.results.records import Staging
+from multihost.runs.launch import claim, name_taken, release
+from multihost.staging import via as stagevia
+from multihost.staging.archive import Archive, stage_then
 from multihost.transport import Completed, connect
+from multihost.transport.fanout import Outcome
 
 if TYPE_CHECKING:
     from multihost.envsync.probe import RunnerUv
@@ -314,7 +314,7 @@ class Prepare:
 
     async def _stage_all(self) -> list[Outcome[None]]:
         """The code on every host: from the runner to each, or ``--stage-via`` a seed per
-        slice or a bucket (multihost.stagevia); counts what leaves the runner."""
+        slice or a bucket (multihost.staging.via); counts what leaves the runner."""
         sup = self.sup
         conns = sup.connections
         if self.why and self.via.kind == "peer":  # auto: can every seed serve privately?

@@ -20,10 +20,10 @@ from multihost.errors import EnvFailed, PortBusy, UsageError
 from multihost.events import Event
 from multihost.model import Fleet, Job
 from multihost.options import RunOptions
-from multihost.recordfile import private_dir
-from multihost.runrecord import MANIFEST, watch_lock
-from multihost.runresult import RunResult
-from multihost.stage import Archive, pack
+from multihost.results.records import RunResult
+from multihost.runs.files import private_dir
+from multihost.runs.record import MANIFEST, watch_lock
+from multihost.staging.archive import Archive, pack
 from multihost.transport import Connection
 
 

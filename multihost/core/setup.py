@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from multihost.core.supervisor import Supervisor
 from multihost.errors import RemoteError
-from multihost.fanout import Outcome
-from multihost.launch import release
 from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import SETUP
+from multihost.runs.launch import release
+from multihost.transport.fanout import Outcome
 
 if TYPE_CHECKING:
     from multihost.envsync.probe import RunnerUv

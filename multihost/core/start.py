@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from multihost.commands import plan_hosts
 from multihost.core.supervisor import Supervisor
 from multihost.errors import MultihostError
-from multihost.fanout import map_hosts
-from multihost.launch import Ready, launch, launch_ready
 from multihost.model import Host, State, host_ranges
-from multihost.stream import LogSink
+from multihost.remote.commands import plan_hosts
+from multihost.runs.launch import Ready, launch, launch_ready
+from multihost.runs.stream import LogSink
 from multihost.transport import burst
+from multihost.transport.fanout import map_hosts
 
 
 async def start_all(sup: Supervisor) -> None:

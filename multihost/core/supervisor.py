@@ -16,18 +16,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from multihost.commands import Paths
 from multihost.core.livehost import LiveHost
 from multihost.defaults import DEFAULTS
 from multihost.errors import EnvFailed, HostError, UsageError
 from multihost.events import Event, HostEvent, Note
-from multihost.fanout import Outcome, map_hosts
-from multihost.launch import stop
 from multihost.model import Fleet, Host, Job, State
 from multihost.options import RunOptions
-from multihost.runrecord import RunRecord, SSHRecord, write_record
-from multihost.runresult import HostResult, RunResult, Staging
+from multihost.remote.commands import Paths
+from multihost.results.records import HostResult, RunResult, Staging
+from multihost.runs.launch import stop
+from multihost.runs.record import RunRecord, SSHRecord, write_record
 from multihost.transport import Connection
+from multihost.transport.fanout import Outcome, map_hosts
 
 T = TypeVar("T")
 U = TypeVar("U")

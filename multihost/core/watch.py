@@ -23,9 +23,9 @@ from multihost.core.livehost import LiveHost
 from multihost.core.supervisor import Supervisor
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, RunDirGone
-from multihost.launch import stop
 from multihost.model import State, host_ranges
-from multihost.stream import Exit, Follower, classify
+from multihost.runs.launch import stop
+from multihost.runs.stream import Exit, Follower, classify
 
 if TYPE_CHECKING:
     from multihost.diagnose.stacks import StackReport

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from multihost import remote
-from multihost.copyback import pull_host
 from multihost.defaults import DEFAULTS
 from multihost.diagnose.captured import (
     Capture,
@@ -29,9 +28,10 @@ from multihost.diagnose.captured import (
 )
 from multihost.diagnose.traces import HostTrace, host_trace
 from multihost.errors import UsageError
-from multihost.fanout import map_hosts
 from multihost.model import Host
+from multihost.runs.pull import pull_host
 from multihost.transport import Connection, SSHOptions, connect
+from multihost.transport.fanout import map_hosts
 
 START_MARGIN_S = 1.5  # the request reaches every host before the common start time
 END_MARGIN_S = 30.0  # after start + seconds, a process that has not said it is done is late

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from multihost import remote
 from multihost.diagnose.stacks import HostStacks, ProcessStack, StackReport, group, parse_dump
-from multihost.fanout import Outcome, map_hosts, on_every_host
 from multihost.model import Fleet, Host
-from multihost.recordfile import private_dir
+from multihost.runs.files import private_dir
 from multihost.transport import Connection, SSHOptions
+from multihost.transport.fanout import Outcome, map_hosts, on_every_host
 
 HOOK_DIR = "hook"  # under the run's directory on each host
 

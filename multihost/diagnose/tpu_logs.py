@@ -12,10 +12,10 @@ from pathlib import Path
 
 from multihost import remote
 from multihost.errors import HostError, RemoteError
-from multihost.fanout import map_hosts
 from multihost.model import Host, State
-from multihost.runresult import HostResult, TpuLogs
+from multihost.results.records import HostResult, TpuLogs
 from multihost.transport import SSHOptions, connect
+from multihost.transport.fanout import map_hosts
 
 REMOTE_DIR = "/tmp/tpu_logs"  # libtpu's default log dir on a TPU VM
 DIR_ENV = "MULTIHOST_TPU_LOG_DIR"  # another dir (tests: each fleet host's ~/tpu_logs)

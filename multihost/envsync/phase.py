@@ -21,7 +21,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from multihost import stagevia
 from multihost.envsync.probe import (
     PROBE_TIMEOUT,
     EnvSummary,
@@ -38,12 +37,13 @@ from multihost.envsync.request import EnvRequest, lock_problem, satisfies
 from multihost.envsync.run import EnvRun
 from multihost.envsync.transfer import cached, from_bucket, from_peer
 from multihost.errors import EnvFailed, HostError, RemoteError, StaleLock, UsageError
-from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import BUILD, INSTALL, LOCK_CHECK, PACK
 from multihost.remote.staging import python_source
+from multihost.staging import via as stagevia
 from multihost.transport import Completed
+from multihost.transport.fanout import Outcome, map_hosts
 
 
 async def sync_environment(

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Protocol, TypeVar
 
-from multihost.commands import Paths
-from multihost.fanout import Outcome
 from multihost.model import Host
+from multihost.remote.commands import Paths
 from multihost.transport import Connection
+from multihost.transport.fanout import Outcome
 
 T = TypeVar("T")
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError
-from multihost.fanout import Outcome, on_every_host
 from multihost.model import Fleet, Host
 from multihost.remote import script
 from multihost.remote.envsync import STORE
 from multihost.remote.staging import python_source
 from multihost.transport import Connection, SSHOptions
+from multihost.transport.fanout import Outcome, on_every_host
 
 MODES = ("list", "prune", "dry")
 

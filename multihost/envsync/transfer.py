@@ -11,15 +11,15 @@ import contextlib
 import re
 import secrets
 
-from multihost import stagevia
 from multihost.envsync.probe import PROBE_TIMEOUT, EnvSummary, Probe, base_of, last_lines
 from multihost.envsync.run import EnvRun
 from multihost.errors import CloudError, HostError
-from multihost.fanout import map_hosts
 from multihost.model import Host
 from multihost.remote import script
 from multihost.remote.envsync import INSTALL, SERVE, UPLOAD
 from multihost.remote.staging import SEED_STOP, python_source
+from multihost.staging import via as stagevia
+from multihost.transport.fanout import map_hosts
 
 _PACK_NAME = re.compile(r"/[0-9a-f]{64}\.tar\.gz$")  # a pack in the bucket, by content
 

@@ -1,14 +1,15 @@
-"""Operations on a whole fleet outside a run: preflight checks and stale accelerator holders."""
+"""Operations on a whole fleet outside a run: reaching it (``reach``; first contact with a
+--prefix fleet: ``contact``), preflight checks and stale accelerator holders."""
 
 from __future__ import annotations
 
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError
-from multihost.fanout import Outcome, on_every_host
 from multihost.fleetops.preflight import check_command, parse_check, port_command
 from multihost.fleetops.stale import StaleReport, parse_stale, stale_command
 from multihost.model import Fleet
 from multihost.transport import Connection, SSHOptions
+from multihost.transport.fanout import Outcome, on_every_host
 
 
 async def check(

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from multihost.errors import ConnectError, HostKeyError
-from multihost.fanout import map_hosts
 from multihost.model import Fleet, Host, host_ranges
 from multihost.transport import SSHOptions, connect
+from multihost.transport.fanout import map_hosts
 
 
 @dataclass(frozen=True)

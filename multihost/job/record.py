@@ -10,19 +10,19 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from multihost import recordfile
 from multihost.cloud import bucket as layout
 from multihost.cloud import checks
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
-from multihost.recordfile import private_dir
+from multihost.runs import files
+from multihost.runs.files import private_dir
 
 SCHEMA = 1
 
 
 class JobRecordError(UsageError):
     """A job record that cannot be read (torn, foreign, edited by hand, not a file): exit 2,
-    as for a run.json (``multihost.runrecord.RecordError``)."""
+    as for a run.json (``multihost.runs.record.RecordError``)."""
 
 
 class JobState(enum.Enum):
@@ -225,8 +225,8 @@ def job_dir(name: str) -> Path:
 
 
 def save_local(record: JobRecord) -> Path:
-    """The local mirror of the record, 0600, replaced atomically (``multihost.recordfile``)."""
-    return recordfile.save(job_dir(record.name) / "job.json", record)
+    """The local mirror of the record, 0600, replaced atomically (``multihost.runs.files``)."""
+    return files.save(job_dir(record.name) / "job.json", record)
 
 
 def read_local(path: Path) -> JobRecord:

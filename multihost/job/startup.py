@@ -12,9 +12,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from multihost.commands import hook_text
 from multihost.defaults import DEFAULTS
 from multihost.remote import load, script
+from multihost.remote.commands import hook_text
 from multihost.remote.envsync import BUILD, INSTALL, UPLOAD
 from multihost.remote.staging import python_source
 

@@ -13,15 +13,15 @@ from typing import Any
 from multihost.cloud import checks
 from multihost.cloud.bucket import check_bucket, code_url, env_prefix, uv_binary_url
 from multihost.cloud.gcloud import Gcloud
-from multihost.commands import parse_env
 from multihost.defaults import DEFAULTS, given_fields
 from multihost.envsync.request import request
 from multihost.envsync.uvbin import uv_binary, uv_version
 from multihost.errors import UsageError
 from multihost.job import cloud, startup
 from multihost.job.record import JobRecord, check_name
+from multihost.remote.commands import parse_env
 from multihost.secrets import parse_secrets
-from multihost.stage import excluded, pack
+from multihost.staging.archive import excluded, pack
 
 
 @dataclass(frozen=True)

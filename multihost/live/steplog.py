@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from multihost import remote
 from multihost.defaults import DEFAULTS
-from multihost.fanout import Outcome, on_every_host
 from multihost.model import Fleet, Host
 from multihost.remote import script
 from multihost.transport import Connection, SSHOptions
+from multihost.transport.fanout import Outcome, on_every_host
 
 STEPS = remote.load("steps")  # r bins
 

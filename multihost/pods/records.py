@@ -1,6 +1,6 @@
 """The records multihost keeps of the pods it made: ``$MULTIHOST_LOG_DIR/pods/NAME/pod.json``
 (default ``~/multihost-logs``), private (0700 directory, 0600 file), replaced atomically by the
-one writer of records (``multihost.recordfile``)."""
+one writer of records (``multihost.runs.files``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from multihost import recordfile
 from multihost.errors import UsageError
 from multihost.pods import prices
+from multihost.runs import files
 
 SCHEMA = 1
 FILE = "pod.json"
@@ -197,8 +197,8 @@ def base_dir() -> Path:
 
 
 def save(record: PodRecord) -> Path:
-    """The pod's record, through the one writer of records (``multihost.recordfile``)."""
-    return recordfile.save(base_dir() / record.name / FILE, record)
+    """The pod's record, through the one writer of records (``multihost.runs.files``)."""
+    return files.save(base_dir() / record.name / FILE, record)
 
 
 def find(name: str) -> PodRecord | None:

@@ -75,9 +75,9 @@ def accept_ssh(record: PodRecord, access: Mapping[str, Any], say: Say) -> int:
 def on_worker0(where: Reach, command: str, stdin: bytes | None = None) -> str:
     """Run ``command`` on worker 0 of slice 0; its stdout, or a MultihostError naming it."""
     from multihost.bridge import blocking
-    from multihost.fanout import on_every_host
     from multihost.model import Fleet
     from multihost.transport import Connection
+    from multihost.transport.fanout import on_every_host
 
     host = where.fleet.hosts[0]
 

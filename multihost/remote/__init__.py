@@ -7,6 +7,9 @@ it) before the script's text. A line ``. ./_NAME.sh`` sources a shared fragment;
 puts the fragment's text in its place (as ``.`` would, on a host that had the file), so a
 host gets one self-contained script. The pure test tier runs shellcheck on the files
 themselves (following the sourced fragments) and ``sh -n`` on what is sent.
+
+What each host is sent of them, with its environment and paths, is planned in
+``multihost.remote.commands``.
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from multihost.commands import parse_env
 from multihost.defaults import DEFAULTS as D
 from multihost.errors import SettingError, UsageError
 from multihost.model import Fleet
 from multihost.options import default_log_dir
+from multihost.remote.commands import parse_env
 
 
 def check_port(name: str, value: object) -> None:
@@ -98,7 +98,7 @@ def check_log_dir(logs: Path) -> None:
 
 def check_code_dir(root: Path, excludes: tuple[str, ...], max_bytes: int | None) -> None:
     """A code dir to stage: a directory (not / or home), within ``max_bytes`` if given."""
-    from multihost.stage import check_stage_root, list_files
+    from multihost.staging.archive import check_stage_root, list_files
 
     if not root.is_dir():
         raise SettingError(f"script dir {root} does not exist or is not a directory")

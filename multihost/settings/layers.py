@@ -31,7 +31,7 @@ def convert(layer: Layer, key: str, raw: object, flag: Flag) -> Any:
         if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
             raise layer.error(key, f"must be a list of strings, not {raw!r}")
         if key == "env":
-            from multihost.commands import parse_env  # only for a config that sets env
+            from multihost.remote.commands import parse_env  # only for a config that sets env
 
             try:
                 parse_env(raw)
@@ -115,7 +115,7 @@ def layered(resolved: Resolved, given: Mapping[str, Any]) -> dict[str, Any]:
     }
     merged = {**configured, **resolved.source_for(given), **given}
     if "env" in configured and given.get("env") is not None:
-        from multihost.commands import parse_env
+        from multihost.remote.commands import parse_env
 
         merged["env"] = {**parse_env(configured["env"]), **_env_dict(given["env"])}
     return merged
@@ -124,6 +124,6 @@ def layered(resolved: Resolved, given: Mapping[str, Any]) -> dict[str, Any]:
 def _env_dict(env: Mapping[str, object] | list[str] | tuple[str, ...]) -> dict[str, str]:
     if isinstance(env, Mapping):
         return {str(k): str(v) for k, v in env.items()}
-    from multihost.commands import parse_env
+    from multihost.remote.commands import parse_env
 
     return parse_env(list(env))

@@ -98,7 +98,7 @@ def remote_dir(text: str) -> str:
 def stage_bucket(text: str) -> str:
     """``--stage-bucket``: gs://BUCKET[/PREFIX], normalised; ``""``: none (else: exit 2)."""
     from multihost.errors import UsageError
-    from multihost.stagevia import parse
+    from multihost.staging.via import parse
 
     if not text:
         return ""
@@ -112,7 +112,7 @@ def stage_bucket(text: str) -> str:
 
 def stage_via(text: str) -> str:
     """``--stage-via``: auto, direct, peer or gs://BUCKET[/PREFIX], normalised (bad: exit 2)."""
-    from multihost.stagevia import parse
+    from multihost.staging.via import parse
 
     return str(parse(text))
 

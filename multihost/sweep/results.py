@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multihost.recordfile import private_dir
-from multihost.runresult import RESULT_MARKER
+from multihost.results.records import RESULT_MARKER
+from multihost.runs.files import private_dir
 from multihost.sweep.grid import RESERVED
 from multihost.sweep.where import Value
 

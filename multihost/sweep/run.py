@@ -25,10 +25,10 @@ from multihost.errors import EnvFailed, UsageError, WarmError
 from multihost.events import Event
 from multihost.model import Fleet, Host, Job, State
 from multihost.options import RunOptions
-from multihost.recordfile import private_dir, write_atomic
-from multihost.runrecord import dumps
-from multihost.runresult import HostResult, RunResult, Staging
-from multihost.stage import Archive, pack
+from multihost.results.records import HostResult, RunResult, Staging
+from multihost.runs.files import private_dir, write_atomic
+from multihost.runs.record import dumps
+from multihost.staging.archive import Archive, pack
 from multihost.sweep.grid import Point
 from multihost.sweep.results import Record, ResultsStore, point_status
 from multihost.transport import Connection

@@ -1,6 +1,7 @@
 """The one seam to the network: a small Connection protocol and its SSH and local transports.
 
-asyncssh is imported only by ``transport.ssh``, and only when an SSH host is reached.
+asyncssh is imported only by ``transport.ssh``, and only when an SSH host is reached. What runs
+on every host at once goes through ``multihost.transport.fanout``.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from multihost.model import Host, State
-from multihost.runresult import HostResult, RunResult, read_result
-from multihost.stream import LogSink
+from multihost.results.records import HostResult, RunResult, read_result
+from multihost.runs.stream import LogSink
 from multihost.warm.frames import Frame
 
 

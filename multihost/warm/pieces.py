@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multihost.bundled import PAYLOADS, payloads_dir
 from multihost.errors import UsageError
+from multihost.staging.bundled import PAYLOADS, payloads_dir
 
 _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"python[0-9.]*")

@@ -35,9 +35,9 @@ from multihost.model import Fleet, Host, Job, State
 from multihost.options import RunOptions
 from multihost.remote import script
 from multihost.remote.warm import PUT, SERVER, server_source
-from multihost.runresult import RunResult
-from multihost.stage import Archive
-from multihost.stream import LogSink
+from multihost.results.records import RunResult
+from multihost.runs.stream import LogSink
+from multihost.staging.archive import Archive
 from multihost.transport import Connection, burst
 from multihost.warm.channel import HostChannel
 from multihost.warm.frames import Frame, work_frame

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from multihost.stream import LAST_LINE
+from multihost.runs.stream import LAST_LINE
 from tests.faults.conftest import Where
 from tests.faults.harness import run_measured
 

@@ -2,7 +2,7 @@
 
 One pair of functions converts a :class:`RunRecord` to and from JSON (its ``to_json`` and
 ``from_json`` are them, as text); nothing else reads or writes the file's dicts, and the file
-is written through the one writer of records (``multihost.recordfile``). Each host's entry is
+is written through the one writer of records (``multihost.runs.files``). Each host's entry is
 its ``HostResult`` (the one shape of a host's outcome) with the record's own two facts: the
 environment it was launched with and its log's file name in the run's directory. A record
 from a newer multihost (a higher ``schema``) is refused with a message saying so, never
@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multihost import recordfile
 from multihost.defaults import DEFAULTS
 from multihost.errors import UsageError
 from multihost.model import Fleet, Host, Job, State
-from multihost.phases import PHASES
-from multihost.recordfile import private_dir
-from multihost.runresult import HostResult, Staging
+from multihost.results.phases import PHASES
+from multihost.results.records import HostResult, Staging
+from multihost.runs import files
+from multihost.runs.files import private_dir
 
 MANIFEST = "run.json"
 SCHEMA = 2  # 1: the untyped record of multihost 0.1 (read as well)
@@ -273,8 +273,8 @@ def dumps(data: Any) -> str:
 
 def write_record(run_dir: Path, record: RunRecord) -> None:
     """Save the record as ``run_dir/run.json``, stamped with the time (the one writer of
-    records: ``multihost.recordfile``)."""
-    recordfile.save(run_dir / MANIFEST, dataclasses.replace(record, updated=time.time()))
+    records: ``multihost.runs.files``)."""
+    files.save(run_dir / MANIFEST, dataclasses.replace(record, updated=time.time()))
 
 
 def read_record(run_dir: Path) -> RunRecord:

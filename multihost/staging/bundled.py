@@ -15,7 +15,7 @@ PAYLOADS: tuple[str, ...] = ("shardings", "train")  # the scripts with a main();
 def payloads_dir() -> Path:
     """``multihost/payloads/`` of an installed wheel, else ``payloads/`` of a checkout (the
     wheel maps the one to the other; see pyproject.toml)."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the multihost package
     for folder in (here / "payloads", here.parent / "payloads"):
         if (folder / "meshing.py").is_file():
             return folder

@@ -3,7 +3,7 @@
 :func:`parse` reads ``auto``, ``direct``, ``peer`` or ``gs://BUCKET[/PREFIX]``; :func:`choose`
 (the code, per slice) and :func:`choose_environment` (an environment's pack, from the host that
 has it) turn ``auto`` into ``direct``, ``peer`` or the ``--stage-bucket``, and say why. The
-staging itself is ``multihost.stagevia`` (which re-exports these names).
+staging itself is ``multihost.staging.via`` (which re-exports these names).
 """
 
 from __future__ import annotations

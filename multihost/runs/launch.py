@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from multihost.commands import Paths, claim_command, kill_command, kit, release_command
 from multihost.defaults import DEFAULTS
 from multihost.errors import RemoteError, UsageError
-from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
-from multihost.stage import and_then, kit_sent, what_then_did
+from multihost.remote.commands import Paths, claim_command, kill_command, kit, release_command
+from multihost.staging.archive import and_then, kit_sent, what_then_did
 from multihost.transport import Completed, Connection, Shell
+from multihost.transport.fanout import Outcome, map_hosts
 
 
 async def claim(

@@ -14,28 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from multihost.commands import Paths, finish_command, watch_command
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, HostLost, RemoteError, RunDirGone
-from multihost.launch import Started
+from multihost.events import Line
 from multihost.model import Host, State
-from multihost.phases import parse as parse_startup
-from multihost.runresult import RESULT_MARKER
+from multihost.remote.commands import Paths, finish_command, watch_command
+from multihost.results.phases import parse as parse_startup
+from multihost.results.records import RESULT_MARKER
+from multihost.runs.launch import Started
 from multihost.transport import Connection, SSHOptions, connect
 
 MAX_LINE = 16 * 1024  # bytes of one line passed on as an event; the log file keeps them all
 LAST_LINE = 512  # characters of the last line kept for the summary and run.json
 _MARK = RESULT_MARKER.encode()
-
-
-@dataclass(frozen=True)
-class Line:
-    """Lines of one host's output, in order: what one chunk from the host completed (one
-    event per chunk, not per line, so that a chatty host costs the runner little per line)."""
-
-    host: Host
-    stream: str
-    texts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -48,7 +39,7 @@ class Exit:
     stopped_by: str | None
     problem: str | None = None  # "vanished": no process and no exit file; "empty": exit file
     escaped: int = 0  # processes that had left the job's process group, stopped at its end
-    # its JAX process's start-up phases as the host's state files say (runresult.parse_startup)
+    # its JAX process's start-up phases as the host's state files say (``results.phases.parse``)
     startup: tuple[tuple[str, float], ...] = ()
     stepped: int = 0  # the job's processes that logged steps (the hook's; multihost plot)
 

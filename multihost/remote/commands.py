@@ -187,7 +187,7 @@ def hook_text() -> str:
     ``multihost top``): diagnose/hook.py with the
     bodies of ``HOOK_PARTS`` put in before its closing ``if __name__ == "sitecustomize":``
     block."""
-    folder = Path(__file__).parent / "diagnose"
+    folder = Path(__file__).parent.parent / "diagnose"  # multihost/diagnose/
     hook = (folder / "hook.py").read_text()
     parts = [(folder / p).read_text().split(TRACE_BODY, 1)[1].strip("\n") for p in HOOK_PARTS]
     at = hook.rindex(HOOK_END)

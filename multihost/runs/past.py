@@ -9,21 +9,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from multihost.commands import (
+from multihost.defaults import DEFAULTS
+from multihost.envsync.store import EnvStore, store_on
+from multihost.errors import RemoteError, UsageError
+from multihost.model import Fleet, Host, Job, State
+from multihost.options import RunOptions
+from multihost.remote.commands import (
     Paths,
     clean_cache_command,
     clean_command,
     host_base,
     status_command,
 )
-from multihost.defaults import DEFAULTS
-from multihost.envsync.store import EnvStore, store_on
-from multihost.errors import RemoteError, UsageError
-from multihost.fanout import Outcome, on_every_host
-from multihost.model import Fleet, Host, Job, State
-from multihost.options import RunOptions
-from multihost.phases import parse as parse_startup
-from multihost.runrecord import (
+from multihost.results.faces import size
+from multihost.results.phases import parse as parse_startup
+from multihost.results.records import HostResult
+from multihost.runs.record import (
     MANIFEST,
     RecordError,
     RunRecord,
@@ -31,9 +32,9 @@ from multihost.runrecord import (
     watch_lock,
     write_record,
 )
-from multihost.runresult import HostResult, size
-from multihost.stream import classify, code_and_signal, fetch_rest, parse_exit
+from multihost.runs.stream import classify, code_and_signal, fetch_rest, parse_exit
 from multihost.transport import Connection, HostKeyPolicy, SSHOptions
+from multihost.transport.fanout import Outcome, on_every_host
 
 
 def find_run(log_dir: Path, name: str) -> tuple[Path, RunRecord]:

@@ -1,5 +1,5 @@
 """The one writer of the records multihost keeps on this machine: a run's ``run.json``
-(``multihost.runrecord``), a pod's ``pod.json`` (``multihost.pods.records``) and a job's
+(``multihost.runs.record``), a pod's ``pod.json`` (``multihost.pods.records``) and a job's
 ``job.json`` (``multihost.job.record``), and a sweep's ``sweep.json``.
 
 Each record is a frozen class with its version (``schema``) and ``to_json``/``from_json``;

@@ -17,7 +17,8 @@
 
 Every fetching host checks the archive's sha256 against the content hash before unpacking; a
 host whose fetch fails for any reason (no server, refused, a wrong hash, no bucket access) gets
-the archive from the runner instead, and the run's :class:`~multihost.runresult.Staging` says so.
+the archive from the runner instead, and the run's
+:class:`~multihost.results.records.Staging` says so.
 """
 
 from __future__ import annotations
@@ -28,23 +29,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from multihost.commands import COMPLETE, Paths, stage_command
 from multihost.errors import CloudError, HostError, RemoteError
-from multihost.fanout import Outcome, map_hosts
 from multihost.model import Host
 from multihost.remote import script
+from multihost.remote.commands import COMPLETE, Paths, stage_command
 from multihost.remote.staging import FETCH, SEED, SEED_STOP, python_source
-from multihost.runresult import Staging
-from multihost.stage import Archive, _cause, stage
-from multihost.stagechoice import AUTO_THRESHOLD as AUTO_THRESHOLD
-from multihost.stagechoice import THRESHOLD_ENV as THRESHOLD_ENV
-from multihost.stagechoice import StageVia as StageVia
-from multihost.stagechoice import auto_threshold as auto_threshold
-from multihost.stagechoice import choose as choose
-from multihost.stagechoice import choose_environment as choose_environment
-from multihost.stagechoice import parse as parse
-from multihost.stagechoice import private_address as private_address
+from multihost.results.records import Staging
+from multihost.staging.archive import Archive, _cause, stage
+from multihost.staging.choice import AUTO_THRESHOLD as AUTO_THRESHOLD
+from multihost.staging.choice import THRESHOLD_ENV as THRESHOLD_ENV
+from multihost.staging.choice import StageVia as StageVia
+from multihost.staging.choice import auto_threshold as auto_threshold
+from multihost.staging.choice import choose as choose
+from multihost.staging.choice import choose_environment as choose_environment
+from multihost.staging.choice import parse as parse
+from multihost.staging.choice import private_address as private_address
 from multihost.transport import Connection
+from multihost.transport.fanout import Outcome, map_hosts
 
 FETCH_TIMEOUT = 30.0  # s a fetching host waits on a silent seed before it falls back
 Note = Callable[[str, str], None]

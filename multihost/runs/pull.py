@@ -23,12 +23,12 @@ from multihost import remote
 from multihost.defaults import DEFAULTS
 from multihost.errors import HostError, HostLost, RemoteError, UsageError
 from multihost.events import Event, Transfer
-from multihost.fanout import map_hosts
 from multihost.model import Host
-from multihost.pastruns import record_paths
-from multihost.runrecord import RunRecord
-from multihost.runresult import PullResult
+from multihost.results.records import PullResult
+from multihost.runs.past import record_paths
+from multihost.runs.record import RunRecord
 from multihost.transport import Connection, SSHOptions, connect
+from multihost.transport.fanout import map_hosts
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from multihost.commands import Paths, kit, stage_command
 from multihost.errors import RemoteError, RunNameTaken, UsageError
+from multihost.remote.commands import Paths, kit, stage_command
 from multihost.transport import Completed, Connection, Progress
 
 ALWAYS_EXCLUDED = (".git", "__pycache__", "*.pyc")

@@ -3,9 +3,12 @@ worker for the user it is logged into, and each worker's host keys pinned.
 
 The key goes into each node's ``ssh-keys`` metadata once per user its workers are logged into
 (``--user``, else the ssh config's ``User`` for the worker's address, else the local user as
-gcloud names it), or into the OS Login profile (``multihost.sources.tpukeys``). The workers'
-guest agent installs it a little later: the workers are tried until they accept it; when they
-still refuse it as the wait ends, nothing starts and the error names them.
+gcloud names it), or into the OS Login profile (``keys``). The workers' guest agent installs it
+a little later: the workers are tried until they accept it; when they still refuse it as the
+wait ends, nothing starts and the error names them. The host keys the nodes publish are read
+by ``pins`` and written into multihost's own known_hosts file (``multihost.transport.hostkeys``:
+the transport's, which also records the keys it trusts on first use); the gcloud command lines
+all this takes are ``multihost.cloud.tpus``' (the one seam to gcloud).
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from multihost.errors import KeyRefused
+from multihost.fleetops.contact.keys import GOOGLE_KEY, KeyAdded, add_key, default_user
 from multihost.fleetops.reachable import Reached
 from multihost.model import Fleet, host_ranges
 from multihost.sources import CloudFound
 from multihost.sources.tpu import node_name
-from multihost.sources.tpukeys import GOOGLE_KEY, KeyAdded, add_key, default_user
 from multihost.transport import SSHOptions, login_name
 
 
@@ -104,7 +107,7 @@ def pin_host_keys(
 ) -> tuple[SSHOptions, tuple[str, ...]]:
     """Each worker's host keys pinned from its node's guest attributes (and recorded for
     attach, status, kill); the nodes that publish none."""
-    from multihost.sources.tpuhostkeys import pin
+    from multihost.fleetops.contact.pins import pin
     from multihost.transport.hostkeys import record_pins
 
     pins = pin(fleet, [node_name(n) for n in where.nodes], where.project, where.zone, where.gcloud)
