@@ -162,7 +162,7 @@ def test_preempted_training_resumes_from_its_checkpoint(
         saved = _checkpoints(shared_dir)
         assert "step-00000024" not in saved  # the middle of training
         preempted_at = time.time()
-        cloud.preempt("tr-a0")
+        cloud.preempt("tr-a0", notice=5.0)  # time for the notice to send the log
         again = wait_for(lambda: started_times(cloud, "tr", 1, 2), 120, "attempt 1 to run")
         out, err = second.communicate(timeout=240)
     finally:

@@ -231,10 +231,17 @@ def test_detached_watch_is_seen_by_status_and_resumes_a_preemption(
     cloud: Cloud, tmp_path: Path
 ) -> None:
     """``job watch --detach`` keeps watching with no terminal; ``job status`` says so (and
-    says when nothing watches); the detached watch resumes a preemption and ends with it."""
-    cmd = 'if [ "$MULTIHOST_ATTEMPT" = 0 ]; then sleep 300; fi; echo done-$MULTIHOST_ATTEMPT'
+    says when nothing watches); the detached watch resumes a preemption and ends with it. The
+    preempted attempt's log reaches the bucket at the notice, long before its next upload."""
+    cmd = (
+        "echo begun-$MULTIHOST_ATTEMPT; "
+        'if [ "$MULTIHOST_ATTEMPT" = 0 ]; then sleep 300; fi; echo done-$MULTIHOST_ATTEMPT'
+    )
     sub = multihost(
-        cloud, *submit_args("bg", code_dir(tmp_path), cmd, "--spot", "--max-restarts", "1")
+        cloud,
+        *submit_args("bg", code_dir(tmp_path), cmd, "--spot", "--max-restarts", "1"),
+        "--log-interval",
+        "600",
     )
     assert sub.returncode == 0, sub.stderr
     st = multihost(cloud, "status", "bg")
@@ -246,10 +253,13 @@ def test_detached_watch_is_seen_by_status_and_resumes_a_preemption(
     st = multihost(cloud, "status", "bg")
     assert f"watched from here by pid {pid} (detached" in st.stdout, st.stdout
     wait_for(lambda: started_times(cloud, "bg", 0, 2), 60, "attempt 0 to run")
-    cloud.preempt("bg-a0")
+    cloud.preempt("bg-a0", notice=5.0)  # a real notice's 30 s, shortened: time to send a log
     wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 120, "the watch to end")
     assert record(cloud, "bg")["state"] == "succeeded"
     assert creates(cloud) == ["bg-a0", "bg-a1"]
+    log0 = cloud.read("multihost/jobs/bg/attempt-0/slice-0-worker-0.log")
+    assert "begun-0" in log0, log0
+    assert "preemption notice: the log so far sent" in log0, log0
     log = Path(cloud.env["MULTIHOST_LOG_DIR"]) / "jobs" / "bg" / "watch.log"
     assert "job bg succeeded" in log.read_text()
     assert log.stat().st_mode & 0o777 == 0o600

@@ -14,10 +14,10 @@
 # the job's compile caches in the bucket, "" for none; CACHE_MAX: each one's cap in bytes).
 # Per worker, it reads the metadata server, fetches and verifies the code (bounded retries), gets
 # the locked environment when the job has one (below), runs the command with the environment
-# ``multihost run`` gives, ships its log to the bucket every LOG_INTERVAL seconds and at exit,
-# and at exit writes the exit code there (besides the command's own: 122 the work directory
-# refused, 125 no code, 121 no environment, 123 a secret unreadable; multihost.job.startup names
-# them).
+# ``multihost run`` gives, ships its log to the bucket every LOG_INTERVAL seconds, at a
+# preemption's notice and at exit, and at exit writes the exit code there (besides the
+# command's own: 122 the work directory refused, 125 no code, 121 no environment, 123 a secret
+# unreadable; multihost.job.startup names them).
 # The locked environment: each worker works out its key as ``run`` does (ENV_PROBE); one that has
 # it complete does nothing. Else it looks in the job's bucket
 # (``.../multihost/envs/<key>/<sha256>.tar.gz``) and takes the pack from there, sha256-checked,
@@ -355,13 +355,28 @@ pid=$!
 echo "$workers $num_slices $(date +%s)" > "$dir/started"
 put "$dir/started" "$remote.started"
 
+# A preemption's notice (the metadata server's instance/preempted turns TRUE seconds before
+# the VM stops) sends the log at once: an attempt preempted before its first LOG_INTERVAL keeps
+# its log. One quick look a second, never retried: a metadata server that does not answer is
+# not a notice.
+noticed() {
+  [ "$(curl -sf --max-time 1 -H 'Metadata-Flavor: Google' \
+    "http://$md_host/computeMetadata/v1/instance/preempted" 2> /dev/null)" = TRUE ]
+}
+
 upload_loop() {
   last=-1
+  notice=
   while [ ! -e "$dir/stop-uploads" ]; do
     i=0
     while [ "$i" -lt "$log_interval" ] && [ ! -e "$dir/stop-uploads" ]; do
       sleep 1
       i=$((i + 1))
+      if [ -z "$notice" ] && noticed; then
+        notice=1
+        note "preemption notice: the log so far sent"
+        break
+      fi
     done
     size=$(wc -c < "$log")
     if [ "$size" != "$last" ]; then

@@ -75,8 +75,9 @@ class Cloud:
     guest: GuestAgent
     bucket: str = BUCKET
 
-    def preempt(self, name: str) -> None:
-        self.tpu.preempt(name)
+    def preempt(self, name: str, notice: float = 1.0) -> None:
+        """Spot preemption, ``notice`` seconds after its notice (GCE gives 30 s)."""
+        self.tpu.preempt(name, notice)
 
     def fail(self, name: str) -> None:
         self.tpu.fail(name)
