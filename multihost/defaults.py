@@ -50,6 +50,7 @@ class Defaults:
     queue_timeout: float = 900.0  # s a pod's request waits for capacity in one zone (up)
     max_restarts: int = 0  # new attempts a job makes after preemptions
     log_interval: int = 10  # s between a job worker's log uploads to the bucket
+    notice_wait: float = 35.0  # s a watch leaves a SUSPENDING (preempted) resource its notice
     start_timeout: float = 600.0  # s a job's workers have to report once it is ACTIVE
     poll: float = 5.0  # s between a job watch's (or logs --follow's) looks
     gcloud_timeout: float = 120.0  # s one gcloud call may take ($MULTIHOST_GCLOUD_TIMEOUT)

@@ -64,6 +64,7 @@ class Watcher:
     _last_state: str | None = "?"
     _state: str | None = "?"
     _described: float = 0.0
+    _suspending_since: float | None = None  # when this attempt's resource was seen SUSPENDING
 
     def run(self, *, fresh: bool = False) -> Outcome:
         """Follow the job to its end; ``fresh``: the record was just written by this process."""
@@ -220,8 +221,21 @@ class Watcher:
             return self._finish(JobState.FAILED, 1, message)
         if verdict in (Verdict.NEVER_ACTIVE, Verdict.DELETED):
             return self._gone(verdict, snap)
-        # Preempted. Deleting the preempted resource is right whoever else watches the job;
-        # the record (the truth) says whether another watcher has moved the job on already.
+        # Preempted. While the resource is SUSPENDING its VMs are in their notice: the hosts
+        # send their logs, a user's own handler saves a checkpoint. Deleting it then would cut
+        # that short, so the watch waits for SUSPENDED (at most notice_wait s).
+        if snap.resource_state == "SUSPENDING":
+            now = self.clock()
+            if self._suspending_since is None:
+                self._suspending_since = now
+                self.display.note(
+                    f"attempt {r.attempt} preempted: its hosts have their notice (logs, "
+                    "checkpoints); waiting for them to stop before the next attempt"
+                )
+            if now - self._suspending_since < DEFAULTS.notice_wait:
+                return None
+        # Deleting the preempted resource is right whoever else watches the job; the record
+        # (the truth) says whether another watcher has moved the job on already.
         _, fresh = _both(
             lambda: cloud.delete(self.gcloud, r), lambda: cloud.load_record(self.gcloud, r)
         )
@@ -298,6 +312,7 @@ class Watcher:
         self._offset, self._partial, self._active_since = 0, b"", None
         self._last_hosts, self._last_state = (), "?"
         self._state, self._described = "?", 0.0
+        self._suspending_since = None
 
     def _tail(self, host: HostView, n: int = 10) -> list[str]:
         try:
