@@ -22,6 +22,7 @@ import pytest
 from multihost import errors
 from multihost.cloud import gcloud, queued, secretmanager, storage, tpus
 from multihost.cloud.gcloud import error_class, error_for
+from tests import gcloud_zygote
 from tests.helpers import wait_for
 
 PACKAGE = Path(__file__).resolve().parent.parent / "multihost"
@@ -415,6 +416,13 @@ def test_the_real_cli_parses_every_line(tmp_path: Path) -> None:
             },
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": f"{endpoint}compute/v1/",
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{endpoint}storage/v1/",
+            # the session's gcloud (the real SDK imported once, forked per line:
+            # tests/gcloud_zygote.py), when there is one: the same code parses each line
+            **{
+                k: os.environ[k]
+                for k in (gcloud_zygote.SOCKET_ENV, gcloud_zygote.OFF_ENV)
+                if k in os.environ
+            },
         }
 
         def one(item: tuple[str, list[str]]) -> tuple[str, subprocess.CompletedProcess[str]]:
