@@ -32,6 +32,7 @@ class QueuedResource:
     body: dict[str, Any]
     state: str = "ACCEPTED"
     workers: list[Worker] = field(default_factory=list)
+    taken: list[int] = field(default_factory=list)  # hosts taken while provisioning, no VM yet
     created: float = field(default_factory=time.time)
     history: list[str] = field(default_factory=lambda: ["ACCEPTED"])
     internal_only: bool = False  # its workers' addresses: 127.1.x.y, where nothing listens

@@ -232,6 +232,7 @@ class TpuApi(Nodes):
                 return
             self._set(qr, "PROVISIONING")
             hosts, self.free = self.free[:need], self.free[need:]
+            qr.taken = list(hosts)  # a reset or delete meanwhile gives them back
         time.sleep(self.provision_delay)
         while qr.name in self.held_provisioning and qr.state == "PROVISIONING":
             time.sleep(0.05)  # until release() (the nodes show as CREATING meanwhile)
@@ -253,8 +254,12 @@ class TpuApi(Nodes):
             values |= vm_values(qr, s, w)
             workers.append(Worker(h, s, w, MetadataServer(values)))
         with self.lock:
-            qr.workers = workers
-            if qr.state != "PROVISIONING":
+            if not qr.taken:  # released meanwhile (deleted, or the stand-in reset): no VMs
+                for w in workers:
+                    w.metadata.stop()
+                return
+            qr.workers, qr.taken = workers, []
+            if qr.state != "PROVISIONING" or self.resources.get(qr.name) is not qr:
                 self._release(qr)
                 return
             self._set(qr, "ACTIVE")
@@ -284,7 +289,8 @@ class TpuApi(Nodes):
 
     def _release(self, qr: QueuedResource) -> None:
         """The nodes go: every process of their hosts is killed, the hosts are free again."""
-        hosts = [w.host for w in qr.workers]
+        hosts = [w.host for w in qr.workers] + qr.taken
+        qr.taken = []
         self.stop_hosts(hosts)
         for w in qr.workers:
             w.metadata.stop()
