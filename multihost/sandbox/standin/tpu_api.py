@@ -255,8 +255,8 @@ class TpuApi(Nodes):
             workers.append(Worker(h, s, w, MetadataServer(values)))
         with self.lock:
             if not qr.taken:  # released meanwhile (deleted, or the stand-in reset): no VMs
-                for w in workers:
-                    w.metadata.stop()
+                for made in workers:
+                    made.metadata.stop()
                 return
             qr.workers, qr.taken = workers, []
             if qr.state != "PROVISIONING" or self.resources.get(qr.name) is not qr:
