@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from multihost.sandbox.standin.metadata_server import MetadataServer
+from multihost.sandbox.standin.metadata_server import MetadataServer, worker_values
 from multihost.sandbox.standin.zones import PROJECT_NUMBER
 
 
@@ -125,3 +125,25 @@ def operation(name: str) -> dict[str, Any]:
 
 def error(code: int, message: str, status: str = "INVALID_ARGUMENT") -> tuple[int, dict[str, Any]]:
     return code, {"error": {"code": code, "message": message, "status": status}}
+
+
+def make_workers(qr: QueuedResource, hosts: list[int]) -> list[Worker]:
+    """The resource's VMs on these fleet hosts, slice by slice: each with its metadata server."""
+    per_slice = len(hosts) // qr.num_slices
+    ips = [f"127.0.0.{2 + h}" for h in hosts]
+    nodes = qr.node_names()
+    workers = []
+    for k, h in enumerate(hosts):
+        s, w = divmod(k, per_slice)
+        values = worker_values(
+            worker=w,
+            slice_id=s,
+            num_slices=qr.num_slices,
+            node=nodes[s],
+            accelerator_type=qr.accelerator_type,
+            slice_ips=ips[s * per_slice : (s + 1) * per_slice],
+            coordinator_ip=ips[0],
+        )
+        values |= vm_values(qr, s, w)
+        workers.append(Worker(h, s, w, MetadataServer(values)))
+    return workers

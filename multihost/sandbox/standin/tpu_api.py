@@ -20,14 +20,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from multihost.sandbox.standin.env import ZONE as _ZONE
 from multihost.sandbox.standin.faults import Faults, answer
-from multihost.sandbox.standin.metadata_server import MetadataServer, worker_values
 from multihost.sandbox.standin.resources import (
     QueuedResource,
     Request,
     Worker,
     error,
+    make_workers,
     operation,
-    vm_values,
 )
 from multihost.sandbox.standin.tpu_nodes import Nodes
 from multihost.sandbox.standin.zones import (
@@ -236,23 +235,7 @@ class TpuApi(Nodes):
         time.sleep(self.provision_delay)
         while qr.name in self.held_provisioning and qr.state == "PROVISIONING":
             time.sleep(0.05)  # until release() (the nodes show as CREATING meanwhile)
-        per_slice = need // qr.num_slices
-        ips = [f"127.0.0.{2 + h}" for h in hosts]
-        nodes = qr.node_names()
-        workers = []
-        for k, h in enumerate(hosts):
-            s, w = divmod(k, per_slice)
-            values = worker_values(
-                worker=w,
-                slice_id=s,
-                num_slices=qr.num_slices,
-                node=nodes[s],
-                accelerator_type=qr.accelerator_type,
-                slice_ips=ips[s * per_slice : (s + 1) * per_slice],
-                coordinator_ip=ips[0],
-            )
-            values |= vm_values(qr, s, w)
-            workers.append(Worker(h, s, w, MetadataServer(values)))
+        workers = make_workers(qr, hosts)
         with self.lock:
             if not qr.taken:  # released meanwhile (deleted, or the stand-in reset): no VMs
                 for made in workers:
