@@ -43,13 +43,22 @@ def pytest_configure(config: pytest.Config) -> None:
 def _gcloud_zygote(scratch: Path) -> None:
     """The runner's gcloud (this process's and every CLI's it starts) is the real Cloud SDK
     imported once and forked per command (tests/gcloud_zygote.py): about a fifth of a plain
-    gcloud's CPU. ``MULTIHOST_TEST_GCLOUD_ZYGOTE=0``: plain gcloud. The fleet's hosts run their
-    own, plain."""
+    gcloud's CPU. ``MULTIHOST_TEST_GCLOUD_ZYGOTE=0``: plain gcloud. As root, the stand-in
+    cloud's VMs (the fleet's hosts) reach it too, each call served as its host's user."""
+    import tempfile
+
     os.environ.pop(gcloud_zygote.SOCKET_ENV, None)
+    os.environ.pop(gcloud_zygote.VM_DIR_ENV, None)
     if os.environ.get(gcloud_zygote.OFF_ENV) == "0" or not shutil.which("gcloud"):
         return
-    sock = _ZYGOTE.enter_context(gcloud_zygote.running(scratch))
+    vm_dir = None
+    if os.geteuid() == 0:
+        vm_dir = Path(tempfile.mkdtemp(prefix="multihost-gcloud-vm-"))
+        _SCRATCH.append(vm_dir)
+    sock = _ZYGOTE.enter_context(gcloud_zygote.running(scratch, vm_dir))
     os.environ[gcloud_zygote.SOCKET_ENV] = str(sock)
+    if vm_dir is not None:
+        os.environ[gcloud_zygote.VM_DIR_ENV] = str(vm_dir)
     path = os.environ.get("PATH", "").split(os.pathsep)
     shim = str(gcloud_zygote.BIN_DIR)
     os.environ["PATH"] = os.pathsep.join([shim, *(p for p in path if p != shim)])

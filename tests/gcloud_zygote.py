@@ -27,6 +27,14 @@ execs the next ``gcloud`` on PATH): a terminal on any of its fds or a controllin
 ``CLOUDSDK_PYTHON`` set, no dispatcher, or ``MULTIHOST_TEST_GCLOUD_ZYGOTE=0`` (the off switch:
 conftest.py then leaves PATH alone too).
 
+The stand-in cloud's VMs (the fleet's hosts, each a Unix user of its own) run gcloud too,
+from their startup scripts: where the dispatcher runs as root it also listens on a second
+socket those users can reach (``vm_path``, with the shim beside it). A call there is served
+as its caller, known from the socket's peer credentials: its zygote imports under that user's
+ids (real and effective: as a fresh gcloud of theirs would) and returns to root once imported,
+so that no process of the user's outlives the calls; each child drops to the user's ids for
+good before it runs the command.
+
 Nothing outlives its caller: the child is in a session and process group of its own; the
 shim forwards the signals a caller sends it (TERM, INT, HUP, QUIT, USR1, USR2) to the child;
 when the shim itself ends (SIGKILL of its process group by the product's timeout), the zygote
@@ -47,6 +55,7 @@ import gc
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -61,7 +70,8 @@ from typing import Any
 OFF_ENV = "MULTIHOST_TEST_GCLOUD_ZYGOTE"  # "0": plain gcloud for the whole session
 SOCKET_ENV = "MULTIHOST_TEST_GCLOUD_ZYGOTE_SOCKET"  # where the shim finds the dispatcher
 BIN_DIR = Path(__file__).resolve().parent / "gcloud_zygote_bin"  # the shim, named ``gcloud``
-MAX_ZYGOTES = 4  # zygotes kept (about 100 MB each); the least recently used goes first
+MAX_ZYGOTES = 12  # zygotes kept (about 100 MB each); the least recently used goes first
+VM_DIR_ENV = "MULTIHOST_TEST_GCLOUD_ZYGOTE_VM"  # the fleet's hosts' way in (see vm_path)
 _PR_SET_PDEATHSIG = 1
 # What Python's own start-up reads (before any code of ours runs): a zygote serves only calls
 # with the same values. tput(1), which the SDK runs at import for the terminal's size, reads
@@ -238,10 +248,39 @@ class _Recorder:
                 self.whole_env = True
 
 
+def _as_user(creds: list[Any] | None) -> None:
+    """This process's ids become the caller's (``[uid, gid, groups]``), the saved ones kept
+    (root) so that ``_as_root`` can come back."""
+    if creds:
+        uid, gid, groups = creds
+        os.setgroups(groups)
+        os.setresgid(gid, gid, 0)
+        os.setresuid(uid, uid, 0)
+
+
+def _as_root(creds: list[Any] | None) -> None:
+    if creds:
+        os.setresuid(0, 0, 0)
+        os.setresgid(0, 0, 0)
+        os.setgroups([])
+
+
+def _drop_to(creds: list[Any] | None) -> None:
+    """For good: a child serving a fleet user's call."""
+    if creds:
+        uid, gid, groups = creds
+        os.setgroups(groups)
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+
+
 def _zygote_main() -> None:
     """Started as bin/gcloud starts gcloud.py (its Python, flags and environment), fd 3 the
-    dispatcher: import as gcloud.py does, say what the import read, then fork per call."""
+    dispatcher: import as gcloud.py does, say what the import read, then fork per call.
+    ``argv[3]``, where given: the caller's ids, under which the import runs."""
     control = socket.socket(fileno=int(sys.argv[2]))
+    creds = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+    _as_user(creds)
     rec = _Recorder()
     env_class = type(os.environ)
 
@@ -309,6 +348,7 @@ def _zygote_main() -> None:
         os.environb.__class__ = env_class
         for name, real in wrapped.items():
             setattr(os, name, real)
+        _as_root(creds)
     env = dict(rec.env)
     for key in os.environ:
         if key.startswith(_STARTUP_PREFIXES) or key in _STARTUP_KEYS:
@@ -327,10 +367,12 @@ def _zygote_main() -> None:
     os.chdir("/")  # holds no caller's directory; each child goes to its own
     if rec.unsafe or threading.active_count() != 1:
         return
-    _serve_forks(control, gcloud, gcloud_main)
+    _serve_forks(control, gcloud, gcloud_main, creds)
 
 
-def _serve_forks(control: socket.socket, gcloud: Any, gcloud_main: Any) -> None:
+def _serve_forks(
+    control: socket.socket, gcloud: Any, gcloud_main: Any, creds: list[Any] | None = None
+) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     gc.collect()
@@ -356,7 +398,7 @@ def _serve_forks(control: socket.socket, gcloud: Any, gcloud_main: Any) -> None:
                 conn = socket.socket(fileno=fds[0])
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, fds, gcloud, gcloud_main)  # never returns
+                    _child(request, fds, gcloud, gcloud_main, creds)  # never returns
                 for fd in fds[1:]:
                     os.close(fd)
                 children[pid] = conn
@@ -400,13 +442,23 @@ def _reap(children: dict[int, socket.socket], sel: selectors.BaseSelector) -> No
         conn.close()
 
 
-def _child(request: dict[str, Any], fds: list[int], gcloud: Any, gcloud_main: Any) -> None:
-    """The call, in a fork of the imported SDK: its fds, cwd, environment and argv, then
-    gcloud.py's ``main()``, then what the interpreter does on its way out."""
+def _child(
+    request: dict[str, Any],
+    fds: list[int],
+    gcloud: Any,
+    gcloud_main: Any,
+    creds: list[Any] | None = None,
+) -> None:
+    """The call, in a fork of the imported SDK: its caller's ids, fds, cwd, umask,
+    environment and argv, then gcloud.py's ``main()``, then what the interpreter does on its
+    way out."""
     code = 1
     try:
         os.setsid()
-        _die_with_parent()
+        _drop_to(creds)
+        _die_with_parent()  # after the ids changed (a change clears it)
+        if isinstance(request.get("umask"), int):
+            os.umask(request["umask"])
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for target, fd in enumerate(fds[1:4]):
@@ -473,7 +525,8 @@ def _finish() -> int:
 # -- the dispatcher (runs under the tests' Python, in its own process) -------------------------
 class _Zygote:
     def __init__(self, request: dict[str, Any]) -> None:
-        self.key = (json.dumps(request["env"], sort_keys=True), request["cwd"])
+        self.creds: list[Any] | None = request.get("creds")
+        self.key = (json.dumps(request["env"], sort_keys=True), request["cwd"], str(self.creds))
         self.signature: dict[str, Any] | None = None
         self.ready = threading.Event()
         self.used = time.monotonic()
@@ -483,8 +536,9 @@ class _Zygote:
         python = f"{env['CLOUDSDK_ROOT_DIR']}/platform/bundledpythonunix/bin/python3"
         args = env.get("CLOUDSDK_PYTHON_ARGS", "").split()  # unquoted in bin/gcloud
         with open(os.devnull, "r+b") as null:
+            ids = [json.dumps(self.creds)] if self.creds else []
             self.proc = subprocess.Popen(
-                [python, *args, __file__, "zygote", str(theirs.fileno())],
+                [python, *args, __file__, "zygote", str(theirs.fileno()), *ids],
                 env=request["env"],
                 cwd=request["cwd"],
                 stdin=null,
@@ -510,7 +564,7 @@ class _Zygote:
     def serves(self, request: dict[str, Any]) -> bool:
         """Every outside thing the import read is the same for this call."""
         sig = self.signature
-        if not self.usable() or sig is None:
+        if not self.usable() or sig is None or request.get("creds") != self.creds:
             return False
         env = request["env"]
         if sig["whole_env"] is not None and sig["whole_env"] != env:
@@ -532,12 +586,14 @@ class _Dispatcher:
         self.zygotes: list[_Zygote] = []
         self.stats = {"forked": 0, "zygotes": 0, "refused": 0}
 
-    def handle(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket, creds: list[Any] | None = None) -> None:
         with conn:
             got = recv_msg(conn)
             if got is None:
                 return
             request, fds = got
+            if creds:
+                request["creds"] = creds
             try:
                 env = wrapper_env(request["env"], request["gcloud"])
                 zygote = None if env is None else self._zygote_for({**request, "env": env})
@@ -547,9 +603,12 @@ class _Dispatcher:
                     return
                 with self.lock:
                     send_msg(zygote.control, {"argv": request["argv"], "env": env,
-                                              "cwd": request["cwd"]},
+                                              "cwd": request["cwd"],
+                                              "umask": request.get("umask")},
                              [conn.fileno(), *fds])  # fmt: skip
                     self.stats["forked"] += 1
+                    if creds:
+                        self.stats["vm"] = self.stats.get("vm", 0) + 1
             except OSError:
                 with contextlib.suppress(OSError):
                     conn.sendall(b"F\n")
@@ -561,7 +620,11 @@ class _Dispatcher:
         """One that serves this call: a new one when none does. An import that wrote (a
         fresh config dir made) is not served from: it is started again, and the second import
         finds what the first made, as the next plain gcloud would."""
-        key = (json.dumps(request["env"], sort_keys=True), request["cwd"])
+        key = (
+            json.dumps(request["env"], sort_keys=True),
+            request["cwd"],
+            str(request.get("creds")),
+        )
         for attempt in range(3):
             with self.lock:
                 for z in self.zygotes:
@@ -589,7 +652,35 @@ class _Dispatcher:
         return None
 
 
-def serve(path: str) -> None:
+def _peer(conn: socket.socket) -> list[Any] | None:
+    """The ids of the process at the other end (``[uid, gid, groups]``); None: this one's."""
+    _, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    if uid == os.getuid():
+        return None
+    import pwd
+
+    name = pwd.getpwuid(uid).pw_name
+    return [uid, gid, sorted(set(os.getgrouplist(name, gid)))]
+
+
+def _serve_vms(dispatcher: _Dispatcher, vm_dir: str) -> None:
+    """The fleet users' socket: each call served as its caller."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = f"{vm_dir}/gcloud.sock"
+    listener.bind(sock)
+    os.chmod(sock, 0o666)
+    listener.listen(64)
+    while True:
+        conn, _ = listener.accept()
+        try:
+            creds = _peer(conn)
+        except (OSError, KeyError):
+            conn.close()
+            continue
+        threading.Thread(target=dispatcher.handle, args=(conn, creds), daemon=True).start()
+
+
+def serve(path: str, vm_dir: str | None = None) -> None:
     """The dispatcher: one thread per call; ends when its parent (pytest) does or at EOF of
     stdin."""
     _die_with_parent()
@@ -599,6 +690,8 @@ def serve(path: str) -> None:
     listener.bind(path)
     os.umask(old)
     listener.listen(64)
+    if vm_dir:
+        threading.Thread(target=_serve_vms, args=(dispatcher, vm_dir), daemon=True).start()
 
     def watch_stdin() -> None:
         with contextlib.suppress(OSError):
@@ -614,18 +707,28 @@ def serve(path: str) -> None:
 
 
 @contextlib.contextmanager
-def running(directory: Path) -> Iterator[Path]:
+def running(directory: Path, vm_dir: Path | None = None) -> Iterator[Path]:
     """The dispatcher, listening in ``directory`` (private to this process's user) for as
-    long as the block runs; yields the socket's path."""
+    long as the block runs; yields the socket's path. ``vm_dir`` (an empty directory, as
+    root): the fleet users' way in is made there too (``vm_path``)."""
     path = directory / "gcloud.sock"
+    if vm_dir is not None:
+        (vm_dir / "bin").mkdir(parents=True)
+        shutil.copy(BIN_DIR / "gcloud", vm_dir / "bin" / "gcloud")
+        for d in (vm_dir, vm_dir / "bin"):
+            d.chmod(0o711)
+        (vm_dir / "bin" / "gcloud").chmod(0o755)
     proc = subprocess.Popen(
-        [sys.executable, "-S", __file__, "serve", str(path)],
+        [sys.executable, "-S", __file__, "serve", str(path), *([str(vm_dir)] if vm_dir else [])],
         stdin=subprocess.PIPE,
         start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 30
-        while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        ready = [path] + ([vm_path(vm_dir)[1]] if vm_dir else [])
+        while not all(map(os.path.exists, ready)) and proc.poll() is None:
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.01)
         yield path
     finally:
@@ -636,6 +739,12 @@ def running(directory: Path) -> Iterator[Path]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def vm_path(vm_dir: Path) -> tuple[Path, Path]:
+    """A fleet host's way to the zygotes: the shim's directory (first on its PATH) and the
+    socket (its ``SOCKET_ENV``)."""
+    return vm_dir / "bin", vm_dir / "gcloud.sock"
 
 
 def stats(path: Path) -> dict[str, int]:
@@ -651,4 +760,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "zygote":
         _zygote_main()
     elif sys.argv[1] == "serve":
-        serve(sys.argv[2])
+        serve(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

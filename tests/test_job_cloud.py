@@ -19,7 +19,8 @@ from tests.helpers import wait_for
 pytestmark = pytest.mark.slow
 
 ENV_CMD = (
-    "env | grep -E '^(JAX|MULTIHOST|MEGASCALE)_|^EXTRA=' | sort; "
+    # (MULTIHOST_TEST_*: the stand-in VMs' own, the way to the tests' gcloud zygote)
+    "env | grep -E '^(JAX|MULTIHOST|MEGASCALE)_|^EXTRA=' | grep -v '^MULTIHOST_TEST_' | sort; "
     # multihost's hook is the sitecustomize Python finds (bare jax.distributed.initialize())
     """python3 -c 'import sitecustomize; print("HOOK=" + sitecustomize.__file__)'; """
     "echo payload-done"

@@ -26,6 +26,7 @@ from multihost.sandbox.standin.resources import QueuedResource, Worker
 from multihost.sandbox.standin.secrets import SecretManager
 from multihost.sandbox.standin.tpu_api import TpuApi
 from tests import fleet as loopback
+from tests import gcloud_zygote
 
 
 @contextlib.contextmanager
@@ -144,10 +145,28 @@ def _launcher(  # type: ignore[no-untyped-def]
         env.pop("CLOUDSDK_CONFIG")
         env["GCE_METADATA_HOST"] = worker.metadata.host
         run_ssh(
-            str(fleet.ssh_config), host.alias, ssh_launch_command(env, scratch), qr.startup_script
+            str(fleet.ssh_config),
+            host.alias,
+            ssh_launch_command(env | _vm_gcloud(), scratch, _vm_path()),
+            qr.startup_script,
         )
 
     return launch
+
+
+_VM_PATH = "/usr/local/bin:/usr/bin:/bin"  # ssh_launch_command's: a systemd unit's
+
+
+def _vm_gcloud() -> dict[str, str]:
+    """A VM's way to the session's gcloud zygote (tests/gcloud_zygote.py), where it has one."""
+    vm_dir = os.environ.get(gcloud_zygote.VM_DIR_ENV)
+    return {gcloud_zygote.SOCKET_ENV: str(gcloud_zygote.vm_path(Path(vm_dir))[1])} if vm_dir else {}
+
+
+def _vm_path() -> str:
+    """The VM's PATH: the zygote's shim first, where the session has one."""
+    vm_dir = os.environ.get(gcloud_zygote.VM_DIR_ENV)
+    return f"{gcloud_zygote.vm_path(Path(vm_dir))[0]}:{_VM_PATH}" if vm_dir else _VM_PATH
 
 
 @pytest.fixture(scope="session")
