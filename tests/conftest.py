@@ -38,6 +38,19 @@ def pytest_configure(config: pytest.Config) -> None:
     for key, value in JAX_TEST_ENV.items():  # every local JAX process inherits them
         os.environ.setdefault(key, value)
     _gcloud_zygote(scratch)
+    if not hasattr(config, "workerinput"):  # once, before any worker starts
+        _compile_sources()
+
+
+def _compile_sources() -> None:
+    """The clone's own modules compiled once: each Python the tests start (hundreds of CLIs,
+    every --local host) then reads bytecode, even where PYTHONDONTWRITEBYTECODE keeps it
+    from writing any (as on the machine CI runs on)."""
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for name in ("multihost", "payloads", "tests"):
+        compileall.compile_dir(root / name, quiet=1)
 
 
 def _gcloud_zygote(scratch: Path) -> None:
