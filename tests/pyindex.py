@@ -18,6 +18,7 @@ import hashlib
 import http.server
 import json
 import os
+import secrets
 import subprocess
 import threading
 import zipfile
@@ -67,6 +68,9 @@ class Index:
         self.root = root
         self.hits: collections.Counter[str] = collections.Counter()
         self.url = ""
+        # in every URL: no host's uv cache (kept between tests) holds a wheel under one of
+        # this index's URLs, even where a port of an earlier index comes round again
+        self.token = secrets.token_hex(4)
         self.down = False  # answer 404 to everything (files gone: uv fails at once, no retries)
         # while not set, a wheel's download waits (counted first): a test acts mid-build
         self.hold: threading.Event | None = None
@@ -105,7 +109,7 @@ class Index:
                 self._answer(head=False)
 
             def _answer(self, *, head: bool) -> None:
-                path = self.path.split("?", 1)[0]
+                path = self.path.split("?", 1)[0].removeprefix(f"/{index.token}")
                 if not head:
                     index.hits[path] += 1
                 if index.hold is not None and path.startswith("/files/"):
@@ -126,7 +130,7 @@ class Index:
                     self.wfile.write(data)
 
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        self.url = f"http://127.0.0.1:{server.server_address[1]}/{self.token}/simple"
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
@@ -147,7 +151,8 @@ class Index:
             links = []
             for w in sorted(d.glob("*.whl")):
                 h = hashlib.sha256(w.read_bytes()).hexdigest()
-                links.append(f'<a href="/files/{w.name}#sha256={h}">{w.name}</a><br>')
+                href = f"/{self.token}/files/{w.name}#sha256={h}"
+                links.append(f'<a href="{href}">{w.name}</a><br>')
             return f"<html><body>{''.join(links)}</body></html>".encode(), "text/html"
         return None
 

@@ -211,6 +211,9 @@ def standin(ssh_fleet: loopback.Fleet) -> Iterator[Cloud]:
         str(tmp / "gcloud"), tpu.endpoint, gcs.endpoint, secrets.endpoint
     )
     env["MULTIHOST_LOG_DIR"] = str(tmp / "logs")
+    # --wait's gcloud polls and first contact's tries every 0.5 s, not 5 s and 2 s: the
+    # stand-in provisions in about a second and its guest agent installs a key after one
+    env.setdefault("MULTIHOST_WAIT_POLL", "0.5")
     faulty = env | {"CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{proxy.url}/storage/v1/"}
     try:
         yield Cloud(gcs, tpu, ssh_fleet, env, secrets, faults, faulty, guest)
