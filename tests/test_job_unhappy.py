@@ -48,9 +48,9 @@ def ended(proc: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
 def test_watch_outlasts_a_flaky_window_with_a_preemption_inside(
     cloud: Cloud, tmp_path: Path
 ) -> None:
-    """503s and resets for 35 s (longer than gcloud's own ~30 s of retries, so the watch's
-    retries are what carries it), a preemption in the middle: one warning for the episode,
-    exactly one new attempt, and the job ends 0."""
+    """503s and resets for 35 s (longer than gcloud's own ~30 s of retries for a 503, so the
+    watch's retries are what carries it), a preemption in the middle: each run of failures
+    said once with its end, exactly one new attempt, and the job ends 0."""
     cmd = 'if [ "$MULTIHOST_ATTEMPT" = 0 ]; then sleep 300; fi; echo done-$MULTIHOST_ATTEMPT'
     sub = multihost(
         cloud, *submit_args("flaky", code_dir(tmp_path), cmd, "--spot", "--max-restarts", "2")
@@ -79,8 +79,13 @@ def test_watch_outlasts_a_flaky_window_with_a_preemption_inside(
     )
     assert proc.returncode == 0, err
     assert creates(cloud) == ["flaky-a0", "flaky-a1"]
-    assert err.count("the control plane is failing") == 1, err
-    assert "the control plane answers again after" in err
+    # Each run of failures that reaches the watch is said once, and its end once. How many
+    # reach it is gcloud's: it retries a 503 itself but gives up on some resets, and a call
+    # that succeeds (the TPU API's between the storage calls) ends a run; seen: one run in
+    # most tries, none in one of about ten (every storage call carried by gcloud's retries)
+    failing = err.count("the control plane is failing")
+    assert failing == err.count("the control plane answers again after"), err
+    assert failing <= len(cloud.faults.injected), err
     assert "attempt 1 created as flaky-a1" in err
     assert "s0/w0 | done-1" in out
     assert record(cloud, "flaky")["attempt"] == 1
