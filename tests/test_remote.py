@@ -391,6 +391,35 @@ def test_kit_goes_once_is_checked_by_content_every_time(tmp_path: Path) -> None:
     wait_for(lambda: (run / "exit").exists(), 10, "the job's end")
 
 
+def test_runs_that_bring_the_kit_at_once_all_get_it(tmp_path: Path) -> None:
+    """Several runs starting together on a host without the kit (two sweeps, two users'
+    runs): each unpacks its own copy, one goes in, every run gets it, no temp dir stays.
+    (The race that made one in six pairs of --local runs fail "does not match what was
+    sent", a kit removed from under another run, is too narrow to show in sh alone:
+    test_cli_runs.py's two --local runs at once is the test that met it.)"""
+    home = tmp_path / "home"
+    home.mkdir()
+    the_kit = kit()
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    for round_ in range(3):
+        procs = [
+            subprocess.Popen(
+                ["sh", "-c", claim_command(Paths("~/b", "~/b/code/h", f"~/b/runs/r{round_}{i}"))],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+            for i in range(6)
+        ]
+        done = [p.communicate(the_kit.offer[1], timeout=60) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 6, [e for _, e in done]
+        folder = home / "b" / "kit" / the_kit.short
+        assert (folder / "sitecustomize.py").read_text() == hook_text()
+        assert not [p for p in (home / "b" / "kit").iterdir() if "." in p.name]  # no temp dirs
+        shutil.rmtree(home / "b" / "kit")  # the next round's runs find none again
+
+
 def test_kit_that_does_not_come_whole_is_refused(tmp_path: Path) -> None:
     """Bytes that are not the kit (altered on the way) are refused, named, and nothing is
     claimed; a stream that ends early likewise."""

@@ -24,9 +24,16 @@ if ! ok; then
     rm -rf "$t"
     exit 1
   }
-  # another run may have put it there meanwhile: it is replaced only if still not right
-  if ok; then rm -rf "$t"; else rm -rf "$k"; mv -T "$t" "$k" 2>/dev/null || rm -rf "$t"; fi
-  ok || { echo "the kit in $k does not match what was sent (is sha256sum missing?)" >&2; exit 1; }
+  # Another run may be doing the same at this moment: a kit that is right is never removed
+  # (that run may be checking it or running from it), one that is there and still wrong is
+  # moved aside before it goes, and ours goes in by one rename (which fails, harmlessly, when
+  # another run's went in first).
+  if ok; then rm -rf "$t"; else
+    if [ -e "$k" ] && ! ok; then mv -T "$k" "$t.old" 2>/dev/null && rm -rf "$t.old"; fi
+    mv -T "$t" "$k" 2>/dev/null || rm -rf "$t"
+  fi
+  ok || { sleep 1; ok; } ||
+    { echo "the kit in $k does not match what was sent (is sha256sum missing?)" >&2; exit 1; }
 fi
 # shellcheck source=/dev/null
 . "$k/$s"
